@@ -1,0 +1,46 @@
+// quanttool: one binary, one subcommand per apps/cmd_*.cpp.
+// Exit codes: 0 ok, 2 bad input (UserError or a flag CLI11 rejects), 1 a bug.
+#include <cstdio>
+#include <map>
+
+#include "apps/command.h"
+#include "formats/error.h"
+
+namespace qt {
+std::vector<CommandSpec>& command_registry() {
+  static std::vector<CommandSpec> r;
+  return r;
+}
+}  // namespace qt
+
+int main(int argc, char** argv) {
+  CLI::App app{"quanttool: quantize language models and measure what it costs"};
+  app.require_subcommand(1);
+  std::map<std::string, std::function<int()>> runs;
+  auto& reg = qt::command_registry();
+  std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (auto& spec : reg) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.help);
+    runs[spec.name] = spec.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return runs.at(sub->get_name())();
+  } catch (const qt::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

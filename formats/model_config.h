@@ -1,0 +1,51 @@
+// ModelConfig: one struct for every supported Llama-family decoder (llama, mistral, qwen2, qwen3),
+// read from a Hugging Face config.json or from GGUF metadata. FORMATS.md 2.7, 2.13, 6.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace qt {
+
+class GgufFile;
+
+struct RopeScaling {
+  std::string type;  // "" (none), "llama3", "linear"
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen3" (HF model_type)
+  int hidden = 0;
+  int intermediate = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int vocab = 0;
+  int max_position = 0;
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v bias (qwen2)
+  bool qk_norm = false;         // per-head q/k RMSNorm (qwen3)
+  RopeScaling rope_scaling;
+  int bos_token_id = -1;
+  int eos_token_id = -1;
+  std::string torch_dtype = "float32";
+
+  // Parse an HF config.json object; `path` names the file in errors. Refuses unsupported
+  // architectures with a UserError naming them.
+  static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& path);
+  static ModelConfig from_gguf(const GgufFile& g);
+  // The config.json transformers expects for this model.
+  nlohmann::json to_hf_json() const;
+  // Whether llama.cpp permutes Q/K rows for this arch (normal RoPE: llama, mistral).
+  bool gguf_permutes_qk() const { return arch == "llama" || arch == "mistral"; }
+  int64_t n_params() const;  // parameter count implied by the shapes
+};
+
+}  // namespace qt

@@ -1,0 +1,144 @@
+#include "formats/tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "formats/error.h"
+
+namespace qt {
+
+namespace {
+struct DTypeRow {
+  DType t;
+  const char* name;
+  int bits;
+};
+constexpr DTypeRow kDTypes[] = {
+    {DType::F64, "F64", 64},       {DType::F32, "F32", 32},         {DType::F16, "F16", 16},
+    {DType::BF16, "BF16", 16},     {DType::I64, "I64", 64},         {DType::I32, "I32", 32},
+    {DType::I16, "I16", 16},       {DType::I8, "I8", 8},            {DType::U64, "U64", 64},
+    {DType::U32, "U32", 32},       {DType::U16, "U16", 16},         {DType::U8, "U8", 8},
+    {DType::BOOL, "BOOL", 8},      {DType::F8_E4M3, "F8_E4M3", 8}, {DType::F8_E5M2, "F8_E5M2", 8},
+};
+}  // namespace
+
+int dtype_bits(DType t) {
+  for (auto& r : kDTypes)
+    if (r.t == t) return r.bits;
+  return 0;
+}
+const char* dtype_name(DType t) {
+  for (auto& r : kDTypes)
+    if (r.t == t) return r.name;
+  return "?";
+}
+std::optional<DType> dtype_from_name(std::string_view s) {
+  for (auto& r : kDTypes)
+    if (s == r.name) return r.t;
+  return std::nullopt;
+}
+
+Tensor Tensor::from_f32(std::vector<float> values, std::vector<int64_t> shape) {
+  auto buf = std::make_shared<std::vector<float>>(std::move(values));
+  Tensor t;
+  t.dtype = DType::F32;
+  t.shape = std::move(shape);
+  t.data = reinterpret_cast<const uint8_t*>(buf->data());
+  t.nbytes = buf->size() * sizeof(float);
+  t.owner = buf;
+  return t;
+}
+
+Tensor Tensor::owned_bytes(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+  auto buf = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = buf->data();
+  t.nbytes = buf->size();
+  t.owner = buf;
+  return t;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: renormalize
+      int e = -1;
+      do {
+        mant <<= 1;
+        ++e;
+      } while (!(mant & 0x400));
+      mant &= 0x3ff;
+      u = sign | (uint32_t(127 - 15 - e) << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  // Round-to-nearest-even, as numpy's astype(float16) does.
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+  if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // overflow to inf
+  if (ax < 0x38800000u) {                                   // subnormal or zero in half
+    if (ax < 0x33000000u) return uint16_t(sign);            // < 2^-25 rounds to 0
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - e;  // 14 - (e - 127) + 9 ... gives mantissa >> (shift)
+    uint32_t half_m = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_m & 1))) ++half_m;
+    return uint16_t(sign | half_m);
+  }
+  uint32_t e = (ax >> 23) - 127 + 15;
+  uint32_t m = ax & 0x7fffff;
+  uint32_t h = (e << 10) | (m >> 13);
+  uint32_t rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return uint16_t(sign | h);
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+std::vector<float> to_f32(const Tensor& t) {
+  size_t n = size_t(t.numel());
+  std::vector<float> out(n);
+  switch (t.dtype) {
+    case DType::F32: std::memcpy(out.data(), t.data, n * 4); break;
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(t.as<uint16_t>()[i]);
+      break;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(t.as<uint16_t>()[i]);
+      break;
+    case DType::F64:
+      for (size_t i = 0; i < n; ++i) out[i] = float(t.as<double>()[i]);
+      break;
+    default: user_error("cannot convert a {} tensor to f32", dtype_name(t.dtype));
+  }
+  return out;
+}
+
+}  // namespace qt

@@ -1,0 +1,55 @@
+// Tensor: a dtype, a shape and bytes, either owned or borrowed from a mapping that `owner`
+// keeps alive. Shapes are in PyTorch/Hugging Face order (row-major, last dimension contiguous).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qt {
+
+enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
+
+// Bits per element (safetensors dtype table; FORMATS.md 1.2).
+int dtype_bits(DType t);
+// The safetensors dtype string ("F32", "BF16", ...).
+const char* dtype_name(DType t);
+// Inverse of dtype_name; nullopt when unknown.
+std::optional<DType> dtype_from_name(std::string_view s);
+
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` alive (an mmap or an owned buffer)
+
+  int64_t numel() const {
+    return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+  }
+  template <typename T> const T* as() const { return reinterpret_cast<const T*>(data); }
+
+  // A tensor owning a fresh copy of `n` values.
+  static Tensor from_f32(std::vector<float> values, std::vector<int64_t> shape);
+  static Tensor owned_bytes(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
+};
+
+// Convert any float tensor (F32/F16/BF16/F64) to a vector of float.
+std::vector<float> to_f32(const Tensor& t);
+
+// IEEE half / bfloat16 conversions (round-to-nearest-even on the way down, as numpy/torch do).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t f32_to_bf16(float f);
+
+}  // namespace qt

@@ -1,0 +1,101 @@
+#include "libquant/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+
+namespace qt {
+
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  bool osxsave = c & (1u << 27);
+  f.fma = c & (1u << 12);
+  f.f16c = c & (1u << 29);
+  unsigned long long xcr0 = 0;
+  if (osxsave) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (unsigned long long)hi << 32 | lo;
+  }
+  bool ymm = (xcr0 & 0x6) == 0x6;
+  bool zmm = (xcr0 & 0xe6) == 0xe6;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = ymm && (b & (1u << 5));
+  f.fma = f.fma && ymm;
+  f.avx512f = zmm && (b & (1u << 16));
+  f.avx512dq = zmm && (b & (1u << 17));
+  f.avx512bw = zmm && (b & (1u << 30));
+  f.avx512vl = zmm && (b & (1u << 31));
+  f.avx512_vnni = zmm && (c & (1u << 11));
+  unsigned a1, b1, c1, d1;
+  __cpuid_count(7, 1, a1, b1, c1, d1);
+  f.avx512_bf16 = zmm && (a1 & (1u << 5));
+  f.avx_vnni = ymm && (a1 & (1u << 4));
+  return f;
+}
+
+KernelLevel detect_max() {
+  const auto& f = cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma) return KernelLevel::AVX512;
+  if (f.avx2 && f.fma && f.f16c) return KernelLevel::AVX2;
+  return KernelLevel::Scalar;
+}
+
+KernelLevel initial_level() {
+  KernelLevel lvl = detect_max();
+  if (const char* e = std::getenv("QT_KERNEL_LEVEL")) {
+    KernelLevel want;
+    if (parse_kernel_level(e, &want) && want < lvl) lvl = want;
+  }
+  return lvl;
+}
+
+KernelLevel g_level = initial_level();
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static CpuFeatures f = detect();
+  return f;
+}
+
+KernelLevel max_kernel_level() {
+  static KernelLevel m = detect_max();
+  return m;
+}
+
+KernelLevel kernel_level() { return g_level; }
+
+void set_kernel_level(KernelLevel level) {
+  g_level = level > max_kernel_level() ? max_kernel_level() : level;
+}
+
+std::vector<KernelLevel> available_kernel_levels() {
+  std::vector<KernelLevel> v;
+  for (int i = 0; i <= int(max_kernel_level()); ++i) v.push_back(KernelLevel(i));
+  return v;
+}
+
+const char* kernel_level_name(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::Scalar: return "scalar";
+    case KernelLevel::AVX2: return "avx2";
+    case KernelLevel::AVX512: return "avx512";
+  }
+  return "?";
+}
+
+bool parse_kernel_level(const std::string& s, KernelLevel* out) {
+  if (s == "scalar") *out = KernelLevel::Scalar;
+  else if (s == "avx2") *out = KernelLevel::AVX2;
+  else if (s == "avx512") *out = KernelLevel::AVX512;
+  else return false;
+  return true;
+}
+
+}  // namespace qt

@@ -1,0 +1,30 @@
+// Linear: y = x · Wᵀ (+ b) over a batch of tokens. The model's blocks only see this interface,
+// so packed / quantized weights plug in without touching the block code.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace qt {
+
+enum class Compute { F32, BF16 };
+
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  // x: [n_tokens, in_features] row-major; y: [n_tokens, out_features] row-major (overwritten).
+  virtual void forward(const float* x, int64_t n_tokens, float* y) const = 0;
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  virtual size_t weight_bytes() const = 0;  // bytes the packed weights occupy
+  virtual std::string kind() const = 0;     // "f32", "bf16", ...
+};
+
+// Dense weights w: [out, in] row-major fp32 (HF layout), packed for the fastest kernel of the
+// current kernel level. `bias` may be null. Compute::BF16 needs AVX512-BF16 (falls back to F32
+// with a message otherwise).
+std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in,
+                                          const float* bias, Compute compute);
+
+}  // namespace qt

@@ -1,0 +1,55 @@
+#include "tests/support.h"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <sys/wait.h>
+
+namespace qt::test {
+
+std::string source_dir() { return QT_SOURCE_DIR; }
+
+std::string shared_data(const std::string& rel) {
+  if (const char* e = std::getenv("QT_SHARED_DATA")) return std::string(e) + "/" + rel;
+  return source_dir() + "/../shared/data/" + rel;
+}
+
+std::string model_gguf() {
+  if (const char* e = std::getenv("QT_MODEL_GGUF")) return e;
+  return source_dir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string quanttool_bin() {
+  if (const char* e = std::getenv("QT_BIN")) return e;
+  return source_dir() + "/build/quanttool";
+}
+
+bool in_ci() {
+  const char* e = std::getenv("CI");
+  return e && std::string(e) == "true";
+}
+
+int run_cmd(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::array<char, 4096> buf;
+  std::string out;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string temp_dir(const std::string& tag) {
+  std::random_device rd;
+  auto p = std::filesystem::temp_directory_path() /
+           ("qt-" + tag + "-" + std::to_string(rd()) + std::to_string(rd()));
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+}  // namespace qt::test

@@ -1,0 +1,28 @@
+// Helpers shared by the tests: where things are, and the CI rule that a missing model or text
+// is a failure (CI=true), never a silent skip.
+#pragma once
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace qt::test {
+
+std::string source_dir();           // the repository root
+std::string shared_data(const std::string& rel);  // ../shared/data/<rel>
+std::string model_gguf();           // models/SmolLM2-135M-Instruct.Q4_1.gguf
+std::string quanttool_bin();        // path of the built binary
+bool in_ci();
+// Run a shell command, capture stdout+stderr; returns the exit code.
+int run_cmd(const std::string& cmd, std::string* output);
+std::string temp_dir(const std::string& tag);  // fresh empty directory
+
+}  // namespace qt::test
+
+// Use at the top of a test that needs an input file: fails under CI, skips elsewhere.
+#define QT_REQUIRE_FILE(path)                                                  \
+  do {                                                                         \
+    if (!std::filesystem::exists(path)) {                                      \
+      if (qt::test::in_ci()) FAIL() << "missing required input: " << (path);   \
+      GTEST_SKIP() << "missing input (run scripts/fetch-models.sh): " << (path); \
+    }                                                                          \
+  } while (0)
