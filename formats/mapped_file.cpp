@@ -1,0 +1,84 @@
+#include "formats/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "formats/error.h"
+
+namespace qt {
+
+namespace {
+struct Mapping {
+  void* addr = nullptr;
+  size_t len = 0;
+  ~Mapping() {
+    if (addr && len) munmap(addr, len);
+  }
+};
+}  // namespace
+
+MappedFile map_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) user_error("{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    user_error("{}: not a regular file", path);
+  }
+  MappedFile mf;
+  mf.size = size_t(st.st_size);
+  auto m = std::make_shared<Mapping>();
+  if (mf.size > 0) {
+    void* p = mmap(nullptr, mf.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      user_error("{}: cannot map: {}", path, std::strerror(errno));
+    }
+    m->addr = p;
+    m->len = mf.size;
+    mf.data = static_cast<const uint8_t*>(p);
+  } else {
+    static const uint8_t kEmpty = 0;
+    mf.data = &kEmpty;
+  }
+  ::close(fd);
+  mf.owner = m;
+  return mf;
+}
+
+void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(getpid()));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) user_error("{}: cannot create: {}", tmp.string(), std::strerror(errno));
+  const uint8_t* b = static_cast<const uint8_t*>(bytes);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(fd, b + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      fs::remove(tmp);
+      user_error("{}: write failed: {}", path, std::strerror(e));
+    }
+    done += size_t(w);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  std::error_code ec;
+  fs::rename(tmp, p, ec);
+  if (ec) {
+    fs::remove(tmp);
+    user_error("{}: cannot rename into place: {}", path, ec.message());
+  }
+}
+
+}  // namespace qt
