@@ -26,10 +26,26 @@ struct Checkpoint {
 };
 
 // Detect the kind of `path` (a .gguf file or a folder with config.json) and load it.
-// GGUF tensors are dequantized to F32 and un-permuted at load.
+// GGUF tensors are dequantized to F32 and un-permuted at load; `quantization` then records each
+// tensor's source type ({"format": "gguf", "tensors": {HF name: {"gguf_name", "ggml_type",
+// "nbytes"}}}). HF folder tensors are zero-copy views (F32/F16/BF16 as stored). `tokenizer` is
+// null when the source has none (a GGUF without tokenizer.ggml.model, a folder without
+// tokenizer.json). Every tensor of expected_tensor_shapes() must be present with its shape;
+// any other tensor is refused.
 Checkpoint load_checkpoint(const std::string& path);
 
 // GGUF tensor name -> HF tensor name ("" when the tensor has no HF counterpart, e.g. rope_freqs).
 std::string gguf_to_hf_name(const std::string& gguf_name);
+// The inverse (for a GGUF writer); "" when `hf_name` has no GGUF counterpart.
+std::string hf_to_gguf_name(const std::string& hf_name);
+
+// Every tensor a model of this configuration has, with its HF shape (lm_head.weight only when
+// not tied). Loaders check a checkpoint against it.
+std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c);
+
+// llama.cpp's Q/K row permutation (FORMATS.md 2.11) on a row-major [rows, cols] matrix (cols = 1
+// for a bias), heads of rows / n_heads rows each. unpermute: GGUF order -> HF order.
+std::vector<float> gguf_unpermute_rows(const float* src, int64_t rows, int64_t cols, int n_heads);
+std::vector<float> gguf_permute_rows(const float* src, int64_t rows, int64_t cols, int n_heads);
 
 }  // namespace qt

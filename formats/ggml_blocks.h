@@ -27,4 +27,8 @@ struct GgmlTypeRow {
 const GgmlTypeRow* ggml_type_row(uint32_t id);
 const GgmlTypeRow* ggml_type_row_by_name(std::string_view name);
 
+// row.to_float over `nblocks` blocks, split across OpenMP threads for large tensors.
+// Precondition: row.to_float != nullptr, src holds nblocks * type_size bytes.
+void ggml_dequantize(const GgmlTypeRow& row, const uint8_t* src, float* dst, size_t nblocks);
+
 }  // namespace qt

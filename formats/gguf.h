@@ -32,6 +32,9 @@ struct GgufValue {
   size_t array_size() const;
 };
 
+// "UINT32", "STRING", ... ("?" for an unknown id).
+const char* gguf_value_type_name(GgufValueType t);
+
 struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> ne;  // ggml order: ne[0] is the contiguous dimension
@@ -56,6 +59,11 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(const std::string& name) const;
   uint32_t alignment() const { return alignment_; }
+  // Byte offset of the data section from the start of the file, and the file size.
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return file_size_; }
+  // Metadata keys in file order (metadata() is sorted by key).
+  const std::vector<std::string>& key_order() const { return key_order_; }
 
   bool has(const std::string& key) const { return kv_.count(key) != 0; }
   // Typed getters: throw UserError naming the file and key when missing or of the wrong kind.
@@ -79,6 +87,9 @@ class GgufFile {
   std::string path_;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  uint64_t file_size_ = 0;
+  std::vector<std::string> key_order_;
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensorInfo> tensors_;
   std::shared_ptr<const void> mapping_;

@@ -2,6 +2,7 @@
 // read from a Hugging Face config.json or from GGUF metadata. FORMATS.md 2.7, 2.13, 6.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   int bos_token_id = -1;
   int eos_token_id = -1;
+  int pad_token_id = -1;
   std::string torch_dtype = "float32";
 
   // Parse an HF config.json object; `path` names the file in errors. Refuses unsupported
@@ -47,5 +49,12 @@ struct ModelConfig {
   bool gguf_permutes_qk() const { return arch == "llama" || arch == "mistral"; }
   int64_t n_params() const;  // parameter count implied by the shapes
 };
+
+// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors, FORMATS.md 2.13): the
+// HF parameters that reproduce it (type "" when all are 1). UserError naming `path` otherwise.
+RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& freqs, double theta,
+                                           int head_dim, const std::string& path);
+// The divisors convert_hf_to_gguf.py writes for a llama3 scaling (computed in double).
+std::vector<double> llama3_rope_factors(const RopeScaling& r, double theta, int head_dim);
 
 }  // namespace qt

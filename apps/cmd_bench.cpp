@@ -1,0 +1,158 @@
+// quanttool bench: this machine's peaks (--peak) and the dense GEMMs over SmolLM2's shapes
+// (--gemm), each GEMM printed beside the peak it is measured against, in one run.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/command.h"
+#include "formats/error.h"
+#include "libquant/bench/gemm_bench.h"
+#include "libquant/bench/peak.h"
+#include "libquant/cpu_features.h"
+#include "libquant/parallel.h"
+
+namespace qt {
+namespace {
+
+struct BenchOpts {
+  bool peak = false, gemm = false;
+  int threads = 0;
+  int64_t m = 512;
+  std::string compute = "both";
+  std::string level;
+  std::string json_path;
+};
+
+nlohmann::json peak_json(const bench::PeakResult& r) {
+  nlohmann::json j{{"unit", r.unit}, {"isa", r.isa}};
+  for (auto& p : r.points) j["by_threads"][std::to_string(p.threads)] = p.value;
+  return j;
+}
+
+void print_peaks(const std::vector<bench::PeakResult>& peaks, int threads) {
+  std::string head = fmt::format("{:<11}{:<9}", "peak", "unit");
+  for (int t = 1; t <= threads; ++t) head += fmt::format("{:>10}", fmt::format("{} thr", t));
+  fmt::print("{}  instruction\n", head);
+  for (auto& r : peaks) {
+    std::string line = fmt::format("{:<11}{:<9}", r.name, r.unit);
+    for (int t = 1; t <= threads; ++t)
+      line += r.points.empty() ? fmt::format("{:>10}", "n/a") : fmt::format("{:>10.1f}", r.at(t));
+    fmt::print("{}  {}\n", line, r.isa.empty() ? "(not on this CPU)" : r.isa);
+  }
+}
+
+int run_bench(BenchOpts o) {
+  if (!o.peak && !o.gemm) o.peak = o.gemm = true;
+  if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
+  if (o.threads > 0) set_threads(o.threads);
+  const int threads = num_threads();
+  if (o.m <= 0) user_error("--tokens: must be positive, got {}", o.m);
+  if (!o.level.empty()) {
+    KernelLevel lvl;
+    if (!parse_kernel_level(o.level, &lvl))
+      user_error("--kernel-level: '{}' is not one of scalar, avx2, avx512", o.level);
+    if (lvl > max_kernel_level())
+      user_error("--kernel-level: this CPU supports at most {}", kernel_level_name(max_kernel_level()));
+    set_kernel_level(lvl);
+  }
+  bool do_f32 = o.compute == "both" || o.compute == "f32";
+  bool do_bf16 = o.compute == "both" || o.compute == "bf16";
+  if (!do_f32 && !do_bf16) user_error("--compute: '{}' is not one of f32, bf16, both", o.compute);
+
+  nlohmann::json out{{"threads", threads}, {"kernel_level", kernel_level_name(kernel_level())}};
+  fmt::print("threads {}, kernel level {}, L3 {} MiB\n", threads, kernel_level_name(kernel_level()),
+             bench::l3_cache_bytes() >> 20);
+
+  // The GEMM percentages need the peaks at the GEMM's thread count; --peak adds 1..N.
+  bench::PeakResult fp32, bf16;
+  std::vector<bench::PeakResult> peaks;
+  if (o.peak) {
+    fp32 = bench::peak_fp32_fma(threads);
+    bf16 = bench::peak_bf16_dot(threads);
+    peaks = {fp32, bf16, bench::peak_int8_vnni(threads), bench::peak_mem_read(threads)};
+    print_peaks(peaks, threads);
+    for (auto& r : peaks) out["peak"][r.name] = peak_json(r);
+  } else {
+    fp32 = bench::peak_fp32_fma(threads);
+    if (do_bf16) bf16 = bench::peak_bf16_dot(threads);
+    fmt::print("peak at {} threads: fp32 FMA {:.1f} GFLOP/s, bf16 dot {:.1f} GFLOP/s\n", threads,
+               fp32.at(threads), bf16.at(threads));
+  }
+
+  if (o.gemm) {
+    const auto shapes = bench::smollm2_shapes();
+    std::vector<bench::GemmResult> rf, rb;
+    if (do_f32) rf = bench::run_gemm_bench(shapes, o.m, Compute::F32);
+    if (do_bf16) rb = bench::run_gemm_bench(shapes, o.m, Compute::BF16);
+    const double pf = fp32.at(threads), pb = bf16.at(threads) > 0 ? bf16.at(threads) : pf;
+    auto pct = [](double v, double p) { return p > 0 ? 100.0 * v / p : 0.0; };
+    fmt::print("\nGEMM y[M,N] = x[M,K]·Wᵀ, M = {} tokens (SmolLM2-135M shapes; best of runs)\n", o.m);
+    fmt::print("{:<8}{:>7}{:>6}{:>5}", "matrix", "N", "K", "×");
+    if (do_f32) fmt::print("{:>12}{:>8}{:>10}", "f32 GFLOP/s", "%peak", "ms");
+    if (do_bf16) fmt::print("{:>13}{:>8}{:>10}", "bf16 GFLOP/s", "%peak", "ms");
+    fmt::print("\n");
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto& s = shapes[i];
+      fmt::print("{:<8}{:>7}{:>6}{:>5}", s.name, s.n, s.k, s.count);
+      nlohmann::json js{{"n", s.n}, {"k", s.k}, {"m", o.m}, {"count", s.count}};
+      if (do_f32) {
+        fmt::print("{:>12.1f}{:>7.1f}%{:>10.3f}", rf[i].gflops(), pct(rf[i].gflops(), pf), rf[i].best_s * 1e3);
+        js["f32"] = {{"gflops", rf[i].gflops()}, {"pct_peak", pct(rf[i].gflops(), pf)},
+                     {"best_ms", rf[i].best_s * 1e3}, {"median_ms", rf[i].median_s * 1e3}};
+      }
+      if (do_bf16) {
+        fmt::print("{:>13.1f}{:>7.1f}%{:>10.3f}", rb[i].gflops(), pct(rb[i].gflops(), pb), rb[i].best_s * 1e3);
+        js["bf16"] = {{"gflops", rb[i].gflops()}, {"pct_peak", pct(rb[i].gflops(), pb)},
+                      {"best_ms", rb[i].best_s * 1e3}, {"median_ms", rb[i].median_s * 1e3}};
+      }
+      fmt::print("\n");
+      out["gemm"]["shapes"][s.name] = js;
+    }
+    fmt::print("{:<26}", "FLOP-weighted");
+    if (do_f32) {
+      double g = bench::weighted_gflops(rf);
+      fmt::print("{:>12.1f}{:>7.1f}%{:>10}", g, pct(g, pf), "");
+      out["gemm"]["f32"] = {{"weighted_gflops", g}, {"pct_peak", pct(g, pf)}, {"peak_gflops", pf}};
+    }
+    if (do_bf16) {
+      double g = bench::weighted_gflops(rb);
+      fmt::print("{:>13.1f}{:>7.1f}%{:>10}", g, pct(g, pb), "");
+      out["gemm"]["bf16"] = {{"weighted_gflops", g}, {"pct_peak", pct(g, pb)}, {"peak_gflops", pb}};
+    }
+    fmt::print("\n");
+    if (do_bf16 && bf16.points.empty())
+      fmt::print("(no AVX512-BF16 here: bf16 runs on fp32 FMAs and is compared to the fp32 peak)\n");
+  }
+
+  if (!o.json_path.empty()) {
+    std::string tmp = o.json_path + ".tmp";
+    {
+      std::ofstream f(tmp);
+      if (!f) user_error("--json: cannot write {}", o.json_path);
+      f << out.dump(2) << "\n";
+      if (!f) user_error("--json: cannot write {}", o.json_path);
+    }
+    if (std::rename(tmp.c_str(), o.json_path.c_str()) != 0)
+      user_error("--json: cannot rename {} to {}", tmp, o.json_path);
+  }
+  return 0;
+}
+
+Registrar reg({"bench", "measure this machine's peaks and the kernels' speed against them",
+               [](CLI::App& sub) -> std::function<int()> {
+                 auto o = std::make_shared<BenchOpts>();
+                 sub.add_flag("--peak", o->peak, "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
+                 sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
+                 sub.add_option("--threads", o->threads, "threads (default: all cores)");
+                 sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
+                 sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");
+                 sub.add_option("--kernel-level", o->level, "force a lower kernel level: scalar, avx2, avx512");
+                 sub.add_option("--json", o->json_path, "write the results as JSON to FILE");
+                 return [o] { return run_bench(*o); };
+               }});
+
+}  // namespace
+}  // namespace qt

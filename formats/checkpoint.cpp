@@ -1,0 +1,305 @@
+// load_checkpoint: GGUF file or Hugging Face folder -> Checkpoint (HF names, HF layout).
+// FORMATS.md 2.10 (names), 2.11 (Q/K permutation), 2.12 (tied), 2.13 (rope_freqs), 1.5 (shards).
+#include "formats/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <string_view>
+
+#include <omp.h>
+
+#include "formats/error.h"
+#include "formats/gguf.h"
+#include "formats/mapped_file.h"
+#include "formats/safetensors.h"
+
+namespace qt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const Tensor& Checkpoint::get(const std::string& name) const {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) user_error("{}: no tensor {}", path, name);
+  return it->second;
+}
+
+namespace {
+
+// Per-layer names (after "blk.N." / "model.layers.N."), FORMATS.md 2.10.
+struct NameRow {
+  const char* gguf;
+  const char* hf;
+};
+constexpr NameRow kLayerNames[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+constexpr NameRow kGlobalNames[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+
+// "PREFIX<digits>.rest" -> (layer, rest); false when `s` does not have that form.
+bool split_layer(std::string_view s, std::string_view prefix, int* layer, std::string_view* rest) {
+  if (s.substr(0, prefix.size()) != prefix) return false;
+  size_t i = prefix.size(), j = i;
+  while (j < s.size() && j - i < 7 && s[j] >= '0' && s[j] <= '9') ++j;
+  if (j == i || j >= s.size() || s[j] != '.') return false;
+  if (s[i] == '0' && j - i > 1) return false;  // "blk.01." is not a layer name
+  *layer = std::stoi(std::string(s.substr(i, j - i)));
+  *rest = s.substr(j + 1);
+  return true;
+}
+
+std::string dims(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Every expected tensor present with its shape; nothing else.
+void check_tensor_set(const std::string& path, const ModelConfig& c,
+                      const std::map<std::string, std::vector<int64_t>>& got) {
+  auto want = expected_tensor_shapes(c);
+  for (auto& [name, shape] : got) {
+    auto it = want.find(name);
+    if (it == want.end()) user_error("{}: tensor {} is not part of a {} model", path, name, c.arch);
+    if (it->second != shape)
+      user_error("{}: tensor {} has shape {}, expected {}", path, name, dims(shape), dims(it->second));
+  }
+  for (auto& [name, shape] : want)
+    if (!got.count(name)) user_error("{}: missing tensor {}", path, name);
+}
+
+json read_json_file(const std::string& path) {
+  MappedFile mf = map_file(path);
+  try {
+    return json::parse(mf.data, mf.data + mf.size);
+  } catch (const json::exception& e) {
+    // nlohmann's message is one line: "[json.exception.parse_error.101] parse error at line 3, ..."
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    user_error("{}: invalid JSON: {}", path, msg);
+  }
+}
+
+// ---------------------------------------------------------------------------------------- GGUF
+
+Checkpoint load_gguf(const std::string& path) {
+  GgufFile g = GgufFile::open(path);
+  Checkpoint ck;
+  ck.path = path;
+  ck.source_kind = "gguf";
+  ck.config = ModelConfig::from_gguf(g);
+  const ModelConfig& c = ck.config;
+
+  struct Job {
+    const GgufTensorInfo* info;
+    std::string hf;
+    int permute_heads;  // 0: rows stay as they are
+  };
+  std::vector<Job> jobs;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  json qinfo = json::object();
+  for (auto& t : g.tensors()) {
+    if (t.name == "rope_freqs.weight") continue;  // folded into config.rope_scaling
+    std::string hf = gguf_to_hf_name(t.name);
+    if (hf.empty()) user_error("{}: tensor {} has no Hugging Face counterpart", path, t.name);
+    if (shapes.count(hf)) user_error("{}: tensor {} appears twice", path, t.name);
+    shapes[hf] = t.torch_shape();
+    int heads = 0;
+    if (c.gguf_permutes_qk()) {
+      if (hf.find(".self_attn.q_proj.") != std::string::npos) heads = c.n_heads;
+      if (hf.find(".self_attn.k_proj.") != std::string::npos) heads = c.n_kv_heads;
+    }
+    jobs.push_back({&t, hf, heads});
+    const GgmlTypeRow* row = ggml_type_row(uint32_t(t.type));
+    qinfo[hf] = {{"gguf_name", t.name}, {"ggml_type", row ? row->name : "?"}, {"nbytes", t.nbytes}};
+  }
+  check_tensor_set(path, c, shapes);
+
+  // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
+  // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+    return a.info->numel() > b.info->numel();
+  });
+  std::vector<Tensor> out(jobs.size());
+  std::vector<std::exception_ptr> errors(jobs.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    try {
+      const Job& j = jobs[k];
+      std::vector<int64_t> shape = j.info->torch_shape();
+      std::vector<float> v = g.dequantize(*j.info);
+      if (j.permute_heads) {
+        int64_t rows = shape[0], cols = int64_t(v.size()) / std::max<int64_t>(rows, 1);
+        v = gguf_unpermute_rows(v.data(), rows, cols, j.permute_heads);
+      }
+      out[k] = Tensor::from_f32(std::move(v), std::move(shape));
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (size_t k = 0; k < jobs.size(); ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
+
+  ck.quantization = {{"format", "gguf"},
+                     {"version", g.version()},
+                     {"file_type", g.get_int_or("general.file_type", -1)},
+                     {"tensors", std::move(qinfo)}};
+  if (g.has("tokenizer.ggml.model")) ck.tokenizer = tokenizer_from_gguf(g);
+  return ck;
+}
+
+// ------------------------------------------------------------------------------ HF folder
+
+Checkpoint load_hf_dir(const std::string& dir) {
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(cfg_path)) user_error("{}: no config.json", dir);
+  json j = read_json_file(cfg_path);
+  if (j.is_object() && j.contains("quantization_config")) {
+    auto& q = j["quantization_config"];
+    std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                             ? q["quant_method"].get<std::string>()
+                             : "?";
+    user_error("{}: quantized checkpoints ('{}') are not supported yet", cfg_path, method);
+  }
+  Checkpoint ck;
+  ck.path = dir;
+  ck.source_kind = "hf";
+  ck.config = ModelConfig::from_hf_json(j, cfg_path);
+
+  SafetensorsDir st = load_safetensors_dir(dir);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& [name, t] : st.tensors) {
+    // Old exports carry the RoPE table; tied checkpoints sometimes carry a copy of the embedding
+    // that transformers ignores (it ties). Neither is a weight of the model.
+    if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
+    if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      user_error("{}: tensor {} has dtype {}; expected F32, F16 or BF16", dir, name, dtype_name(t.dtype));
+    shapes[name] = t.shape;
+    ck.tensors.emplace(name, t);
+  }
+  check_tensor_set(dir, ck.config, shapes);
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
+  return ck;
+}
+
+bool has_gguf_magic(const std::string& path) {
+  MappedFile mf = map_file(path);
+  return mf.size >= 4 && std::memcmp(mf.data, "GGUF", 4) == 0;
+}
+
+}  // namespace
+
+std::string gguf_to_hf_name(const std::string& gguf_name) {
+  for (auto& r : kGlobalNames)
+    if (gguf_name == r.gguf) return r.hf;
+  int layer;
+  std::string_view rest;
+  if (!split_layer(gguf_name, "blk.", &layer, &rest)) return "";
+  for (auto& r : kLayerNames)
+    if (rest == r.gguf) return "model.layers." + std::to_string(layer) + "." + r.hf;
+  return "";
+}
+
+std::string hf_to_gguf_name(const std::string& hf_name) {
+  for (auto& r : kGlobalNames)
+    if (hf_name == r.hf) return r.gguf;
+  int layer;
+  std::string_view rest;
+  if (!split_layer(hf_name, "model.layers.", &layer, &rest)) return "";
+  for (auto& r : kLayerNames)
+    if (rest == r.hf) return "blk." + std::to_string(layer) + "." + r.gguf;
+  return "";
+}
+
+std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c) {
+  const int64_t h = c.hidden, f = c.intermediate, q = int64_t(c.n_heads) * c.head_dim,
+                kv = int64_t(c.n_kv_heads) * c.head_dim, v = c.vocab;
+  std::map<std::string, std::vector<int64_t>> m;
+  m["model.embed_tokens.weight"] = {v, h};
+  m["model.norm.weight"] = {h};
+  if (!c.tie_word_embeddings) m["lm_head.weight"] = {v, h};
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    m[p + "input_layernorm.weight"] = {h};
+    m[p + "post_attention_layernorm.weight"] = {h};
+    m[p + "self_attn.q_proj.weight"] = {q, h};
+    m[p + "self_attn.k_proj.weight"] = {kv, h};
+    m[p + "self_attn.v_proj.weight"] = {kv, h};
+    m[p + "self_attn.o_proj.weight"] = {h, q};
+    m[p + "mlp.gate_proj.weight"] = {f, h};
+    m[p + "mlp.up_proj.weight"] = {f, h};
+    m[p + "mlp.down_proj.weight"] = {h, f};
+    if (c.attention_bias) {
+      m[p + "self_attn.q_proj.bias"] = {q};
+      m[p + "self_attn.k_proj.bias"] = {kv};
+      m[p + "self_attn.v_proj.bias"] = {kv};
+    }
+    if (c.qk_norm) {
+      m[p + "self_attn.q_norm.weight"] = {c.head_dim};
+      m[p + "self_attn.k_norm.weight"] = {c.head_dim};
+    }
+  }
+  return m;
+}
+
+// Within a head of hd rows: GGUF row 2*i + j <-> HF row j*(hd/2) + i (FORMATS.md 2.11).
+std::vector<float> gguf_unpermute_rows(const float* src, int64_t rows, int64_t cols, int n_heads) {
+  if (n_heads <= 0 || rows % (2 * int64_t(n_heads)) != 0)
+    user_error("tensor of {} rows cannot be split into {} heads of even size", rows, n_heads);
+  const int64_t hd = rows / n_heads, half = hd / 2;
+  std::vector<float> dst(size_t(rows * cols));
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(&dst[size_t((h * hd + j * half + i) * cols)], &src[size_t((h * hd + 2 * i + j) * cols)],
+                    size_t(cols) * sizeof(float));
+  return dst;
+}
+
+std::vector<float> gguf_permute_rows(const float* src, int64_t rows, int64_t cols, int n_heads) {
+  if (n_heads <= 0 || rows % (2 * int64_t(n_heads)) != 0)
+    user_error("tensor of {} rows cannot be split into {} heads of even size", rows, n_heads);
+  const int64_t hd = rows / n_heads, half = hd / 2;
+  std::vector<float> dst(size_t(rows * cols));
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(&dst[size_t((h * hd + 2 * i + j) * cols)], &src[size_t((h * hd + j * half + i) * cols)],
+                    size_t(cols) * sizeof(float));
+  return dst;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) user_error("{}: no such file or folder", path);
+  if (fs::is_directory(st)) return load_hf_dir(path);
+  if (!fs::is_regular_file(st)) user_error("{}: not a file or folder", path);
+  // Sniff the magic rather than trust the extension; a .gguf with the wrong magic goes to the
+  // GGUF reader, whose error says what is wrong.
+  if (has_gguf_magic(path) || fs::path(path).extension() == ".gguf") return load_gguf(path);
+  user_error("{}: not a GGUF file or a Hugging Face folder", path);
+}
+
+}  // namespace qt

@@ -1,0 +1,27 @@
+// Hugging Face folder writer: Checkpoint -> config.json, model.safetensors (sharded above a
+// size, with model.safetensors.index.json), tokenizer.json, tokenizer_config.json,
+// generation_config.json. What transformers' from_pretrained expects (FORMATS.md 1.4-1.5, 6).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "formats/checkpoint.h"
+#include "formats/tensor.h"
+
+namespace qt {
+
+struct HfWriteOptions {
+  // Float tensors are written in this dtype (F32, F16 or BF16; rounding to nearest even).
+  DType dtype = DType::F32;
+  uint64_t max_shard_bytes = 5'000'000'000ull;  // huggingface_hub's default "5GB"
+  bool generation_config = true;
+};
+
+// "float32" / "float16" / "bfloat16" (config.json torch_dtype); UserError for other dtypes.
+std::string torch_dtype_name(DType t);
+
+// Write `ck` into the existing folder `dir` (the caller makes it and renames it into place).
+// Tied checkpoints get no lm_head.weight. UserError when `ck` has no tokenizer.
+void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWriteOptions& opt);
+
+}  // namespace qt

@@ -1,0 +1,414 @@
+// ModelConfig from HF config.json (transformers v4 and v5 forms) and from GGUF metadata.
+// Facts: FORMATS.md 2.7 (GGUF keys), 2.12 (tied), 2.13 (llama3 rope_freqs), 6 (config.json).
+#include "formats/model_config.h"
+
+#include <cmath>
+#include <string>
+
+#include "formats/error.h"
+#include "formats/gguf.h"
+
+namespace qt {
+
+namespace {
+
+using nlohmann::json;
+
+struct ArchRow {
+  const char* model_type;    // HF model_type (and our arch name)
+  const char* hf_class;      // architectures[0]
+  const char* gguf_arch;     // general.architecture, "" when llama.cpp has no arch of its own
+  int default_max_position;  // transformers config defaults
+  bool qkv_bias;             // hard-coded q/k/v bias (qwen2)
+  bool qk_norm;              // per-head q/k RMSNorm (qwen3)
+};
+
+// One row per supported family; adding a Llama-like family is adding a row.
+constexpr ArchRow kArchs[] = {
+    {"llama", "LlamaForCausalLM", "llama", 2048, false, false},
+    {"mistral", "MistralForCausalLM", "", 4096 * 32, false, false},  // GGUF calls it "llama"
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, true, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, false, true},
+};
+
+const ArchRow* arch_by_model_type(const std::string& t) {
+  for (auto& r : kArchs)
+    if (t == r.model_type) return &r;
+  return nullptr;
+}
+const ArchRow* arch_by_hf_class(const std::string& c) {
+  for (auto& r : kArchs)
+    if (c == r.hf_class) return &r;
+  return nullptr;
+}
+const ArchRow* arch_by_gguf(const std::string& a) {
+  for (auto& r : kArchs)
+    if (*r.gguf_arch && a == r.gguf_arch) return &r;
+  return nullptr;
+}
+
+const char* kSupported = "llama, mistral, qwen2, qwen3";
+
+// A float as JSON: the shortest decimal that round-trips the float, so 1e-5f is written 1e-05,
+// not 9.999999747378752e-06.
+double clean_float(float f) { return std::stod(fmt::format("{}", f)); }
+
+// Typed field access: a present field of the wrong JSON type is bad input naming the key.
+int64_t int_field(const json& j, const char* key, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) user_error("{}: missing '{}'", path, key);
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_float()) {  // 576.0 is still 576; 576.5 is not a size
+    double d = it->get<double>();
+    if (std::floor(d) == d && std::fabs(d) < 1e15) return int64_t(d);
+  }
+  user_error("{}: '{}' must be an integer, got {}", path, key, it->dump());
+}
+int64_t int_field_or(const json& j, const char* key, int64_t def, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  return int_field(j, key, path);
+}
+double num_field_or(const json& j, const char* key, double def, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_number()) user_error("{}: '{}' must be a number, got {}", path, key, it->dump());
+  return it->get<double>();
+}
+bool bool_field_or(const json& j, const char* key, bool def, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_boolean()) user_error("{}: '{}' must be true or false, got {}", path, key, it->dump());
+  return it->get<bool>();
+}
+std::string str_field_or(const json& j, const char* key, const std::string& def,
+                         const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_string()) user_error("{}: '{}' must be a string, got {}", path, key, it->dump());
+  return it->get<std::string>();
+}
+// bos/eos ids: an int, a list of ints (first one is the id a single-id consumer uses) or null.
+int token_id_field(const json& j, const char* key, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return -1;
+  const json* v = &*it;
+  if (v->is_array()) {
+    if (v->empty()) return -1;
+    v = &(*v)[0];
+  }
+  if (!v->is_number_integer()) user_error("{}: '{}' must be a token id, got {}", path, key, it->dump());
+  return v->get<int>();
+}
+
+// rope_scaling (v4) or rope_parameters (v5): {"rope_type"|"type": ..., "factor": ..., ...}.
+RopeScaling parse_rope_scaling(const json& rs, const json& top, const std::string& path) {
+  RopeScaling r;
+  if (rs.is_null()) return r;
+  if (!rs.is_object()) user_error("{}: 'rope_scaling' must be an object or null", path);
+  std::string type = str_field_or(rs, "rope_type", "", path);
+  if (type.empty()) type = str_field_or(rs, "type", "", path);
+  if (type.empty() || type == "default") return r;
+  if (type == "linear") {
+    r.type = "linear";
+    r.factor = float(num_field_or(rs, "factor", 1.0, path));
+  } else if (type == "llama3") {
+    r.type = "llama3";
+    r.factor = float(num_field_or(rs, "factor", 8.0, path));
+    r.low_freq_factor = float(num_field_or(rs, "low_freq_factor", 1.0, path));
+    r.high_freq_factor = float(num_field_or(rs, "high_freq_factor", 4.0, path));
+    // v5 fills original_max_position_embeddings from max_position_embeddings when missing.
+    r.original_max_position_embeddings = int(int_field_or(
+        rs, "original_max_position_embeddings", int_field_or(top, "max_position_embeddings", 8192, path),
+        path));
+    if (r.high_freq_factor <= r.low_freq_factor)
+      user_error("{}: rope_scaling high_freq_factor {} must exceed low_freq_factor {}", path,
+                 r.high_freq_factor, r.low_freq_factor);
+  } else {
+    user_error("{}: unsupported rope scaling type '{}' (supported: llama3, linear)", path, type);
+  }
+  if (!(r.factor > 0)) user_error("{}: rope_scaling factor must be positive, got {}", path, r.factor);
+  return r;
+}
+
+void validate(const ModelConfig& c, const std::string& path) {
+  auto positive = [&](const char* what, int64_t v) {
+    if (v <= 0 || v > (int64_t(1) << 31)) user_error("{}: {} must be positive, got {}", path, what, v);
+  };
+  positive("hidden size", c.hidden);
+  positive("intermediate size", c.intermediate);
+  positive("number of layers", c.n_layers);
+  positive("number of attention heads", c.n_heads);
+  positive("number of key/value heads", c.n_kv_heads);
+  positive("head_dim", c.head_dim);
+  positive("vocabulary size", c.vocab);
+  if (c.n_heads % c.n_kv_heads != 0)
+    user_error("{}: {} attention heads are not a multiple of {} key/value heads", path, c.n_heads,
+               c.n_kv_heads);
+  if (c.head_dim % 2 != 0) user_error("{}: head_dim {} must be even for RoPE", path, c.head_dim);
+  if (!(c.rope_theta > 0)) user_error("{}: rope_theta must be positive, got {}", path, c.rope_theta);
+  if (!(c.rms_eps > 0)) user_error("{}: rms_norm_eps must be positive, got {}", path, c.rms_eps);
+}
+
+}  // namespace
+
+// llama3 scaling as ggml sees it: per-frequency divisors (FORMATS.md 2.13), computed in double
+// as convert_hf_to_gguf.py does, for comparison with a file's rope_freqs.weight.
+std::vector<double> llama3_rope_factors(const RopeScaling& r, double theta, int dim) {
+  std::vector<double> out;
+  const double lo_wavelen = r.original_max_position_embeddings / double(r.low_freq_factor);
+  const double hi_wavelen = r.original_max_position_embeddings / double(r.high_freq_factor);
+  for (int i = 0; i < dim; i += 2) {
+    double freq = 1.0 / std::pow(theta, double(i) / dim);
+    double wavelen = 2 * M_PI / freq;
+    if (wavelen < hi_wavelen) {
+      out.push_back(1.0);
+    } else if (wavelen > lo_wavelen) {
+      out.push_back(r.factor);
+    } else {
+      double s = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+                 (r.high_freq_factor - r.low_freq_factor);
+      out.push_back(1.0 / ((1 - s) / r.factor + s));
+    }
+  }
+  return out;
+}
+
+namespace {
+bool factors_match(const std::vector<double>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::fabs(a[i] - b[i]) > 1e-4 * std::fabs(a[i])) return false;
+  return true;
+}
+
+// GGUF keeps Llama-3 scaling only as the rope_freqs.weight tensor; HF needs the four parameters.
+// Meta's releases all use low 1, high 4, original context 8192; try that first, otherwise fit
+// the smooth band (s linear in 1/wavelen) with low_freq_factor = 1. Refuse what does not fit.
+}  // namespace
+
+RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& ff, double theta, int dim,
+                                           const std::string& path) {
+  RopeScaling r;
+  if ((int)ff.size() != dim / 2)
+    user_error("{}: rope_freqs.weight has {} values, expected head_dim/2 = {}", path, ff.size(), dim / 2);
+  float factor = 1.0f;
+  bool all_one = true;
+  for (float f : ff) {
+    if (!(f > 0) || !std::isfinite(f)) user_error("{}: rope_freqs.weight holds {}", path, f);
+    factor = std::max(factor, f);
+    if (f != 1.0f) all_one = false;
+  }
+  if (all_one) return r;
+  r.type = "llama3";
+  r.factor = factor;
+  if (factors_match(llama3_rope_factors(r, theta, dim), ff)) return r;
+  // Fit s_i = a / wavelen_i - b over the smooth band (1 < f < factor).
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int n = 0;
+  for (int i = 0; i < dim / 2; ++i) {
+    double f = ff[i];
+    if (f <= 1.0 + 1e-6 || f >= factor * (1 - 1e-6)) continue;
+    double x = std::pow(theta, -2.0 * i / dim) / (2 * M_PI);
+    double y = (1.0 / f - 1.0 / factor) / (1.0 - 1.0 / factor);
+    sx += x, sy += y, sxx += x * x, sxy += x * y, ++n;
+  }
+  if (n >= 2) {
+    double a = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    double b = (a * sx - sy) / n;
+    if (a > 0 && b > 0) {
+      r.low_freq_factor = 1.0f;
+      r.high_freq_factor = float(1.0 + 1.0 / b);
+      r.original_max_position_embeddings = int(std::lround(a / b));
+      if (factors_match(llama3_rope_factors(r, theta, dim), ff)) {
+        r.high_freq_factor = float(clean_float(r.high_freq_factor));
+        return r;
+      }
+    }
+  }
+  user_error("{}: rope_freqs.weight does not describe a llama3 rope scaling", path);
+}
+
+ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
+  if (!j.is_object()) user_error("{}: config must be a JSON object", path);
+  const ArchRow* row = nullptr;
+  std::string model_type = str_field_or(j, "model_type", "", path);
+  if (!model_type.empty()) {
+    row = arch_by_model_type(model_type);
+    if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, model_type, kSupported);
+  } else {
+    auto it = j.find("architectures");
+    if (it == j.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
+      user_error("{}: no 'model_type' or 'architectures' to tell the architecture", path);
+    std::string cls = (*it)[0].get<std::string>();
+    row = arch_by_hf_class(cls);
+    if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, cls, kSupported);
+  }
+
+  ModelConfig c;
+  c.arch = row->model_type;
+  c.hidden = int(int_field(j, "hidden_size", path));
+  c.intermediate = int(int_field(j, "intermediate_size", path));
+  c.n_layers = int(int_field(j, "num_hidden_layers", path));
+  c.n_heads = int(int_field(j, "num_attention_heads", path));
+  c.vocab = int(int_field(j, "vocab_size", path));
+  c.n_kv_heads = int(int_field_or(j, "num_key_value_heads", c.n_heads, path));
+  if (c.n_heads <= 0) user_error("{}: num_attention_heads must be positive, got {}", path, c.n_heads);
+  // Qwen3Config defaults head_dim to 128; the others derive it.
+  c.head_dim = int(int_field_or(j, "head_dim", c.arch == "qwen3" ? 128 : c.hidden / c.n_heads, path));
+  c.max_position = int(int_field_or(j, "max_position_embeddings", row->default_max_position, path));
+  c.rms_eps = float(num_field_or(j, "rms_norm_eps", 1e-6, path));
+  c.tie_word_embeddings = bool_field_or(j, "tie_word_embeddings", false, path);
+  c.bos_token_id = token_id_field(j, "bos_token_id", path);
+  c.eos_token_id = token_id_field(j, "eos_token_id", path);
+  c.pad_token_id = token_id_field(j, "pad_token_id", path);
+  c.torch_dtype = str_field_or(j, "torch_dtype", str_field_or(j, "dtype", "float32", path), path);
+
+  std::string act = str_field_or(j, "hidden_act", "silu", path);
+  if (act != "silu") user_error("{}: unsupported hidden_act '{}' (only silu)", path, act);
+  if (bool_field_or(j, "mlp_bias", false, path)) user_error("{}: mlp_bias is not supported", path);
+  // Llama and Qwen3's attention_bias also puts a bias on o_proj, which the engine does not have.
+  if (row->qkv_bias) {
+    c.attention_bias = true;
+  } else if (bool_field_or(j, "attention_bias", false, path)) {
+    user_error("{}: attention_bias (q/k/v/o biases) is not supported for {}", path, c.arch);
+  }
+  c.qk_norm = row->qk_norm;
+
+  // RoPE: v4 keeps rope_theta / rope_scaling at the top; v5 nests both in rope_parameters.
+  auto rp = j.find("rope_parameters");
+  if (rp != j.end() && rp->is_object()) {
+    c.rope_theta = float(num_field_or(*rp, "rope_theta", num_field_or(j, "rope_theta", 10000.0, path), path));
+    c.rope_scaling = parse_rope_scaling(*rp, j, path);
+  } else {
+    c.rope_theta = float(num_field_or(j, "rope_theta", 10000.0, path));
+    auto rs = j.find("rope_scaling");
+    if (rs != j.end()) c.rope_scaling = parse_rope_scaling(*rs, j, path);
+  }
+  if (num_field_or(j, "partial_rotary_factor", 1.0, path) != 1.0)
+    user_error("{}: partial_rotary_factor is not supported", path);
+  validate(c, path);
+  return c;
+}
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
+  const std::string& path = g.path();
+  std::string arch = g.get_string("general.architecture");
+  const ArchRow* row = arch_by_gguf(arch);
+  if (!row) user_error("{}: unsupported architecture '{}' (supported: llama, qwen2, qwen3)", path, arch);
+  auto key = [&](const char* k) { return arch + "." + k; };
+
+  ModelConfig c;
+  c.arch = row->model_type;
+  c.hidden = int(g.get_int(key("embedding_length")));
+  c.intermediate = int(g.get_int(key("feed_forward_length")));
+  c.n_layers = int(g.get_int(key("block_count")));
+  c.n_heads = int(g.get_int(key("attention.head_count")));
+  c.n_kv_heads = int(g.get_int_or(key("attention.head_count_kv"), c.n_heads));
+  if (c.n_heads <= 0) user_error("{}: {} must be positive", path, key("attention.head_count"));
+  // key_length is written only when config.json had head_dim; rope.dimension_count otherwise.
+  c.head_dim = int(g.get_int_or(key("attention.key_length"),
+                                g.get_int_or(key("rope.dimension_count"), c.hidden / c.n_heads)));
+  c.max_position = int(g.get_int_or(key("context_length"), row->default_max_position));
+  c.rope_theta = float(g.get_float_or(key("rope.freq_base"), 10000.0));
+  c.rms_eps = float(g.get_float(key("attention.layer_norm_rms_epsilon")));
+  if (g.has(key("vocab_size"))) {
+    c.vocab = int(g.get_int(key("vocab_size")));
+  } else if (g.has("tokenizer.ggml.tokens")) {
+    c.vocab = int(g.get_string_array("tokenizer.ggml.tokens").size());
+  } else if (auto* t = g.find_tensor("token_embd.weight"); t && t->ne.size() == 2) {
+    c.vocab = int(t->ne[1]);
+  }
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;  // FORMATS.md 2.12
+  c.bos_token_id = int(g.get_int_or("tokenizer.ggml.bos_token_id", -1));
+  c.eos_token_id = int(g.get_int_or("tokenizer.ggml.eos_token_id", -1));
+  c.pad_token_id = int(g.get_int_or("tokenizer.ggml.padding_token_id", -1));
+  c.torch_dtype = "float32";  // tensors are dequantized to f32 at load
+  c.qk_norm = row->qk_norm;
+  c.attention_bias = row->qkv_bias;
+  if (!row->qkv_bias) {
+    for (auto& t : g.tensors()) {
+      if (t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0)
+        user_error("{}: tensor {}: biases are not supported for {}", path, t.name, arch);
+    }
+  }
+
+  std::string scaling = g.get_string_or(key("rope.scaling.type"), "");
+  if (scaling == "linear") {
+    c.rope_scaling.type = "linear";
+    c.rope_scaling.factor = float(g.get_float(key("rope.scaling.factor")));
+  } else if (!scaling.empty() && scaling != "none") {
+    user_error("{}: unsupported rope scaling type '{}' (supported: llama3, linear)", path, scaling);
+  }
+  if (auto* rf = g.find_tensor("rope_freqs.weight")) {
+    if (!c.rope_scaling.type.empty()) user_error("{}: both {} and rope_freqs.weight", path, key("rope.scaling.type"));
+    validate(c, path);
+    c.rope_scaling = llama3_scaling_from_rope_freqs(g.dequantize(*rf), c.rope_theta, c.head_dim, path);
+  }
+  validate(c, path);
+  return c;
+}
+
+nlohmann::json ModelConfig::to_hf_json() const {
+  const ArchRow* row = arch_by_model_type(arch);
+  if (!row) user_error("config: unsupported architecture '{}' (supported: {})", arch, kSupported);
+  json j;
+  j["architectures"] = {row->hf_class};
+  j["model_type"] = arch;
+  j["hidden_size"] = hidden;
+  j["intermediate_size"] = intermediate;
+  j["num_hidden_layers"] = n_layers;
+  j["num_attention_heads"] = n_heads;
+  j["num_key_value_heads"] = n_kv_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab;
+  j["max_position_embeddings"] = max_position;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = clean_float(rms_eps);
+  j["rope_theta"] = clean_float(rope_theta);
+  if (rope_scaling.type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else if (rope_scaling.type == "linear") {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", clean_float(rope_scaling.factor)}};
+  } else {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", clean_float(rope_scaling.factor)},
+                         {"low_freq_factor", clean_float(rope_scaling.low_freq_factor)},
+                         {"high_freq_factor", clean_float(rope_scaling.high_freq_factor)},
+                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  }
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["bos_token_id"] = bos_token_id >= 0 ? json(bos_token_id) : json(nullptr);
+  j["eos_token_id"] = eos_token_id >= 0 ? json(eos_token_id) : json(nullptr);
+  if (pad_token_id >= 0) j["pad_token_id"] = pad_token_id;
+  j["torch_dtype"] = torch_dtype;
+  j["initializer_range"] = 0.02;
+  j["attention_dropout"] = 0.0;
+  j["use_cache"] = true;
+  if (arch == "llama") {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  } else if (arch == "mistral") {
+    j["sliding_window"] = nullptr;
+  } else {  // qwen2, qwen3
+    if (arch == "qwen3") j["attention_bias"] = false;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = n_layers;
+  }
+  return j;
+}
+
+int64_t ModelConfig::n_params() const {
+  const int64_t h = hidden, q = int64_t(n_heads) * head_dim, kv = int64_t(n_kv_heads) * head_dim;
+  int64_t layer = h * q + 2 * h * kv + q * h  // q, k, v, o
+                  + 3 * h * int64_t(intermediate)  // gate, up, down
+                  + 2 * h;                          // two RMSNorms
+  if (attention_bias) layer += q + 2 * kv;
+  if (qk_norm) layer += 2 * int64_t(head_dim);
+  int64_t embed = int64_t(vocab) * h;
+  return embed * (tie_word_embeddings ? 1 : 2) + h + layer * n_layers;
+}
+
+}  // namespace qt

@@ -1,0 +1,113 @@
+// bf16 GEMM microkernel on AVX512-BF16: VDPBF16PS multiplies 16 k-pairs of bf16 per zmm and
+// adds both products into fp32 lanes. The panel holds, per k-pair, NR output features × 2
+// interleaved bf16; x is a row-major bf16 copy whose 32-bit k-pairs are broadcast.
+// Products of two bf16 are exact in fp32, so the result differs from the scalar reference only
+// by the order of fp32 additions.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "libquant/kernels/bf16.h"
+#include "libquant/kernels/gemm.h"
+
+#define QT_AVX512BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+namespace qt::kernels {
+namespace {
+
+constexpr int MR = 8;
+constexpr int NV = 3;  // zmm per row
+constexpr int NR = NV * 16;
+constexpr int KC = 256;  // k values (128 pairs) per pass
+
+QT_AVX512BF16 inline __mmask16 col_mask(int cols, int j) {
+  int r = cols - 16 * j;
+  return r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
+}
+
+template <int R>
+QT_AVX512BF16 void tile_r(int cols, int64_t kc, const uint16_t* a, int64_t lda,
+                          const uint16_t* b, float* c, int64_t ldc, bool first,
+                          const float* bias) {
+  __m512 acc[R][NV];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int64_t kp = kc / 2;
+  for (int64_t k = 0; k < kp; ++k) {
+    __m512bh bv[NV];
+    for (int j = 0; j < NV; ++j)
+      bv[j] = (__m512bh)_mm512_load_si512(b + k * 2 * NR + 32 * j);
+    for (int i = 0; i < R; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, a + i * lda + 2 * k, 4);
+      __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+    }
+  }
+  __mmask16 mk[NV];
+  __m512 bb[NV];
+  for (int j = 0; j < NV; ++j) {
+    mk[j] = col_mask(cols, j);
+    bb[j] = bias ? _mm512_maskz_loadu_ps(mk[j], bias + 16 * j) : _mm512_setzero_ps();
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < NV; ++j) {
+      float* p = c + i * ldc + 16 * j;
+      __m512 old = first ? bb[j] : _mm512_maskz_loadu_ps(mk[j], p);
+      _mm512_mask_storeu_ps(p, mk[j], _mm512_add_ps(acc[i][j], old));
+    }
+}
+
+void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c,
+          int64_t ldc, bool first, const float* bias) {
+  auto a = static_cast<const uint16_t*>(av);
+  auto b = static_cast<const uint16_t*>(bv);
+  switch (rows) {
+    case 8: return tile_r<8>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 7: return tile_r<7>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 6: return tile_r<6>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 5: return tile_r<5>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 4: return tile_r<4>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 3: return tile_r<3>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 2: return tile_r<2>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 1: return tile_r<1>(cols, kc, a, lda, b, c, ldc, first, bias);
+  }
+}
+
+void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {
+  auto d = static_cast<uint16_t*>(dst);
+  const int64_t Kp = (K + 1) / 2 * 2;
+  std::memset(d, 0, sizeof(uint16_t) * NR * size_t(Kp));
+  for (int j = 0; j < cols; ++j) {
+    const float* row = w + (n0 + j) * K;
+    for (int64_t k = 0; k < K; ++k) d[(k / 2) * 2 * NR + 2 * j + (k & 1)] = round_bf16(row[k]);
+  }
+}
+
+// Row-major bf16 copy of x, K padded to even with a zero (the panel is zero there too).
+QT_AVX512BF16 void convert_rows(const float* x, int64_t rows, int64_t K, void* dst) {
+  auto d = static_cast<uint16_t*>(dst);
+  const int64_t Kp = (K + 1) / 2 * 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = x + r * K;
+    uint16_t* o = d + r * Kp;
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + k + 16), _mm512_loadu_ps(s + k));
+      _mm512_storeu_si512(o + k, (__m512i)v);
+    }
+    for (; k < K; ++k) o[k] = round_bf16(s[k]);
+    if (Kp != K) o[K] = 0;
+  }
+}
+
+const Family kFamily{
+    "bf16-avx512", MR, NR, 2, KC, 2, 2, true, pack_panel, convert_rows, tile,
+};
+
+}  // namespace
+
+const Family* family_bf16_avx512() { return &kFamily; }
+
+}  // namespace qt::kernels

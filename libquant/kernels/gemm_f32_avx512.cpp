@@ -1,0 +1,87 @@
+// fp32 GEMM microkernel for AVX-512 (F+BW+VL+DQ): an MR×NR tile of y in zmm registers,
+// NR/16 vector loads of the packed panel and MR embedded broadcasts of x per k.
+// Zen 4 / Skylake-X both retire one 512-bit FMA per cycle per port pair; MR×NV = 24
+// independent accumulators hide the 4-cycle FMA latency with room to spare.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "libquant/kernels/gemm.h"
+
+#define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+namespace qt::kernels {
+namespace {
+
+constexpr int MR = 8;
+constexpr int NV = 3;  // zmm per row
+constexpr int NR = NV * 16;
+constexpr int KC = 128;
+
+QT_AVX512 inline __mmask16 col_mask(int cols, int j) {
+  int r = cols - 16 * j;
+  return r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
+}
+
+template <int R>
+QT_AVX512 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const float* b,
+                      float* c, int64_t ldc, bool first, const float* bias) {
+  __m512 acc[R][NV];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = _mm512_load_ps(b + k * NR + 16 * j);
+    for (int i = 0; i < R; ++i) {
+      __m512 av = _mm512_set1_ps(a[i * lda + k]);
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+  __mmask16 mk[NV];
+  __m512 bb[NV];
+  for (int j = 0; j < NV; ++j) {
+    mk[j] = col_mask(cols, j);
+    bb[j] = bias ? _mm512_maskz_loadu_ps(mk[j], bias + 16 * j) : _mm512_setzero_ps();
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < NV; ++j) {
+      float* p = c + i * ldc + 16 * j;
+      __m512 old = first ? bb[j] : _mm512_maskz_loadu_ps(mk[j], p);
+      _mm512_mask_storeu_ps(p, mk[j], _mm512_add_ps(acc[i][j], old));
+    }
+}
+
+void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c,
+          int64_t ldc, bool first, const float* bias) {
+  auto a = static_cast<const float*>(av);
+  auto b = static_cast<const float*>(bv);
+  switch (rows) {
+    case 8: return tile_r<8>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 7: return tile_r<7>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 6: return tile_r<6>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 5: return tile_r<5>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 4: return tile_r<4>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 3: return tile_r<3>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 2: return tile_r<2>(cols, kc, a, lda, b, c, ldc, first, bias);
+    case 1: return tile_r<1>(cols, kc, a, lda, b, c, ldc, first, bias);
+  }
+}
+
+void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {
+  auto d = static_cast<float*>(dst);
+  std::memset(d, 0, sizeof(float) * NR * size_t(K));
+  for (int j = 0; j < cols; ++j) {
+    const float* row = w + (n0 + j) * K;
+    for (int64_t k = 0; k < K; ++k) d[k * NR + j] = row[k];
+  }
+}
+
+const Family kFamily{
+    "f32-avx512", MR, NR, 1, KC, 4, 4, false, pack_panel, nullptr, tile,
+};
+
+}  // namespace
+
+const Family* family_f32_avx512() { return &kFamily; }
+
+}  // namespace qt::kernels
