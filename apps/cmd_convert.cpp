@@ -96,6 +96,7 @@ int run(const Args& a) {
     user_error("{}: already exists and is not empty (use --force to replace it)", a.out);
 
   Checkpoint ck = load_checkpoint(a.in);
+  if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   auto t1 = std::chrono::steady_clock::now();
 
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::current_path();

@@ -47,7 +47,9 @@ inline float h2f(const uint8_t* p) {
   return f;
 }
 
-void deq_f32(const uint8_t* src, float* dst, size_t nb) { std::memcpy(dst, src, nb * 4); }
+void deq_f32(const uint8_t* src, float* dst, size_t nb) {
+  if (nb) std::memcpy(dst, src, nb * 4);
+}
 
 void deq_f16(const uint8_t* src, float* dst, size_t nb) {
   for (size_t i = 0; i < nb; ++i) dst[i] = h2f(src + 2 * i);

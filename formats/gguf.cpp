@@ -416,6 +416,7 @@ std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
   if (!t.data || t.nbytes != uint64_t(nblocks) * uint64_t(row->type_size))
     user_error("{}: tensor '{}' has no valid data", path_, t.name);
   std::vector<float> out(n);
+  if (n == 0) return out;
   ggml_dequantize(*row, t.data, out.data(), nblocks);
   return out;
 }

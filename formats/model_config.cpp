@@ -175,6 +175,17 @@ std::vector<double> llama3_rope_factors(const RopeScaling& r, double theta, int 
 }
 
 namespace {
+// Scaling parameters are human-chosen round numbers; the file only holds them through float32
+// ratios, so snap a fitted value to the nearest one with at most 3 decimals when that is within
+// float rounding.
+double snap(double x) {
+  for (int d = 0; d <= 3; ++d) {
+    double p = std::pow(10.0, d), r = std::round(x * p) / p;
+    if (std::fabs(r - x) <= 2e-6 * std::fabs(x)) return r;
+  }
+  return x;
+}
+
 bool factors_match(const std::vector<double>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -201,7 +212,7 @@ RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& ff, double 
   }
   if (all_one) return r;
   r.type = "llama3";
-  r.factor = factor;
+  r.factor = float(snap(factor));
   if (factors_match(llama3_rope_factors(r, theta, dim), ff)) return r;
   // Fit s_i = a / wavelen_i - b over the smooth band (1 < f < factor).
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -218,12 +229,9 @@ RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& ff, double 
     double b = (a * sx - sy) / n;
     if (a > 0 && b > 0) {
       r.low_freq_factor = 1.0f;
-      r.high_freq_factor = float(1.0 + 1.0 / b);
+      r.high_freq_factor = float(snap(1.0 + 1.0 / b));
       r.original_max_position_embeddings = int(std::lround(a / b));
-      if (factors_match(llama3_rope_factors(r, theta, dim), ff)) {
-        r.high_freq_factor = float(clean_float(r.high_freq_factor));
-        return r;
-      }
+      if (factors_match(llama3_rope_factors(r, theta, dim), ff)) return r;
     }
   }
   user_error("{}: rope_freqs.weight does not describe a llama3 rope scaling", path);

@@ -121,6 +121,11 @@ struct ParseAbort {
 json parse_header(const uint8_t* h, size_t n, const std::string& name) {
   if (n >= 3 && h[0] == 0xEF && h[1] == 0xBB && h[2] == 0xBF)
     user_error("{}: header is not valid JSON: starts with a byte-order mark", name);
+  // nlohmann's lexer takes a NUL byte for the end of input (and ignores what follows); raw NUL
+  // is never valid JSON text (not whitespace, not allowed unescaped in strings).
+  if (const void* z = std::memchr(h, 0, n))
+    user_error("{}: header is not valid JSON: NUL byte at header byte {}", name,
+               static_cast<const uint8_t*>(z) - h);
   int meta_count = 0;
   std::string top_key;             // the current top-level key
   std::set<std::string> info_keys;  // known fields seen in the current tensor info

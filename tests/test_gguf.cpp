@@ -517,6 +517,11 @@ TEST(GgufReal, VocabOnlyFiles) {
       {"ggml-vocab-llama-spm.gguf", 32000, "llama", "<s>", 22},
       {"ggml-vocab-starcoder.gguf", 49152, "gpt2", "<fim_prefix>", 19},
       {"ggml-vocab-phi-3.gguf", 32064, "llama", "<s>", 26},
+      {"ggml-vocab-deepseek-coder.gguf", 32256, "gpt2", "\"", 25},
+      {"ggml-vocab-falcon.gguf", 65024, "gpt2", ">>ABSTRACT<<", 18},
+      {"ggml-vocab-gpt-neox.gguf", 50432, "gpt2", "<|padding|>", 17},
+      {"ggml-vocab-mpt.gguf", 50432, "gpt2", "<|padding|>", 17},
+      {"ggml-vocab-refact.gguf", 49216, "gpt2", "<fim_prefix>", 18},
   };
   for (const V& v : files) {
     std::string path = qt::test::shared_data(std::string("tokenizer-vectors/") + v.file);

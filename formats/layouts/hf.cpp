@@ -74,7 +74,6 @@ void write_json(const fs::path& p, const json& j) {
 
 void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWriteOptions& opt) {
   const std::string out_dtype = torch_dtype_name(opt.dtype);
-  if (!ck.tokenizer) user_error("{}: has no tokenizer to export", ck.path);
 
   std::vector<std::string> names;
   for (auto& [name, t] : ck.tensors) {
@@ -95,8 +94,10 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   json cfg = ck.config.to_hf_json();
   cfg["torch_dtype"] = out_dtype;
   write_json(d / "config.json", cfg);
-  write_json(d / "tokenizer.json", ck.tokenizer->to_hf_tokenizer_json());
-  write_json(d / "tokenizer_config.json", ck.tokenizer->to_hf_tokenizer_config());
+  if (ck.tokenizer) {  // a source without one (a bare test GGUF) gives a weights-only folder
+    write_json(d / "tokenizer.json", ck.tokenizer->to_hf_tokenizer_json());
+    write_json(d / "tokenizer_config.json", ck.tokenizer->to_hf_tokenizer_config());
+  }
   if (opt.generation_config) {
     json gen = {{"_from_model_config", true}};
     if (ck.config.bos_token_id >= 0) gen["bos_token_id"] = ck.config.bos_token_id;

@@ -21,7 +21,7 @@ struct HfWriteOptions {
 std::string torch_dtype_name(DType t);
 
 // Write `ck` into the existing folder `dir` (the caller makes it and renames it into place).
-// Tied checkpoints get no lm_head.weight. UserError when `ck` has no tokenizer.
+// Tied checkpoints get no lm_head.weight; no tokenizer files when `ck` has no tokenizer.
 void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWriteOptions& opt);
 
 }  // namespace qt

@@ -17,18 +17,28 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   // add_special: prepend BOS / append EOS as the model's configuration says (add_bos/add_eos).
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+  // parse_special: also match control tokens (e.g. "<|im_start|>") written in the text; when false
+  // (llama.cpp's default in llama-tokenize / llama-perplexity) they are tokenized as plain text.
+  // User-defined added tokens are always matched whole, as in llama.cpp and HF tokenizers.
+  // Never throws on any input bytes: invalid UTF-8 is read the way llama.cpp reads it (U+FFFD).
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
+                                      bool parse_special = false) const = 0;
+  // The text the ids stand for: control tokens are rendered as their text, no space clean-up.
+  // UserError for an id outside [0, vocab_size()).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int vocab_size() const = 0;
   virtual std::string kind() const = 0;  // e.g. "bpe (smollm)", "spm"
   virtual int bos_id() const = 0;
   virtual int eos_id() const = 0;
   virtual bool add_bos() const = 0;
+  virtual bool add_eos() const = 0;
   // A HF tokenizer.json and tokenizer_config.json describing this tokenizer (for convert).
   virtual nlohmann::json to_hf_tokenizer_json() const = 0;
   virtual nlohmann::json to_hf_tokenizer_config() const = 0;
 };
 
+// From GGUF metadata (tokenizer.ggml.*), as llama.cpp's llama_vocab::load reads it. UserError on
+// a missing/ill-typed key or an unsupported tokenizer.ggml.model / tokenizer.ggml.pre.
 std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g);
 // From a HF folder (tokenizer.json, plus tokenizer_config.json for BOS/EOS handling).
 std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir);

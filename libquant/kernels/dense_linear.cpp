@@ -1,18 +1,21 @@
 // make_dense_linear: packs W once for the kernel family of the current kernel level, and drives
 // the family's microkernel over y's tiles with OpenMP.
 //
-// Work split: the tiles (panel p, row block q) are numbered panel-major and each thread takes
-// one contiguous range, so threads are balanced to a tile whatever the shape (few wide panels
-// at small N, many at the lm_head) and each thread reuses its panel slice across all its rows.
+// Work: the tiles (panel p, row block q) are numbered panel-major and cut into contiguous
+// chunks that threads take from an atomic counter. Panel-major keeps a thread on one panel for
+// many rows (the panel stays in L2); taking chunks dynamically keeps both cores busy when the
+// machine is shared and one of our threads loses its core for a while.
+// Inside a chunk, rows are processed in row chunks sized so their activations stay in L2 while
+// the panels of the chunk stream past them (the lm_head has 1024 panels).
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
-#include "fmt/format.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/bf16.h"
@@ -24,29 +27,25 @@ namespace qt {
 namespace {
 
 using kernels::Family;
-}  // namespace
-namespace kernels {
-Tuning& tuning() {
-  static Tuning t;
-  return t;
-}
-}  // namespace kernels
-namespace {
 
-// Below this many multiply-adds a second thread costs more than it saves.
-constexpr int64_t kMinMacsPerThread = 1 << 16;
+// Below this many multiply-adds per thread a second thread costs more than it saves.
+constexpr int64_t kMinMacsPerThread = 1 << 17;
+// Activations of one row chunk should fit in this part of L2 beside the panel.
+constexpr int64_t kRowChunkBytes = 384 << 10;
+// Work chunks per thread: enough to even out a thread that lost its core for a while.
+constexpr int64_t kChunksPerThread = 8;
 
 void note_once(const char* msg) {
   static std::once_flag flag;
   std::call_once(flag, [&] { std::fprintf(stderr, "note: %s\n", msg); });
 }
 
-const Family* pick_family(Compute compute) {
+const Family* pick_family(Compute compute, bool quiet) {
   const KernelLevel lvl = kernel_level();
   if (compute == Compute::BF16) {
     if (lvl == KernelLevel::AVX512 && cpu_features().avx512_bf16)
       return kernels::family_bf16_avx512();
-    if (!cpu_features().avx512_bf16)
+    if (!cpu_features().avx512_bf16 && !quiet)
       note_once("this CPU has no AVX512-BF16: bf16 weights are multiplied with fp32 FMAs "
                 "(same results, fp32 speed)");
     return lvl >= KernelLevel::AVX2 ? kernels::family_bf16_avx2() : nullptr;
@@ -65,9 +64,9 @@ kernels::AlignedBuffer& scratch() {
 class DenseLinear final : public Linear {
  public:
   DenseLinear(const float* w, int64_t out, int64_t in, const float* bias, Compute compute)
-      : n_(out), k_(in), compute_(compute), fam_(pick_family(compute)) {
+      : n_(out), k_(in), compute_(compute), fam_(pick_family(compute, false)) {
     if (bias) bias_.assign(bias, bias + out);
-    if (!fam_) {  // scalar reference keeps the HF layout
+    if (!fam_) {  // the scalar reference keeps the HF layout
       if (compute == Compute::BF16) {
         ref_bf16_.resize(size_t(out * in));
         for (size_t i = 0; i < ref_bf16_.size(); ++i) ref_bf16_[i] = kernels::round_bf16(w[i]);
@@ -93,35 +92,43 @@ class DenseLinear final : public Linear {
     if (!fam_) return forward_ref(x, m, y, bias);
 
     const Family& f = *fam_;
-    const int64_t kp = f.k_padded(k_);
-    const void* a = x;
-    int64_t lda = k_;
+    const auto& tune = kernels::tuning();
+    Plan pl;
+    pl.kp = f.k_padded(k_);
+    pl.kc = tune.kc ? tune.kc : f.kc;
+    pl.a = x;
+    pl.lda = k_;
     if (f.convert_a) {
-      a = scratch().reserve(size_t(m) * size_t(kp) * size_t(f.a_bytes));
-      lda = kp;
+      pl.a = scratch().reserve(size_t(m) * size_t(pl.kp) * size_t(f.a_bytes));
+      pl.lda = pl.kp;
     }
+    pl.m = m;
+    pl.rblocks = (m + f.mr - 1) / f.mr;
+    const int64_t mc_rows = tune.mc ? tune.mc : kRowChunkBytes / (pl.kp * f.a_bytes);
+    pl.mcb = std::max<int64_t>(1, mc_rows / f.mr);
     const int64_t panels = (n_ + f.nr - 1) / f.nr;
-    const int64_t rblocks = (m + f.mr - 1) / f.mr;
-    const int64_t tiles = panels * rblocks;
-    const int64_t macs = m * n_ * k_;
-    int nt = int(std::min<int64_t>({num_threads(), tiles, std::max<int64_t>(1, macs / kMinMacsPerThread)}));
-
-    auto body = [&](int t, int T) {
-      if (f.convert_a) {
-        int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
-        f.convert_rows(x + r0 * k_, r1 - r0, k_,
-                       static_cast<char*>(const_cast<void*>(a)) + size_t(r0 * lda) * f.a_bytes);
-        if (T > 1) {
-#pragma omp barrier
-        }
-      }
-      run_tiles(f, tiles * t / T, tiles * (t + 1) / T, rblocks, a, lda, m, y, bias);
-    };
-    if (nt <= 1) {
-      body(0, 1);
-    } else {
+    const int64_t tiles = panels * pl.rblocks;
+    const int nt = int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1,
+                                           std::min<int64_t>(num_threads(), tiles)));
+    if (nt == 1) {
+      if (f.convert_a) f.convert_rows(x, m, k_, const_cast<void*>(pl.a));
+      run_tiles(f, pl, 0, tiles, y, bias);
+      return;
+    }
+    const int64_t chunks =
+        std::min<int64_t>(tiles, nt * (tune.chunks ? tune.chunks : kChunksPerThread));
+    std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(nt)
-      body(omp_get_thread_num(), omp_get_num_threads());
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      if (f.convert_a) {
+        const int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
+        f.convert_rows(x + r0 * k_, r1 - r0, k_,
+                       static_cast<char*>(const_cast<void*>(pl.a)) + size_t(r0 * pl.lda) * f.a_bytes);
+#pragma omp barrier
+      }
+      for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
+        run_tiles(f, pl, tiles * c / chunks, tiles * (c + 1) / chunks, y, bias);
     }
   }
 
@@ -134,31 +141,42 @@ class DenseLinear final : public Linear {
   std::string kind() const override { return compute_ == Compute::BF16 ? "bf16" : "f32"; }
 
  private:
-  // Tiles [t0, t1) in panel-major order; for each panel, K slices outside, row blocks inside,
-  // so the KC×NR slice of the panel stays in L1 while the rows stream past it.
-  void run_tiles(const Family& f, int64_t t0, int64_t t1, int64_t rblocks, const void* a,
-                 int64_t lda, int64_t m, float* y, const float* bias) const {
-    const int64_t kcs = kernels::tuning().kc ? kernels::tuning().kc : f.kc;
-    const int64_t mcb = kernels::tuning().mc ? std::max<int64_t>(1, kernels::tuning().mc / f.mr) : rblocks;
-    const int64_t kp = f.k_padded(k_);
+  struct Plan {
+    const void* a;    // activations the tile reads (x, or its converted copy)
+    int64_t lda;      // elements per row of a
+    int64_t m;        // rows
+    int64_t rblocks;  // row blocks of mr rows
+    int64_t mcb;      // row blocks per row chunk
+    int64_t kp, kc;   // padded K, K slice
+  };
+
+  // Tiles [t0, t1) of the panel-major numbering. For each row chunk, for each panel, for each
+  // K slice, the row blocks: the KC×NR slice of the panel is reused from L1 by every row block,
+  // and the row chunk's activations from L2 by every panel.
+  void run_tiles(const Family& f, const Plan& pl, int64_t t0, int64_t t1, float* y,
+                 const float* bias) const {
     const auto* packed = static_cast<const char*>(packed_.data());
-    const int64_t p_first = t0 / rblocks, p_last = (t1 - 1) / rblocks;
-    for (int64_t c0 = 0; c0 < rblocks; c0 += mcb) {
+    const int64_t rb = pl.rblocks;
+    const int64_t p_first = t0 / rb, p_last = (t1 - 1) / rb;
+    const int64_t c_first = p_first == p_last ? t0 % rb : 0;
+    const int64_t c_end = p_first == p_last ? t1 - p_last * rb : rb;
+    for (int64_t c0 = c_first; c0 < c_end; c0 += pl.mcb) {
       for (int64_t p = p_first; p <= p_last; ++p) {
-        const int64_t q0 = std::max({t0 - p * rblocks, c0, int64_t(0)});
-        const int64_t q1 = std::min({t1 - p * rblocks, c0 + mcb, rblocks});
+        const int64_t q0 = std::max({t0 - p * rb, c0, int64_t(0)});
+        const int64_t q1 = std::min({t1 - p * rb, c0 + pl.mcb, rb});
         if (q0 >= q1) continue;
         const int64_t n0 = p * f.nr;
         const int cols = int(std::min<int64_t>(f.nr, n_ - n0));
         const char* panel = packed + size_t(p) * panel_bytes_;
-        for (int64_t k0 = 0; k0 < kp; k0 += kcs) {
-          const int64_t kc = std::min<int64_t>(kcs, kp - k0);
+        for (int64_t k0 = 0; k0 < pl.kp; k0 += pl.kc) {
+          const int64_t kc = std::min<int64_t>(pl.kc, pl.kp - k0);
           const char* b = panel + size_t(k0) * size_t(f.nr) * size_t(f.b_bytes);
           for (int64_t q = q0; q < q1; ++q) {
             const int64_t m0 = q * f.mr;
-            const int rows = int(std::min<int64_t>(f.mr, m - m0));
-            const char* ap = static_cast<const char*>(a) + size_t(m0 * lda + k0) * size_t(f.a_bytes);
-            f.tile(rows, cols, kc, ap, lda, b, y + m0 * n_ + n0, n_, k0 == 0,
+            const int rows = int(std::min<int64_t>(f.mr, pl.m - m0));
+            const char* ap =
+                static_cast<const char*>(pl.a) + size_t(m0 * pl.lda + k0) * size_t(f.a_bytes);
+            f.tile(rows, cols, kc, ap, pl.lda, b, y + m0 * n_ + n0, n_, k0 == 0,
                    bias ? bias + n0 : nullptr);
           }
         }
@@ -167,8 +185,9 @@ class DenseLinear final : public Linear {
   }
 
   void forward_ref(const float* x, int64_t m, float* y, const float* bias) const {
-    int nt = int(std::min<int64_t>({num_threads(), m, std::max<int64_t>(1, m * n_ * k_ / kMinMacsPerThread)}));
-#pragma omp parallel for schedule(static) num_threads(std::max(nt, 1))
+    const int nt = int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1,
+                                           std::min<int64_t>(num_threads(), m)));
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t r = 0; r < m; ++r) {
       if (compute_ == Compute::BF16)
         kernels::gemm_ref_bf16(x + r * k_, ref_bf16_.data(), bias, 1, n_, k_, y + r * n_);
@@ -188,6 +207,18 @@ class DenseLinear final : public Linear {
 };
 
 }  // namespace
+
+namespace kernels {
+Tuning& tuning() {
+  static Tuning t;
+  return t;
+}
+
+const char* dense_kernel_name(Compute compute) {
+  const Family* f = pick_family(compute, true);
+  return f ? f->name : compute == Compute::BF16 ? "bf16-ref" : "f32-ref";
+}
+}  // namespace kernels
 
 std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in,
                                           const float* bias, Compute compute) {

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "libquant/model/linear.h"
+
 namespace qt::kernels {
 
 // Scalar references: the spec the SIMD kernels are tested against. fp32 accumulation in k order.
@@ -46,9 +48,11 @@ struct Family {
                float* c, int64_t ldc, bool first, const float* bias);
 };
 
-// Overrides of the blocking for tuning experiments (0 = the family's choice).
+// Overrides of the blocking for tuning experiments (0 = the driver's choice).
 struct Tuning {
-  int64_t kc = 0, mc = 0;
+  int64_t kc = 0;      // K slice
+  int64_t mc = 0;      // rows per row chunk
+  int64_t chunks = 0;  // work chunks per thread (1 = a static split)
 };
 Tuning& tuning();
 
@@ -57,5 +61,9 @@ const Family* family_f32_avx512();
 const Family* family_f32_avx2();
 const Family* family_bf16_avx512();  // native VDPBF16PS
 const Family* family_bf16_avx2();    // bf16 operands, fp32 FMAs (CPUs without AVX512-BF16)
+
+// Name of the family make_dense_linear picks now for `compute` ("f32-avx512", "bf16-avx2",
+// "f32-ref", ...).
+const char* dense_kernel_name(Compute compute);
 
 }  // namespace qt::kernels

@@ -16,7 +16,7 @@ namespace {
 constexpr int MR = 8;
 constexpr int NV = 3;  // zmm per row
 constexpr int NR = NV * 16;
-constexpr int KC = 128;
+constexpr int KC = 4096;  // K slice: the whole K of typical layers (the panel streams from L2 fine)
 
 QT_AVX512 inline __mmask16 col_mask(int cols, int j) {
   int r = cols - 16 * j;

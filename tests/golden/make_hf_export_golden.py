@@ -74,6 +74,8 @@ CONFIG_KEYS = ["model_type", "hidden_size", "intermediate_size", "num_hidden_lay
 
 def config_facts(cfg):
     d = {k: getattr(cfg, k, None) for k in CONFIG_KEYS}
+    if d["head_dim"] is None:  # what the modeling code uses then (e.g. Qwen2)
+        d["head_dim"] = cfg.hidden_size // cfg.num_attention_heads
     rp = getattr(cfg, "rope_parameters", None) or {}
     d["rope_theta"] = rp.get("rope_theta", getattr(cfg, "rope_theta", None))
     d["rope_type"] = rp.get("rope_type", "default")
@@ -100,7 +102,17 @@ def smollm2_golden(model_path):
             "crc32_f16": crc(t.to(torch.float16).view(torch.int16).numpy()),
             "samples": samples(a),
         }
+    # The file as gguf-py reads it (for inspect): tensor count, bytes and elements per ggml type.
+    from gguf import GGUFReader
+
+    by_type = {}
+    for t in GGUFReader(model_path).tensors:
+        e = by_type.setdefault(t.tensor_type.name, {"tensors": 0, "bytes": 0, "elements": 0})
+        e["tensors"] += 1
+        e["bytes"] += int(t.n_bytes)
+        e["elements"] += int(t.n_elements)
     golden = {
+        "gguf_by_type": by_type,
         "source": "transformers %s GGUF loader, torch %s" % (__import__("transformers").__version__,
                                                                torch.__version__),
         "gguf": os.path.basename(model_path),

@@ -17,6 +17,12 @@ Writes tests/golden/logits/smollm2_q4_1_wiki512.json with
   logit_sum      per-position sum of all 49152 logits (a checksum of the whole row)
   top5           ids and logits of the 5 largest logits at a dozen positions
   samples        4096 (position, vocab id, logit) triples drawn at random
+
+It also writes three tiny random models as Hugging Face folders (transformers' save_pretrained:
+config.json + model.safetensors in bf16) with transformers' fp32 logits on 12 random tokens,
+tests/golden/logits/tiny-{llama3,qwen2,qwen3}/logits.json — the features SmolLM2 does not have:
+llama3 RoPE scaling + GQA + untied head, qwen2 q/k/v biases + tied head, qwen3 per-head q/k
+RMSNorm with head_dim != hidden/heads.
 """
 import ast
 import hashlib
@@ -27,7 +33,7 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config, Qwen3Config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -96,3 +102,47 @@ os.makedirs(os.path.dirname(OUT), exist_ok=True)
 with open(OUT, "w") as fh:
     json.dump(out, fh, separators=(",", ":"))
 print("wrote", OUT, "mean_nll", out["mean_nll"], "ppl", float(np.exp(out["mean_nll"])))
+
+
+# ---- tiny models ------------------------------------------------------------------------------
+TINY = {
+    "llama3": LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                          rms_norm_eps=1e-5, tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 64}),
+    "qwen2": Qwen2Config(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=3, num_key_value_heads=1, max_position_embeddings=512,
+                         rms_norm_eps=1e-6, tie_word_embeddings=True,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    "qwen3": Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+}
+g = torch.Generator().manual_seed(1234)
+for name, cfg in TINY.items():
+    m = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        for pname, p in m.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif pname.endswith("bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:  # large enough that attention and the MLP matter
+                p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5) * 1.5)
+            p.copy_(p.to(torch.bfloat16).float())  # what the bf16 file will hold
+    tiny_ids = torch.randint(0, cfg.vocab_size, (12,), generator=g)
+    with torch.no_grad():
+        lg = m(tiny_ids[None], use_cache=False).logits[0].float().numpy()
+    d = os.path.join(HERE, "logits", "tiny-" + name)
+    m.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        if os.path.exists(os.path.join(d, extra)):
+            os.remove(os.path.join(d, extra))
+    with open(os.path.join(d, "logits.json"), "w") as fh:
+        json.dump({"made_by": "tests/golden/make_logits_golden.py", "arch": cfg.model_type,
+                   "transformers": transformers.__version__, "ids": [int(i) for i in tiny_ids],
+                   "logits": [float(x) for x in lg.reshape(-1)]}, fh, separators=(",", ":"))
+    print("wrote", d)

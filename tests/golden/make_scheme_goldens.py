@@ -47,10 +47,38 @@ TORCH_DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 MX_DT = {"f32": mx.float32, "bf16": mx.bfloat16, "f16": mx.float16}
 
 
+def near_ties(m, denom, count):
+    """Values v in (-m, m) just around (k + 1/2)·s, s = f32(m / denom), for which dividing by s and
+    multiplying by f32(1/s) round to different integers: they pin down which of the two a
+    convention uses (Cider's weights divide; the activation quantizer multiplies)."""
+    s = np.float32(np.float32(m) / np.float32(denom))
+    inv = np.float32(np.float32(1.0) / s)
+    out = []
+    while len(out) < count:
+        k = int(rng.integers(-int(denom), int(denom)))
+        v = np.float32((k + 0.5) * float(s))
+        for step in range(-3, 4):
+            c = v
+            for _ in range(abs(step)):
+                c = np.nextafter(c, np.float32(np.sign(step) * np.inf), dtype=np.float32)
+            if abs(c) < m and np.rint(c / s) != np.rint(c * inv):
+                out.append(c)
+                break
+    return np.array(out, np.float32)
+
+
 def weights(rows=7, cols=256):
     """Rows with different magnitudes plus groups that hit every branch of the formats."""
     w = np.zeros((rows, cols), np.float32)
-    w[0] = rng.standard_normal(cols) * 0.02
+    # Row 0: max |w| = 0.05 in every 64-column group (so per channel, g64 and g128 share the
+    # scale), with values where w/s and w·(1/s) round apart for int8 (s = m/127), int4 (m/7)
+    # and compressed-tensors' fp32 int8 (m/127.5).
+    w[0] = np.clip(rng.standard_normal(cols) * 0.02, -0.049, 0.049)
+    w[0, ::64] = 0.05
+    ties = np.concatenate([near_ties(0.05, 127.0, 16), near_ties(0.05, 7.0, 16),
+                           near_ties(0.05, 127.5, 16)])
+    slots = [i for i in range(cols) if i % 64 != 0][:len(ties) * 5:5]
+    w[0, slots] = ties
     w[1] = rng.standard_normal(cols)
     w[2] = rng.standard_normal(cols) * 300.0
     r = np.empty(cols, np.float32)
@@ -133,12 +161,20 @@ def make_bnb(w32):
         out[f"in.{name}"] = a
         for qt in ("nf4", "fp4"):
             for bs in (64, 128):
+                k = f"{qt}.b{bs}.{name}"
                 packed, st = bnbF.quantize_4bit(a, blocksize=bs, quant_type=qt,
                                                 compress_statistics=False)
                 deq = bnbF.dequantize_4bit(packed, st)
                 assert packed.dtype == torch.uint8 and st.absmax.dtype == torch.float32
                 assert deq.dtype == a.dtype
-                k = f"{qt}.b{bs}.{name}"
+                # Guard against bitsandbytes 0.50.2's CPU dequantize bug: its AVX-512 path
+                # indexes absmax per row (row_len // blocksize per row), wrong whenever the row
+                # length is not a multiple of blocksize (e.g. 576-wide rows, blocksize 128).
+                # None of these shapes reaches it; check against table[code] * absmax.
+                q = torch.stack([packed.flatten() >> 4, packed.flatten() & 15], 1).flatten()
+                n = a.numel()
+                manual = st.code[q[:n].long()] * st.absmax.repeat_interleave(bs)[:n]
+                assert torch.equal(deq.flatten().float(), manual.to(a.dtype).float()), k
                 out[k + ".packed"] = packed.contiguous()
                 out[k + ".absmax"] = st.absmax.contiguous()
                 out[k + ".deq"] = deq.contiguous()
@@ -236,6 +272,9 @@ def make_int(w32):
     x[3] = rng.integers(-254, 255, 256) / 2.0       # absmax 127 -> s = 1, x = k + 0.5 ties
     x[3, 0] = 127.0
     x[4] = rng.standard_normal(256).astype(np.float32) * 1e-3
+    x[0] = np.clip(x[0], -2.9, 2.9)                 # token 0: absmax 3 and ties that tell
+    x[0, 0] = 3.0                                   # x·(1/s) from x/s
+    x[0, 1:41] = near_ties(3.0, 127.0, 40)
     q, s = act_int8(x)
     out["act.x"] = torch.from_numpy(x)
     out["act.q"] = torch.from_numpy(q)

@@ -1,0 +1,185 @@
+// quanttool inspect PATH [--json FILE]: what a checkpoint holds — architecture, sizes, parameter
+// count, tokenizer, and a table of its tensors as stored (for GGUF: the file's own names and ggml
+// types, nothing dequantized), with totals and bits per weight.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "apps/command.h"
+#include "formats/checkpoint.h"
+#include "formats/error.h"
+#include "formats/gguf.h"
+#include "formats/mapped_file.h"
+
+namespace qt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Row {
+  std::string name, type;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+  int64_t numel = 0;
+};
+
+struct Summary {
+  std::string path, format;
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<Row> rows;
+};
+
+bool is_gguf_file(const std::string& path) {
+  if (!fs::is_regular_file(path)) return false;
+  if (fs::path(path).extension() == ".gguf") return true;
+  MappedFile mf = map_file(path);
+  return mf.size >= 4 && std::string_view(reinterpret_cast<const char*>(mf.data), 4) == "GGUF";
+}
+
+Summary from_gguf(const std::string& path) {
+  GgufFile g = GgufFile::open(path);
+  Summary s;
+  s.path = path;
+  s.format = fmt::format("gguf v{}", g.version());
+  if (g.has("general.file_type")) s.format += fmt::format(", file type {}", g.get_int("general.file_type"));
+  s.config = ModelConfig::from_gguf(g);
+  if (g.has("tokenizer.ggml.model")) s.tokenizer = tokenizer_from_gguf(g);
+  for (auto& t : g.tensors()) {
+    const GgmlTypeRow* r = ggml_type_row(uint32_t(t.type));
+    s.rows.push_back({t.name, r ? r->name : "?", t.torch_shape(), t.nbytes, t.numel()});
+  }
+  return s;
+}
+
+Summary from_checkpoint(const std::string& path) {
+  Checkpoint ck = load_checkpoint(path);
+  Summary s;
+  s.path = path;
+  s.format = ck.source_kind;
+  s.config = ck.config;
+  s.tokenizer = std::move(ck.tokenizer);
+  for (auto& [name, t] : ck.tensors) s.rows.push_back({name, dtype_name(t.dtype), t.shape, t.nbytes, t.numel()});
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string grouped(uint64_t v) {  // 134515008 -> 134,515,008
+  std::string s = std::to_string(v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+int run(const std::string& path, const std::string& json_path) {
+  if (!fs::exists(path)) user_error("{}: no such file or folder", path);
+  Summary s = is_gguf_file(path) ? from_gguf(path) : from_checkpoint(path);
+  const ModelConfig& c = s.config;
+
+  uint64_t total_bytes = 0;
+  int64_t total_numel = 0;
+  std::map<std::string, std::tuple<int, uint64_t, int64_t>> by_type;  // count, bytes, numel
+  for (auto& r : s.rows) {
+    total_bytes += r.bytes;
+    total_numel += r.numel;
+    auto& [n, b, e] = by_type[r.type];
+    ++n, b += r.bytes, e += r.numel;
+  }
+  const double bpw = total_numel ? 8.0 * double(total_bytes) / double(total_numel) : 0.0;
+  json hf = c.to_hf_json();
+
+  std::string rope = fmt::format("theta {}", c.rope_theta);
+  if (c.rope_scaling.type.empty()) {
+    rope += ", no scaling";
+  } else {
+    rope += fmt::format(", {} scaling x{}", c.rope_scaling.type, c.rope_scaling.factor);
+  }
+  std::printf("%s\n", s.path.c_str());
+  std::printf("  format        %s\n", s.format.c_str());
+  std::printf("  architecture  %s (%s)%s%s\n", c.arch.c_str(), hf["architectures"][0].get<std::string>().c_str(),
+              c.attention_bias ? ", q/k/v bias" : "", c.qk_norm ? ", q/k norm" : "");
+  std::printf("  shape         %d layers, hidden %d, intermediate %d, %d heads / %d kv heads, head_dim %d\n",
+              c.n_layers, c.hidden, c.intermediate, c.n_heads, c.n_kv_heads, c.head_dim);
+  std::printf("  rope          %s; rms_norm_eps %g; context %d\n", rope.c_str(), c.rms_eps, c.max_position);
+  std::printf("  vocabulary    %d, %s embeddings\n", c.vocab, c.tie_word_embeddings ? "tied" : "separate");
+  std::printf("  parameters    %s (%.1f M)\n", grouped(c.n_params()).c_str(), c.n_params() / 1e6);
+  if (s.tokenizer) {
+    std::printf("  tokenizer     %s, %d tokens, bos %d (%s), eos %d\n", s.tokenizer->kind().c_str(),
+                s.tokenizer->vocab_size(), s.tokenizer->bos_id(), s.tokenizer->add_bos() ? "added" : "not added",
+                s.tokenizer->eos_id());
+  } else {
+    std::printf("  tokenizer     none\n");
+  }
+
+  size_t w_name = 4, w_type = 4, w_shape = 5;
+  for (auto& r : s.rows) {
+    w_name = std::max(w_name, r.name.size());
+    w_type = std::max(w_type, r.type.size());
+    w_shape = std::max(w_shape, shape_str(r.shape).size());
+  }
+  std::printf("\n  %-*s  %-*s  %-*s  %14s\n", int(w_name), "name", int(w_type), "type", int(w_shape), "shape", "bytes");
+  for (auto& r : s.rows)
+    std::printf("  %-*s  %-*s  %-*s  %14s\n", int(w_name), r.name.c_str(), int(w_type), r.type.c_str(),
+                int(w_shape), shape_str(r.shape).c_str(), grouped(r.bytes).c_str());
+  std::printf("\n");
+  for (auto& [type, v] : by_type) {
+    auto& [n, b, e] = v;
+    std::printf("  %-6s %4d tensors  %14s bytes  %6.3f bits per weight\n", type.c_str(), n, grouped(b).c_str(),
+                e ? 8.0 * double(b) / double(e) : 0.0);
+  }
+  std::printf("  total  %4zu tensors  %14s bytes  %6.3f bits per weight  (%s weights)\n", s.rows.size(),
+              grouped(total_bytes).c_str(), bpw, grouped(uint64_t(total_numel)).c_str());
+
+  if (!json_path.empty()) {
+    json j;
+    j["path"] = s.path;
+    j["format"] = s.format;
+    j["architecture"] = c.arch;
+    j["config"] = hf;
+    j["parameters"] = c.n_params();
+    if (s.tokenizer) {
+      j["tokenizer"] = {{"kind", s.tokenizer->kind()},
+                        {"vocab_size", s.tokenizer->vocab_size()},
+                        {"bos_id", s.tokenizer->bos_id()},
+                        {"eos_id", s.tokenizer->eos_id()},
+                        {"add_bos", s.tokenizer->add_bos()}};
+    } else {
+      j["tokenizer"] = nullptr;
+    }
+    j["tensors"] = json::array();
+    for (auto& r : s.rows)
+      j["tensors"].push_back({{"name", r.name}, {"type", r.type}, {"shape", r.shape}, {"bytes", r.bytes}});
+    j["by_type"] = json::object();
+    for (auto& [type, v] : by_type) {
+      auto& [n, b, e] = v;
+      j["by_type"][type] = {{"tensors", n}, {"bytes", b}, {"elements", e}};
+    }
+    j["totals"] = {{"tensors", s.rows.size()},
+                   {"bytes", total_bytes},
+                   {"elements", total_numel},
+                   {"bits_per_weight", bpw}};
+    std::string text = j.dump(2) + "\n";
+    write_file_atomic(json_path, text.data(), text.size());
+  }
+  return 0;
+}
+
+const Registrar reg({"inspect", "Show a checkpoint's architecture, tokenizer and tensors",
+                     [](CLI::App& sub) -> std::function<int()> {
+                       auto path = std::make_shared<std::string>();
+                       auto json_path = std::make_shared<std::string>();
+                       sub.add_option("path", *path, "a .gguf file or a Hugging Face folder")->required();
+                       sub.add_option("--json", *json_path, "also write the results as JSON to FILE");
+                       return [path, json_path] { return run(*path, *json_path); };
+                     }});
+
+}  // namespace
+}  // namespace qt

@@ -1,0 +1,143 @@
+// Perplexity evaluation loop: chunks → model forward → output head in slices → per-row NLL
+// (and KLD) in parallel → accumulation in a fixed order.
+#include "libquant/eval/perplexity.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "formats/error.h"
+#include "libquant/model/ops.h"
+
+namespace qt {
+
+const char* ppl_method_name(PplMethod m) { return m == PplMethod::Llama ? "llama" : "chunks"; }
+
+ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunks) {
+  if (ctx < 4) user_error("--ctx {}: too small (at least 4)", ctx);
+  if (n_tokens < 2 * int64_t(ctx))
+    user_error("the text has {} tokens; --ctx {} needs at least {}", n_tokens, ctx, 2 * int64_t(ctx));
+  ChunkPlan p;
+  p.ctx = ctx;
+  p.n_chunks = int(n_tokens / ctx);
+  if (max_chunks >= 0 && max_chunks < p.n_chunks) p.n_chunks = max_chunks;
+  if (method == PplMethod::Llama) {
+    p.first = ctx / 2;
+    p.n_scored = ctx - 1 - p.first;
+  } else {
+    p.first = 0;
+    p.n_scored = ctx - 1;
+  }
+  return p;
+}
+
+double token_nll(const float* logits, int n_vocab, int target) {
+  return ops::row_stats(logits, n_vocab).lse - double(logits[target]);
+}
+
+PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
+                              const PplOptions& opt, LlamaModel* base, const ProgressFn& progress) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const ModelConfig& c = model.config();
+  const int V = c.vocab;
+  if (base && base->config().vocab != V)
+    user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", base->config().vocab, V);
+
+  PplResult res;
+  res.method = opt.method;
+  res.plan = plan_chunks(opt.method, opt.ctx, int64_t(tokens.size()), opt.max_chunks);
+  res.n_tokens_text = int64_t(tokens.size());
+  const ChunkPlan& P = res.plan;
+  if (P.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
+
+  auto cache = model.make_cache(P.ctx, opt.kv);
+  std::unique_ptr<KVCache> base_cache;
+  if (base) base_cache = base->make_cache(P.ctx, "f32");
+
+  const int slice = std::max(1, std::min(opt.head_rows, P.n_scored));
+  std::vector<float> logits(size_t(slice) * V), base_logits(base ? size_t(slice) * V : 0);
+  std::vector<double> nll(P.n_scored);
+  std::vector<KldToken> kt(base ? P.n_scored : 0);
+  std::vector<int32_t> chunk(P.ctx);
+  double sum = 0, sum2 = 0;
+  int64_t count = 0;
+  KldAccumulator kacc;
+
+  for (int ci = 0; ci < P.n_chunks; ++ci) {
+    const int32_t* src = tokens.data() + int64_t(ci) * P.ctx;
+    std::copy(src, src + P.ctx, chunk.begin());
+    if (opt.method == PplMethod::Llama && opt.bos_id >= 0) chunk[0] = opt.bos_id;
+
+    cache->clear();
+    const float* h = model.forward_hidden(chunk.data(), P.ctx, 0, *cache);
+    const float* hb = nullptr;
+    if (base) {
+      base_cache->clear();
+      hb = base->forward_hidden(chunk.data(), P.ctx, 0, *base_cache);
+    }
+    for (int r0 = 0; r0 < P.n_scored; r0 += slice) {
+      const int nr = std::min(slice, P.n_scored - r0);
+      const int row = P.first + r0;  // position of the first logit row of this slice
+      model.output_head(h + int64_t(row) * c.hidden, nr, logits.data());
+      if (base) base->output_head(hb + int64_t(row) * base->config().hidden, nr, base_logits.data());
+#pragma omp parallel for schedule(dynamic, 4)
+      for (int r = 0; r < nr; ++r) {
+        const int target = src[row + r + 1];
+        const float* lt = logits.data() + size_t(r) * V;
+        if (base) {
+          kt[r0 + r] = kld_token(base_logits.data() + size_t(r) * V, lt, V, target);
+          nll[r0 + r] = kt[r0 + r].nll;
+        } else {
+          nll[r0 + r] = token_nll(lt, V, target);
+        }
+      }
+    }
+    for (int r = 0; r < P.n_scored; ++r) {  // fixed order: thread-count independent sums
+      sum += nll[r];
+      sum2 += nll[r] * nll[r];
+      if (base) kacc.add(kt[r]);
+    }
+    count += P.n_scored;
+    res.running.push_back(std::exp(sum / double(count)));
+    if (progress) {
+      ChunkProgress pr;
+      pr.chunk = ci + 1;
+      pr.n_chunks = P.n_chunks;
+      pr.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+      pr.tokens = int64_t(ci + 1) * P.ctx;
+      pr.ppl = res.running.back();
+      progress(pr);
+    }
+  }
+
+  res.tokens_evaluated = int64_t(P.n_chunks) * P.ctx;
+  res.tokens_scored = count;
+  res.mean_nll = sum / double(count);
+  res.ppl = std::exp(res.mean_nll);
+  const double var = sum2 / double(count) - res.mean_nll * res.mean_nll;
+  res.ppl_err = var > 0 && count > 1 ? std::sqrt(var / double(count - 1)) * res.ppl : 0.0;
+  if (base) res.kld = kacc.summary();
+  res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return res;
+}
+
+nlohmann::json ppl_result_json(const PplResult& r) {
+  nlohmann::json j = {
+      {"method", ppl_method_name(r.method)},
+      {"ctx", r.plan.ctx},
+      {"chunks", r.plan.n_chunks},
+      {"tokens_text", r.n_tokens_text},
+      {"tokens_evaluated", r.tokens_evaluated},
+      {"tokens_scored", r.tokens_scored},
+      {"mean_nll", r.mean_nll},
+      {"ppl", r.ppl},
+      {"ppl_err", r.ppl_err},
+      {"eval_seconds", r.seconds},
+      {"tokens_per_second", r.seconds > 0 ? double(r.tokens_evaluated) / r.seconds : 0.0},
+      {"running_ppl", r.running},
+  };
+  if (r.kld) j["kld"] = kld_summary_json(*r.kld);
+  return j;
+}
+
+}  // namespace qt

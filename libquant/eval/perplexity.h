@@ -1,0 +1,79 @@
+// Perplexity over a tokenized text, by one of two published protocols (METHODS.md D.1, D.3),
+// optionally with the KL divergence against a baseline model run alongside (kld.h).
+//
+//  llama  — llama.cpp llama-perplexity: chunks of ctx tokens [i·ctx, (i+1)·ctx), each from an
+//           empty cache; the first token of a chunk replaced by BOS when the tokenizer adds one;
+//           logits of positions ctx/2 … ctx−2 score the tokens at ctx/2+1 … ctx−1.
+//  chunks — GPTQ / AWQ / SmoothQuant: the same non-overlapping chunks, no BOS replacement,
+//           every token but the first of each chunk scored.
+// NLL per token = log Σ_v exp(l_v) − l_target, summed in double; PPL = exp(mean) and its error
+// σ·PPL with σ = sqrt((mean(nll²) − mean²)/(count−1)), as llama-perplexity prints it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "libquant/eval/kld.h"
+#include "libquant/model/llama.h"
+
+namespace qt {
+
+enum class PplMethod { Llama, Chunks };
+const char* ppl_method_name(PplMethod m);
+
+// Which positions of which chunks are scored.
+struct ChunkPlan {
+  int ctx = 0;
+  int n_chunks = 0;
+  int first = 0;     // first logit row scored in a chunk
+  int n_scored = 0;  // scored rows per chunk: rows first … first+n_scored−1 predict the next token
+};
+// UserError when the text has fewer than 2·ctx tokens (llama.cpp's rule, kept for both methods).
+ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunks);
+
+struct PplOptions {
+  PplMethod method = PplMethod::Llama;
+  int ctx = 512;
+  int max_chunks = -1;    // < 0: every whole chunk
+  int bos_id = -1;        // llama method: replaces each chunk's first token (−1: no BOS added)
+  std::string kv = "f32"; // KV cache method
+  int head_rows = 256;    // output-head slice: rows of logits held at once (memory bound)
+};
+
+struct ChunkProgress {
+  int chunk = 0;          // chunks done
+  int n_chunks = 0;
+  double seconds = 0;     // since the evaluation started
+  int64_t tokens = 0;     // tokens evaluated so far
+  double ppl = 0;         // running estimate, llama.cpp's [i] value
+};
+using ProgressFn = std::function<void(const ChunkProgress&)>;
+
+struct PplResult {
+  PplMethod method = PplMethod::Llama;
+  ChunkPlan plan;
+  int64_t n_tokens_text = 0;     // tokens of the whole text
+  int64_t tokens_evaluated = 0;  // n_chunks · ctx
+  int64_t tokens_scored = 0;
+  double mean_nll = 0, ppl = 0, ppl_err = 0;
+  double seconds = 0;            // evaluation only (not loading or tokenizing)
+  std::vector<double> running;   // PPL after each chunk
+  std::optional<KldSummary> kld; // when a baseline ran
+};
+
+// Runs `model` (and `base`, when given, on the same tokens) over the chunks of `tokens`.
+// The accumulation order is fixed, so results do not depend on the thread count.
+PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
+                              const PplOptions& opt, LlamaModel* base = nullptr,
+                              const ProgressFn& progress = {});
+
+// The per-token NLL of one row of logits (log-sum-exp in double, llama.cpp's formula).
+double token_nll(const float* logits, int n_vocab, int target);
+
+nlohmann::json ppl_result_json(const PplResult& r);
+
+}  // namespace qt

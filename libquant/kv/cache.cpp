@@ -1,0 +1,93 @@
+// The full-precision KV cache and the method table.
+#include "libquant/kv/cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+#include "libquant/kernels/aligned_buffer.h"
+#include "libquant/model/ops.h"
+
+namespace qt {
+namespace {
+
+// Per (layer, kv head) one block: Kᵀ [head_dim][cap] followed by V [cap][head_dim].
+// Blocks of one layer are consecutive, so ops::attention finds kv head g at g · block floats.
+class F32Cache final : public KVCache {
+ public:
+  explicit F32Cache(const KVShape& s) : KVCache(s) {
+    if (s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 ||
+        s.max_ctx <= 0 || s.n_heads % s.n_kv_heads != 0)
+      user_error("kv cache: invalid shape ({} layers, {} heads, {} kv heads, head_dim {}, ctx {})",
+                 s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.max_ctx);
+    cap_ = (int64_t(s.max_ctx) + ops::kAttnKeyPad - 1) / ops::kAttnKeyPad * ops::kAttnKeyPad;
+    block_ = 2 * cap_ * s.head_dim;
+    layer_ = block_ * s.n_kv_heads;
+    const size_t bytes = size_t(layer_ * s.n_layers) * sizeof(float);
+    // Zeroed once: the attention tiles read the key padding past the last position.
+    std::memset(buf_.reserve(bytes), 0, bytes);
+    n_.assign(s.n_layers, 0);
+  }
+
+  void clear() override { std::fill(n_.begin(), n_.end(), 0); }
+
+  void append(int layer, const float* k, const float* v, int n, int first_pos) override {
+    const int D = shape_.head_dim, H = shape_.n_kv_heads;
+    if (layer < 0 || layer >= shape_.n_layers || first_pos != n_[layer] || first_pos + n > shape_.max_ctx)
+      user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})",
+                 first_pos, first_pos + n - 1, layer, n_[layer], shape_.max_ctx);
+    float* base = data() + layer * layer_;
+#pragma omp parallel for schedule(static) if (int64_t(n) * H * D >= (1 << 15))
+    for (int h = 0; h < H; ++h) {
+      float* kt = base + h * block_;
+      float* vb = kt + cap_ * D;
+      for (int i = 0; i < n; ++i) {
+        const float* kr = k + (int64_t(i) * H + h) * D;
+        const float* vr = v + (int64_t(i) * H + h) * D;
+        const int64_t p = first_pos + i;
+        for (int d = 0; d < D; ++d) kt[d * cap_ + p] = kr[d];
+        std::memcpy(vb + p * D, vr, size_t(D) * sizeof(float));
+      }
+    }
+    n_[layer] = first_pos + n;
+  }
+
+  void attend(int layer, const float* q, int n_q, int first_pos, float* out) const override {
+    if (first_pos + n_q > n_[layer])
+      user_error("kv cache: attention for positions up to {} but layer {} holds {}",
+                 first_pos + n_q - 1, layer, n_[layer]);
+    const int D = shape_.head_dim;
+    const float* base = data() + layer * layer_;
+    ops::AttnLayout kv{base, base + cap_ * D, cap_, D, block_};
+    const int64_t qs = int64_t(shape_.n_heads) * D;
+    ops::attention(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale, kv,
+                   out, qs);
+  }
+
+  std::string name() const override { return "f32"; }
+  double bytes_per_token() const override {
+    return 2.0 * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * sizeof(float);
+  }
+  int size(int layer) const override { return n_[layer]; }
+
+ private:
+  float* data() const { return static_cast<float*>(buf_.data()); }
+
+  int64_t cap_ = 0, block_ = 0, layer_ = 0;
+  kernels::AlignedBuffer buf_;
+  std::vector<int> n_;
+};
+
+}  // namespace
+
+std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape) {
+  return std::make_unique<F32Cache>(shape);
+}
+
+std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape) {
+  if (method == "f32") return make_f32_kv_cache(shape);
+  user_error("--kv: unknown KV cache method '{}' (known: f32)", method);
+}
+
+}  // namespace qt

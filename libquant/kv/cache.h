@@ -1,0 +1,63 @@
+// KVCache: where the keys and values of past positions live, and how attention reads them.
+//
+// The model's block code only calls append() and attend(); a cache *method* decides the storage
+// (full precision here; quantized methods encode blocks of K/V per layer and kv head and score
+// queries straight from the encoded form). One sequence at a time: positions 0, 1, 2, … are
+// appended in order, clear() starts a new sequence.
+//
+// Layouts the model hands over (row-major, fp32, after RoPE and any q/k norm):
+//   k, v : [n, n_kv_heads · head_dim]   rows for positions first_pos … first_pos+n−1
+//   q    : [n_q, n_heads · head_dim]    rows for positions first_pos … first_pos+n_q−1
+//   out  : [n_q, n_heads · head_dim]    softmax(q·kᵀ · scale, causal) · v per query head
+// Query head h uses kv head h / (n_heads / n_kv_heads) (grouped-query attention).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace qt {
+
+struct KVShape {
+  int n_layers = 0;
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int max_ctx = 0;     // positions the cache must hold
+  float scale = 0;     // score scale, 1/sqrt(head_dim) for the Llama family
+};
+
+class KVCache {
+ public:
+  virtual ~KVCache() = default;
+  const KVShape& shape() const { return shape_; }
+
+  // Forget every position (a new sequence starts at position 0).
+  virtual void clear() = 0;
+  // Store (encode) K/V of positions first_pos … first_pos+n−1 of `layer`. Positions arrive in
+  // order: first_pos equals the number already stored for this layer.
+  virtual void append(int layer, const float* k, const float* v, int n, int first_pos) = 0;
+  // Causal attention of n_q queries at positions first_pos … first_pos+n_q−1 against every
+  // stored position ≤ each query's own (those must have been appended, for this layer, first).
+  // Writes `out`; multithreaded over heads and query rows (--threads).
+  virtual void attend(int layer, const float* q, int n_q, int first_pos, float* out) const = 0;
+
+  virtual std::string name() const = 0;            // "f32", later "kivi-2", "turboquant-3", …
+  virtual double bytes_per_token() const = 0;      // storage per position, all layers, K and V
+  // Positions stored for `layer`.
+  virtual int size(int layer) const = 0;
+
+ protected:
+  explicit KVCache(const KVShape& s) : shape_(s) {}
+  KVShape shape_;
+};
+
+// The full-precision cache: fp32 keys (stored transposed per kv head, so scores are a small
+// GEMM over contiguous key vectors) and fp32 values. Capacity = max_ctx rounded up.
+std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape);
+
+// The cache named `method` ("f32"); UserError naming the method when unknown. Later issues add
+// rows to the table behind it.
+std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape);
+
+}  // namespace qt

@@ -1,0 +1,216 @@
+// The Llama-family forward pass: block code that fits on a screen (forward), and the loading
+// that turns a Checkpoint into Linears, norms and the embedding table.
+#include "libquant/model/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "formats/error.h"
+
+namespace qt {
+
+struct LlamaModel::Layer {
+  std::string prefix;  // "model.layers.N."
+  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;
+  std::unique_ptr<Linear> wq, wk, wv, wo, gate, up, down;
+};
+
+LinearFactory dense_linear_factory(Compute compute) {
+  return [compute](const std::string&, const Tensor& w, const Tensor* bias) {
+    if (w.shape.size() != 2) user_error("tensor of rank {} used as a matrix", w.shape.size());
+    std::vector<float> tmp, btmp;
+    const float* wp = w.as<float>();
+    if (w.dtype != DType::F32) wp = (tmp = to_f32(w)).data();
+    const float* bp = nullptr;
+    if (bias) bp = bias->dtype == DType::F32 ? bias->as<float>() : (btmp = to_f32(*bias)).data();
+    return make_dense_linear(wp, w.shape[0], w.shape[1], bp, compute);
+  };
+}
+
+namespace {
+
+std::vector<float> vec_of(const Checkpoint& ck, const std::string& name, int64_t n) {
+  const Tensor& t = ck.get(name);
+  if (t.numel() != n) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), n);
+  return to_f32(t);
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear) : cfg_(ck.config) {
+  const ModelConfig& c = cfg_;
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3")
+    user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3)", ck.path, c.arch);
+  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 ||
+      c.hidden <= 0 || c.vocab <= 0 || c.n_layers <= 0)
+    user_error("{}: inconsistent head configuration ({} heads, {} kv heads, head_dim {})", ck.path,
+               c.n_heads, c.n_kv_heads, c.head_dim);
+
+  auto lin = [&](const std::string& name, const std::string& bias_name, int64_t out, int64_t in) {
+    const Tensor& w = ck.get(name);
+    if (w.shape != std::vector<int64_t>{out, in})
+      user_error("{}: tensor {} has an unexpected shape", ck.path, name);
+    const Tensor* b = bias_name.empty() ? nullptr : &ck.get(bias_name);
+    auto l = make_linear(name, w, b);
+    if (l->in_features() != in || l->out_features() != out)
+      user_error("{}: Linear for {} has shape [{}, {}], expected [{}, {}]", ck.path, name,
+                 l->out_features(), l->in_features(), out, in);
+    return l;
+  };
+
+  const int64_t H = c.hidden, F = c.intermediate, Q = int64_t(c.n_heads) * c.head_dim,
+                KV = int64_t(c.n_kv_heads) * c.head_dim;
+  embedding_ = ck.get("model.embed_tokens.weight");
+  if (embedding_.shape != std::vector<int64_t>{c.vocab, H})
+    user_error("{}: model.embed_tokens.weight has an unexpected shape", ck.path);
+  final_norm_ = vec_of(ck, "model.norm.weight", H);
+  for (int i = 0; i < c.n_layers; ++i) {
+    auto L = std::make_unique<Layer>();
+    const std::string p = L->prefix = "model.layers." + std::to_string(i) + ".";
+    auto bias = [&](const char* n) { return c.attention_bias ? p + n : std::string(); };
+    L->attn_norm = vec_of(ck, p + "input_layernorm.weight", H);
+    L->ffn_norm = vec_of(ck, p + "post_attention_layernorm.weight", H);
+    if (c.qk_norm) {
+      L->q_norm = vec_of(ck, p + "self_attn.q_norm.weight", c.head_dim);
+      L->k_norm = vec_of(ck, p + "self_attn.k_norm.weight", c.head_dim);
+    }
+    L->wq = lin(p + "self_attn.q_proj.weight", bias("self_attn.q_proj.bias"), Q, H);
+    L->wk = lin(p + "self_attn.k_proj.weight", bias("self_attn.k_proj.bias"), KV, H);
+    L->wv = lin(p + "self_attn.v_proj.weight", bias("self_attn.v_proj.bias"), KV, H);
+    L->wo = lin(p + "self_attn.o_proj.weight", "", H, Q);
+    L->gate = lin(p + "mlp.gate_proj.weight", "", F, H);
+    L->up = lin(p + "mlp.up_proj.weight", "", F, H);
+    L->down = lin(p + "mlp.down_proj.weight", "", H, F);
+    layers_.push_back(std::move(L));
+  }
+  if (c.tie_word_embeddings || !ck.has("lm_head.weight")) {
+    auto l = make_linear("lm_head.weight", embedding_, nullptr);
+    if (l->in_features() != H || l->out_features() != c.vocab)
+      user_error("{}: output head has the wrong shape", ck.path);
+    lm_head_ = std::move(l);
+  } else {
+    lm_head_ = lin("lm_head.weight", "", c.vocab, H);
+  }
+  rope_ = ops::RopeTable(c);
+}
+
+LlamaModel::~LlamaModel() = default;
+
+std::unique_ptr<KVCache> LlamaModel::make_cache(int max_ctx, const std::string& method) const {
+  KVShape s;
+  s.n_layers = cfg_.n_layers;
+  s.n_heads = cfg_.n_heads;
+  s.n_kv_heads = cfg_.n_kv_heads;
+  s.head_dim = cfg_.head_dim;
+  s.max_ctx = max_ctx;
+  s.scale = 1.0f / std::sqrt(float(cfg_.head_dim));
+  return make_kv_cache(method, s);
+}
+
+size_t LlamaModel::weight_bytes() const {
+  size_t b = embedding_.nbytes + lm_head_->weight_bytes() + final_norm_.size() * 4;
+  for (auto& L : layers_) {
+    for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(),
+                            L->up.get(), L->down.get()})
+      b += l->weight_bytes();
+    b += (L->attn_norm.size() + L->ffn_norm.size() + L->q_norm.size() + L->k_norm.size()) * 4;
+  }
+  return b;
+}
+
+std::string LlamaModel::linear_kind() const { return layers_.empty() ? "" : layers_[0]->wq->kind(); }
+
+void LlamaModel::ensure_scratch(int n) {
+  if (n <= cap_) return;
+  const size_t H = cfg_.hidden, F = cfg_.intermediate, Q = size_t(cfg_.n_heads) * cfg_.head_dim,
+               KV = size_t(cfg_.n_kv_heads) * cfg_.head_dim;
+  for (auto* b : {&x_, &xb_, &att_}) b->resize(size_t(n) * std::max(H, Q));
+  q_.resize(size_t(n) * Q);
+  k_.resize(size_t(n) * KV);
+  v_.resize(size_t(n) * KV);
+  hb_.resize(size_t(n) * F);
+  hb2_.resize(size_t(n) * F);
+  cap_ = n;
+}
+
+void LlamaModel::linear(const Linear& l, const std::string* prefix, const char* name, const float* x,
+                        int64_t n, float* y) {
+  if (observer_) observer_(prefix ? *prefix + name : std::string(name), x, n, l.in_features());
+  l.forward(x, n, y);
+}
+
+void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
+  const int64_t H = cfg_.hidden;
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
+      user_error("token id {} is outside the vocabulary (0..{})", tokens[i], cfg_.vocab - 1);
+#pragma omp parallel for schedule(static) if (n >= 64)
+  for (int i = 0; i < n; ++i) {
+    const int64_t off = int64_t(tokens[i]) * H;
+    float* xr = x + i * H;
+    switch (embedding_.dtype) {
+      case DType::F32: std::memcpy(xr, embedding_.as<float>() + off, H * sizeof(float)); break;
+      case DType::BF16:
+        for (int64_t d = 0; d < H; ++d) xr[d] = bf16_to_f32(embedding_.as<uint16_t>()[off + d]);
+        break;
+      case DType::F16:
+        for (int64_t d = 0; d < H; ++d) xr[d] = f16_to_f32(embedding_.as<uint16_t>()[off + d]);
+        break;
+      default: break;  // rejected by the checkpoint loader
+    }
+  }
+}
+
+void LlamaModel::forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first,
+                         int n_out, float* logits) {
+  if (out_first < 0 || n_out < 0 || out_first + n_out > n)
+    user_error("forward: output rows {}..{} outside the batch of {}", out_first, out_first + n_out, n);
+  const float* h = forward_hidden(tokens, n, pos0, cache);
+  if (n_out > 0) output_head(h + int64_t(out_first) * cfg_.hidden, n_out, logits);
+}
+
+void LlamaModel::output_head(const float* hidden, int rows, float* logits) {
+  linear(*lm_head_, nullptr, "lm_head.weight", hidden, rows, logits);
+}
+
+const float* LlamaModel::forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim;
+  const int64_t Q = c.n_heads * D, KV = c.n_kv_heads * D;
+  if (n <= 0) return nullptr;
+  ensure_scratch(n);
+  rope_.ensure(pos0 + n);
+  float *x = x_.data(), *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(),
+        *att = att_.data(), *hb = hb_.data(), *hb2 = hb2_.data();
+
+  embed(tokens, n, x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = *layers_[l];
+    // attention
+    ops::rmsnorm(x, H, L.attn_norm.data(), xb, H, n, H, c.rms_eps);
+    linear(*L.wq, &L.prefix, "self_attn.q_proj.weight", xb, n, q);
+    linear(*L.wk, &L.prefix, "self_attn.k_proj.weight", xb, n, k);
+    linear(*L.wv, &L.prefix, "self_attn.v_proj.weight", xb, n, v);
+    if (c.qk_norm) {  // per head, before RoPE (qwen3)
+      ops::rmsnorm(q, D, L.q_norm.data(), q, D, int64_t(n) * c.n_heads, D, c.rms_eps);
+      ops::rmsnorm(k, D, L.k_norm.data(), k, D, int64_t(n) * c.n_kv_heads, D, c.rms_eps);
+    }
+    ops::rope(q, Q, n, c.n_heads, D, pos0, rope_);
+    ops::rope(k, KV, n, c.n_kv_heads, D, pos0, rope_);
+    cache.append(l, k, v, n, pos0);
+    cache.attend(l, q, n, pos0, att);
+    linear(*L.wo, &L.prefix, "self_attn.o_proj.weight", att, n, xb);
+    ops::add_inplace(x, xb, int64_t(n) * H);
+    // MLP
+    ops::rmsnorm(x, H, L.ffn_norm.data(), xb, H, n, H, c.rms_eps);
+    linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", xb, n, hb);
+    linear(*L.up, &L.prefix, "mlp.up_proj.weight", xb, n, hb2);
+    ops::swiglu(hb, hb2, hb, n, F);
+    linear(*L.down, &L.prefix, "mlp.down_proj.weight", hb, n, xb);
+    ops::add_inplace(x, xb, int64_t(n) * H);
+  }
+  ops::rmsnorm(x, H, final_norm_.data(), xb, H, n, H, c.rms_eps);
+  return xb;
+}
+
+}  // namespace qt

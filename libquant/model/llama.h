@@ -1,0 +1,92 @@
+// The Llama-family decoder (llama, mistral, qwen2, qwen3) on the CPU, llama2.c style:
+//
+//   x = embed(tokens)
+//   per layer:  h = x + o_proj(attention(rope(q), rope(k), v))     q,k,v = proj(rmsnorm(x))
+//               x = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
+//   logits = lm_head(rmsnorm(x))
+//
+// with q/k/v biases (qwen2) and per-head q/k RMSNorm before RoPE (qwen3). Activations are fp32.
+// Every projection is a Linear (libquant/model/linear.h) made by a LinearFactory, and the
+// attention goes through a KVCache (libquant/kv/cache.h), so packed / quantized weights and
+// quantized caches plug in without touching the block code.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "libquant/kv/cache.h"
+#include "libquant/model/linear.h"
+#include "libquant/model/ops.h"
+
+namespace qt {
+
+// Builds the Linear of the weight named `name` (HF name, e.g. "model.layers.0.mlp.up_proj.weight";
+// "lm_head.weight" for the output head, which for a tied model is the embedding tensor).
+// `bias` is null when the projection has none.
+using LinearFactory =
+    std::function<std::unique_ptr<Linear>(const std::string& name, const Tensor& w, const Tensor* bias)>;
+
+// The default: make_dense_linear over the fp32 values of `w` (fp32 or bf16 compute).
+LinearFactory dense_linear_factory(Compute compute);
+
+// Called with the input of every Linear before it runs (calibration statistics):
+// name of the weight, x [n_tokens, in_features].
+using LinearObserver = std::function<void(const std::string& name, const float* x, int64_t n_tokens,
+                                          int64_t in_features)>;
+
+class LlamaModel {
+ public:
+  // Takes what it needs from `ck` (the embedding table is shared, not copied); `ck` may be
+  // destroyed afterwards. UserError for a missing tensor or an unsupported configuration.
+  LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear);
+  LlamaModel(const Checkpoint& ck, Compute compute) : LlamaModel(ck, dense_linear_factory(compute)) {}
+  ~LlamaModel();
+
+  const ModelConfig& config() const { return cfg_; }
+
+  // A cache of `method` ("f32") sized for this model and max_ctx positions.
+  std::unique_ptr<KVCache> make_cache(int max_ctx, const std::string& method = "f32") const;
+
+  // Runs tokens[0..n) at positions pos0 … pos0+n−1 (appending their K/V to `cache`, which must
+  // hold exactly pos0 positions) and writes the logits of rows [out_first, out_first+n_out)
+  // to `logits` ([n_out, vocab], row-major). Rows outside that range skip the output head.
+  // Not thread-safe: one forward at a time per model (it reuses its scratch buffers).
+  void forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first, int n_out,
+               float* logits);
+  // The same in two steps, for callers that want the (largest) output head in slices:
+  // forward_hidden returns the final-normed hidden states [n, hidden] (valid until the next
+  // call), output_head turns rows of them into logits [rows, vocab].
+  const float* forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache);
+  void output_head(const float* hidden, int rows, float* logits);
+
+  void set_observer(LinearObserver obs) { observer_ = std::move(obs); }
+
+  // Bytes of the weights as held for compute (all Linears, embedding table, norms).
+  size_t weight_bytes() const;
+  std::string linear_kind() const;  // kind() of the projections ("f32", "bf16", …)
+
+ private:
+  struct Layer;
+  // Runs l on x; the observer, when set, sees the weight's name (*prefix + name).
+  void linear(const Linear& l, const std::string* prefix, const char* name, const float* x,
+              int64_t n, float* y);
+  void embed(const int32_t* tokens, int n, float* x) const;
+  void ensure_scratch(int n);
+
+  ModelConfig cfg_;
+  Tensor embedding_;  // [vocab, hidden], any float dtype, shared with the checkpoint
+  std::vector<float> final_norm_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Linear> lm_head_;
+  ops::RopeTable rope_;
+  LinearObserver observer_;
+
+  // Scratch, sized for the largest batch seen.
+  int cap_ = 0;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+};
+
+}  // namespace qt

@@ -1,0 +1,95 @@
+// The non-GEMM math of the forward pass and of the evaluation: RMSNorm, RoPE, SwiGLU, row
+// statistics of logits (max, log-sum-exp, argmax) and causal attention over an fp32 K/V layout.
+//
+// Every function here is vectorized for the current kernel level (libquant/cpu_features.h:
+// AVX-512 / AVX2 / baseline x86-64, one source compiled three times, see ops_impl.inc) and the
+// batch-level ones split their rows over the OpenMP threads (--threads). Activations are fp32.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "formats/model_config.h"
+
+namespace qt::ops {
+
+// y[r] = x[r] / sqrt(mean(x[r]²) + eps) * w, for rows r of length dim (x may equal y).
+// Row strides are in floats. Parallel over rows.
+void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride,
+             int64_t rows, int64_t dim, float eps);
+
+// Cos/sin of every (position, frequency) pair, in Hugging Face's float32 arithmetic:
+// inv_freq[i] = 1 / theta^(2i/d) (then the llama3 or linear scaling of FORMATS.md 6.2),
+// angle = float(pos) * inv_freq[i]. Grown on demand, never shrunk.
+class RopeTable {
+ public:
+  RopeTable() = default;
+  explicit RopeTable(const ModelConfig& cfg);
+  void ensure(int n_pos);  // positions [0, n_pos) available
+  int half() const { return half_; }
+  const float* cos(int pos) const { return cos_.data() + size_t(pos) * half_; }
+  const float* sin(int pos) const { return sin_.data() + size_t(pos) * half_; }
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+ private:
+  int half_ = 0, n_pos_ = 0;
+  std::vector<float> inv_freq_, cos_, sin_;
+};
+
+// Rotate-half RoPE (HF layout: pairs (i, i+d/2) of each head), in place. Row r of x holds
+// n_heads heads of head_dim at position pos0 + r; rows are `stride` floats apart.
+void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int pos0,
+          const RopeTable& table);
+
+// out[i] = silu(gate[i]) * up[i] over `rows` rows of n values (row strides in floats).
+void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t n);
+
+// y[i] += x[i] over n values (the residual add). Parallel.
+void add_inplace(float* y, const float* x, int64_t n);
+
+// Max, argmax (first index of the max) and log Σ exp over one row of logits.
+// lse accumulates in float lanes and is combined in double; exp is a vectorized Cephes-style
+// polynomial (max relative error < 2e-7 over the range the softmax uses).
+struct RowStats {
+  float max = 0;
+  int argmax = 0;
+  double lse = 0;  // log Σ_v exp(l_v), including the max
+};
+RowStats row_stats(const float* logits, int n);
+
+// Σ_v p_b(v) · (log p_b(v) − log p_t(v)) over one row, with p = softmax(logits) and the two
+// rows' log-sum-exps given (row_stats). Exact over the whole vocabulary.
+double kl_row(const float* base, double lse_base, const float* test, double lse_test, int n);
+
+// Vectorized exp over n floats (in == out allowed); for tests and small callers.
+void exp_inplace(float* x, int64_t n);
+
+// ---- attention -------------------------------------------------------------------------------
+// Causal attention for the fp32 layout the full-precision KV cache keeps per (layer, kv head):
+//   kt: keys transposed, kt[d * kt_stride + j] = K[j][d]   (kt_stride ≥ padded key count)
+//   v : values,          v[j * v_stride + d]   = V[j][d]
+// Query row i of q (positions first_pos + i) attends to keys 0 … first_pos + i.
+// q/out rows are q_stride/out_stride floats apart and hold n_heads heads of head_dim; query
+// head h reads kv head h / (n_heads / n_kv_heads). `kv_head_stride`: floats between the
+// kt (and v) blocks of consecutive kv heads. Scores are scaled by `scale`.
+// Reads keys up to the next multiple of kAttnKeyPad past the last visible one: the cache pads
+// its key capacity to that and keeps the padding finite (zero).
+constexpr int kAttnKeyPad = 32;
+struct AttnLayout {
+  const float* kt;
+  const float* v;
+  int64_t kt_stride;       // floats between rows d of kt
+  int64_t v_stride;        // floats between rows j of v
+  int64_t kv_head_stride;  // floats between consecutive kv heads (same for kt and v blocks)
+};
+void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
+               int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
+               int64_t out_stride);
+
+// Scalar reference of the same computation (double accumulation, std::exp): the spec the
+// vectorized kernels are tested against.
+void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
+                   int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
+                   int64_t out_stride);
+
+}  // namespace qt::ops

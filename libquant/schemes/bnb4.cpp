@@ -1,0 +1,85 @@
+// bitsandbytes blockwise 4-bit quantization, shared by the nf4 and fp4 rows: the algorithm of
+// bitsandbytes 0.50's `quantize_4bit` kernel for CPU tensors (backends/default/ops.py; there is
+// no CPU-specific quantize_4bit), bit-exact with it (tests/golden/make_scheme_goldens.py), and
+// FORMATS.md 4.2. On the flattened tensor (n values, blocks of `blocksize`, the last may be
+// partial), all in fp32:
+//   full block:  absmax = max|x| (stored as is, 0 for a zero block);
+//                scaled = clamp(x · (1 / max(absmax, 1e-38)), −1, 1)   (multiply by reciprocal)
+//   last, partial block: am = max(max|x|, 1e-38), stored as its absmax (so a zero tail stores
+//                1e-38, not 0); scaled = clamp(x / am, −1, 1)           (a true division)
+//   code: the sorted table's 15 midpoints m_i = (v_i + v_{i+1})/2 (fp32); the sorted position is
+//         #{i : m_i < scaled} (torch.bucketize, right=False: a value exactly on a midpoint goes
+//         to the lower code), mapped through `order` to the table index (identity for NF4).
+//   packing: byte i = code[2i] << 4 | code[2i+1]; shape [ceil(n/2), 1]. An odd n is padded with
+//         the code of the value 0.0 (bitsandbytes pads `scaled` with a zero before bucketize):
+//         7 for NF4, 0 for FP4 — not with code 0.
+//   dequantize: table[code] · absmax[block] in fp32, then cast to the weights' dtype.
+#include <algorithm>
+#include <cmath>
+
+#include "libquant/schemes/detail.h"
+
+namespace qt::schemes_detail {
+
+PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  PackedLayout l;
+  l.data = {DType::U8, {(n + 1) / 2, 1}};
+  l.scales = {DType::F32, {(n + p.group_size - 1) / p.group_size}};
+  return l;
+}
+
+PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
+                           const float* table, const uint8_t* order) {
+  PackedLayout l = bnb4_layout(p, rows, cols);
+  OutTensor data(l.data), scales(l.scales);
+  // Sorted table values (order[i] is the code of the i-th smallest) and their midpoints.
+  float mid[15];
+  for (int i = 0; i < 15; ++i) mid[i] = (table[order[i]] + table[order[i + 1]]) / 2.0f;
+  const int64_t n = rows * cols, bs = p.group_size;
+  const int64_t full = n / bs * bs;
+  uint8_t* out = data.as<uint8_t>();
+  float* absmax = scales.as<float>();
+  const float tiny = 1e-38f;
+  auto code_of = [&](float x) {
+    int pos = 0;
+    while (pos < 15 && mid[pos] < x) ++pos;
+    return order[pos];
+  };
+  if (n % 2) out[n / 2] = code_of(0.0f);  // the low nibble of the last byte
+  for (int64_t b0 = 0, blk = 0; b0 < n; b0 += bs, ++blk) {
+    const int64_t len = std::min(bs, n - b0);
+    float am = 0.0f;
+    for (int64_t i = 0; i < len; ++i) am = std::max(am, std::abs(w[b0 + i]));
+    const bool partial = b0 >= full;
+    const float clamped = std::max(am, tiny);
+    const float inv = 1.0f / clamped;
+    absmax[blk] = partial ? clamped : am;
+    for (int64_t i = 0; i < len; ++i) {
+      float x = partial ? w[b0 + i] / clamped : w[b0 + i] * inv;
+      x = std::min(std::max(x, -1.0f), 1.0f);
+      const uint8_t code = code_of(x);
+      const int64_t k = b0 + i;
+      out[k / 2] |= (k % 2 == 0) ? uint8_t(code << 4) : code;
+    }
+  }
+  PackedTensor t;
+  t.params = p;
+  t.rows = rows;
+  t.cols = cols;
+  t.data = data.finish();
+  t.scales = scales.finish();
+  return t;
+}
+
+void bnb4_dequantize(const PackedTensor& t, const float* table, float* out) {
+  const int64_t n = t.rows * t.cols, bs = t.params.group_size;
+  const float* absmax = t.scales.as<float>();
+  for (int64_t k = 0; k < n; ++k) {
+    const uint8_t b = t.data.data[k / 2];
+    const int code = (k % 2 == 0) ? (b >> 4) : (b & 15);
+    out[k] = round_to(t.params.dtype, table[code] * absmax[k / bs]);
+  }
+}
+
+}  // namespace qt::schemes_detail

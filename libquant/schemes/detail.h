@@ -1,0 +1,76 @@
+// Internal to libquant/schemes: the rows each file defines, and small helpers they share.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/tensor.h"
+#include "libquant/schemes/scheme.h"
+
+namespace qt::schemes_detail {
+
+// The rows (scheme.cpp lists them in scheme_table(); explicit references keep every object file
+// of the static library linked).
+extern const Scheme kAffine;
+extern const Scheme kInt8;
+extern const Scheme kInt8Ct;
+extern const Scheme kInt4;
+extern const Scheme kNf4;
+extern const Scheme kFp4;
+
+// Round an fp32 value to `t` (F32: unchanged; F16/BF16: round-to-nearest-even) and back.
+inline float round_to(DType t, float v) {
+  switch (t) {
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
+    case DType::F16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
+  }
+}
+
+// Element i of a float tensor (F32/F16/BF16) as fp32.
+inline float load_float(const Tensor& t, size_t i) {
+  switch (t.dtype) {
+    case DType::BF16: return bf16_to_f32(t.as<uint16_t>()[i]);
+    case DType::F16: return f16_to_f32(t.as<uint16_t>()[i]);
+    default: return t.as<float>()[i];
+  }
+}
+
+// A tensor being filled: bytes for `spec`, zeroed; finish() hands it over as a Tensor.
+struct OutTensor {
+  TensorSpec spec;
+  std::vector<uint8_t> bytes;
+  explicit OutTensor(const TensorSpec& s) : spec(s), bytes(s.nbytes(), 0) {}
+  template <typename T> T* as() { return reinterpret_cast<T*>(bytes.data()); }
+  // Store fp32 v rounded to the spec's float dtype at element i.
+  void store_float(size_t i, float v) {
+    switch (spec.dtype) {
+      case DType::BF16: as<uint16_t>()[i] = f32_to_bf16(v); break;
+      case DType::F16: as<uint16_t>()[i] = f32_to_f16(v); break;
+      default: as<float>()[i] = v; break;
+    }
+  }
+  Tensor finish() { return Tensor::owned_bytes(spec.dtype, spec.shape, std::move(bytes)); }
+};
+
+inline int64_t n_groups(const SchemeParams& p, int64_t cols) {
+  return p.group_size == 0 ? 1 : cols / p.group_size;
+}
+inline int64_t group_len(const SchemeParams& p, int64_t cols) {
+  return p.group_size == 0 ? cols : p.group_size;
+}
+
+// MLX affine dequantization of one code (affine.cpp; compiled without FMA contraction so that
+// q·s and + b round separately, as MLX's separate multiply and add do).
+float affine_dequant(uint32_t q, float scale, float bias, DType t);
+
+// bitsandbytes blockwise 4-bit (bnb4.cpp), shared by the nf4 and fp4 rows. `order` maps the
+// sorted position of a table value to its code (identity for NF4).
+PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols);
+PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
+                           const float* table, const uint8_t* order);
+void bnb4_dequantize(const PackedTensor& t, const float* table, float* out);
+const float* nf4_table();  // 16 values, index = code
+const float* fp4_table();
+
+}  // namespace qt::schemes_detail

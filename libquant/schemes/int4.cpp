@@ -1,0 +1,86 @@
+// Symmetric int4 with zero point 8 (W4A8), Cider's convention (seed 000 "Symmetric INT4 (zp=8)";
+// cider.ops.pack_weight_int4; METHODS.md A.2), per output channel (group 0) or per group of 128
+// columns:
+//   s = absmax/7 in fp32 (a group of zeros gets s = 1)
+//   u = clamp(rint(w/s) + 8, 0, 15)     rint = np.round, half to even; fp32 division
+//   so u ∈ [1, 15] (signed −7..7; code 0 = −8 is never produced, unlike GPTQ's grid
+//   s = 2·absmax/15 that uses all 16 codes — files must say which grid they use; ours is this one)
+//   byte i of a row = u[2i] << 4 | u[2i+1]    (high nibble = even column, as Cider)
+//   dequantize: w = (u − 8)·s in fp32. Scales fp32 [rows, n_groups].
+// Cider stores the packed bytes as [K/2, N] for W given as [K, N] (column-major in our terms);
+// we keep the HF row-major [N, K/2] so one output channel's codes are contiguous.
+#include <algorithm>
+#include <cmath>
+
+#include "libquant/schemes/detail.h"
+
+namespace qt::schemes_detail {
+namespace {
+
+PackedLayout int4_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
+  PackedLayout l;
+  l.data = {DType::U8, {rows, cols / 2}};
+  l.scales = {DType::F32, {rows, n_groups(p, cols)}};
+  return l;
+}
+
+PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
+  PackedLayout l = int4_layout(p, rows, cols);
+  OutTensor data(l.data), scales(l.scales);
+  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
+  uint8_t* out = data.as<uint8_t>();
+  float* sc = scales.as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* v = w + r * cols + g * gl;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < gl; ++i) amax = std::max(amax, std::abs(v[i]));
+      float s = amax / 7.0f;
+      if (s == 0.0f) s = 1.0f;
+      for (int64_t i = 0; i < gl; ++i) {
+        float u = std::min(std::max(std::rint(v[i] / s) + 8.0f, 0.0f), 15.0f);
+        int64_t k = g * gl + i;  // column; gl is even, so pairs never straddle groups
+        uint8_t& b = out[r * (cols / 2) + k / 2];
+        b |= (k % 2 == 0) ? uint8_t(uint8_t(u) << 4) : uint8_t(u);
+      }
+      sc[r * ng + g] = s;
+    }
+  PackedTensor t;
+  t.params = p;
+  t.rows = rows;
+  t.cols = cols;
+  t.data = data.finish();
+  t.scales = scales.finish();
+  return t;
+}
+
+void int4_dequantize(const PackedTensor& t, float* out) {
+  const int64_t ng = n_groups(t.params, t.cols), gl = group_len(t.params, t.cols);
+  const uint8_t* in = t.data.data;
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t k = 0; k < t.cols; ++k) {
+      uint8_t b = in[r * (t.cols / 2) + k / 2];
+      int u = (k % 2 == 0) ? (b >> 4) : (b & 15);
+      float s = t.scales.as<float>()[r * ng + k / gl];
+      out[r * t.cols + k] = float(u - 8) * s;
+    }
+}
+
+}  // namespace
+
+const Scheme kInt4 = {
+    "int4",
+    "W4A8 symmetric int4, zero point 8 (Cider): scale absmax/7 fp32 per channel or group 128; "
+    "int8 activations",
+    {4},
+    {0, 128},
+    4,
+    0,
+    false,
+    true,
+    int4_layout,
+    int4_quantize,
+    int4_dequantize,
+};
+
+}  // namespace qt::schemes_detail

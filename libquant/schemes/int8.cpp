@@ -1,0 +1,184 @@
+// Symmetric int8 weights (W8A8) in two conventions, and the per-token int8 activation quantizer.
+//
+// int8 — Cider (seed 000; cider.ops.quantize_weight_int8, cider.nn._symmetric_quantize_pergroup;
+// METHODS.md A.1), per output channel (group 0) or per group of 64/128 columns:
+//   s = absmax/127 in fp32 (a group of zeros gets s = 1); q = clamp(rint(w/s), −128, 127)
+//   (numpy's np.round: half to even; fp32 division, not a multiply by 1/s). |w/s| ≤ 127, so −128
+//   never occurs. Scales fp32 [rows, n_groups]. Dequantize: w = q·s in fp32.
+//
+// int8_ct — compressed-tensors 0.20 (calculate_qparams + the int-quantized compressor of the W8A8
+// preset; FORMATS.md 5.2), all arithmetic in the weights' dtype T (torch computes each op in fp32
+// and rounds the result to T):
+//   s = T(absmax / 127.5)   ((qmax − qmin)/2 with qmin = −128, qmax = 127); s == 0 → eps(T)
+//   q = rint(clamp(T(w/s), −128, 127))   (clamp first, then torch.round: half to even; the
+//   quotient is rounded to T before rint — a double rounding for bf16/f16, kept for bit-exactness)
+//   weight_scale T [rows, 1] per channel, [rows, cols/group] per group. Dequantize: T(q·s).
+//   Since absmax/s ≈ 127.5, the largest weight lands on ±127.5 → rint → 128 → clamped to 127
+//   (or −128 for a negative extreme).
+#include <algorithm>
+#include <cmath>
+
+#include "libquant/schemes/detail.h"
+
+namespace qt {
+
+void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q,
+                               float* scales) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* row = x + t * k;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(row[i]));
+    float s = amax / 127.0f;
+    if (s == 0.0f) s = 1.0f;
+    float inv = 1.0f / s;
+    for (int64_t i = 0; i < k; ++i) {
+      float v = std::rint(row[i] * inv);
+      q[t * k + i] = int8_t(std::min(std::max(v, -128.0f), 127.0f));
+    }
+    scales[t] = s;
+  }
+}
+
+namespace schemes_detail {
+namespace {
+
+PackedLayout int8_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
+  PackedLayout l;
+  l.data = {DType::I8, {rows, cols}};
+  l.scales = {DType::F32, {rows, n_groups(p, cols)}};
+  return l;
+}
+
+PackedLayout int8_ct_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
+  PackedLayout l = int8_layout(p, rows, cols);
+  l.scales.dtype = p.dtype;
+  return l;
+}
+
+float group_absmax(const float* v, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(v[i]));
+  return m;
+}
+
+PackedTensor finish(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data,
+                    OutTensor& scales) {
+  PackedTensor t;
+  t.params = p;
+  t.rows = rows;
+  t.cols = cols;
+  t.data = data.finish();
+  t.scales = scales.finish();
+  return t;
+}
+
+PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
+  PackedLayout l = int8_layout(p, rows, cols);
+  OutTensor data(l.data), scales(l.scales);
+  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
+  int8_t* q = data.as<int8_t>();
+  float* sc = scales.as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* v = w + r * cols + g * gl;
+      float s = group_absmax(v, gl) / 127.0f;
+      if (s == 0.0f) s = 1.0f;
+      for (int64_t i = 0; i < gl; ++i) {
+        float x = std::rint(v[i] / s);
+        q[r * cols + g * gl + i] = int8_t(std::min(std::max(x, -128.0f), 127.0f));
+      }
+      sc[r * ng + g] = s;
+    }
+  return finish(p, rows, cols, data, scales);
+}
+
+void int8_dequantize(const PackedTensor& t, float* out) {
+  const int64_t ng = n_groups(t.params, t.cols), gl = group_len(t.params, t.cols);
+  const int8_t* q = t.data.as<int8_t>();
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      float s = t.scales.as<float>()[r * ng + g];
+      for (int64_t i = 0; i < gl; ++i) {
+        int64_t k = r * t.cols + g * gl + i;
+        out[k] = float(q[k]) * s;
+      }
+    }
+}
+
+// torch.finfo(T).eps: compressed-tensors' replacement for a zero scale.
+float dtype_eps(DType t) {
+  switch (t) {
+    case DType::BF16: return 0.0078125f;     // 2^-7
+    case DType::F16: return 0.0009765625f;   // 2^-10
+    default: return 1.1920928955078125e-07f;  // 2^-23
+  }
+}
+
+PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
+                              const SchemeParams& p) {
+  PackedLayout l = int8_ct_layout(p, rows, cols);
+  OutTensor data(l.data), scales(l.scales);
+  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
+  const DType T = p.dtype;
+  int8_t* q = data.as<int8_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* v = w + r * cols + g * gl;
+      float s = round_to(T, group_absmax(v, gl) / 127.5f);
+      if (s == 0.0f) s = dtype_eps(T);
+      for (int64_t i = 0; i < gl; ++i) {
+        float x = round_to(T, v[i] / s);
+        x = std::rint(std::min(std::max(x, -128.0f), 127.0f));
+        q[r * cols + g * gl + i] = int8_t(x);
+      }
+      scales.store_float(size_t(r * ng + g), s);
+    }
+  return finish(p, rows, cols, data, scales);
+}
+
+void int8_ct_dequantize(const PackedTensor& t, float* out) {
+  const int64_t ng = n_groups(t.params, t.cols), gl = group_len(t.params, t.cols);
+  const int8_t* q = t.data.as<int8_t>();
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      float s = load_float(t.scales, size_t(r * ng + g));
+      for (int64_t i = 0; i < gl; ++i) {
+        int64_t k = r * t.cols + g * gl + i;
+        out[k] = round_to(t.params.dtype, float(q[k]) * s);
+      }
+    }
+}
+
+}  // namespace
+
+const Scheme kInt8 = {
+    "int8",
+    "W8A8 symmetric int8 (Cider): scale absmax/127 fp32 per channel or group; int8 activations",
+    {8},
+    {0, 64, 128},
+    8,
+    0,
+    false,
+    true,
+    int8_layout,
+    int8_quantize,
+    int8_dequantize,
+};
+
+const Scheme kInt8Ct = {
+    "int8_ct",
+    "W8A8 symmetric int8 as compressed-tensors computes it: scale absmax/127.5 in the weights' "
+    "dtype",
+    {8},
+    {0, 64, 128},
+    8,
+    0,
+    false,
+    true,
+    int8_ct_layout,
+    int8_ct_quantize,
+    int8_ct_dequantize,
+};
+
+}  // namespace schemes_detail
+}  // namespace qt

@@ -1,0 +1,168 @@
+// The scheme table and what every row shares: parameter checks, layouts, sizes, and the
+// quantize / dequantize entry points that validate before calling a row.
+#include "libquant/schemes/scheme.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "formats/error.h"
+#include "libquant/schemes/detail.h"
+
+namespace qt {
+
+using namespace schemes_detail;
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+size_t TensorSpec::nbytes() const { return size_t(numel()) * size_t(dtype_bits(dtype)) / 8; }
+
+size_t PackedTensor::bytes() const { return data.nbytes + scales.nbytes + biases.nbytes; }
+double PackedTensor::bits_per_weight() const {
+  return rows * cols > 0 ? 8.0 * double(bytes()) / double(rows * cols) : 0.0;
+}
+
+const std::vector<Scheme>& scheme_table() {
+  static const std::vector<Scheme> table = {kAffine, kInt8, kInt8Ct, kInt4, kNf4, kFp4};
+  return table;
+}
+
+const Scheme& find_scheme(std::string_view name) {
+  for (const Scheme& s : scheme_table())
+    if (name == s.name) return s;
+  std::vector<std::string> names;
+  for (const Scheme& s : scheme_table()) names.push_back(s.name);
+  user_error("unknown scheme '{}' (known: {})", name, fmt::join(names, ", "));
+}
+
+SchemeParams default_params(std::string_view name) {
+  const Scheme& s = find_scheme(name);
+  SchemeParams p;
+  p.scheme = s.name;
+  p.bits = s.default_bits;
+  p.group_size = s.default_group_size;
+  return p;
+}
+
+namespace {
+
+const Scheme* lookup(std::string_view name) {
+  for (const Scheme& s : scheme_table())
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+std::string group_name(int g) { return g == 0 ? "0 (per channel)" : std::to_string(g); }
+
+}  // namespace
+
+bool scheme_fits(const SchemeParams& p, int64_t rows, int64_t cols, std::string* why) {
+  auto fail = [&](std::string msg) {
+    if (why) *why = std::move(msg);
+    return false;
+  };
+  const Scheme* s = lookup(p.scheme);
+  if (!s) {
+    std::vector<std::string> names;
+    for (const Scheme& r : scheme_table()) names.push_back(r.name);
+    return fail(fmt::format("unknown scheme '{}' (known: {})", p.scheme, fmt::join(names, ", ")));
+  }
+  if (std::find(s->bits.begin(), s->bits.end(), p.bits) == s->bits.end())
+    return fail(fmt::format("{} does not support {} bits (supported: {})", s->name, p.bits,
+                            fmt::join(s->bits, ", ")));
+  if (std::find(s->group_sizes.begin(), s->group_sizes.end(), p.group_size) ==
+      s->group_sizes.end()) {
+    std::vector<std::string> gs;
+    for (int g : s->group_sizes) gs.push_back(group_name(g));
+    return fail(fmt::format("{} does not support group size {} (supported: {})", s->name,
+                            p.group_size, fmt::join(gs, ", ")));
+  }
+  if (p.dtype != DType::F32 && p.dtype != DType::F16 && p.dtype != DType::BF16)
+    return fail(fmt::format("{} quantizes F32, F16 or BF16 weights, not {}", s->name,
+                            dtype_name(p.dtype)));
+  if (rows <= 0 || cols <= 0)
+    return fail(fmt::format("cannot quantize an empty [{}, {}] tensor", rows, cols));
+  // bitsandbytes blocks run over the flattened tensor (a partial last block is allowed there);
+  // every other row groups columns within a row.
+  if (!s->flat_blocks && p.group_size != 0 && cols % p.group_size != 0)
+    return fail(fmt::format("group size {} does not divide the row length {} ({} groups run along "
+                            "each row)",
+                            p.group_size, cols, s->name));
+  if (p.scheme == "int4" && cols % 2 != 0)
+    return fail(fmt::format("int4 packs two columns per byte; the row length {} is odd", cols));
+  return true;
+}
+
+void validate_scheme(const SchemeParams& p, int64_t rows, int64_t cols, std::string_view what) {
+  std::string why;
+  if (!scheme_fits(p, rows, cols, &why)) user_error("{}: {}", what, why);
+}
+
+PackedLayout packed_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
+  validate_scheme(p, rows, cols, "layout");
+  return find_scheme(p.scheme).layout(p, rows, cols);
+}
+
+double scheme_bits_per_weight(const SchemeParams& p, int64_t rows, int64_t cols) {
+  PackedLayout l = packed_layout(p, rows, cols);
+  size_t bytes = l.data.nbytes() + l.scales.nbytes() + (l.biases ? l.biases->nbytes() : 0);
+  return 8.0 * double(bytes) / double(rows * cols);
+}
+
+PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
+                              std::string_view what) {
+  validate_scheme(p, rows, cols, what);
+  size_t n = size_t(rows) * size_t(cols);
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(w[i]))
+      user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i],
+                 i / size_t(cols), i % size_t(cols));
+  const Scheme& s = find_scheme(p.scheme);
+  if (p.dtype == DType::F32) return s.quantize(w, rows, cols, p);
+  std::vector<float> rounded(w, w + n);
+  for (float& v : rounded) {
+    v = round_to(p.dtype, v);
+    if (!std::isfinite(v))
+      user_error("{}: weight overflows {}; cannot quantize", what, dtype_name(p.dtype));
+  }
+  return s.quantize(rounded.data(), rows, cols, p);
+}
+
+void check_packed(const PackedTensor& t, std::string_view what) {
+  validate_scheme(t.params, t.rows, t.cols, what);
+  PackedLayout l = find_scheme(t.params.scheme).layout(t.params, t.rows, t.cols);
+  auto check = [&](const Tensor& got, const TensorSpec& want, const char* role) {
+    if (got.dtype != want.dtype || got.shape != want.shape || got.nbytes != want.nbytes() ||
+        (want.nbytes() > 0 && got.data == nullptr))
+      user_error("{}: {} {} has {} {} ({} bytes), expected {} {} for {} {}-bit group {} of "
+                 "[{}, {}]",
+                 what, t.params.scheme, role, dtype_name(got.dtype), fmt::join(got.shape, "x"),
+                 got.nbytes, dtype_name(want.dtype), fmt::join(want.shape, "x"), t.params.scheme,
+                 t.params.bits, t.params.group_size, t.rows, t.cols);
+  };
+  check(t.data, l.data, "codes");
+  check(t.scales, l.scales, "scales");
+  if (l.biases)
+    check(t.biases, *l.biases, "biases");
+  else if (t.biases.data != nullptr || t.biases.nbytes != 0)
+    user_error("{}: {} has no biases, but biases were given", what, t.params.scheme);
+}
+
+void dequantize_weights(const PackedTensor& t, float* out, std::string_view what) {
+  check_packed(t, what);
+  find_scheme(t.params.scheme).dequantize(t, out);
+}
+
+std::vector<float> dequantize_weights(const PackedTensor& t, std::string_view what) {
+  check_packed(t, what);
+  std::vector<float> out(size_t(t.rows) * size_t(t.cols));
+  find_scheme(t.params.scheme).dequantize(t, out.data());
+  return out;
+}
+
+}  // namespace qt

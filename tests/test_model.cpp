@@ -1,0 +1,388 @@
+// The forward pass and its kernels.
+//  * ops (exp, RMSNorm, RoPE, SwiGLU, row statistics, KL row) at every kernel level against
+//    double-precision formulas;
+//  * attention through the f32 KV cache at every kernel level against the scalar reference
+//    (ops::attention_ref), on ragged shapes, GQA groups, and appends in pieces;
+//  * SmolLM2-135M (the real Q4_1 GGUF) logits on the first 512 tokens of wiki.test.raw against
+//    transformers' fp32 logits (tests/golden/make_logits_golden.py): max |Δlogit| ≤ 1e-3, mean
+//    NLL within 1e-5 relative — in one batch, in pieces through the cache, and in bf16;
+//  * tiny random llama (llama3 RoPE scaling, GQA, untied head), qwen2 (q/k/v bias) and qwen3
+//    (q/k norm, head_dim ≠ hidden/heads) models against transformers' logits.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/checkpoint.h"
+#include "formats/error.h"
+#include "libquant/cpu_features.h"
+#include "libquant/kv/cache.h"
+#include "libquant/model/llama.h"
+#include "libquant/model/ops.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+using nlohmann::json;
+
+// Runs the body at every kernel level this CPU has, restoring the level afterwards.
+template <typename F>
+void at_every_level(F&& body) {
+  const KernelLevel saved = kernel_level();
+  for (KernelLevel lvl : available_kernel_levels()) {
+    set_kernel_level(lvl);
+    SCOPED_TRACE(kernel_level_name(lvl));
+    body(lvl);
+  }
+  set_kernel_level(saved);
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+json load_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return json::parse(f);
+}
+
+// ------------------------------------------------------------------------------------- ops
+
+TEST(Ops, ExpMatchesLibm) {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 88.0f; v += 0.01237f) x.push_back(v);
+  at_every_level([&](KernelLevel) {
+    std::vector<float> y = x;
+    ops::exp_inplace(y.data(), int64_t(y.size()));
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double e = std::exp(double(x[i]));
+      worst = std::max(worst, std::abs(y[i] - e) / e);
+    }
+    EXPECT_LT(worst, 4e-7);
+  });
+}
+
+TEST(Ops, RmsNormSwiGluMatchFormulas) {
+  const int rows = 5, dim = 77;  // ragged: not a multiple of any vector width
+  auto x = randn(rows * dim, 1, 3.0f), w = randn(dim, 2), u = randn(rows * dim, 3);
+  at_every_level([&](KernelLevel) {
+    std::vector<float> y(rows * dim), s(rows * dim);
+    ops::rmsnorm(x.data(), dim, w.data(), y.data(), dim, rows, dim, 1e-5f);
+    ops::swiglu(x.data(), u.data(), s.data(), rows, dim);
+    for (int r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+      const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int i = 0; i < dim; ++i) {
+        const double g = x[r * dim + i];
+        EXPECT_NEAR(y[r * dim + i], w[i] * g * inv, 2e-6 * (1 + std::abs(w[i] * g * inv)));
+        const double sw = g / (1 + std::exp(-g)) * u[r * dim + i];
+        EXPECT_NEAR(s[r * dim + i], sw, 1e-6 * (1 + std::abs(sw)));
+      }
+    }
+  });
+}
+
+TEST(Ops, RopeIsRotateHalf) {
+  ModelConfig c;
+  c.head_dim = 40;  // half = 20: a vector and a scalar tail at every width
+  c.rope_theta = 10000.0f;
+  ops::RopeTable t(c);
+  t.ensure(300);
+  const int heads = 3, rows = 4, pos0 = 290;
+  auto x = randn(rows * heads * 40, 4);
+  at_every_level([&](KernelLevel) {
+    std::vector<float> y = x;
+    ops::rope(y.data(), heads * 40, rows, heads, 40, pos0, t);
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < 20; ++i) {
+          // angle as transformers computes it: float32 inv_freq, float32 product
+          const float inv = 1.0f / std::pow(10000.0f, float(2 * i) / 40.0f);
+          const double a = double(float(pos0 + r) * inv);
+          const float* xr = &x[(r * heads + h) * 40];
+          const double e0 = xr[i] * std::cos(a) - xr[i + 20] * std::sin(a);
+          const double e1 = xr[i + 20] * std::cos(a) + xr[i] * std::sin(a);
+          EXPECT_NEAR(y[(r * heads + h) * 40 + i], e0, 1e-5);
+          EXPECT_NEAR(y[(r * heads + h) * 40 + i + 20], e1, 1e-5);
+        }
+  });
+}
+
+TEST(Ops, RowStatsAndKlMatchDouble) {
+  const int n = 1001;
+  auto a = randn(n, 5, 4.0f), b = randn(n, 6, 4.0f);
+  for (int i = 0; i < n; ++i) b[i] = a[i] + 0.3f * b[i] / 4.0f;  // a nearby distribution
+  a[517] = 30.0f;  // the argmax, away from the start
+  double mx = -1e30;
+  for (float v : a) mx = std::max(mx, double(v));
+  auto lse = [&](const std::vector<float>& l) {
+    double m = *std::max_element(l.begin(), l.end()), s = 0;
+    for (float v : l) s += std::exp(v - m);
+    return m + std::log(s);
+  };
+  const double la = lse(a), lb = lse(b);
+  double kl = 0;
+  for (int i = 0; i < n; ++i) kl += std::exp(a[i] - la) * ((a[i] - la) - (b[i] - lb));
+  at_every_level([&](KernelLevel) {
+    ops::RowStats s = ops::row_stats(a.data(), n);
+    EXPECT_EQ(s.argmax, 517);
+    EXPECT_EQ(s.max, 30.0f);
+    EXPECT_NEAR(s.lse, la, 1e-6);
+    const double k = ops::kl_row(a.data(), la, b.data(), lb, n);
+    EXPECT_NEAR(k, kl, 1e-6 * std::abs(kl) + 1e-9);
+  });
+}
+
+// ------------------------------------------------------------------------------- attention
+
+struct AttnCase {
+  int n_heads, n_kv_heads, head_dim, first_pos, n_q, pieces;
+};
+
+TEST(Attention, CacheMatchesScalarReference) {
+  const AttnCase cases[] = {
+      {9, 3, 64, 0, 37, 1},  {9, 3, 64, 0, 130, 3}, {4, 4, 32, 10, 1, 1}, {8, 2, 128, 50, 13, 2},
+      {6, 1, 16, 0, 7, 1},   {2, 2, 24, 3, 29, 2},  {3, 3, 6, 0, 9, 1},   {2, 1, 80, 0, 70, 4},
+  };
+  for (const AttnCase& tc : cases) {
+    SCOPED_TRACE(::testing::Message() << tc.n_heads << "/" << tc.n_kv_heads << " heads, d " << tc.head_dim
+                                      << ", pos " << tc.first_pos << " + " << tc.n_q);
+    const int total = tc.first_pos + tc.n_q, D = tc.head_dim;
+    const int64_t qw = int64_t(tc.n_heads) * D, kw = int64_t(tc.n_kv_heads) * D;
+    auto k = randn(total * kw, 11), v = randn(total * kw, 12), q = randn(tc.n_q * qw, 13, 2.0f);
+    KVShape s{1, tc.n_heads, tc.n_kv_heads, D, total + 5, 1.0f / std::sqrt(float(D))};
+    // The reference reads the same layout from plain arrays.
+    const int64_t cap = total;
+    std::vector<float> blocks(size_t(tc.n_kv_heads) * 2 * cap * D);
+    for (int h = 0; h < tc.n_kv_heads; ++h)
+      for (int j = 0; j < total; ++j)
+        for (int d = 0; d < D; ++d) {
+          blocks[(h * 2 * cap) * D + d * cap + j] = k[j * kw + h * D + d];
+          blocks[(h * 2 * cap + cap) * D + j * D + d] = v[j * kw + h * D + d];
+        }
+    ops::AttnLayout ref_layout{blocks.data(), blocks.data() + cap * D, cap, D, 2 * cap * D};
+    std::vector<float> want(tc.n_q * qw);
+    ops::attention_ref(q.data(), qw, tc.n_q, tc.first_pos, tc.n_heads, tc.n_kv_heads, D, s.scale,
+                       ref_layout, want.data(), qw);
+    at_every_level([&](KernelLevel) {
+      auto cache = make_kv_cache("f32", s);
+      // Fill twice: the second sequence must not see the first (clear()).
+      for (int round = 0; round < 2; ++round) {
+        cache->clear();
+        int done = 0;
+        for (int p = 0; p < tc.pieces; ++p) {
+          const int n = (p + 1 == tc.pieces) ? total - done : total / tc.pieces;
+          const float* kk = round ? k.data() : v.data();  // round 0: different data
+          cache->append(0, kk + done * kw, v.data() + done * kw, n, done);
+          done += n;
+        }
+      }
+      ASSERT_EQ(cache->size(0), total);
+      std::vector<float> got(tc.n_q * qw, -1.0f);
+      cache->attend(0, q.data(), tc.n_q, tc.first_pos, got.data());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+      EXPECT_LT(worst, 2e-6);
+    });
+  }
+}
+
+TEST(Attention, CacheRefusesOutOfOrderAppend) {
+  KVShape s{2, 2, 1, 8, 16, 0.35f};
+  auto cache = make_kv_cache("f32", s);
+  std::vector<float> kv(8 * 4);
+  cache->append(0, kv.data(), kv.data(), 4, 0);
+  EXPECT_THROW(cache->append(0, kv.data(), kv.data(), 1, 5), UserError);   // gap
+  EXPECT_THROW(cache->append(1, kv.data(), kv.data(), 17, 0), UserError);  // past capacity
+  EXPECT_THROW(make_kv_cache("nope", s), UserError);
+}
+
+// ------------------------------------------------------------------ SmolLM2 vs transformers
+
+struct Golden {
+  json j;
+  std::vector<int32_t> ids;
+};
+
+Golden smollm_golden() {
+  Golden g;
+  g.j = load_json(test::source_dir() + "/tests/golden/logits/smollm2_q4_1_wiki512.json");
+  g.ids = g.j["ids"].get<std::vector<int32_t>>();
+  return g;
+}
+
+struct Diff {
+  double max_abs = 0;  // over every logit the golden holds
+  double mean_nll = 0;
+  double max_logit_sum_err = 0;  // |Δ Σ_v logit| / vocab
+  int top1_mismatch = 0;
+};
+
+// Compares logits of positions [p0, p0+rows) with the golden (only what it holds there).
+Diff compare(const Golden& g, const float* logits, int p0, int rows, int V) {
+  Diff d;
+  auto upd = [&](double a, double b) { d.max_abs = std::max(d.max_abs, std::abs(a - b)); };
+  auto at = [&](int p, int v) { return double(logits[size_t(p - p0) * V + v]); };
+  for (int p = p0; p < p0 + rows; ++p) {
+    ops::RowStats st = ops::row_stats(logits + size_t(p - p0) * V, V);
+    upd(st.max, g.j["max_logit"][p].get<double>());
+    upd(st.lse, g.j["lse"][p].get<double>());
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += at(p, v);
+    d.max_logit_sum_err = std::max(d.max_logit_sum_err, std::abs(sum - g.j["logit_sum"][p].get<double>()) / V);
+  }
+  for (auto& t : g.j["top5"]) {
+    int p = t["pos"];
+    if (p < p0 || p >= p0 + rows) continue;
+    for (int i = 0; i < 5; ++i) upd(at(p, t["ids"][i]), t["logits"][i].get<double>());
+    if (ops::row_stats(logits + size_t(p - p0) * V, V).argmax != t["ids"][0]) ++d.top1_mismatch;
+  }
+  for (auto& s : g.j["samples"]) {
+    int p = s[0];
+    if (p >= p0 && p < p0 + rows) upd(at(p, s[1]), s[2].get<double>());
+  }
+  double nll = 0;
+  int n = 0;
+  for (int p = p0; p < p0 + rows && p + 1 < int(g.ids.size()); ++p, ++n) {
+    ops::RowStats st = ops::row_stats(logits + size_t(p - p0) * V, V);
+    nll += st.lse - at(p, g.ids[p + 1]);
+  }
+  d.mean_nll = n ? nll / n : 0;
+  return d;
+}
+
+double golden_mean_nll(const Golden& g, int p0, int rows) {
+  double s = 0;
+  int n = 0;
+  for (int p = p0; p < p0 + rows && p < 511; ++p, ++n) s += g.j["nll"][p].get<double>();
+  return s / n;
+}
+
+class SmolLM : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(test::model_gguf())) return;
+    ck_ = new Checkpoint(load_checkpoint(test::model_gguf()));
+  }
+  static void TearDownTestSuite() {
+    delete ck_;
+    ck_ = nullptr;
+  }
+  static Checkpoint* ck_;
+};
+Checkpoint* SmolLM::ck_ = nullptr;
+
+TEST_F(SmolLM, LogitsMatchTransformersFp32) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const Golden g = smollm_golden();
+  ASSERT_EQ(g.ids.size(), 512u);
+  const int V = ck_->config.vocab;
+  ASSERT_EQ(V, g.j["vocab"].get<int>());
+  const KernelLevel saved = kernel_level();
+  for (KernelLevel lvl : available_kernel_levels()) {
+    set_kernel_level(lvl);
+    SCOPED_TRACE(kernel_level_name(lvl));
+    // The scalar GEMM is the slow spec: a 48-token prefix is enough to check it.
+    const int n = lvl == KernelLevel::Scalar ? 48 : 512;
+    LlamaModel m(*ck_, Compute::F32);
+    auto cache = m.make_cache(512);
+    std::vector<float> logits(size_t(n) * V);
+    m.forward(g.ids.data(), n, 0, *cache, 0, n, logits.data());
+    Diff d = compare(g, logits.data(), 0, n, V);
+    const double want = golden_mean_nll(g, 0, n);
+    EXPECT_LE(d.max_abs, 1e-3);
+    EXPECT_LE(d.max_logit_sum_err, 1e-4);
+    EXPECT_EQ(d.top1_mismatch, 0);
+    EXPECT_NEAR(d.mean_nll, want, 1e-5 * want);
+    if (n == 512) EXPECT_NEAR(want, g.j["mean_nll"].get<double>(), 1e-12);
+    std::printf("[%s] max |dlogit| %.2e, mean NLL %.8f vs %.8f (rel %.1e)\n", kernel_level_name(lvl),
+                d.max_abs, d.mean_nll, want, std::abs(d.mean_nll - want) / want);
+  }
+  set_kernel_level(saved);
+}
+
+// Three forward calls (positions 0-199, 200, 201-511) through the cache give the same logits.
+TEST_F(SmolLM, IncrementalForwardMatchesTransformers) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const Golden g = smollm_golden();
+  const int V = ck_->config.vocab;
+  LlamaModel m(*ck_, Compute::F32);
+  auto cache = m.make_cache(512);
+  std::vector<float> logits(size_t(311) * V);
+  m.forward(g.ids.data(), 200, 0, *cache, 0, 0, nullptr);  // no output rows
+  m.forward(g.ids.data() + 200, 1, 200, *cache, 0, 1, logits.data());
+  Diff d1 = compare(g, logits.data(), 200, 1, V);
+  m.forward(g.ids.data() + 201, 311, 201, *cache, 0, 311, logits.data());
+  Diff d2 = compare(g, logits.data(), 201, 311, V);
+  EXPECT_LE(d1.max_abs, 1e-3);
+  EXPECT_LE(d2.max_abs, 1e-3);
+  const double want = golden_mean_nll(g, 201, 311);
+  EXPECT_NEAR(d2.mean_nll, want, 1e-5 * want);
+}
+
+// bf16 weights and activations: not the fp32 reference any more, but close to it.
+TEST_F(SmolLM, Bf16StaysCloseToFp32) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const Golden g = smollm_golden();
+  const int V = ck_->config.vocab, n = 256;
+  LlamaModel m(*ck_, Compute::BF16);
+  EXPECT_EQ(m.linear_kind(), "bf16");
+  auto cache = m.make_cache(n);
+  std::vector<float> logits(size_t(n) * V);
+  m.forward(g.ids.data(), n, 0, *cache, 0, n, logits.data());
+  Diff d = compare(g, logits.data(), 0, n, V);
+  const double want = golden_mean_nll(g, 0, n);
+  std::printf("bf16: max |dlogit| %.3f, mean NLL %.6f vs %.6f\n", d.max_abs, d.mean_nll, want);
+  EXPECT_NEAR(d.mean_nll, want, 0.01 * want);
+  EXPECT_LT(d.max_abs, 0.5);
+  EXPECT_GT(d.max_abs, 1e-4);  // it really computed in bf16
+}
+
+// ------------------------------------------------------------- tiny models vs transformers
+
+class TinyModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyModel, LogitsMatchTransformers) {
+  const std::string dir = test::source_dir() + "/tests/golden/logits/tiny-" + GetParam();
+  const json g = load_json(dir + "/logits.json");
+  Checkpoint ck = load_checkpoint(dir);
+  EXPECT_EQ(ck.config.arch, g["arch"].get<std::string>());
+  const auto ids = g["ids"].get<std::vector<int32_t>>();
+  const auto want = g["logits"].get<std::vector<float>>();
+  const int n = int(ids.size()), V = ck.config.vocab;
+  ASSERT_EQ(want.size(), size_t(n) * V);
+  at_every_level([&](KernelLevel) {
+    LlamaModel m(ck, Compute::F32);
+    auto cache = m.make_cache(n);
+    std::vector<float> got(size_t(n) * V);
+    // Two pieces: exercises positions > 0 in RoPE and the cache.
+    m.forward(ids.data(), 5, 0, *cache, 0, 5, got.data());
+    m.forward(ids.data() + 5, n - 5, 5, *cache, 0, n - 5, got.data() + size_t(5) * V);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+    EXPECT_LT(worst, 1e-4);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TinyModel, ::testing::Values("llama3", "qwen2", "qwen3"));
+
+TEST(Model, RefusesUnsupportedArchitecture) {
+  Checkpoint ck;
+  ck.path = "fake";
+  ck.config.arch = "gpt2";
+  EXPECT_THROW(LlamaModel(ck, Compute::F32), UserError);
+}
+
+}  // namespace
+}  // namespace qt

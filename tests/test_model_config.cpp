@@ -1,0 +1,214 @@
+// ModelConfig against transformers: config.json files saved by transformers' own config classes
+// (v5 form) with the attributes transformers derives from them, llama3 rope factors from
+// transformers' rope init, tiny GGUFs read by transformers' GGUF loader, and the real model's
+// published facts (issue 2). Golden files: tests/golden/make_hf_export_golden.py.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/error.h"
+#include "formats/gguf.h"
+#include "formats/model_config.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+using nlohmann::json;
+
+json golden(const std::string& name) {
+  std::ifstream f(test::source_dir() + "/tests/golden/hf_export/" + name);
+  EXPECT_TRUE(f.good()) << name;
+  return json::parse(f);
+}
+
+// Compare a parsed config with the attributes transformers reports (make_hf_export_golden.py
+// config_facts()).
+void expect_facts(const ModelConfig& c, const json& e, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(c.arch, e["model_type"].get<std::string>());
+  EXPECT_EQ(c.hidden, e["hidden_size"].get<int>());
+  EXPECT_EQ(c.intermediate, e["intermediate_size"].get<int>());
+  EXPECT_EQ(c.n_layers, e["num_hidden_layers"].get<int>());
+  EXPECT_EQ(c.n_heads, e["num_attention_heads"].get<int>());
+  EXPECT_EQ(c.n_kv_heads, e["num_key_value_heads"].get<int>());
+  EXPECT_EQ(c.head_dim, e["head_dim"].get<int>());
+  EXPECT_EQ(c.vocab, e["vocab_size"].get<int>());
+  EXPECT_EQ(c.max_position, e["max_position_embeddings"].get<int>());
+  EXPECT_EQ(c.rms_eps, float(e["rms_norm_eps"].get<double>()));
+  EXPECT_EQ(c.rope_theta, float(e["rope_theta"].get<double>()));
+  EXPECT_EQ(c.tie_word_embeddings, e["tie_word_embeddings"].get<bool>());
+  auto first_id = [](const json& v) { return v.is_null() ? -1 : v.is_array() ? v[0].get<int>() : v.get<int>(); };
+  EXPECT_EQ(c.bos_token_id, first_id(e["bos_token_id"]));
+  EXPECT_EQ(c.eos_token_id, first_id(e["eos_token_id"]));
+  std::string rope_type = e["rope_type"];
+  EXPECT_EQ(c.rope_scaling.type, rope_type == "default" ? "" : rope_type);
+  if (rope_type == "llama3") {
+    EXPECT_EQ(c.rope_scaling.factor, float(e["rope_factor"].get<double>()));
+    EXPECT_EQ(c.rope_scaling.low_freq_factor, float(e["rope_low_freq_factor"].get<double>()));
+    EXPECT_EQ(c.rope_scaling.high_freq_factor, float(e["rope_high_freq_factor"].get<double>()));
+    EXPECT_EQ(c.rope_scaling.original_max_position_embeddings,
+              e["rope_original_max_position_embeddings"].get<int>());
+  }
+  EXPECT_EQ(c.attention_bias, c.arch == "qwen2");
+  EXPECT_EQ(c.qk_norm, c.arch == "qwen3");
+}
+
+TEST(ModelConfig, TransformersSavedConfigs) {
+  json g = golden("configs.json");
+  ASSERT_EQ(g["configs"].size(), 5u);
+  for (auto& [name, c] : g["configs"].items()) {
+    ModelConfig mc = ModelConfig::from_hf_json(c["config_json"], name + "/config.json");
+    expect_facts(mc, c["expected"], name);
+    // Our own config.json must read back to the same configuration.
+    ModelConfig again = ModelConfig::from_hf_json(mc.to_hf_json(), name + " (re-read)");
+    expect_facts(again, c["expected"], name + " re-read");
+  }
+}
+
+TEST(ModelConfig, V4FormAndDefaults) {
+  // transformers v4 form: rope_theta / rope_scaling at the top, "type" spelling, torch_dtype.
+  json j = json::parse(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+      "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0},
+      "torch_dtype": "bfloat16", "eos_token_id": [7, 8]})");
+  ModelConfig c = ModelConfig::from_hf_json(j, "v4.json");
+  EXPECT_EQ(c.arch, "llama");                    // from architectures when model_type is absent
+  EXPECT_EQ(c.n_kv_heads, 4);                    // defaults to num_attention_heads
+  EXPECT_EQ(c.head_dim, 16);                     // hidden / heads
+  EXPECT_EQ(c.rms_eps, 1e-6f);                   // LlamaConfig default
+  EXPECT_EQ(c.max_position, 2048);               // LlamaConfig default
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  EXPECT_EQ(c.rope_scaling.factor, 2.0f);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.eos_token_id, 7);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_FALSE(c.tie_word_embeddings);
+  // 2 layers x (q 64x64 + k,v 64x64 each + o 64x64 + 3 x 64x128 + 2 norms) + embed + head + norm
+  EXPECT_EQ(c.n_params(), 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 2 * 100 * 64 + 64);
+  // v5 llama3 without original_max_position_embeddings: filled from max_position_embeddings.
+  json k = json::parse(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 4096,
+      "rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
+                          "low_freq_factor": 1.0, "high_freq_factor": 4.0}})");
+  ModelConfig d = ModelConfig::from_hf_json(k, "v5.json");
+  EXPECT_EQ(d.rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(d.rope_theta, 10000.0f);
+}
+
+// Each bad config is refused with a message naming the file and the problem.
+TEST(ModelConfig, BadConfigs) {
+  const std::string base = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                              "num_attention_heads": 4, "vocab_size": 100)";
+  struct Case {
+    std::string json, needle;
+  };
+  const Case cases[] = {
+      {R"({"model_type": "gemma2", )" + base + "}", "unsupported architecture 'gemma2'"},
+      {R"({"architectures": ["Phi3ForCausalLM"], )" + base + "}", "'Phi3ForCausalLM'"},
+      {R"({"hidden_size": 64})", "no 'model_type' or 'architectures'"},
+      {R"({"model_type": "llama", "hidden_size": 64})", "missing 'intermediate_size'"},
+      {R"({"model_type": "llama", )" + base + R"(, "num_key_value_heads": 3})", "not a multiple of 3"},
+      {R"({"model_type": "llama", )" + base + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
+       "rope scaling type 'yarn'"},
+      {R"({"model_type": "llama", )" + base + R"(, "mlp_bias": true})", "mlp_bias"},
+      {R"({"model_type": "llama", )" + base + R"(, "attention_bias": true})", "attention_bias"},
+      {R"({"model_type": "llama", )" + base + R"(, "hidden_act": "gelu"})", "hidden_act 'gelu'"},
+      {R"({"model_type": "llama", "hidden_size": "64", "intermediate_size": 1, "num_hidden_layers": 1,
+          "num_attention_heads": 4, "vocab_size": 1})", "'hidden_size' must be an integer"},
+      {R"({"model_type": "llama", )" + base + R"(, "rms_norm_eps": "x"})", "'rms_norm_eps' must be a number"},
+      {R"({"model_type": "llama", )" + base + R"(, "head_dim": 15})", "head_dim 15 must be even"},
+      {R"([1, 2])", "must be a JSON object"},
+  };
+  for (auto& tc : cases) {
+    SCOPED_TRACE(tc.json);
+    try {
+      ModelConfig::from_hf_json(json::parse(tc.json), "dir/config.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const UserError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("dir/config.json: "), std::string::npos) << m;
+      EXPECT_NE(m.find(tc.needle), std::string::npos) << m;
+    }
+  }
+}
+
+// rope_freqs.weight (the only trace of llama3 scaling in a GGUF) back to the HF parameters.
+TEST(ModelConfig, Llama3RopeFreqsFromTransformers) {
+  json g = golden("configs.json");
+  ASSERT_EQ(g["rope_freqs"].size(), 2u);
+  for (auto& rf : g["rope_freqs"]) {
+    std::vector<float> ff = rf["factors"].get<std::vector<float>>();
+    double theta = rf["rope_theta"];
+    int hd = rf["head_dim"];
+    auto& want = rf["rope_scaling"];
+    RopeScaling r = llama3_scaling_from_rope_freqs(ff, theta, hd, "x.gguf");
+    EXPECT_EQ(r.type, "llama3");
+    EXPECT_EQ(r.factor, float(want["factor"].get<double>()));
+    EXPECT_EQ(r.low_freq_factor, float(want["low_freq_factor"].get<double>()));
+    EXPECT_EQ(r.high_freq_factor, float(want["high_freq_factor"].get<double>()));
+    EXPECT_EQ(r.original_max_position_embeddings, want["original_max_position_embeddings"].get<int>());
+    auto back = llama3_rope_factors(r, theta, hd);
+    ASSERT_EQ(back.size(), ff.size());
+    for (size_t i = 0; i < ff.size(); ++i) EXPECT_NEAR(back[i], ff[i], 2e-6 * ff[i]) << i;
+  }
+  // All ones: no scaling. Nonsense: refused.
+  EXPECT_EQ(llama3_scaling_from_rope_freqs(std::vector<float>(32, 1.0f), 1e4, 64, "x").type, "");
+  std::vector<float> bad(32, 1.0f);
+  bad[3] = 7.0f;
+  EXPECT_THROW(llama3_scaling_from_rope_freqs(bad, 1e4, 64, "x"), UserError);
+  EXPECT_THROW(llama3_scaling_from_rope_freqs(bad, 1e4, 62, "x"), UserError);  // wrong length
+}
+
+TEST(ModelConfig, TinyGgufsAsTransformersReadsThem) {
+  json g = golden("tiny.json");
+  ASSERT_EQ(g.size(), 3u);
+  for (auto& [name, t] : g.items()) {
+    GgufFile f = GgufFile::open(test::source_dir() + "/tests/golden/hf_export/" + t["file"].get<std::string>());
+    expect_facts(ModelConfig::from_gguf(f), t["config"], name);
+  }
+}
+
+TEST(ModelConfig, RealModelFacts) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  GgufFile g = GgufFile::open(test::model_gguf());
+  ModelConfig c = ModelConfig::from_gguf(g);
+  // Issue 2's facts.
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.hidden, 576);
+  EXPECT_EQ(c.intermediate, 1536);
+  EXPECT_EQ(c.n_layers, 30);
+  EXPECT_EQ(c.n_heads, 9);
+  EXPECT_EQ(c.n_kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab, 49152);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope_theta, 100000.0f);
+  EXPECT_EQ(c.rms_eps, 1e-5f);
+  EXPECT_EQ(c.rope_scaling.type, "");
+  EXPECT_FALSE(g.get_bool("tokenizer.ggml.add_bos_token"));
+  // And everything transformers' GGUF loader reads from the same file.
+  json s = golden("smollm2_q4_1.json");
+  expect_facts(c, s["config"], "smollm2");
+  // Parameter count = elements of the tensors transformers loads (tied head counted once).
+  int64_t n = 0;
+  for (auto& [name, t] : s["tensors"].items()) {
+    int64_t e = 1;
+    for (auto d : t["shape"]) e *= d.get<int64_t>();
+    n += e;
+  }
+  EXPECT_EQ(c.n_params(), n);
+  EXPECT_EQ(c.n_params(), 134515008);
+  // Our config.json carries what transformers needs.
+  json hf = c.to_hf_json();
+  EXPECT_EQ(hf["architectures"], json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(hf["rms_norm_eps"].get<double>(), 1e-5);  // written as 1e-05, not 9.99999974e-06
+  EXPECT_EQ(hf["rope_theta"].get<double>(), 100000.0);
+  EXPECT_EQ(hf["pad_token_id"].get<int>(), 2);
+  EXPECT_TRUE(hf["rope_scaling"].is_null());
+}
+
+}  // namespace
+}  // namespace qt
