@@ -54,21 +54,6 @@ std::string duration(double s) {
                    : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
-// Refuses a baseline that is not the same model (shapes) with the same vocabulary and
-// tokenization of this text.
-void check_baseline(const Checkpoint& a, const Checkpoint& b, const std::vector<int32_t>& ids,
-                    const std::vector<int32_t>& base_ids) {
-  const ModelConfig &x = a.config, &y = b.config;
-  if (x.vocab != y.vocab)
-    user_error("--kl-base-model {}: vocabulary of {} tokens, the model has {}", b.path, y.vocab, x.vocab);
-  if (x.arch != y.arch || x.hidden != y.hidden || x.n_layers != y.n_layers || x.n_heads != y.n_heads ||
-      x.n_kv_heads != y.n_kv_heads || x.intermediate != y.intermediate || x.head_dim != y.head_dim)
-    user_error("--kl-base-model {}: a different model ({} {}x{}) from {} ({} {}x{})", b.path, y.arch,
-               y.n_layers, y.hidden, a.path, x.arch, x.n_layers, x.hidden);
-  if (ids != base_ids)
-    user_error("--kl-base-model {}: its tokenizer splits the text differently from the model's", b.path);
-}
-
 int run(const Options& o) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -105,13 +90,13 @@ int run(const Options& o) {
   std::unique_ptr<LlamaModel> base;
   if (!o.kl_base.empty()) {
     Checkpoint bk = load_checkpoint(o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);  // shapes and vocabulary first
     if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
-    check_baseline(ck, bk, ids, bk.tokenizer->encode(text, true));
-    base = std::make_unique<LlamaModel>(bk, Compute::F32);  // the reference runs in fp32
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
+    base = std::make_unique<LlamaModel>(std::move(bk), Compute::F32);  // the reference runs in fp32
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
-  auto model = std::make_unique<LlamaModel>(ck, compute);
-  ck.tensors.clear();  // the model holds what it needs
+  auto model = std::make_unique<LlamaModel>(std::move(ck), compute);  // releases ck's tensors
 
   const bool tty = isatty(fileno(stderr));
   ProgressFn progress = [&](const ChunkProgress& p) {

@@ -159,13 +159,16 @@ TEST(Checkpoint, HfFolderRoundTrip) {
 // Folder inputs that must be refused with a line naming the folder or file and the problem.
 TEST(Checkpoint, BadFolders) {
   Checkpoint src = load_checkpoint(golden_dir() + "tiny_qwen2.gguf");
+  std::vector<std::string> made;
   auto make = [&](const std::string& tag) {
     std::string dir = test::temp_dir(tag);
+    made.push_back(dir);
     write_hf_folder(src, dir, HfWriteOptions{});
     return fs::path(dir);
   };
   {
     std::string dir = test::temp_dir("noconfig");
+    made.push_back(dir);
     EXPECT_EQ(user_error_of([&] { load_checkpoint(dir); }), dir + ": no config.json");
   }
   {
@@ -214,6 +217,7 @@ TEST(Checkpoint, BadFolders) {
       if (n == "model.norm.weight") t.dtype = DType::I32;
   });
   EXPECT_NE(m.find("has dtype I32"), std::string::npos) << m;
+  for (auto& d : made) fs::remove_all(d);
 }
 
 TEST(Checkpoint, BadFiles) {

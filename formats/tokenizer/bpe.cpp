@@ -151,11 +151,16 @@ void BpeTokenizer::encode_fragment(std::string_view frag, bool after_special, bo
     text = buf_text;
     match = buf_match;
   }
+  std::string pre_text, pre_match;
   if (add_prefix_space && (text.empty() || text[0] != ' ')) {
-    buf_text = " " + std::string(text);
-    buf_match = " " + std::string(match);
-    text = buf_text;
-    match = buf_match;
+    pre_text.reserve(text.size() + 1);
+    pre_text.push_back(' ');
+    pre_text.append(text);
+    pre_match.reserve(match.size() + 1);
+    pre_match.push_back(' ');
+    pre_match.append(match);
+    text = pre_text;
+    match = pre_match;
   }
   std::vector<Piece> pieces;
   pieces.reserve(text.size() / 4 + 1);

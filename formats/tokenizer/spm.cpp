@@ -8,11 +8,44 @@
 
 namespace qt::tok {
 
+namespace {
+
+// A symbol (<= 4 bytes) packed into 32 bits. Packing can only make different pairs look alike,
+// which merely keeps two segments together.
+inline uint32_t pack_symbol(std::string_view s) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < s.size() && i < 4; ++i) v |= uint32_t(static_cast<uint8_t>(s[i])) << (8 * i);
+  return v;
+}
+inline uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
+
+// Symbol boundaries as llama.cpp cuts text: by the lead byte's length class, clamped at the end.
+void symbol_starts(std::string_view s, std::vector<uint32_t>* starts) {
+  starts->clear();
+  for (size_t off = 0; off < s.size();) {
+    starts->push_back(static_cast<uint32_t>(off));
+    off += std::min(utf8_len(static_cast<uint8_t>(s[off])), s.size() - off);
+  }
+  starts->push_back(static_cast<uint32_t>(s.size()));
+}
+
+}  // namespace
+
 void SpmTokenizer::finalize() {
   for (int b = 0; b < 256; ++b) {
     int32_t id = vocab.find(fmt::format("<0x{:02X}>", b));
     if (id < 0) id = vocab.find(std::string(1, static_cast<char>(b)));  // llama.cpp byte_to_token
     byte_tokens_[b] = id;
+  }
+  pairs_.clear();
+  std::vector<uint32_t> st;
+  for (const TokenInfo& t : vocab.tokens) {
+    symbol_starts(t.text, &st);
+    for (size_t i = 0; i + 2 < st.size(); ++i) {
+      const std::string_view tv = t.text;
+      pairs_.insert(pair_key(pack_symbol(tv.substr(st[i], st[i + 1] - st[i])),
+                             pack_symbol(tv.substr(st[i + 1], st[i + 2] - st[i + 1]))));
+    }
   }
 }
 
@@ -34,20 +67,32 @@ void SpmTokenizer::encode_fragment(std::string_view frag, bool after_special, bo
       text += c;
   }
   const std::string_view tv = text;
+  std::vector<uint32_t> st;
+  symbol_starts(tv, &st);
+  const size_t n = st.size() - 1;
+  size_t seg = 0;
+  uint32_t prev = n ? pack_symbol(tv.substr(st[0], st[1] - st[0])) : 0;
+  for (size_t i = 1; i < n; ++i) {
+    const uint32_t cur = pack_symbol(tv.substr(st[i], st[i + 1] - st[i]));
+    if (!pairs_.count(pair_key(prev, cur))) {
+      encode_segment(tv, st.data() + seg, i - seg, out);
+      seg = i;
+    }
+    prev = cur;
+  }
+  if (n > seg) encode_segment(tv, st.data() + seg, n - seg, out);
+}
 
-  // Symbols are UTF-8 characters by their lead byte (invalid bytes are taken as they come).
+// llm_tokenizer_spm_session::tokenize on symbols [starts[0], starts[n]).
+void SpmTokenizer::encode_segment(std::string_view tv, const uint32_t* starts, size_t n,
+                                  std::vector<int32_t>* out) const {
   struct Sym {
     int32_t prev, next;
     uint32_t begin, n;
   };
-  std::vector<Sym> syms;
-  syms.reserve(text.size());
-  for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(utf8_len(static_cast<uint8_t>(text[off])), text.size() - off);
-    const auto idx = static_cast<int32_t>(syms.size());
-    syms.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, uint32_t(off), uint32_t(len)});
-    off += len;
-  }
+  std::vector<Sym> syms(n);
+  for (size_t i = 0; i < n; ++i)
+    syms[i] = {int32_t(i) - 1, i + 1 == n ? -1 : int32_t(i + 1), starts[i], starts[i + 1] - starts[i]};
 
   struct Bigram {
     int32_t left, right;
@@ -66,7 +111,7 @@ void SpmTokenizer::encode_fragment(std::string_view frag, bool after_special, bo
     if (id < 0) return;
     queue.push({l, r, vocab.tokens[id].score, size});
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
+  for (int32_t i = 1; i < static_cast<int32_t>(n); ++i) try_add(i - 1, i);
 
   while (!queue.empty()) {
     const Bigram b = queue.top();
@@ -82,7 +127,6 @@ void SpmTokenizer::encode_fragment(std::string_view frag, bool after_special, bo
     try_add(b.left, l.next);
   }
 
-  if (syms.empty()) return;
   // Every merged symbol is a token by construction; only single characters can be missing
   // (llama.cpp's resegment then falls back to bytes).
   for (int32_t i = 0; i != -1; i = syms[i].next) {
@@ -93,7 +137,7 @@ void SpmTokenizer::encode_fragment(std::string_view frag, bool after_special, bo
       continue;
     }
     for (uint32_t k = 0; k < s.n; ++k) {
-      const int32_t bid = byte_token(static_cast<uint8_t>(text[s.begin + k]));
+      const int32_t bid = byte_token(static_cast<uint8_t>(tv[s.begin + k]));
       if (bid >= 0) out->push_back(bid);
     }
   }

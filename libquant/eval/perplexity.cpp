@@ -30,6 +30,18 @@ ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunk
   return p;
 }
 
+void check_kl_baseline(const ModelConfig& x, const ModelConfig& y, const std::string& base_path,
+                       const std::vector<int32_t>& ids, const std::vector<int32_t>& base_ids) {
+  if (x.vocab != y.vocab)
+    user_error("--kl-base-model {}: vocabulary of {} tokens, the model has {}", base_path, y.vocab, x.vocab);
+  if (x.arch != y.arch || x.hidden != y.hidden || x.n_layers != y.n_layers || x.n_heads != y.n_heads ||
+      x.n_kv_heads != y.n_kv_heads || x.intermediate != y.intermediate || x.head_dim != y.head_dim)
+    user_error("--kl-base-model {}: a different model ({}, {} layers x {}) from the one evaluated ({}, {} layers x {})",
+               base_path, y.arch, y.n_layers, y.hidden, x.arch, x.n_layers, x.hidden);
+  if (ids != base_ids)
+    user_error("--kl-base-model {}: its tokenizer splits the text differently from the model's", base_path);
+}
+
 double token_nll(const float* logits, int n_vocab, int target) {
   return ops::row_stats(logits, n_vocab).lse - double(logits[target]);
 }

@@ -71,6 +71,11 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
                               const PplOptions& opt, LlamaModel* base = nullptr,
                               const ProgressFn& progress = {});
 
+// Refuses (UserError naming base_path) a KL baseline that is not the same model: another
+// architecture or shape, another vocabulary, or a tokenizer that splits the text differently.
+void check_kl_baseline(const ModelConfig& model, const ModelConfig& base, const std::string& base_path,
+                       const std::vector<int32_t>& ids, const std::vector<int32_t>& base_ids);
+
 // The per-token NLL of one row of logits (log-sum-exp in double, llama.cpp's formula).
 double token_nll(const float* logits, int n_vocab, int target);
 

@@ -37,7 +37,8 @@ std::vector<float> vec_of(const Checkpoint& ck, const std::string& name, int64_t
 
 }  // namespace
 
-LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear) : cfg_(ck.config) {
+LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume)
+    : cfg_(ck.config) {
   const ModelConfig& c = cfg_;
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3")
     user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3)", ck.path, c.arch);
@@ -55,6 +56,10 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear) :
     if (l->in_features() != in || l->out_features() != out)
       user_error("{}: Linear for {} has shape [{}, {}], expected [{}, {}]", ck.path, name,
                  l->out_features(), l->in_features(), out, in);
+    if (consume) {
+      consume->tensors.erase(name);
+      if (!bias_name.empty()) consume->tensors.erase(bias_name);
+    }
     return l;
   };
 
@@ -92,6 +97,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear) :
     lm_head_ = lin("lm_head.weight", "", c.vocab, H);
   }
   rope_ = ops::RopeTable(c);
+  if (consume) consume->tensors.clear();  // norms were copied; the embedding is shared
 }
 
 LlamaModel::~LlamaModel() = default;

@@ -41,8 +41,12 @@ class LlamaModel {
  public:
   // Takes what it needs from `ck` (the embedding table is shared, not copied); `ck` may be
   // destroyed afterwards. UserError for a missing tensor or an unsupported configuration.
-  LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear);
+  LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear) : LlamaModel(ck, make_linear, nullptr) {}
   LlamaModel(const Checkpoint& ck, Compute compute) : LlamaModel(ck, dense_linear_factory(compute)) {}
+  // The same, releasing each of ck's tensors as soon as it is packed (lower peak memory);
+  // ck keeps its config and tokenizer but no tensors.
+  LlamaModel(Checkpoint&& ck, const LinearFactory& make_linear) : LlamaModel(ck, make_linear, &ck) {}
+  LlamaModel(Checkpoint&& ck, Compute compute) : LlamaModel(std::move(ck), dense_linear_factory(compute)) {}
   ~LlamaModel();
 
   const ModelConfig& config() const { return cfg_; }
@@ -70,6 +74,7 @@ class LlamaModel {
 
  private:
   struct Layer;
+  LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume);
   // Runs l on x; the observer, when set, sees the weight's name (*prefix + name).
   void linear(const Linear& l, const std::string* prefix, const char* name, const float* x,
               int64_t n, float* y);

@@ -52,6 +52,7 @@ PackedTensor affine_quantize(const float* w, int64_t rows, int64_t cols, const S
   const int64_t groups = cols / g;
   const size_t row_bytes = size_t(cols) * size_t(p.bits) / 8;
   uint8_t* out = data.as<uint8_t>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row_out = out + size_t(r) * row_bytes;
     for (int64_t gi = 0; gi < groups; ++gi) {
@@ -108,6 +109,7 @@ void affine_dequantize(const PackedTensor& t, float* out) {
   const int64_t groups = t.cols / g;
   const size_t row_bytes = size_t(t.cols) * size_t(bits) / 8;
   const uint32_t mask = (1u << bits) - 1;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t.rows; ++r) {
     const uint8_t* row = t.data.data + size_t(r) * row_bytes;
     uint64_t acc = 0;

@@ -41,13 +41,14 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   uint8_t* out = data.as<uint8_t>();
   float* absmax = scales.as<float>();
   const float tiny = 1e-38f;
-  auto code_of = [&](float x) {
-    int pos = 0;
-    while (pos < 15 && mid[pos] < x) ++pos;
-    return order[pos];
-  };
+  // #{i : mid[i] < x}: the first midpoint not below x (ties stay with the lower code).
+  auto code_of = [&](float x) { return order[std::lower_bound(mid, mid + 15, x) - mid]; };
   if (n % 2) out[n / 2] = code_of(0.0f);  // the low nibble of the last byte
-  for (int64_t b0 = 0, blk = 0; b0 < n; b0 += bs, ++blk) {
+  const int64_t nblocks = (n + bs - 1) / bs;
+  // Blocks are independent and even-sized, so no two blocks share a byte.
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t b0 = blk * bs;
     const int64_t len = std::min(bs, n - b0);
     float am = 0.0f;
     for (int64_t i = 0; i < len; ++i) am = std::max(am, std::abs(w[b0 + i]));
@@ -75,6 +76,7 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
 void bnb4_dequantize(const PackedTensor& t, const float* table, float* out) {
   const int64_t n = t.rows * t.cols, bs = t.params.group_size;
   const float* absmax = t.scales.as<float>();
+#pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n; ++k) {
     const uint8_t b = t.data.data[k / 2];
     const int code = (k % 2 == 0) ? (b >> 4) : (b & 15);

@@ -30,6 +30,7 @@ PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
   uint8_t* out = data.as<uint8_t>();
   float* sc = scales.as<float>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
@@ -57,6 +58,7 @@ PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
 void int4_dequantize(const PackedTensor& t, float* out) {
   const int64_t ng = n_groups(t.params, t.cols), gl = group_len(t.params, t.cols);
   const uint8_t* in = t.data.data;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t k = 0; k < t.cols; ++k) {
       uint8_t b = in[r * (t.cols / 2) + k / 2];

@@ -24,6 +24,7 @@ namespace qt {
 
 void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q,
                                float* scales) {
+#pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* row = x + t * k;
     float amax = 0.0f;
@@ -78,6 +79,7 @@ PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
   int8_t* q = data.as<int8_t>();
   float* sc = scales.as<float>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
@@ -95,6 +97,7 @@ PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const Sch
 void int8_dequantize(const PackedTensor& t, float* out) {
   const int64_t ng = n_groups(t.params, t.cols), gl = group_len(t.params, t.cols);
   const int8_t* q = t.data.as<int8_t>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       float s = t.scales.as<float>()[r * ng + g];
@@ -121,6 +124,7 @@ PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
   const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
   const DType T = p.dtype;
   int8_t* q = data.as<int8_t>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
@@ -139,6 +143,7 @@ PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
 void int8_ct_dequantize(const PackedTensor& t, float* out) {
   const int64_t ng = n_groups(t.params, t.cols), gl = group_len(t.params, t.cols);
   const int8_t* q = t.data.as<int8_t>();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       float s = load_float(t.scales, size_t(r * ng + g));

@@ -121,8 +121,9 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
   const int64_t N = w.rows, K = w.cols;
 
   if (mode == ActMode::None) {
-    std::vector<float> row(static_cast<size_t>(K));
+#pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
+      std::vector<float> row(static_cast<size_t>(K));
       rr.decode(w, n, row.data());
       for (int64_t t = 0; t < n_tokens; ++t) {
         double acc = 0.0;
@@ -139,9 +140,10 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
   std::vector<float> s_x(static_cast<size_t>(n_tokens));
   quantize_activations_int8(x, n_tokens, K, a.data(), s_x.data());
   const int64_t ng = n_groups(w.params, K), gl = group_len(w.params, K);
-  std::vector<int8_t> q(static_cast<size_t>(K));
-  std::vector<float> s_w(static_cast<size_t>(ng));
+#pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
+    std::vector<int8_t> q(static_cast<size_t>(K));
+    std::vector<float> s_w(static_cast<size_t>(ng));
     rr.int_codes(w, n, q.data(), s_w.data());
     for (int64_t t = 0; t < n_tokens; ++t) {
       const int8_t* at = a.data() + t * K;
