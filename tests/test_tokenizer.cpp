@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <zlib.h>
@@ -50,6 +51,14 @@ std::string read_file(const std::string& path) {
 
 std::string vectors(const std::string& name) { return qt::test::shared_data("tokenizer-vectors/ggml-vocab-" + name + ".gguf"); }
 std::string golden(const std::string& name) { return qt::test::source_dir() + "/tests/golden/tokenizer/" + name; }
+
+// Loading a vocabulary takes ~0.1 s: load each once per run.
+const qt::Tokenizer& cached(const std::string& path) {
+  static std::map<std::string, std::unique_ptr<qt::Tokenizer>> cache;
+  auto& t = cache[path];
+  if (!t) t = qt::tokenizer_from_gguf(qt::GgufFile::open(path));
+  return *t;
+}
 
 struct Case {
   std::string text;
@@ -100,7 +109,7 @@ class Vectors : public ::testing::TestWithParam<const char*> {};
 TEST_P(Vectors, EveryCaseMatchesTheHfIds) {
   const std::string path = vectors(GetParam());
   QT_REQUIRE_FILE(path);
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(path));
+  const qt::Tokenizer* tok = &cached(path);
   const auto cases = read_cases(path);
   ASSERT_EQ(cases.size(), 46u);
   int failed = 0;
@@ -181,7 +190,7 @@ std::string vocab_path(const std::string& name) {
 TEST_P(Vectors, DecodeInvertsEncode) {
   const std::string path = vectors(GetParam());
   QT_REQUIRE_FILE(path);
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(path));
+  const qt::Tokenizer* tok = &cached(path);
   for (const Case& c : read_cases(path)) EXPECT_EQ(tok->decode(tok->encode(c.text, false)), c.text) << GetParam();
 }
 
@@ -191,7 +200,7 @@ TEST_P(Vectors, DecodeInvertsEncode) {
 TEST_P(Vectors, ExportedTokenizerJsonReproducesEveryCase) {
   const std::string path = vectors(GetParam());
   QT_REQUIRE_FILE(path);
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(path));
+  const qt::Tokenizer* tok = &cached(path);
   auto hf = qt::tokenizer_from_hf_dir(export_hf(*tok, GetParam()).string());
   EXPECT_EQ(hf->vocab_size(), tok->vocab_size());
   EXPECT_EQ(hf->bos_id(), tok->bos_id());
@@ -205,7 +214,7 @@ TEST_P(Vectors, ExportedTokenizerJsonReproducesEveryCase) {
 
 TEST(SmolLM2, GgufFacts) {
   QT_REQUIRE_FILE(qt::test::model_gguf());
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(qt::test::model_gguf()));
+  const qt::Tokenizer* tok = &cached(qt::test::model_gguf());
   EXPECT_EQ(tok->kind(), "bpe (smollm)");
   EXPECT_EQ(tok->vocab_size(), 49152);
   EXPECT_EQ(tok->bos_id(), 1);  // <|im_start|>
@@ -219,7 +228,7 @@ TEST(SmolLM2, WikiTestMatchesHfTokenizersAndIsFast) {
   QT_REQUIRE_FILE(qt::test::model_gguf());
   QT_REQUIRE_FILE(wiki());
   const json g = read_json(golden("smollm2_wiki.json"));
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(qt::test::model_gguf()));
+  const qt::Tokenizer* tok = &cached(qt::test::model_gguf());
   const std::string text = read_file(wiki());
   ASSERT_EQ(text.size(), 1290590u);
   const auto t0 = std::chrono::steady_clock::now();
@@ -239,7 +248,7 @@ TEST(SmolLM2, WikiTestMatchesHfTokenizersAndIsFast) {
 
 TEST(SmolLM2, ExportDescribesTheRealTokenizer) {
   QT_REQUIRE_FILE(qt::test::model_gguf());
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(qt::test::model_gguf()));
+  const qt::Tokenizer* tok = &cached(qt::test::model_gguf());
   const json j = tok->to_hf_tokenizer_json();
   const json c = tok->to_hf_tokenizer_config();
   // HuggingFaceTB/SmolLM2-135M-Instruct tokenizer.json: Digits(individual) then ByteLevel(regex).
@@ -283,7 +292,7 @@ TEST(SmolLM2, ExportDescribesTheRealTokenizer) {
 // added tokens, so compare with parse_special).
 TEST(SmolLM2, StringsMatchHfTokenizers) {
   QT_REQUIRE_FILE(qt::test::model_gguf());
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(qt::test::model_gguf()));
+  const qt::Tokenizer* tok = &cached(qt::test::model_gguf());
   const json g = read_json(golden("smollm2_wiki.json"));
   ASSERT_GT(g["strings"].size(), 5u);
   for (const json& s : g["strings"]) {
@@ -303,8 +312,7 @@ TEST(LlamaCppGolden, WholeWikiTestForEveryVocabulary) {
   for (const auto& [name, want] : g["wiki"].items()) {
     const std::string path = vocab_path(name);
     QT_REQUIRE_FILE(path);
-    auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(path));
-    const auto ids = tok->encode(text, false);
+    const auto ids = cached(path).encode(text, false);
     EXPECT_EQ(ids.size(), want["count"].get<size_t>()) << name;
     EXPECT_EQ(crc_ids(ids), want["crc32"].get<uint32_t>()) << name;
   }
@@ -318,9 +326,8 @@ TEST(LlamaCppGolden, SpecialTokensAndInvalidUtf8) {
     const std::string name = s["vocab"].get<std::string>();
     const std::string path = vocab_path(name);
     QT_REQUIRE_FILE(path);
-    auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(path));
     const std::string text = from_hex(s["hex"].get<std::string>());
-    EXPECT_EQ(tok->encode(text, s["add_special"].get<bool>(), s["parse_special"].get<bool>()), as_ids(s["ids"]))
+    EXPECT_EQ(cached(path).encode(text, s["add_special"].get<bool>(), s["parse_special"].get<bool>()), as_ids(s["ids"]))
         << name << " '" << text << "' add_special=" << s["add_special"] << " parse_special=" << s["parse_special"];
   }
 }
@@ -400,11 +407,14 @@ TEST(BpeFamilies, Llama3AndQwen2MatchHfTokenizers) {
     b.add_u32("tokenizer.ggml.bos_token_id", 1);
     auto tok = tokenizer_from_builder(b);
     EXPECT_EQ(tok->kind(), std::string("bpe (") + pre + ")");
+    // And through the exported tokenizer.json (HF's own Llama-3 / Qwen2 layout).
+    auto hf = qt::tokenizer_from_hf_dir(export_hf(*tok, pre).string());
     const json& cases = g[pre];
     ASSERT_GT(cases.size(), 40u) << pre;
     for (const json& c : cases) {
       const std::string text = c["text"].get<std::string>();
       EXPECT_EQ(tok->encode(text, false), as_ids(c["ids"])) << pre << " '" << text << "'";
+      EXPECT_EQ(hf->encode(text, false), as_ids(c["ids"])) << pre << " (tokenizer.json) '" << text << "'";
     }
     // llama.cpp: llama-bpe turns add_bos on; qwen2 leaves it off.
     EXPECT_EQ(tok->add_bos(), std::string(pre) == "llama-bpe");
@@ -417,7 +427,7 @@ TEST(BpeFamilies, Llama3AndQwen2MatchHfTokenizers) {
 TEST(Specials, BosFollowsTheFile) {
   const std::string spm = vectors("llama-spm");
   QT_REQUIRE_FILE(spm);
-  auto tok = qt::tokenizer_from_gguf(qt::GgufFile::open(spm));
+  const qt::Tokenizer* tok = &cached(spm);
   EXPECT_EQ(tok->kind(), "spm");
   EXPECT_TRUE(tok->add_bos());   // tokenizer.ggml.add_bos_token = true
   EXPECT_FALSE(tok->add_eos());  // tokenizer.ggml.add_eos_token = false

@@ -14,7 +14,7 @@ namespace {
 
 // Unicode White_Space (25 code points): llama.cpp's unicode_set_whitespace, Oniguruma's \s.
 constexpr const char* kWhiteSpace =
-    R"(\t\n\x0B\f\r\x20\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+    R"(\t\n\x0B\f\r\x20\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
 // Per-thread matching state: PCRE2 match data and a JIT stack larger than the 32 KiB default, so
 // long runs cannot exhaust it (the patterns here backtrack at most linearly).

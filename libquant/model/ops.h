@@ -48,7 +48,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_
 void add_inplace(float* y, const float* x, int64_t n);
 
 // Max, argmax (first index of the max) and log Σ exp over one row of logits.
-// lse accumulates in float lanes and is combined in double; exp is a vectorized Cephes-style
+// lse accumulates in float lanes over blocks of 64 vectors, combined in double; exp is a vectorized Cephes-style
 // polynomial (max relative error < 2e-7 over the range the softmax uses).
 struct RowStats {
   float max = 0;

@@ -22,7 +22,7 @@ It also checks (asserts, writes nothing) that `tokenizers` on each exported toke
 llama.cpp's test vectors (../shared/data/tokenizer-vectors/*.out, made by the original HF tokenizers).
 
 Usage (from the repository root, after building test_tokenizer):
-  QT_TOKENIZER_EXPORT_DIR=/tmp/tokexp build/test_tokenizer --gtest_filter='*Export*'
+  QT_TOKENIZER_EXPORT_DIR=/tmp/tokexp build/test_tokenizer --gtest_filter='*Export*:*Families*'
   /work/venv/bin/python tests/golden/make_tokenizer_goldens.py --export /tmp/tokexp \
       [--llama-tokenize /path/to/llama.cpp/build/bin/llama-tokenize]
 CRC-32 is zlib.crc32 over the ids as little-endian int32.
@@ -173,6 +173,20 @@ def bpe_families(wiki_text):
     write("bpe_families.json", out)
 
 
+def check_exported_families(export_dir):
+    """tokenizers on our exported Llama-3 / Qwen2 tokenizer.json against bpe_families.json."""
+    from tokenizers import Tokenizer
+    golden = json.loads((OUT / "bpe_families.json").read_text(encoding="utf-8"))
+    for name in ("llama-bpe", "qwen2"):
+        path = Path(export_dir) / name / "tokenizer.json"
+        if not path.exists():
+            print(f"skip {name}: no {path}")
+            continue
+        tok = Tokenizer.from_file(str(path))
+        ok = sum(tok.encode(c["text"], add_special_tokens=False).ids == c["ids"] for c in golden[name])
+        print(f"tokenizers on exported {name}/tokenizer.json: {ok}/{len(golden[name])} family cases equal")
+
+
 def check_exported_vectors(export_dir):
     from tokenizers import Tokenizer
     for v in VOCABS:
@@ -227,6 +241,7 @@ def main():
     check_exported_vectors(a.export)
     smollm2(a.export, wiki_text, a.llama_tokenize)
     bpe_families(wiki_text)
+    check_exported_families(a.export)
     if a.llama_tokenize:
         llamacpp(a.llama_tokenize, wiki_text)
 
