@@ -126,7 +126,7 @@ std::vector<float> to_f32(const Tensor& t) {
   size_t n = size_t(t.numel());
   std::vector<float> out(n);
   switch (t.dtype) {
-    case DType::F32: std::memcpy(out.data(), t.data, n * 4); break;
+    case DType::F32: if (n) std::memcpy(out.data(), t.data, n * 4); break;
     case DType::F16:
       for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(t.as<uint16_t>()[i]);
       break;
