@@ -100,7 +100,10 @@ std::vector<Case> read_cases(const std::string& gguf) {
 
 std::string show(const std::vector<int32_t>& v) {
   std::string s;
-  for (int32_t x : v) s += " " + std::to_string(x);
+  for (int32_t x : v) {
+    s += ' ';
+    s += std::to_string(x);
+  }
   return s;
 }
 
@@ -242,7 +245,9 @@ TEST(SmolLM2, WikiTestMatchesHfTokenizersAndIsFast) {
   const auto first = as_ids(g["first_ids"]);
   ASSERT_GE(ids.size(), first.size());
   EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + first.size()), first);
-  if (!kSanitized && kOptimized) EXPECT_LT(secs, 2.0) << "issue 2: wiki.test.raw must encode in under 2 s";
+  if (!kSanitized && kOptimized) {
+    EXPECT_LT(secs, 2.0) << "issue 2: wiki.test.raw must encode in under 2 s";
+  }
   EXPECT_EQ(tok->decode(ids), text);
 }
 
@@ -418,6 +423,30 @@ TEST(BpeFamilies, Llama3AndQwen2MatchHfTokenizers) {
     }
     // llama.cpp: llama-bpe turns add_bos on; qwen2 leaves it off.
     EXPECT_EQ(tok->add_bos(), std::string(pre) == "llama-bpe");
+  }
+}
+
+// SentencePiece-style tokenizer.json layouts other than Llama-2's legacy normalizer: the exported
+// Llama-2 file with a Metaspace pre-tokenizer instead, against `tokenizers` on the same file.
+TEST(HfLayouts, MetaspaceVariantsMatchHfTokenizers) {
+  const std::string spm = vectors("llama-spm");
+  QT_REQUIRE_FILE(spm);
+  const json g = read_json(golden("spm_metaspace.json"));
+  json base = cached(spm).to_hf_tokenizer_json();
+  for (const char* variant : {"first_nosplit", "always_split"}) {
+    json j = base;
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = g[variant]["pre_tokenizer"];
+    const fs::path dir = fs::path(qt::test::temp_dir("tok-meta")) / variant;
+    fs::create_directories(dir);
+    write_text(dir / "tokenizer.json", j.dump());
+    auto tok = qt::tokenizer_from_hf_dir(dir.string());
+    EXPECT_EQ(tok->kind(), "bpe-spm (tokenizer.json)");
+    ASSERT_GT(g[variant]["cases"].size(), 40u);
+    for (const json& c : g[variant]["cases"]) {
+      const std::string text = c["text"].get<std::string>();
+      EXPECT_EQ(tok->encode(text, false, /*parse_special=*/true), as_ids(c["ids"])) << variant << " '" << text << "'";
+    }
   }
 }
 

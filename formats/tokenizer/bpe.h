@@ -49,7 +49,6 @@ class BpeTokenizer : public TokenizerBase {
   std::vector<std::string> regexes;  // pre-tokenizer regex sequence (HF spelling)
   std::string pre_name;              // GGUF tokenizer.ggml.pre as given ("" for HF)
   std::string pre_family;            // canonical family (pretokenize.h), "" when from HF
-  bool nfc_declared = false;         // the HF file asks for NFC (not applied, see load_hf.cpp)
   // Merges as (left text, right text) in rank order, as the source listed them.
   std::vector<std::pair<std::string, std::string>> merges;
 

@@ -5,7 +5,10 @@
 //   - SentencePiece style: normalizer Prepend("▁")+Replace(" ","▁") (Llama-2 legacy) or a
 //     Metaspace pre-tokenizer (Mistral, non-legacy Llama), with byte_fallback.
 // Anything else is refused with a message naming the component. Not applied: the NFC normalizer
-// of Qwen2 (llama.cpp does not apply it either; text that is already NFC is unaffected).
+// of Qwen2 (llama.cpp does not apply it either; text that is already NFC is unaffected), and the
+// added-token flags single_word / normalized (lstrip / rstrip are honoured). Added tokens marked
+// special behave like llama.cpp's control tokens (matched only with parse_special), the others
+// like user-defined tokens (always matched).
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -67,11 +70,13 @@ void read_pre_tokenizer(const Ctx& c, const json& pt, tok::BpeTokenizer* t, bool
   if (ty == "ByteLevel") {
     *saw_byte_level = true;
     t->byte_level = true;
-    if (pt.value("use_regex", true)) t->regexes.push_back(tok::re::kGpt2);
+    // HF adds the prefix space to every piece split off so far; we can add it to a whole
+    // fragment only, i.e. when ByteLevel is the first pre-tokenizer.
     if (pt.value("add_prefix_space", false)) {
-      if (!t->regexes.empty() && !pt.value("use_regex", true)) c.fail("pre_tokenizer: ByteLevel add_prefix_space after a Split is not supported");
+      if (!t->regexes.empty()) c.fail("pre_tokenizer: ByteLevel add_prefix_space after another pre-tokenizer is not supported");
       t->add_prefix_space = true;
     }
+    if (pt.value("use_regex", true)) t->regexes.push_back(tok::re::kGpt2);
     return;
   }
   if (ty == "Digits") {
@@ -116,10 +121,7 @@ void read_normalizer(const Ctx& c, const json& n, tok::BpeTokenizer* t) {
     for (const json& x : n.value("normalizers", json::array())) read_normalizer(c, x, t);
     return;
   }
-  if (ty == "NFC") {
-    t->nfc_declared = true;
-    return;
-  }
+  if (ty == "NFC") return;  // not applied: see the top of this file
   if (ty == "Prepend" && n.value("prepend", "") == tok::kSpaceMarker) {
     t->byte_level = false;
     t->prepend = tok::BpeTokenizer::Prepend::kAlways;

@@ -70,6 +70,9 @@ void partition_specials(const Vocab& v, std::string_view text, bool parse_specia
 
 std::vector<int32_t> TokenizerBase::encode(std::string_view text, bool add_special,
                                            bool parse_special) const {
+  // Offsets are 32-bit throughout.
+  if (text.size() >= (size_t(1) << 32))
+    user_error("{}: cannot tokenize {} bytes at once (limit 4 GiB)", meta.source, text.size());
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && meta.add_bos && meta.bos >= 0) out.push_back(meta.bos);

@@ -14,6 +14,10 @@ Each file comes from a reference implementation, never from quanttool's tokenize
                      (read with gguf-py) with the HF pre-tokenizers of Llama-3 and Qwen2
                      (Split(regex, Isolated) + ByteLevel(use_regex=False); ignore_merges as Llama-3's
                      tokenizer.json sets it). No NFC normalizer (llama.cpp applies none either).
+  spm_metaspace.json `tokenizers` on the exported Llama-2 (llama-spm) tokenizer.json with the normalizer
+                     replaced by a Metaspace pre-tokenizer (prepend_scheme first / always, split off /
+                     on): the SentencePiece-style layouts of non-legacy Llama and Mistral files. (The
+                     exported file itself is checked against the HF-made vectors, see below.)
   llamacpp.json      llama.cpp's llama-tokenize (only with --llama-tokenize BIN): count and CRC-32 of the
                      ids of all of wiki.test.raw for every vocabulary, and strings (chat markup, invalid
                      UTF-8, space runs) with and without special-token parsing and BOS.
@@ -187,6 +191,26 @@ def check_exported_families(export_dir):
         print(f"tokenizers on exported {name}/tokenizer.json: {ok}/{len(golden[name])} family cases equal")
 
 
+def metaspace_variants(export_dir):
+    """The exported Llama-2 tokenizer.json with its normalizer replaced by a Metaspace pre-tokenizer
+    (transformers' non-legacy Llama / Mistral layouts), run by `tokenizers`."""
+    from tokenizers import Tokenizer
+    import tokenizers
+    src = Path(export_dir) / "llama-spm" / "tokenizer.json"
+    base = json.loads(src.read_text(encoding="utf-8"))
+    texts = [t for t, _ in read_cases(SHARED / "tokenizer-vectors" / "ggml-vocab-llama-spm.gguf")] + [
+        "<s>Hello world</s> and <unk> more", "  two leading spaces", "\u2581already marked \u2581x"]
+    out = {"source": f"tokenizers {tokenizers.__version__} on the exported llama-spm tokenizer.json with "
+                     "normalizer null and the pre_tokenizer given here"}
+    for name, scheme, split in (("first_nosplit", "first", False), ("always_split", "always", True)):
+        pre = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+        j = dict(base, normalizer=None, pre_tokenizer=pre)
+        tok = Tokenizer.from_str(json.dumps(j))
+        out[name] = {"pre_tokenizer": pre,
+                     "cases": [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]}
+    write("spm_metaspace.json", out)
+
+
 def check_exported_vectors(export_dir):
     from tokenizers import Tokenizer
     for v in VOCABS:
@@ -242,6 +266,7 @@ def main():
     smollm2(a.export, wiki_text, a.llama_tokenize)
     bpe_families(wiki_text)
     check_exported_families(a.export)
+    metaspace_variants(a.export)
     if a.llama_tokenize:
         llamacpp(a.llama_tokenize, wiki_text)
 
