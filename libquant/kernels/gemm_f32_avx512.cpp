@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <cstdlib>
 
 #include "libquant/kernels/gemm.h"
 
@@ -16,6 +17,7 @@ namespace {
 constexpr int MR = 8;
 constexpr int NV = 3;  // zmm per row
 constexpr int NR = NV * 16;
+static int kPrefetch = getenv("QT_PF") ? atoi(getenv("QT_PF")) : 0;
 constexpr int KC = 4096;  // K slice: the whole K of typical layers (the panel streams from L2 fine)
 
 QT_AVX512 inline __mmask16 col_mask(int cols, int j) {
