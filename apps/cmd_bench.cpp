@@ -12,6 +12,7 @@
 #include "libquant/bench/gemm_bench.h"
 #include "libquant/bench/peak.h"
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/gemm.h"
 #include "libquant/parallel.h"
 
 namespace qt {
@@ -78,8 +79,11 @@ int run_bench(BenchOpts o) {
   } else {
     fp32 = bench::peak_fp32_fma(threads);
     if (do_bf16) bf16 = bench::peak_bf16_dot(threads);
-    fmt::print("peak at {} threads: fp32 FMA {:.1f} GFLOP/s, bf16 dot {:.1f} GFLOP/s\n", threads,
-               fp32.at(threads), bf16.at(threads));
+    fmt::print("peak at {} threads: fp32 FMA {:.1f} GFLOP/s", threads, fp32.at(threads));
+    if (do_bf16)
+      fmt::print("{}", bf16.points.empty() ? std::string(", bf16 dot n/a")
+                                           : fmt::format(", bf16 dot {:.1f} GFLOP/s", bf16.at(threads)));
+    fmt::print("\n");
   }
 
   if (o.gemm) {
@@ -89,7 +93,10 @@ int run_bench(BenchOpts o) {
     if (do_bf16) rb = bench::run_gemm_bench(shapes, o.m, Compute::BF16);
     const double pf = fp32.at(threads), pb = bf16.at(threads) > 0 ? bf16.at(threads) : pf;
     auto pct = [](double v, double p) { return p > 0 ? 100.0 * v / p : 0.0; };
-    fmt::print("\nGEMM y[M,N] = x[M,K]·Wᵀ, M = {} tokens (SmolLM2-135M shapes; best of runs)\n", o.m);
+    fmt::print("\nGEMM y[M,N] = x[M,K]·Wᵀ, M = {} tokens, SmolLM2-135M shapes, best of runs; kernels {}\n",
+               o.m, do_f32 && do_bf16 ? fmt::format("{} / {}", kernels::dense_kernel_name(Compute::F32),
+                                                     kernels::dense_kernel_name(Compute::BF16))
+                                      : kernels::dense_kernel_name(do_f32 ? Compute::F32 : Compute::BF16));
     fmt::print("{:<8}{:>7}{:>6}{:>5}", "matrix", "N", "K", "×");
     if (do_f32) fmt::print("{:>12}{:>8}{:>10}", "f32 GFLOP/s", "%peak", "ms");
     if (do_bf16) fmt::print("{:>13}{:>8}{:>10}", "bf16 GFLOP/s", "%peak", "ms");
@@ -111,6 +118,8 @@ int run_bench(BenchOpts o) {
       fmt::print("\n");
       out["gemm"]["shapes"][s.name] = js;
     }
+    out["gemm"]["kernels"] = {{"f32", kernels::dense_kernel_name(Compute::F32)},
+                              {"bf16", kernels::dense_kernel_name(Compute::BF16)}};
     fmt::print("{:<26}", "FLOP-weighted");
     if (do_f32) {
       double g = bench::weighted_gflops(rf);

@@ -2,6 +2,8 @@
 
 #include <cpuid.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 namespace qt {
@@ -23,17 +25,19 @@ CpuFeatures detect() {
   }
   bool ymm = (xcr0 & 0x6) == 0x6;
   bool zmm = (xcr0 & 0xe6) == 0xe6;
+  f.f16c = f.f16c && ymm;
+  f.fma = f.fma && ymm;
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
+  const unsigned max_subleaf = a;
   f.avx2 = ymm && (b & (1u << 5));
-  f.fma = f.fma && ymm;
   f.avx512f = zmm && (b & (1u << 16));
   f.avx512dq = zmm && (b & (1u << 17));
   f.avx512bw = zmm && (b & (1u << 30));
   f.avx512vl = zmm && (b & (1u << 31));
   f.avx512_vnni = zmm && (c & (1u << 11));
-  unsigned a1, b1, c1, d1;
-  __cpuid_count(7, 1, a1, b1, c1, d1);
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (max_subleaf >= 1) __cpuid_count(7, 1, a1, b1, c1, d1);
   f.avx512_bf16 = zmm && (a1 & (1u << 5));
   f.avx_vnni = ymm && (a1 & (1u << 4));
   return f;
@@ -48,14 +52,22 @@ KernelLevel detect_max() {
 
 KernelLevel initial_level() {
   KernelLevel lvl = detect_max();
-  if (const char* e = std::getenv("QT_KERNEL_LEVEL")) {
+  if (const char* e = std::getenv("QT_KERNEL_LEVEL"); e && *e) {
     KernelLevel want;
-    if (parse_kernel_level(e, &want) && want < lvl) lvl = want;
+    if (!parse_kernel_level(e, &want))
+      std::fprintf(stderr, "warning: QT_KERNEL_LEVEL=%s is not one of scalar, avx2, avx512; ignored\n", e);
+    else if (want < lvl)
+      lvl = want;
   }
   return lvl;
 }
 
-KernelLevel g_level = initial_level();
+// A function-local static, so that a kernel built during another file's static
+// initialisation still sees the CPU's level.
+std::atomic<int>& level_ref() {
+  static std::atomic<int> level{int(initial_level())};
+  return level;
+}
 
 }  // namespace
 
@@ -69,10 +81,11 @@ KernelLevel max_kernel_level() {
   return m;
 }
 
-KernelLevel kernel_level() { return g_level; }
+KernelLevel kernel_level() { return KernelLevel(level_ref().load(std::memory_order_relaxed)); }
 
 void set_kernel_level(KernelLevel level) {
-  g_level = level > max_kernel_level() ? max_kernel_level() : level;
+  level_ref().store(int(level > max_kernel_level() ? max_kernel_level() : level),
+                    std::memory_order_relaxed);
 }
 
 std::vector<KernelLevel> available_kernel_levels() {

@@ -109,6 +109,7 @@ std::vector<Problem> problems() {
       {3, 1, 100, true},   {9, 17, 1, true},    {8, 48, 64, false},  {6, 16, 32, true},
       {7, 47, 33, false},  {17, 97, 130, true}, {33, 200, 3, false}, {64, 96, 576, false},
       {13, 50, 1536, true}, {2, 300, 257, false},
+      {10, 50, 4099, true}, {3, 17, 8193, false},  // K longer than one K slice (4096)
   };
   std::mt19937 rng(7);
   for (int i = 0; i < 12; ++i) {

@@ -31,7 +31,7 @@ using kernels::Family;
 // Below this many multiply-adds per thread a second thread costs more than it saves.
 constexpr int64_t kMinMacsPerThread = 1 << 17;
 // Activations of one row chunk should fit in this part of L2 beside the panel.
-constexpr int64_t kRowChunkBytes = 384 << 10;
+constexpr int64_t kRowChunkBytes = 512 << 10;
 // Work chunks per thread: enough to even out a thread that lost its core for a while.
 constexpr int64_t kChunksPerThread = 8;
 

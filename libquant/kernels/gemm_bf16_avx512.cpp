@@ -19,7 +19,7 @@ namespace {
 constexpr int MR = 8;
 constexpr int NV = 3;  // zmm per row
 constexpr int NR = NV * 16;
-constexpr int KC = 256;  // k values (128 pairs) per pass
+constexpr int KC = 4096;  // k values per pass: no slicing for typical K (see the f32 kernel)
 
 QT_AVX512BF16 inline __mmask16 col_mask(int cols, int j) {
   int r = cols - 16 * j;

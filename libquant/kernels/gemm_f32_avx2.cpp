@@ -17,7 +17,7 @@ namespace {
 constexpr int MR = 6;
 constexpr int NV = 2;  // ymm per row
 constexpr int NR = NV * 8;
-constexpr int KC = 256;
+constexpr int KC = 4096;  // no K slicing for typical K (see the AVX-512 kernel)
 
 QT_AVX2 inline __m256i col_mask(int cols, int j) {
   int r = cols - 8 * j;
