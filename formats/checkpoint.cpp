@@ -264,30 +264,29 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
 }
 
 // Within a head of hd rows: GGUF row 2*i + j <-> HF row j*(hd/2) + i (FORMATS.md 2.11).
-std::vector<float> gguf_unpermute_rows(const float* src, int64_t rows, int64_t cols, int n_heads) {
+// One loop serves both directions: `to_hf` picks which side of that pairing is the source.
+static std::vector<float> move_qk_rows(const float* src, int64_t rows, int64_t cols, int n_heads,
+                                       bool to_hf) {
   if (n_heads <= 0 || rows % (2 * int64_t(n_heads)) != 0)
     user_error("tensor of {} rows cannot be split into {} heads of even size", rows, n_heads);
   const int64_t hd = rows / n_heads, half = hd / 2;
   std::vector<float> dst(size_t(rows * cols));
   for (int64_t h = 0; h < n_heads; ++h)
     for (int64_t i = 0; i < half; ++i)
-      for (int64_t j = 0; j < 2; ++j)
-        std::memcpy(&dst[size_t((h * hd + j * half + i) * cols)], &src[size_t((h * hd + 2 * i + j) * cols)],
-                    size_t(cols) * sizeof(float));
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t gguf_row = h * hd + 2 * i + j, hf_row = h * hd + j * half + i;
+        const int64_t from = to_hf ? gguf_row : hf_row, to = to_hf ? hf_row : gguf_row;
+        std::memcpy(&dst[size_t(to * cols)], &src[size_t(from * cols)], size_t(cols) * sizeof(float));
+      }
   return dst;
 }
 
+std::vector<float> gguf_unpermute_rows(const float* src, int64_t rows, int64_t cols, int n_heads) {
+  return move_qk_rows(src, rows, cols, n_heads, /*to_hf=*/true);
+}
+
 std::vector<float> gguf_permute_rows(const float* src, int64_t rows, int64_t cols, int n_heads) {
-  if (n_heads <= 0 || rows % (2 * int64_t(n_heads)) != 0)
-    user_error("tensor of {} rows cannot be split into {} heads of even size", rows, n_heads);
-  const int64_t hd = rows / n_heads, half = hd / 2;
-  std::vector<float> dst(size_t(rows * cols));
-  for (int64_t h = 0; h < n_heads; ++h)
-    for (int64_t i = 0; i < half; ++i)
-      for (int64_t j = 0; j < 2; ++j)
-        std::memcpy(&dst[size_t((h * hd + 2 * i + j) * cols)], &src[size_t((h * hd + j * half + i) * cols)],
-                    size_t(cols) * sizeof(float));
-  return dst;
+  return move_qk_rows(src, rows, cols, n_heads, /*to_hf=*/false);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
