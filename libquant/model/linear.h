@@ -19,6 +19,10 @@ class Linear {
   virtual int64_t out_features() const = 0;
   virtual size_t weight_bytes() const = 0;  // bytes the packed weights occupy
   virtual std::string kind() const = 0;     // "f32", "bf16", ...
+  // Row r of the weight as fp32 (in_features values), as the forward uses it: the lookup of a
+  // quantized embedding table that doubles as the output head. Packed weight-only Linears
+  // implement it; the default throws std::logic_error.
+  virtual void dequantize_row(int64_t r, float* out) const;
 };
 
 // Dense weights w: [out, in] row-major fp32 (HF layout), packed for the fastest kernel of the

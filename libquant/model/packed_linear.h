@@ -1,0 +1,38 @@
+// Linears over packed (quantized) weights: the scheme's stored codes stay packed in memory, in
+// whatever layout the kernel likes (repacked once at load), and every forward computes from
+// them — no whole-matrix dequantize. One family of kernels per kind of arithmetic:
+//   int8, int8_ct, int4   integer dot products (W8A8 / W4A8): activations quantized per token to
+//                         int8, int32 accumulation (AVX-512 VNNI / AVX2 / scalar) —
+//                         kernels/packed_int.* , make_int_linear
+//   affine, nf4, fp4      weight-only: codes decoded to fp32 (or bf16) inside the kernel, fp32
+//                         activations — kernels/packed_wo.* , make_weight_only_linear
+// The scalar spec for both is reference_gemm (libquant/schemes/scheme.h).
+#pragma once
+#include <memory>
+
+#include "libquant/model/linear.h"
+#include "libquant/schemes/scheme.h"
+
+namespace qt {
+
+struct PackedLinearOptions {
+  // Weight-only schemes: the arithmetic after decoding the codes (BF16: decoded weights and
+  // activations rounded to bf16, fp32 accumulation, where the CPU has AVX512-BF16).
+  Compute compute = Compute::F32;
+  // Integer schemes: Default/Int8PerToken quantizes activations per token (W8A8/W4A8);
+  // None multiplies fp32 activations by the dequantized weights (the decode path).
+  ActMode act = ActMode::Default;
+};
+
+// Dispatches on w.params.scheme. `bias` (out_features floats) may be null. UserError when the
+// tensors do not match the scheme's layout (check_packed).
+std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias,
+                                           const PackedLinearOptions& opt = {});
+
+// The two families (packed_int_linear.cpp, packed_wo_linear.cpp).
+std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias,
+                                        const PackedLinearOptions& opt);
+std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias,
+                                                const PackedLinearOptions& opt);
+
+}  // namespace qt
