@@ -93,10 +93,14 @@ int run(const Options& o) {
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);  // shapes and vocabulary first
     if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
-    base = std::make_unique<LlamaModel>(std::move(bk), Compute::F32);  // the reference runs in fp32
+    // The reference runs in fp32 (from its packed codes, if it is a quantized folder).
+    base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
-  auto model = std::make_unique<LlamaModel>(std::move(ck), compute);  // releases ck's tensors
+  PackedLinearOptions lo;
+  lo.compute = compute;
+  // Quantized folders compute from their packed codes; releases ck's tensors as it goes.
+  auto model = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
 
   const bool tty = isatty(fileno(stderr));
   ProgressFn progress = [&](const ChunkProgress& p) {

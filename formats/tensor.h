@@ -16,6 +16,10 @@ enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U
 
 // Bits per element (safetensors dtype table; FORMATS.md 1.2).
 int dtype_bits(DType t);
+// F64/F32/F16/BF16: a tensor of values rather than of packed codes.
+inline bool is_float(DType t) {
+  return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 // The safetensors dtype string ("F32", "BF16", ...).
 const char* dtype_name(DType t);
 // Inverse of dtype_name; nullopt when unknown.

@@ -24,7 +24,6 @@ std::string torch_dtype_name(DType t) {
 
 namespace {
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
 
 // Cast a float tensor to F32/F16/BF16, rounding to nearest even (as torch's .to() does).
 Tensor cast(const Tensor& t, DType to) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "libquant/schemes/packed_io.h"
 
 namespace qt {
 
@@ -16,7 +17,10 @@ struct LlamaModel::Layer {
 };
 
 LinearFactory dense_linear_factory(Compute compute) {
-  return [compute](const std::string&, const Tensor& w, const Tensor* bias) {
+  return [compute](const std::string& name, const Tensor& w, const Tensor* bias) {
+    if (!is_float(w.dtype))
+      user_error("{} holds packed {} codes without a quantization description", name,
+                 dtype_name(w.dtype));
     if (w.shape.size() != 2) user_error("tensor of rank {} used as a matrix", w.shape.size());
     std::vector<float> tmp, btmp;
     const float* wp = w.as<float>();
@@ -24,6 +28,17 @@ LinearFactory dense_linear_factory(Compute compute) {
     const float* bp = nullptr;
     if (bias) bp = bias->dtype == DType::F32 ? bias->as<float>() : (btmp = to_f32(*bias)).data();
     return make_dense_linear(wp, w.shape[0], w.shape[1], bp, compute);
+  };
+}
+
+LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinearOptions& opt) {
+  LinearFactory dense = dense_linear_factory(opt.compute);
+  return [&ck, opt, dense](const std::string& name, const Tensor& w, const Tensor* bias) {
+    std::optional<PackedTensor> p = packed_weight(ck, name);
+    if (!p) return dense(name, w, bias);
+    std::vector<float> b;
+    if (bias) b = to_f32(*bias);
+    return make_packed_linear(std::move(*p), bias ? b.data() : nullptr, opt);
   };
 }
 
@@ -49,7 +64,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
 
   auto lin = [&](const std::string& name, const std::string& bias_name, int64_t out, int64_t in) {
     const Tensor& w = ck.get(name);
-    if (w.shape != std::vector<int64_t>{out, in})
+    if (is_float(w.dtype) && w.shape != std::vector<int64_t>{out, in})
       user_error("{}: tensor {} has an unexpected shape", ck.path, name);
     const Tensor* b = bias_name.empty() ? nullptr : &ck.get(bias_name);
     auto l = make_linear(name, w, b);
@@ -65,9 +80,14 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
 
   const int64_t H = c.hidden, F = c.intermediate, Q = int64_t(c.n_heads) * c.head_dim,
                 KV = int64_t(c.n_kv_heads) * c.head_dim;
-  embedding_ = ck.get("model.embed_tokens.weight");
-  if (embedding_.shape != std::vector<int64_t>{c.vocab, H})
-    user_error("{}: model.embed_tokens.weight has an unexpected shape", ck.path);
+  const Tensor& emb = ck.get("model.embed_tokens.weight");
+  if (is_float(emb.dtype)) {
+    embedding_ = emb;
+    if (embedding_.shape != std::vector<int64_t>{c.vocab, H})
+      user_error("{}: model.embed_tokens.weight has an unexpected shape", ck.path);
+  } else {  // packed codes: a Linear that can hand out rows, and the output head when tied
+    embed_q_ = lin("model.embed_tokens.weight", "", c.vocab, H);
+  }
   final_norm_ = vec_of(ck, "model.norm.weight", H);
   for (int i = 0; i < c.n_layers; ++i) {
     auto L = std::make_unique<Layer>();
@@ -88,7 +108,9 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     L->down = lin(p + "mlp.down_proj.weight", "", H, F);
     layers_.push_back(std::move(L));
   }
-  if (c.tie_word_embeddings || !ck.has("lm_head.weight")) {
+  if ((c.tie_word_embeddings || !ck.has("lm_head.weight")) && embed_q_) {
+    lm_head_ = embed_q_;
+  } else if (c.tie_word_embeddings || !ck.has("lm_head.weight")) {
     auto l = make_linear("lm_head.weight", embedding_, nullptr);
     if (l->in_features() != H || l->out_features() != c.vocab)
       user_error("{}: output head has the wrong shape", ck.path);
@@ -114,7 +136,8 @@ std::unique_ptr<KVCache> LlamaModel::make_cache(int max_ctx, const std::string& 
 }
 
 size_t LlamaModel::weight_bytes() const {
-  size_t b = embedding_.nbytes + lm_head_->weight_bytes() + final_norm_.size() * 4;
+  size_t b = embedding_.nbytes + final_norm_.size() * 4 + lm_head_->weight_bytes();
+  if (embed_q_ && embed_q_ != lm_head_) b += embed_q_->weight_bytes();
   for (auto& L : layers_) {
     for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(),
                             L->up.get(), L->down.get()})
@@ -154,6 +177,10 @@ void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
   for (int i = 0; i < n; ++i) {
     const int64_t off = int64_t(tokens[i]) * H;
     float* xr = x + i * H;
+    if (embed_q_) {
+      embed_q_->dequantize_row(tokens[i], xr);
+      continue;
+    }
     switch (embedding_.dtype) {
       case DType::F32: std::memcpy(xr, embedding_.as<float>() + off, H * sizeof(float)); break;
       case DType::BF16:

@@ -19,6 +19,7 @@
 #include "formats/checkpoint.h"
 #include "libquant/kv/cache.h"
 #include "libquant/model/linear.h"
+#include "libquant/model/packed_linear.h"
 #include "libquant/model/ops.h"
 
 namespace qt {
@@ -31,6 +32,12 @@ using LinearFactory =
 
 // The default: make_dense_linear over the fp32 values of `w` (fp32 or bf16 compute).
 LinearFactory dense_linear_factory(Compute compute);
+
+// For any checkpoint: a weight that `ck` stores quantized (packed_weight, libquant/schemes/
+// packed_io.h) becomes a packed Linear computing from its codes (make_packed_linear with `opt`);
+// the others are dense as dense_linear_factory(opt.compute) makes them. `ck` must outlive the
+// factory's calls (the LlamaModel constructor), not the Linears (they share its storage).
+LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinearOptions& opt);
 
 // Called with the input of every Linear before it runs (calibration statistics):
 // name of the weight, x [n_tokens, in_features].
@@ -82,10 +89,12 @@ class LlamaModel {
   void ensure_scratch(int n);
 
   ModelConfig cfg_;
-  Tensor embedding_;  // [vocab, hidden], any float dtype, shared with the checkpoint
+  Tensor embedding_;  // [vocab, hidden], any float dtype, shared with the checkpoint; or, when
+                      // the checkpoint stores it quantized, empty and embed_q_ holds it
+  std::shared_ptr<Linear> embed_q_;  // quantized embedding (rows via dequantize_row)
   std::vector<float> final_norm_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::unique_ptr<Linear> lm_head_;
+  std::shared_ptr<Linear> lm_head_;  // may be embed_q_ itself (tied, quantized)
   ops::RopeTable rope_;
   LinearObserver observer_;
 

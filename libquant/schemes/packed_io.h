@@ -1,0 +1,16 @@
+// The bridge from a loaded Checkpoint to the kernels: the PackedTensor of a weight that the
+// checkpoint stores quantized (mlx, compressed-tensors, bnb, native folders).
+#pragma once
+#include <optional>
+#include <string>
+
+#include "formats/checkpoint.h"
+#include "libquant/schemes/scheme.h"
+
+namespace qt {
+
+// nullopt when `weight_name` is not stored quantized; else its PackedTensor (views sharing the
+// checkpoint's storage). UserError naming the file and tensor when malformed.
+std::optional<PackedTensor> packed_weight(const Checkpoint& ck, const std::string& weight_name);
+
+}  // namespace qt
