@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The README's weight-quantization quality table for SmolLM2 (issue 4).
+
+For every row: `quanttool convert` the source model with the row's flags, then
+`quanttool eval-ppl --method llama --ctx 512` on wiki.test.raw with the unquantized model as the
+KL baseline (run alongside in the same process), and read the --json results. llama.cpp rows are
+read from llama-perplexity --kl-divergence logs given with --llama-log (llama.cpp is not part of
+this repository; see the README for the build and command). Results are cached per row in
+--work, so a rerun only evaluates what is missing. Prints a Markdown table on stdout.
+
+  python3 scripts/quality_table.py --work /tmp/qt-quality --chunks 64 \
+      --full unquantized,w8a8,affine4-g64,nf4 --llama-log Q4_0=/path/llama-kld64-Q4_0.log
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# label, convert flags (None: the source model itself), note
+ROWS = [
+    ("unquantized", None, "the Q4_1 source dequantized to fp32: the baseline"),
+    ("w8a8", "--scheme int8 --group-size 0", "int8 per-channel weights, int8 per-token activations"),
+    ("w8a8-g128", "--scheme int8 --group-size 128", ""),
+    ("w4a8", "--scheme int4 --group-size 0", "int4 per-channel weights, int8 activations"),
+    ("w4a8-g128", "--scheme int4 --group-size 128", ""),
+    ("affine8-g64", "--scheme affine --bits 8 --group-size 64", ""),
+    ("affine6-g64", "--scheme affine --bits 6 --group-size 64", ""),
+    ("affine5-g64", "--scheme affine --bits 5 --group-size 64", ""),
+    ("affine4-g32", "--scheme affine --bits 4 --group-size 32",
+     "the source's own grid (Q4_1 is 4-bit affine, group 32): flattering"),
+    ("affine4-g64", "--scheme affine --bits 4 --group-size 64", ""),
+    ("affine4-g128", "--scheme affine --bits 4 --group-size 128", ""),
+    ("affine3-g64", "--scheme affine --bits 3 --group-size 64", ""),
+    ("affine2-g64", "--scheme affine --bits 2 --group-size 64", ""),
+    ("nf4", "--scheme nf4 --group-size 64", "bitsandbytes NF4, blocksize 64"),
+    ("fp4", "--scheme fp4 --group-size 64", "bitsandbytes FP4, blocksize 64"),
+]
+
+
+def run(cmd):
+    print("+ " + " ".join(cmd), file=sys.stderr)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def llama_log(path):
+    """PPL, KLD and same-top figures of a llama-perplexity --kl-divergence log."""
+    s = open(path, encoding="utf-8", errors="replace").read()
+
+    def num(pattern):
+        m = re.search(pattern, s)
+        return float(m.group(1)) if m else None
+
+    return {
+        "ppl": num(r"Mean PPL\(Q\)\s*:\s*([\d.]+)"),
+        "ppl_err": num(r"Mean PPL\(Q\)\s*:\s*[\d.]+\s*±\s*([\d.]+)"),
+        "ppl_base": num(r"Mean PPL\(base\)\s*:\s*([\d.]+)"),
+        "kld": num(r"Mean\s+KLD:\s*([-\d.]+)"),
+        "same_top": num(r"Same top p:\s*([\d.]+)"),
+        "tps": None,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True, help="folder for converted models and results")
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "../shared/data/wikitext-2/wiki.test.raw"))
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build/quanttool"))
+    ap.add_argument("--chunks", type=int, default=64)
+    ap.add_argument("--full", default="", help="comma-separated labels evaluated on the full text")
+    ap.add_argument("--only", default="", help="comma-separated labels to (re)run; default all")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-log", action="append", default=[], help="LABEL=PATH of a llama-perplexity KLD log")
+    ap.add_argument("--llama-bpw", action="append", default=[], help="LABEL=BITS per weight of that GGUF")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    full = set(filter(None, a.full.split(",")))
+    only = set(filter(None, a.only.split(",")))
+
+    results = []
+    for label, flags, note in ROWS:
+        if only and label not in only:
+            continue
+        chunks = None if label in full else a.chunks
+        tag = "full" if chunks is None else f"c{chunks}"
+        out_json = os.path.join(a.work, f"{label}.{tag}.json")
+        if not os.path.exists(out_json):
+            model = a.model
+            if flags:
+                model = os.path.join(a.work, label)
+                if not os.path.exists(model):
+                    run([a.bin, "convert", "--in", a.model, "--out", model] + flags.split())
+            cmd = [a.bin, "eval-ppl", "--model", model, "--text", a.text, "--threads", str(a.threads),
+                   "--json", out_json]
+            if chunks is not None:
+                cmd += ["--chunks", str(chunks)]
+            if flags:
+                cmd += ["--kl-base-model", a.model]
+            run(cmd)
+        j = json.load(open(out_json))
+        k = j.get("kld", {})
+        results.append((label, note, tag, {
+            "ppl": j["ppl"], "ppl_err": j["ppl_err"], "ppl_base": k.get("ppl_base", j["ppl"]),
+            "kld": k.get("kld_mean", 0.0), "same_top": 100 * k.get("same_top", 1.0),
+            "bpw": j["bits_per_weight"], "tps": j["tokens_per_second"], "compute": j.get("compute", ""),
+        }))
+    bpw = dict(x.split("=", 1) for x in a.llama_bpw)
+    for spec in a.llama_log:
+        label, path = spec.split("=", 1)
+        r = llama_log(path)
+        r["bpw"] = float(bpw[label]) if label in bpw else None
+        results.append((f"llama.cpp {label}", "llama-perplexity --kl-divergence", f"c{a.chunks}", r))
+
+    print("| row | text | PPL | ΔPPL | KLD | same top % | bits/weight | tok/s | note |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, note, tag, r in results:
+        dppl = r["ppl"] - r["ppl_base"] if r.get("ppl_base") else 0.0
+        text = "full" if tag == "full" else f"{tag[1:]} chunks"
+        bpw_s = f"{r['bpw']:.2f}" if r.get("bpw") else "—"
+        tps = f"{r['tps']:.0f}" if r.get("tps") else "—"
+        print(f"| {label} | {text} | {r['ppl']:.4f} ± {r['ppl_err']:.4f} | {dppl:+.4f} | {r['kld']:.6f} | "
+              f"{r['same_top']:.2f} | {bpw_s} | {tps} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
