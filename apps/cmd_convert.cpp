@@ -1,19 +1,33 @@
-// quanttool convert --in MODEL --out DIR [--format hf] [--dtype bf16|f16|f32]
-// Loads any checkpoint, writes it in an output layout. The output is built in a temporary
+// quanttool convert --in MODEL --out DIR [--format hf|mlx|native] [--dtype bf16|f16|f32]
+//                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
+//                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
+// Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
+// writes it in an output layout. The output is built in a temporary
 // sibling folder and renamed into place at the end, so --out is either absent, the old
 // contents (on error), or complete.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <exception>
+#include <fstream>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
 #include "apps/command.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
+#include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/hf.h"
+#include "formats/layouts/mlx.h"
+#include "formats/layouts/native.h"
 #include "libquant/parallel.h"
+#include "libquant/schemes/scheme.h"
 
 namespace qt {
 namespace {
@@ -33,15 +47,32 @@ struct OutputLayout {
   void (*write)(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt);
 };
 
-void write_hf(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
+HfWriteOptions hf_options(const ConvertOptions& opt) {
   HfWriteOptions o;
   o.dtype = opt.dtype;
   o.max_shard_bytes = opt.max_shard_bytes;
-  write_hf_folder(ck, dir, o);
+  return o;
+}
+void write_hf(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
+  write_hf_folder(ck, dir, hf_options(opt));
+}
+void write_mlx(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
+  write_mlx_folder(ck, dir, hf_options(opt));
+}
+void write_ct(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
+  write_ct_folder(ck, dir, hf_options(opt));
+}
+void write_native(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
+  write_native_folder(ck, dir, hf_options(opt));
 }
 
 constexpr OutputLayout kLayouts[] = {
     {"hf", "Hugging Face folder: config.json, model.safetensors, tokenizer.json", write_hf},
+    {"mlx", "mlx_lm folder: affine U32 weights + scales/biases, config.json quantization", write_mlx},
+    {"native", "quanttool folder: any scheme, config.json quantization_config per tensor", write_native},
+    // Known, so that --format says plainly it is not written yet rather than "unknown".
+    {"compressed-tensors", "compressed-tensors int-quantized (W8A8) folder, as llm-compressor writes", write_ct},
+    {"bnb", "bitsandbytes NF4/FP4 folder, as transformers saves it", nullptr},
 };
 
 const std::map<std::string, DType> kDTypes = {{"f32", DType::F32}, {"f16", DType::F16}, {"bf16", DType::BF16}};
@@ -63,6 +94,277 @@ uint64_t parse_size(const std::string& s) {
   return uint64_t(v * it->second);
 }
 
+// ------------------------------------------------------------------------------ quantization
+//
+// Which tensors get which parameters:
+//   1. the scheme's defaults, then --bits / --group-size;
+//   2. the recipe's rules, in file order: every rule whose pattern matches the tensor name
+//      applies, so a later rule overrides an earlier one (last match wins);
+//   3. --embedding-bits (model.embed_tokens.weight) and --lm-head-bits (lm_head.weight) last:
+//      a flag on the command line beats the file.
+// Only 2-D ".weight" tensors (the Linear weights and the embedding) are candidates; norms and
+// biases are never quantized. A candidate whose rows the group size does not divide is left
+// unquantized, as mlx_lm does (--strict refuses instead).
+//
+// Recipe file (JSON):
+//   {"rules": [
+//      {"match": "model.layers.*.self_attn.*", "bits": 6},
+//      {"match": "model.layers.*.mlp.*", "bits": 4},
+//      {"match": "model.layers.{0,1,28,29}.*", "bits": 8, "group_size": 64},
+//      {"match": "model.embed_tokens.weight", "keep": true}]}
+// "match": a glob over the full HF tensor name: `*` any run of characters (dots included),
+// `?` one character, `{a,b,c}` alternatives (not nested). Keys: "bits", "group_size",
+// "keep" (true: leave the tensor unquantized). A rule whose pattern matches no tensor of the
+// model is an error (a typo would otherwise silently do nothing).
+
+struct QuantArgs {
+  std::string scheme, recipe;
+  int bits = -1, group = -1, embedding_bits = -1, lm_head_bits = -1;
+  bool strict = false, untie = false;
+};
+
+// The layout each scheme goes to when --format is not given.
+std::string default_format(const std::string& scheme) {
+  if (scheme.empty()) return "hf";
+  if (scheme == "affine") return "mlx";
+  if (scheme == "int8" || scheme == "int8_ct") return "compressed-tensors";
+  if (scheme == "nf4" || scheme == "fp4") return "bnb";
+  return "native";
+}
+
+// Which scheme rows a layout can store; the scheme row used for `scheme` in that layout
+// (compressed-tensors computes int8 its own way: the int8_ct row).
+std::string scheme_row_for(const std::string& scheme, const std::string& format) {
+  if (format == "hf") user_error("--scheme {}: --format hf stores unquantized weights only", scheme);
+  if (format == "native") return scheme;
+  if (format == "mlx" && scheme == "affine") return scheme;
+  if (format == "compressed-tensors" && (scheme == "int8" || scheme == "int8_ct")) return "int8_ct";
+  if (format == "bnb" && (scheme == "nf4" || scheme == "fp4")) return scheme;
+  user_error("--scheme {} cannot be written as --format {} (mlx: affine; compressed-tensors: int8; "
+             "bnb: nf4, fp4; native: any)", scheme, format);
+}
+
+// One glob without braces: `*` and `?`.
+bool glob_plain(std::string_view p, std::string_view s) {
+  size_t pi = 0, si = 0, star = std::string::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi, ++si;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++, mark = si;
+    } else if (star != std::string::npos) {
+      pi = star + 1, si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+bool glob_match(const std::string& p, const std::string& s) {
+  size_t open = p.find('{');
+  if (open == std::string::npos) return glob_plain(p, s);
+  size_t close = p.find('}', open);
+  if (close == std::string::npos) return glob_plain(p, s);
+  const std::string head = p.substr(0, open), tail = p.substr(close + 1);
+  std::string body = p.substr(open + 1, close - open - 1);
+  size_t start = 0;
+  while (true) {
+    size_t comma = body.find(',', start);
+    if (glob_match(head + body.substr(start, comma - start) + tail, s)) return true;
+    if (comma == std::string::npos) return false;
+    start = comma + 1;
+  }
+}
+
+struct RecipeRule {
+  std::string match;
+  int bits = -1, group = -1;
+  bool keep = false;
+  int matched = 0;
+};
+
+std::vector<RecipeRule> read_recipe(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) user_error("{}: cannot read recipe", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    user_error("{}: invalid JSON: {}", path, msg);
+  }
+  if (!j.is_object() || !j.contains("rules") || !j["rules"].is_array())
+    user_error("{}: a recipe is {{\"rules\": [{{\"match\": GLOB, \"bits\"|\"group_size\"|\"keep\": ...}}]}}", path);
+  std::vector<RecipeRule> rules;
+  for (auto& r : j["rules"]) {
+    const size_t n = rules.size() + 1;
+    if (!r.is_object() || !r.contains("match") || !r["match"].is_string())
+      user_error("{}: rule {} has no \"match\" string", path, n);
+    RecipeRule rule;
+    rule.match = r["match"];
+    for (auto& [k, v] : r.items()) {
+      if (k == "match") continue;
+      if (k == "keep" && v.is_boolean()) rule.keep = v;
+      else if (k == "bits" && v.is_number_integer()) rule.bits = v;
+      else if (k == "group_size" && v.is_number_integer()) rule.group = v;
+      else user_error("{}: rule {} ('{}'): unknown or mistyped key \"{}\" (bits, group_size, keep)", path, n, rule.match, k);
+    }
+    rules.push_back(rule);
+  }
+  return rules;
+}
+
+bool in(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+class QuantPlanner {
+ public:
+  QuantPlanner(const QuantArgs& a, const std::string& format, DType dtype) : a_(a) {
+    if (a.scheme.empty()) {
+      if (a.bits >= 0 || a.group >= 0 || a.embedding_bits >= 0 || a.lm_head_bits >= 0 || !a.recipe.empty() ||
+          a.strict || a.untie)
+        user_error("--bits, --group-size, --recipe, ...: need --scheme");
+      if (format != "hf") user_error("--format {} stores quantized weights: give --scheme", format);
+      return;
+    }
+    find_scheme(a.scheme);  // unknown scheme: one line listing the known ones
+    base_ = default_params(scheme_row_for(a.scheme, format));
+    base_.dtype = dtype;
+    if (a.bits >= 0) base_.bits = a.bits;
+    if (a.group >= 0) base_.group_size = a.group;
+    check_params(base_, "--bits/--group-size");
+    for (int b : {a.embedding_bits, a.lm_head_bits})
+      if (b >= 0) check_params(with_bits(base_, b), b == a.embedding_bits ? "--embedding-bits" : "--lm-head-bits");
+    if (!a.recipe.empty()) {
+      rules_ = read_recipe(a.recipe);
+      for (size_t i = 0; i < rules_.size(); ++i) {
+        SchemeParams p = base_;
+        if (rules_[i].bits >= 0) p.bits = rules_[i].bits;
+        if (rules_[i].group >= 0) p.group_size = rules_[i].group;
+        check_params(p, fmt::format("{}: rule {} ('{}')", a.recipe, i + 1, rules_[i].match));
+      }
+    }
+    active_ = true;
+  }
+  bool active() const { return active_; }
+
+  // The packed checkpoint the writer takes: quantized weights under the layout's names, the
+  // rest as loaded, and the normalized description in `quantization`.
+  Checkpoint quantize(Checkpoint ck, const std::string& format) {
+    const bool tied = ck.config.tie_word_embeddings;
+    if (a_.lm_head_bits >= 0 && tied && !a_.untie)
+      user_error("--lm-head-bits: {} ties lm_head to the embedding; add --untie to write a separate "
+                 "lm_head.weight, or use --embedding-bits", ck.path);
+    if (tied && a_.untie) {
+      ck.tensors["lm_head.weight"] = ck.get("model.embed_tokens.weight");  // shares the storage
+      ck.config.tie_word_embeddings = false;
+    }
+    std::map<std::string, std::optional<SchemeParams>> plan;
+    std::map<std::string, std::string> skipped;
+    for (auto& [name, t] : ck.tensors) {
+      for (auto& r : rules_)
+        if (glob_match(r.match, name)) ++r.matched;
+      if (t.shape.size() != 2 || module_of(name) == name) continue;  // norms, biases
+      // llm-compressor's W8A8 preset targets Linear layers and ignores lm_head.
+      if (format == "compressed-tensors" && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) {
+        skipped[name] = "compressed-tensors W8A8 quantizes Linear layers only (lm_head ignored)";
+        continue;
+      }
+      SchemeParams p = base_;
+      bool keep = false;
+      for (size_t i = 0; i < rules_.size(); ++i) {
+        const RecipeRule& r = rules_[i];
+        if (!glob_match(r.match, name)) continue;
+        keep = r.keep;
+        if (r.bits >= 0) p.bits = r.bits;
+        if (r.group >= 0) p.group_size = r.group;
+        if (keep) skipped[name] = fmt::format("kept by recipe rule {} ('{}')", i + 1, r.match);
+      }
+      if (name == "model.embed_tokens.weight" && a_.embedding_bits >= 0) p.bits = a_.embedding_bits, keep = false;
+      if (name == "lm_head.weight" && a_.lm_head_bits >= 0) p.bits = a_.lm_head_bits, keep = false;
+      if (keep) continue;
+      skipped.erase(name);
+      std::string why;
+      if (!scheme_fits(p, t.shape[0], t.shape[1], &why)) {
+        if (a_.strict) user_error("--strict: {} [{}, {}]: {}", name, t.shape[0], t.shape[1], why);
+        skipped[name] = why;
+        continue;
+      }
+      plan[name] = p;
+    }
+    for (size_t i = 0; i < rules_.size(); ++i)
+      if (!rules_[i].matched)
+        user_error("{}: rule {} ('{}') matches no tensor of {}", a_.recipe, i + 1, rules_[i].match, ck.path);
+    if (plan.empty())
+      user_error("--group-size {}: quantizes no tensor of {} ({})", base_.group_size, ck.path,
+                 skipped.empty() ? "no 2-D weights" : skipped.begin()->second);
+
+    QuantEntry (*names)(const std::string&) = format == "mlx"                  ? mlx_tensor_names
+                                              : format == "compressed-tensors" ? ct_tensor_names
+                                                                               : native_tensor_names;
+    nlohmann::json desc = {{"format", format}, {"tensors", nlohmann::json::object()}, {"skipped", skipped}};
+    std::vector<std::string> order;
+    for (auto& [name, p] : plan) order.push_back(name);
+    std::vector<PackedTensor> packed(order.size());
+    // One tensor per thread: quantize_weights is serial and the tensors are many.
+    std::vector<std::exception_ptr> errors(order.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t k = 0; k < order.size(); ++k) {
+      try {
+        const Tensor& t = ck.tensors.at(order[k]);
+        std::vector<float> w = to_f32(t);
+        packed[k] = quantize_weights(w.data(), t.shape[0], t.shape[1], *plan[order[k]], order[k]);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    std::map<std::string, int> by_params;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const PackedTensor& pt = packed[k];
+      QuantEntry q = names(order[k]);
+      q.scheme = pt.params.scheme;
+      q.bits = pt.params.bits;
+      q.group_size = pt.params.group_size;
+      q.dtype = pt.params.dtype;
+      q.rows = pt.rows;
+      q.cols = pt.cols;
+      if (!pt.biases.data) q.biases.clear();
+      ck.tensors.erase(order[k]);
+      ck.tensors[q.data] = pt.data;
+      ck.tensors[q.scales] = pt.scales;
+      if (!q.biases.empty()) ck.tensors[q.biases] = pt.biases;
+      desc["tensors"][order[k]] = quant_entry_json(q);
+      ++by_params[fmt::format("{} {}-bit group {}", q.scheme, q.bits, q.group_size)];
+    }
+    ck.quantization = desc;
+    for (auto& [k, n] : by_params) std::printf("quantized %d tensors: %s\n", n, k.c_str());
+    for (auto& [name, why] : skipped) std::printf("left unquantized: %s (%s)\n", name.c_str(), why.c_str());
+    return ck;
+  }
+
+ private:
+  static SchemeParams with_bits(SchemeParams p, int bits) {
+    p.bits = bits;
+    return p;
+  }
+  // Bits and group size the row supports, before any tensor is looked at.
+  static void check_params(const SchemeParams& p, const std::string& what) {
+    const Scheme& s = find_scheme(p.scheme);
+    if (!in(s.bits, p.bits) || !in(s.group_sizes, p.group_size))
+      user_error("{}: {} does not support {} bits with group size {} (bits: {}; group sizes: {})", what, p.scheme,
+                 p.bits, p.group_size, fmt::join(s.bits, ", "), fmt::join(s.group_sizes, ", "));
+  }
+
+  QuantArgs a_;
+  SchemeParams base_;
+  std::vector<RecipeRule> rules_;
+  bool active_ = false;
+};
+
 bool is_nonempty(const fs::path& p) {
   if (!fs::exists(fs::symlink_status(p))) return false;
   if (!fs::is_directory(p)) return true;
@@ -70,21 +372,26 @@ bool is_nonempty(const fs::path& p) {
 }
 
 struct Args {
-  std::string in, out, format = "hf", dtype = "f32", max_shard = "5GB";
+  std::string in, out, format, dtype = "f32", max_shard = "5GB";
   bool force = false;
   int threads = 0;
+  QuantArgs q;
 };
 
 int run(const Args& a) {
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
-  const OutputLayout* layout = nullptr;
-  for (auto& l : kLayouts)
-    if (a.format == l.name) layout = &l;
-  if (!layout) user_error("--format: unknown output layout '{}'", a.format);
   ConvertOptions opt;
   opt.dtype = kDTypes.at(a.dtype);
   opt.max_shard_bytes = parse_size(a.max_shard);
+  // Every flag is checked before anything is read or written.
+  const std::string format = a.format.empty() ? default_format(a.q.scheme) : a.format;
+  const OutputLayout* layout = nullptr;
+  for (auto& l : kLayouts)
+    if (format == l.name) layout = &l;
+  if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb)", format);
+  QuantPlanner planner(a.q, format, opt.dtype);
+  if (!layout->write) user_error("--format {}: this output layout is not implemented yet", format);
 
   // Refuse before doing any work: nothing is written when --out is taken.
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -97,6 +404,9 @@ int run(const Args& a) {
 
   Checkpoint ck = load_checkpoint(a.in);
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
+  if (ck.quantization.is_object() && ck.source_kind != "gguf")
+    user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  if (planner.active()) ck = planner.quantize(std::move(ck), format);
   auto t1 = std::chrono::steady_clock::now();
 
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::current_path();
@@ -143,17 +453,23 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                        auto a = std::make_shared<Args>();
                        sub.add_option("--in", a->in, "input: a .gguf file or a Hugging Face folder")->required();
                        sub.add_option("--out", a->out, "output folder")->required();
-                       std::vector<std::string> formats;
-                       for (auto& l : kLayouts) formats.push_back(l.name);
-                       sub.add_option("--format", a->format, "output layout")
-                           ->check(CLI::IsMember(formats))
-                           ->capture_default_str();
+                       sub.add_option("--format", a->format,
+                                      "output layout (default hf; with --scheme: affine mlx, int8 "
+                                      "compressed-tensors, int4 native, nf4/fp4 bnb)");
                        sub.add_option("--dtype", a->dtype, "dtype of float tensors")
                            ->check(CLI::IsMember({"bf16", "f16", "f32"}))
                            ->capture_default_str();
                        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")
                            ->capture_default_str();
                        sub.add_flag("--force", a->force, "replace an existing non-empty --out");
+                       sub.add_option("--scheme", a->q.scheme, "quantize: affine, int8, int8_ct, int4, nf4, fp4");
+                       sub.add_option("--bits", a->q.bits, "bits per weight (default: the scheme's)");
+                       sub.add_option("--group-size", a->q.group, "elements per scale (0 = per channel)");
+                       sub.add_option("--embedding-bits", a->q.embedding_bits, "bits of model.embed_tokens.weight");
+                       sub.add_option("--lm-head-bits", a->q.lm_head_bits, "bits of lm_head.weight (tied: needs --untie)");
+                       sub.add_option("--recipe", a->q.recipe, "JSON per-tensor overrides (format: cmd_convert.cpp)");
+                       sub.add_flag("--strict", a->q.strict, "refuse a weight the group size does not fit");
+                       sub.add_flag("--untie", a->q.untie, "write a separate lm_head.weight for a tied model");
                        sub.add_option("--threads", a->threads, "threads (default: all cores)");
                        return [a] { return run(*a); };
                      }});

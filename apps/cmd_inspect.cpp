@@ -1,6 +1,9 @@
 // quanttool inspect PATH [--json FILE]: what a checkpoint holds — architecture, sizes, parameter
 // count, tokenizer, and a table of its tensors as stored (for GGUF: the file's own names and ggml
-// types, nothing dequantized), with totals and bits per weight.
+// types, nothing dequantized), with totals and bits per weight. Quantized folders (mlx, native)
+// also get their quantization: per role the common scheme/bits/group and the exceptions, the
+// weights stored unquantized and why, and bits per weight counting quantized weights by their
+// logical size.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -9,7 +12,9 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/gguf.h"
+#include "formats/layouts/quantized.h"
 #include "formats/mapped_file.h"
+#include "libquant/schemes/packed_io.h"
 
 namespace qt {
 namespace {
@@ -29,7 +34,46 @@ struct Summary {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<Row> rows;
+  json quantization;         // normalized description (quantized folders only)
+  double weight_bpw = 0.0;   // checkpoint_bits_per_weight
 };
+
+// "model.layers.7.mlp.up_proj.weight" -> "mlp.up_proj.weight": what a weight does, not where.
+std::string role_of(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.rfind(kPrefix, 0) != 0) return name;
+  size_t dot = name.find('.', kPrefix.size());
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+std::string params_str(const json& e) {
+  return fmt::format("{} {}-bit, group {}", e.value("scheme", "?"), e.value("bits", 0), e.value("group_size", 0));
+}
+
+// Per role: the most common parameters; every weight that differs is listed as an exception.
+void print_quantization(const Summary& s) {
+  const json& q = s.quantization;
+  std::printf("  quantization  %s: %zu weights quantized, %zu stored unquantized; %.3f bits per weight\n",
+              q.value("format", "?").c_str(), q["tensors"].size(), q.value("skipped", json::object()).size(),
+              s.weight_bpw);
+  std::map<std::string, std::map<std::string, std::vector<std::string>>> roles;  // role -> params -> names
+  for (auto& [name, e] : q["tensors"].items()) roles[role_of(name)][params_str(e)].push_back(name);
+  for (auto& [role, by] : roles) {
+    auto common = by.begin();
+    size_t n = 0;
+    for (auto it = by.begin(); it != by.end(); ++it) {
+      n += it->second.size();
+      if (it->second.size() > common->second.size()) common = it;
+    }
+    std::printf("    %-34s %-24s (%zu)\n", role.c_str(), common->first.c_str(), n);
+    for (auto& [params, names] : by)
+      if (params != common->first)
+        for (auto& nm : names) std::printf("      except %s: %s\n", nm.c_str(), params.c_str());
+  }
+  const json skipped = q.value("skipped", json::object());  // a copy: items() must not outlive it
+  for (auto& [name, why] : skipped.items())
+    std::printf("    unquantized %s: %s\n", name.c_str(), why.get<std::string>().c_str());
+}
 
 bool is_gguf_file(const std::string& path) {
   if (!fs::is_regular_file(path)) return false;
@@ -61,6 +105,10 @@ Summary from_checkpoint(const std::string& path) {
   s.config = ck.config;
   s.tokenizer = std::move(ck.tokenizer);
   for (auto& [name, t] : ck.tensors) s.rows.push_back({name, dtype_name(t.dtype), t.shape, t.nbytes, t.numel()});
+  if (ck.quantization.is_object() && ck.quantization.contains("tensors")) {
+    s.quantization = ck.quantization;
+    s.weight_bpw = checkpoint_bits_per_weight(ck);
+  }
   return s;
 }
 
@@ -118,6 +166,7 @@ int run(const std::string& path, const std::string& json_path) {
   } else {
     std::printf("  tokenizer     none\n");
   }
+  if (s.quantization.is_object()) print_quantization(s);
 
   size_t w_name = 4, w_type = 4, w_shape = 5;
   for (auto& r : s.rows) {
@@ -166,6 +215,10 @@ int run(const std::string& path, const std::string& json_path) {
                    {"bytes", total_bytes},
                    {"elements", total_numel},
                    {"bits_per_weight", bpw}};
+    if (s.quantization.is_object()) {
+      j["quantization"] = s.quantization;
+      j["quantization"]["bits_per_weight"] = s.weight_bpw;
+    }
     std::string text = j.dump(2) + "\n";
     write_file_atomic(json_path, text.data(), text.size());
   }

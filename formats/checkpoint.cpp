@@ -12,6 +12,9 @@
 
 #include "formats/error.h"
 #include "formats/gguf.h"
+#include "formats/layouts/compressed_tensors.h"
+#include "formats/layouts/mlx.h"
+#include "formats/layouts/native.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
 
@@ -170,17 +173,26 @@ Checkpoint load_gguf(const std::string& path) {
 
 // ------------------------------------------------------------------------------ HF folder
 
+Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::string& cfg_path,
+                              const std::string& kind);
+
 Checkpoint load_hf_dir(const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   if (!fs::is_regular_file(cfg_path)) user_error("{}: no config.json", dir);
   json j = read_json_file(cfg_path);
-  if (j.is_object() && j.contains("quantization_config")) {
+  // Quantized folders (mlx, native): tensors as stored, described in ck.quantization.
+  std::string qkind;
+  if (is_mlx_quantized_config(j)) qkind = "mlx";
+  else if (is_native_quantized_config(j)) qkind = "native";
+  else if (is_ct_quantized_config(j)) qkind = "compressed-tensors";
+  else if (j.is_object() && j.contains("quantization_config")) {
     auto& q = j["quantization_config"];
     std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
                              ? q["quant_method"].get<std::string>()
                              : "?";
     user_error("{}: quantized checkpoints ('{}') are not supported yet", cfg_path, method);
   }
+  if (!qkind.empty()) return load_quantized_dir(dir, j, cfg_path, qkind);
   Checkpoint ck;
   ck.path = dir;
   ck.source_kind = "hf";
@@ -199,6 +211,25 @@ Checkpoint load_hf_dir(const std::string& dir) {
     ck.tensors.emplace(name, t);
   }
   check_tensor_set(dir, ck.config, shapes);
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
+  return ck;
+}
+
+Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::string& cfg_path,
+                              const std::string& kind) {
+  Checkpoint ck;
+  ck.path = dir;
+  ck.source_kind = kind;
+  ck.config = ModelConfig::from_hf_json(j, cfg_path);
+  SafetensorsDir st = load_safetensors_dir(dir);
+  for (auto& [name, t] : st.tensors) {
+    if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
+    ck.tensors.emplace(name, t);
+  }
+  ck.quantization = kind == "mlx"                  ? mlx_describe(dir, j, ck.tensors, st.metadata)
+                    : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
+                                                   : native_describe(dir, j);
+  check_quantized_tensor_set(dir, ck.config, ck.tensors, ck.quantization);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
   return ck;
 }

@@ -15,11 +15,14 @@ namespace qt {
 
 struct Checkpoint {
   std::string path;
-  std::string source_kind;  // "gguf", "hf", later "mlx", "compressed-tensors", "bnb", ...
+  std::string source_kind;  // "gguf", "hf", "mlx", "native" (later "compressed-tensors", "bnb")
   ModelConfig config;
   std::map<std::string, Tensor> tensors;  // HF names
   std::unique_ptr<Tokenizer> tokenizer;
-  nlohmann::json quantization;  // quantization metadata of the source, if any (null otherwise)
+  // Quantization metadata of the source, if any (null otherwise). Quantized folders (mlx,
+  // native): the normalized description of formats/layouts/quantized.h, and `tensors` holds
+  // the stored tensors (packed codes under the weight's name, scales/biases beside it).
+  nlohmann::json quantization;
 
   const Tensor& get(const std::string& name) const;  // UserError if missing
   bool has(const std::string& name) const { return tensors.count(name) != 0; }

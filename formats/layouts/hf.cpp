@@ -85,13 +85,14 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   tensors.reserve(names.size());
   for (auto& name : names) {
     const Tensor& t = ck.tensors.at(name);
-    tensors.emplace_back(name, is_float(t.dtype) ? cast(t, opt.dtype) : t);
+    tensors.emplace_back(name, is_float(t.dtype) && !opt.keep_dtype.count(name) ? cast(t, opt.dtype) : t);
   }
-  write_safetensors_sharded(dir, tensors, {{"format", "pt"}}, opt.max_shard_bytes);
+  write_safetensors_sharded(dir, tensors, opt.metadata, opt.max_shard_bytes);
 
   const fs::path d(dir);
   json cfg = ck.config.to_hf_json();
   cfg["torch_dtype"] = out_dtype;
+  if (opt.extra_config.is_object()) cfg.update(opt.extra_config);
   write_json(d / "config.json", cfg);
   if (ck.tokenizer) {  // a source without one (a bare test GGUF) gives a weights-only folder
     write_json(d / "tokenizer.json", ck.tokenizer->to_hf_tokenizer_json());

@@ -3,6 +3,8 @@
 // generation_config.json. What transformers' from_pretrained expects (FORMATS.md 1.4-1.5, 6).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 
 #include "formats/checkpoint.h"
@@ -15,6 +17,12 @@ struct HfWriteOptions {
   DType dtype = DType::F32;
   uint64_t max_shard_bytes = 5'000'000'000ull;  // huggingface_hub's default "5GB"
   bool generation_config = true;
+  // safetensors __metadata__ of every shard (mlx_lm writes {"format": "mlx"}).
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  // Keys merged into config.json (a quantized layout's "quantization_config", ...).
+  nlohmann::json extra_config = nlohmann::json::object();
+  // Float tensors written as they are, not cast to `dtype` (a quantized weight's scales).
+  std::set<std::string> keep_dtype;
 };
 
 // "float32" / "float16" / "bfloat16" (config.json torch_dtype); UserError for other dtypes.

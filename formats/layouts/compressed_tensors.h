@@ -1,0 +1,28 @@
+// compressed-tensors "int-quantized" folder (llm-compressor's W8A8 preset, what vLLM loads;
+// FORMATS.md 5): a quantized Linear M stores
+//   M.weight        I8 [out, in]
+//   M.weight_scale  dtype [out, 1] (strategy "channel") or [out, in/group] (strategy "group")
+// (symmetric: no weight_zero_point) and config.json "quantization_config" is the package's
+// QuantizationConfig(...).model_dump(): one config group targeting "Linear", int8 symmetric
+// weights (static), int8 per-token dynamic input activations, format "int-quantized",
+// quantization_status "compressed", and "ignore" listing the Linear modules left unquantized
+// (lm_head always: the preset never quantizes it). The embedding is never quantized here.
+#pragma once
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/checkpoint.h"
+#include "formats/layouts/hf.h"
+#include "formats/layouts/quantized.h"
+
+namespace qt {
+
+QuantEntry ct_tensor_names(const std::string& weight_name);
+void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptions opt);
+bool is_ct_quantized_config(const nlohmann::json& cfg);
+nlohmann::json ct_describe(const std::string& dir, const nlohmann::json& cfg,
+                           const std::map<std::string, Tensor>& stored);
+
+}  // namespace qt

@@ -1,0 +1,97 @@
+// AVX-512 VNNI int8 GEMM (int8_vnni.h). Compiled without FMA contraction so the epilogue rounds
+// its multiply and add separately, as reference_gemm does.
+#pragma GCC optimize("fp-contract=off")
+#include "libquant/kernels/int8_vnni.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "libquant/parallel.h"
+
+namespace qt::kernels {
+
+Int8Vnni pack_int8_vnni(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl) {
+  Int8Vnni w;
+  w.n = n;
+  w.k = k;
+  w.gl = gl;
+  w.ng = k / gl;
+  w.n_panels = (n + 15) / 16;
+  w.panels.assign(size_t(w.n_panels * k * 16), 0);
+  w.colsum128.assign(size_t(w.n_panels * w.ng * 16), 0);
+  w.scales.assign(size_t(w.n_panels * w.ng * 16), 0.0f);
+  for (int64_t row = 0; row < n; ++row) {
+    const int64_t p = row / 16, r = row % 16;
+    for (int64_t c = 0; c < k; ++c) {
+      const int8_t v = q[row * k + c];
+      w.panels[size_t(((p * (k / 4) + c / 4) * 16 + r) * 4 + c % 4)] = v;
+      w.colsum128[size_t((p * w.ng + c / gl) * 16 + r)] += 128 * int32_t(v);
+    }
+    for (int64_t g = 0; g < w.ng; ++g) w.scales[size_t((p * w.ng + g) * 16 + r)] = s[row * w.ng + g];
+  }
+  return w;
+}
+
+namespace {
+
+constexpr int kMR = 8;  // token rows per tile: 8 int32 + 8 fp32 accumulators
+
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(
+    const Int8Vnni& w, int64_t p, const uint8_t* a, int64_t lda, const float* sx, float* y,
+    int64_t ldy, __mmask16 mask) {
+  const int64_t k4 = w.k / 4, g4 = w.gl / 4;
+  const int8_t* panel = w.panels.data() + size_t(p * k4 * 64);
+  __m512 sum[R];
+  for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < w.ng; ++g) {
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+    for (int64_t b = g * g4; b < (g + 1) * g4; ++b) {
+      const __m512i wv = _mm512_loadu_si512(panel + b * 64);
+      for (int r = 0; r < R; ++r) {
+        int32_t a4;
+        std::memcpy(&a4, a + r * lda + b * 4, 4);
+        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(a4), wv);
+      }
+    }
+    const size_t off = size_t((p * w.ng + g) * 16);
+    const __m512i cs = _mm512_loadu_si512(w.colsum128.data() + off);
+    const __m512 sw = _mm512_loadu_ps(w.scales.data() + off);
+    for (int r = 0; r < R; ++r)
+      sum[r] = _mm512_add_ps(sum[r], _mm512_mul_ps(sw, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], cs))));
+  }
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(y + r * ldy + p * 16, mask, _mm512_mul_ps(_mm512_set1_ps(sx[r]), sum[r]));
+}
+
+using TileFn = void (*)(const Int8Vnni&, int64_t, const uint8_t*, int64_t, const float*, float*,
+                        int64_t, __mmask16);
+constexpr TileFn kTiles[kMR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
+                                    tile<5>, tile<6>, tile<7>, tile<8>};
+
+}  // namespace
+
+void gemm_int8_vnni(const Int8Vnni& w, const int8_t* a, const float* sx, int64_t m, float* y) {
+  // Unsigned activations a + 128 (flip the sign bit), VPDPBUSD's unsigned operand.
+  thread_local std::vector<uint8_t> au;
+  au.resize(size_t(m * w.k));
+  for (size_t i = 0; i < au.size(); ++i) au[i] = uint8_t(a[i]) ^ 0x80;
+  const uint8_t* ap = au.data();
+  const int64_t row_blocks = (m + kMR - 1) / kMR, tiles = w.n_panels * row_blocks;
+  const bool par = m * w.n * w.k > (1 << 18);
+#pragma omp parallel for schedule(dynamic, 4) if (par)
+  for (int64_t i = 0; i < tiles; ++i) {
+    const int64_t p = i / row_blocks, rb = i % row_blocks;
+    const int64_t t0 = rb * kMR;
+    const int rows = int(std::min<int64_t>(kMR, m - t0));
+    const int cols = int(std::min<int64_t>(16, w.n - p * 16));
+    const __mmask16 mask = __mmask16((1u << cols) - 1);
+    kTiles[rows](w, p, ap + t0 * w.k, w.k, sx + t0, y + t0 * w.n, w.n, mask);
+  }
+}
+
+}  // namespace qt::kernels

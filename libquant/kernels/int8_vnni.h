@@ -1,0 +1,30 @@
+// AVX-512 VNNI int8 GEMM for the integer packed Linear (model/int_linear.cpp): weights packed in
+// panels of 16 output rows, k in blocks of 4 bytes (VPDPBUSD's dword), per-group fp32 scales and
+// 128·column sums per panel; activations are the signed per-token int8 codes, offset to unsigned
+// inside. Exact int32 accumulation per group; epilogue y = s_x · Σ_g s_w·float(acc_g) with the
+// multiply and add rounded separately (reference_gemm's order).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace qt::kernels {
+
+struct Int8Vnni {
+  int64_t n = 0, k = 0, gl = 0, ng = 0, n_panels = 0;
+  std::vector<int8_t> panels;       // [n_panels][k/4][16][4]
+  std::vector<int32_t> colsum128;   // [n_panels][ng][16]: 128 · Σ_{k∈g} w
+  std::vector<float> scales;        // [n_panels][ng][16]
+  int8_t code(int64_t row, int64_t col) const {
+    const int64_t p = row / 16, r = row % 16;
+    return panels[size_t(((p * (k / 4) + col / 4) * 16 + r) * 4 + col % 4)];
+  }
+  size_t bytes() const { return panels.size() + colsum128.size() * 4 + scales.size() * 4; }
+};
+
+// q: [n, k] signed codes; s: [n, k/gl] fp32 scales; k and gl multiples of 4.
+Int8Vnni pack_int8_vnni(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl);
+// y[m, n] = per-token-quantized a[m, k] (codes, scales sx) times W, OpenMP over (panel, rows).
+void gemm_int8_vnni(const Int8Vnni& w, const int8_t* a, const float* sx, int64_t m, float* y);
+
+}  // namespace qt::kernels

@@ -1,0 +1,148 @@
+// The integer packed Linear (W8A8 int8 / int8_ct, W4A8 int4): activations quantized per token
+// to int8 (quantize_activations_int8), exact int32 dot products per group, then the epilogue of
+// reference_gemm in the same fp32 order — y = s_x · (Σ_g s_w[g] · float(acc_g)), multiply and add
+// rounded separately — so every kernel level gives the reference's bits.
+//
+// In memory the codes are signed int8 for every scheme (int4: u − 8, unpacked at load: the
+// prefill kernel is compute-bound, and one byte per code lets W4A8 share the VNNI kernel).
+// AVX-512 VNNI layout (kernels/int8_vnni.cpp): panels of 16 output rows, k-major in blocks of 4
+// (one dword = 4 consecutive k of one row, VPDPBUSD's operand), with per-(panel, group) column
+// sums so that the unsigned activations a + 128 can be used: Σ(a+128)·w − 128·Σw = Σa·w.
+#pragma GCC optimize("fp-contract=off")
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+#include "libquant/cpu_features.h"
+#include "libquant/kernels/aligned_buffer.h"
+#include "libquant/kernels/int8_vnni.h"
+#include "libquant/model/packed_linear.h"
+#include "libquant/parallel.h"
+#include "libquant/schemes/detail.h"
+
+namespace qt {
+namespace {
+
+using namespace schemes_detail;
+
+class IntLinear final : public Linear {
+ public:
+  IntLinear(PackedTensor w, const float* bias, const PackedLinearOptions& opt)
+      : n_(w.rows), k_(w.cols), params_(w.params), act_(opt.act) {
+    if (act_ == ActMode::Default) act_ = ActMode::Int8PerToken;
+    if (bias) bias_.assign(bias, bias + n_);
+    ng_ = n_groups(params_, k_);
+    gl_ = group_len(params_, k_);
+    // Signed codes [n, k] and fp32 scales [n, ng], from the stored layout (scheme.h).
+    q_.resize(size_t(n_ * k_));
+    s_.resize(size_t(n_ * ng_));
+    if (params_.scheme == "int4") {
+      for (int64_t n = 0; n < n_; ++n) {
+        const uint8_t* row = w.data.data + n * (k_ / 2);
+        for (int64_t j = 0; j < k_; j += 2) {
+          q_[size_t(n * k_ + j)] = int8_t(int(row[j / 2] >> 4) - 8);
+          q_[size_t(n * k_ + j + 1)] = int8_t(int(row[j / 2] & 0x0f) - 8);
+        }
+      }
+    } else {
+      std::memcpy(q_.data(), w.data.data, q_.size());
+    }
+    for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
+    if (kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0) {
+      vnni_ = kernels::pack_int8_vnni(q_.data(), s_.data(), n_, k_, gl_);
+      q_.clear();
+      q_.shrink_to_fit();
+    }
+  }
+
+  void forward(const float* x, int64_t m, float* y) const override {
+    if (m <= 0) return;
+    if (act_ == ActMode::None) {
+      forward_float(x, m, y);
+    } else {
+      thread_local std::vector<int8_t> a;
+      thread_local std::vector<float> sx;
+      a.resize(size_t(m * k_));
+      sx.resize(size_t(m));
+      quantize_activations_int8(x, m, k_, a.data(), sx.data());
+      if (!vnni_.panels.empty()) {
+        kernels::gemm_int8_vnni(vnni_, a.data(), sx.data(), m, y);
+      } else {
+        forward_scalar(a.data(), sx.data(), m, y);
+      }
+    }
+    if (!bias_.empty())
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t n = 0; n < n_; ++n) y[t * n_ + n] += bias_[size_t(n)];
+  }
+
+  int64_t in_features() const override { return k_; }
+  int64_t out_features() const override { return n_; }
+  size_t weight_bytes() const override {
+    return vnni_.panels.empty() ? q_.size() + s_.size() * 4 : vnni_.bytes();
+  }
+  std::string kind() const override {
+    std::string k = params_.scheme == "int4" ? "w4a8" : "w8a8";
+    if (params_.group_size) k += "-g" + std::to_string(params_.group_size);
+    return act_ == ActMode::None ? k + "-fp-act" : k;
+  }
+
+ private:
+  int8_t code(int64_t n, int64_t k) const {
+    return vnni_.panels.empty() ? q_[size_t(n * k_ + k)] : vnni_.code(n, k);
+  }
+  float scale(int64_t n, int64_t g) const { return s_[size_t(n * ng_ + g)]; }
+
+  // reference_gemm's Int8PerToken loop over the packed codes.
+  void forward_scalar(const int8_t* a, const float* sx, int64_t m, float* y) const {
+#pragma omp parallel for schedule(dynamic, 16) if (m * n_ * k_ > (1 << 17))
+    for (int64_t n = 0; n < n_; ++n) {
+      const int8_t* qn = q_.data() + n * k_;
+      for (int64_t t = 0; t < m; ++t) {
+        const int8_t* at = a + t * k_;
+        float sum = 0.0f;
+        for (int64_t g = 0; g < ng_; ++g) {
+          int32_t acc = 0;
+          for (int64_t k = g * gl_; k < (g + 1) * gl_; ++k) acc += int32_t(at[k]) * int32_t(qn[k]);
+          sum += scale(n, g) * float(acc);
+        }
+        y[t * n_ + n] = sx[t] * sum;
+      }
+    }
+  }
+
+  // The decode path without activation quantization: fp32 x times the dequantized weights.
+  void forward_float(const float* x, int64_t m, float* y) const {
+#pragma omp parallel for schedule(dynamic, 16) if (m * n_ * k_ > (1 << 17))
+    for (int64_t n = 0; n < n_; ++n) {
+      std::vector<float> row(static_cast<size_t>(k_));
+      for (int64_t k = 0; k < k_; ++k) row[size_t(k)] = float(code(n, k)) * scale(n, k / gl_);
+      for (int64_t t = 0; t < m; ++t) {
+        const float* xt = x + t * k_;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < k_; ++k) acc += xt[k] * row[size_t(k)];
+        y[t * n_ + n] = acc;
+      }
+    }
+  }
+
+  int64_t n_, k_, ng_ = 1, gl_ = 0;
+  SchemeParams params_;
+  ActMode act_;
+  std::vector<float> bias_;
+  std::vector<int8_t> q_;  // [n, k] signed codes (scalar path)
+  std::vector<float> s_;   // [n, ng] fp32 scales
+  kernels::Int8Vnni vnni_;
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias,
+                                        const PackedLinearOptions& opt) {
+  return std::make_unique<IntLinear>(std::move(w), bias, opt);
+}
+
+}  // namespace qt

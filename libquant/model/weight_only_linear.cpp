@@ -1,0 +1,186 @@
+// The weight-only packed Linear (MLX affine 2–8 bit, bitsandbytes nf4/fp4): the codes stay packed
+// as stored; each forward decodes one panel of NR output rows at a time into the operand form of
+// the dense GEMM microkernels (kernels::Family, gemm.h: fp32, or bf16 pairs with --compute bf16)
+// and runs their tiles over every token row — the decode is amortised over the batch, and no
+// decoded copy of the matrix outlives the panel. Decoded values are exactly dequantize_weights'
+// (affine: q·s and +b rounded separately to the dtype, as MLX; nf4/fp4: table·absmax rounded to
+// the dtype), so only the summation order differs from reference_gemm(ActMode::None).
+#pragma GCC optimize("fp-contract=off")
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+#include "libquant/cpu_features.h"
+#include "libquant/kernels/aligned_buffer.h"
+#include "libquant/kernels/gemm.h"
+#include "libquant/model/packed_linear.h"
+#include "libquant/parallel.h"
+#include "libquant/schemes/detail.h"
+
+namespace qt {
+namespace {
+
+using namespace schemes_detail;
+using kernels::Family;
+
+const Family* pick(Compute compute) {
+  const KernelLevel lvl = kernel_level();
+  if (compute == Compute::BF16 && lvl == KernelLevel::AVX512 && cpu_features().avx512_bf16)
+    return kernels::family_bf16_avx512();
+  if (lvl == KernelLevel::AVX512) return kernels::family_f32_avx512();
+  if (lvl == KernelLevel::AVX2) return kernels::family_f32_avx2();
+  return nullptr;
+}
+
+class WeightOnlyLinear final : public Linear {
+ public:
+  WeightOnlyLinear(PackedTensor w, const float* bias, const PackedLinearOptions& opt)
+      : w_(std::move(w)), n_(w_.rows), k_(w_.cols), compute_(opt.compute), fam_(pick(opt.compute)) {
+    if (bias) bias_.assign(bias, bias + n_);
+    affine_ = w_.params.scheme == "affine";
+    if (affine_) {
+      bits_ = w_.params.bits;
+      groups_ = k_ / w_.params.group_size;
+      scales_.resize(size_t(n_ * groups_));
+      biases_.resize(size_t(n_ * groups_));
+      for (size_t i = 0; i < scales_.size(); ++i) {
+        scales_[i] = load_float(w_.scales, i);
+        biases_[i] = load_float(w_.biases, i);
+      }
+    } else {
+      const float* t = bnb_code_table(w_.params.scheme).data();
+      std::copy(t, t + 16, table_);
+    }
+  }
+
+  // Row r as fp32, exactly dequantize_weights' row r.
+  void dequantize_row(int64_t r, float* out) const override {
+    if (r < 0 || r >= n_) user_error("row {} outside a weight of {} rows", r, n_);
+    decode_row(r, out);
+  }
+
+  void forward(const float* x, int64_t m, float* y) const override {
+    if (m <= 0) return;
+    if (!fam_ || m < 4) {
+      forward_rows(x, m, y);
+    } else {
+      forward_panels(x, m, y);
+    }
+  }
+
+  int64_t in_features() const override { return k_; }
+  int64_t out_features() const override { return n_; }
+  size_t weight_bytes() const override { return w_.bytes(); }
+  std::string kind() const override {
+    const std::string c = compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? "-bf16" : "";
+    if (affine_) return "affine" + std::to_string(bits_) + "-g" + std::to_string(w_.params.group_size) + c;
+    return w_.params.scheme + "-b" + std::to_string(w_.params.group_size) + c;
+  }
+
+ private:
+  void decode_row(int64_t r, float* out) const {
+    const DType dt = w_.params.dtype;
+    if (affine_) {
+      const int g = w_.params.group_size;
+      const int64_t row_bytes = k_ * bits_ / 8;
+      const uint8_t* row = w_.data.data + r * row_bytes;
+      const uint32_t mask = (1u << bits_) - 1;
+      for (int64_t j = 0; j < k_; ++j) {
+        const int64_t bit = j * bits_, byte = bit >> 3;
+        uint64_t v = 0;
+        std::memcpy(&v, row + byte, size_t(std::min<int64_t>(8, row_bytes - byte)));
+        const uint32_t q = uint32_t(v >> (bit & 7)) & mask;
+        const size_t gi = size_t(r * groups_ + j / g);
+        const float prod = round_to(dt, float(q) * scales_[gi]);
+        out[j] = round_to(dt, prod + biases_[gi]);
+      }
+      return;
+    }
+    const float* absmax = w_.scales.as<float>();
+    const int64_t bs = w_.params.group_size;
+    for (int64_t j = 0; j < k_; ++j) {
+      const int64_t i = r * k_ + j;
+      const uint8_t byte = w_.data.data[i / 2];
+      const int code = (i & 1) ? (byte & 0x0f) : (byte >> 4);
+      out[j] = round_to(dt, table_[code] * absmax[i / bs]);
+    }
+  }
+
+  // Few tokens (decode): one decoded row at a time against every token, fp32 accumulation.
+  void forward_rows(const float* x, int64_t m, float* y) const {
+#pragma omp parallel if (n_ * k_ > (1 << 16))
+    {
+      std::vector<float> row(static_cast<size_t>(k_));
+#pragma omp for schedule(dynamic, 32)
+      for (int64_t n = 0; n < n_; ++n) {
+        decode_row(n, row.data());
+        for (int64_t t = 0; t < m; ++t) {
+          const float* xt = x + t * k_;
+          float acc = 0.0f;
+          for (int64_t k = 0; k < k_; ++k) acc += xt[k] * row[size_t(k)];
+          y[t * n_ + n] = acc + (bias_.empty() ? 0.0f : bias_[size_t(n)]);
+        }
+      }
+    }
+  }
+
+  // A batch: per panel of NR rows, decode, pack as the dense family packs, run its tiles.
+  void forward_panels(const float* x, int64_t m, float* y) const {
+    const Family& f = *fam_;
+    const int64_t kp = f.k_padded(k_);
+    const void* a = x;
+    int64_t lda = k_;
+    thread_local kernels::AlignedBuffer conv;
+    if (f.convert_a) {
+      a = conv.reserve(size_t(m) * size_t(kp) * size_t(f.a_bytes));
+      f.convert_rows(x, m, k_, const_cast<void*>(a));
+      lda = kp;
+    }
+    const int64_t panels = (n_ + f.nr - 1) / f.nr;
+    const float* bias = bias_.empty() ? nullptr : bias_.data();
+#pragma omp parallel
+    {
+      thread_local kernels::AlignedBuffer rows_buf, panel_buf;
+      float* rows = static_cast<float*>(rows_buf.reserve(size_t(f.nr) * size_t(k_) * 4));
+      void* panel = panel_buf.reserve(f.panel_bytes(k_));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t p = 0; p < panels; ++p) {
+        const int64_t n0 = p * f.nr;
+        const int cols = int(std::min<int64_t>(f.nr, n_ - n0));
+        for (int c = 0; c < cols; ++c) decode_row(n0 + c, rows + int64_t(c) * k_);
+        f.pack_panel(rows, k_, 0, cols, panel);  // the decoded rows are rows 0..cols of `rows`
+        for (int64_t k0 = 0; k0 < kp; k0 += f.kc) {
+          const int64_t kc = std::min<int64_t>(f.kc, kp - k0);
+          const char* b = static_cast<const char*>(panel) + size_t(k0) * size_t(f.nr) * size_t(f.b_bytes);
+          for (int64_t m0 = 0; m0 < m; m0 += f.mr) {
+            const int r = int(std::min<int64_t>(f.mr, m - m0));
+            const char* ap = static_cast<const char*>(a) + size_t(m0 * lda + k0) * size_t(f.a_bytes);
+            f.tile(r, cols, kc, ap, lda, b, y + m0 * n_ + n0, n_, k0 == 0, bias ? bias + n0 : nullptr);
+          }
+        }
+      }
+    }
+  }
+
+  PackedTensor w_;
+  int64_t n_, k_;
+  Compute compute_;
+  const Family* fam_;
+  bool affine_ = false;
+  int bits_ = 4;
+  int64_t groups_ = 1;
+  std::vector<float> scales_, biases_, bias_;
+  float table_[16] = {};
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias,
+                                                const PackedLinearOptions& opt) {
+  return std::make_unique<WeightOnlyLinear>(std::move(w), bias, opt);
+}
+
+}  // namespace qt

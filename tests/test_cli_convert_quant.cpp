@@ -1,0 +1,230 @@
+// `convert --scheme` end to end through the quanttool binary on the tiny test models:
+//  - mlx: the folder's config.json quantization blocks and every tensor's dtype, shape and bytes
+//    (crc32) equal what mlx_lm's quantize_model + save_config write for the same model and
+//    per-layer override (golden: tests/golden/make_quant_export_goldens.py);
+//  - reading back: load_checkpoint recognizes the folder, packed_weight returns the stored bytes
+//    (compared with quantize_weights of the source weights), unquantized weights give nullopt;
+//  - group sizes that do not fit, --strict, and every bad input: exit 2, one line, nothing written.
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
+#include "libquant/schemes/packed_io.h"
+#include "libquant/schemes/scheme.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string tiny(const std::string& name) { return test::source_dir() + "/tests/golden/logits/" + name; }
+
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return json::parse(f);
+}
+
+int qt_run(const std::string& args, std::string* out) {
+  return test::run_cmd(test::quanttool_bin() + " " + args, out);
+}
+
+uint32_t crc_bytes(const Tensor& t) {
+  return uint32_t(crc32(0, reinterpret_cast<const Bytef*>(t.data), uInt(t.nbytes)));
+}
+
+std::string mlx_dtype(DType t) {
+  switch (t) {
+    case DType::BF16: return "bfloat16";
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::U32: return "uint32";
+    default: return dtype_name(t);
+  }
+}
+
+std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string p = dir + "/" + name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+TEST(ConvertQuant, MlxFolderIsWhatMlxLmWrites) {
+  const std::string tmp = test::temp_dir("cvq_mlx"), out = tmp + "/m";
+  const std::string recipe =
+      write_file(tmp, "r.json", R"({"rules": [{"match": "model.layers.0.mlp.down_proj.weight", "bits": 8}]})");
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out +
+                       " --scheme affine --bits 4 --group-size 32 --dtype bf16 --recipe " + recipe,
+                   &log),
+            0)
+      << log;
+  const json g = read_json(test::source_dir() + "/tests/golden/quant_export/golden.json")["mlx_tiny_llama3_g32_b4"];
+  const json cfg = read_json(out + "/config.json");
+  EXPECT_EQ(cfg["quantization"], g["quantization"]);
+  EXPECT_EQ(cfg["quantization_config"], g["quantization_config"]);
+
+  SafetensorsFile st = SafetensorsFile::open(out + "/model.safetensors");
+  EXPECT_EQ(st.metadata().at("format"), "mlx");
+  std::set<std::string> ours, want;
+  for (auto& [name, t] : st.tensors()) ours.insert(name);
+  for (auto& [name, w] : g["tensors"].items()) want.insert(name);
+  EXPECT_EQ(ours, want);
+  for (auto& [name, w] : g["tensors"].items()) {
+    SCOPED_TRACE(name);
+    if (!st.has(name)) continue;
+    const Tensor& t = st.get(name);
+    EXPECT_EQ(mlx_dtype(t.dtype), w["dtype"].get<std::string>());
+    EXPECT_EQ(t.shape, w["shape"].get<std::vector<int64_t>>());
+    EXPECT_EQ(crc_bytes(t), w["crc32"].get<uint32_t>());
+  }
+
+  // inspect: the summary by role with the recipe's exception.
+  ASSERT_EQ(qt_run("inspect " + out, &log), 0) << log;
+  EXPECT_NE(log.find("quantization  mlx: 16 weights quantized, 0 stored unquantized"), std::string::npos) << log;
+  EXPECT_NE(log.find("except model.layers.0.mlp.down_proj.weight: affine 8-bit, group 32"), std::string::npos) << log;
+}
+
+// The stored bytes are quantize_weights of the source's weights, under the packed_layout shapes.
+void expect_round_trip(const std::string& src_dir, const std::string& out, int expect_quantized) {
+  Checkpoint src = load_checkpoint(src_dir);
+  Checkpoint ck = load_checkpoint(out);
+  int n = 0;
+  for (auto& [name, t] : src.tensors) {
+    SCOPED_TRACE(name);
+    auto p = packed_weight(ck, name);
+    if (!p) {
+      if (is_float(ck.get(name).dtype)) continue;
+      ADD_FAILURE() << "packed codes without a PackedTensor";
+      continue;
+    }
+    ++n;
+    std::vector<float> w = to_f32(t);
+    PackedTensor ref = quantize_weights(w.data(), t.shape[0], t.shape[1], p->params);
+    ASSERT_EQ(p->data.nbytes, ref.data.nbytes);
+    EXPECT_EQ(0, std::memcmp(p->data.data, ref.data.data, ref.data.nbytes));
+    EXPECT_EQ(0, std::memcmp(p->scales.data, ref.scales.data, ref.scales.nbytes));
+    if (ref.biases.data) {
+      EXPECT_EQ(0, std::memcmp(p->biases.data, ref.biases.data, ref.biases.nbytes));
+    }
+    EXPECT_EQ(p->data.shape, ref.data.shape);
+  }
+  EXPECT_EQ(n, expect_quantized);
+  EXPECT_FALSE(packed_weight(ck, "model.norm.weight"));
+}
+
+TEST(ConvertQuant, MlxReadsBackToTheSameBytes) {
+  const std::string tmp = test::temp_dir("cvq_rt"), out = tmp + "/m";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme affine --bits 3 --group-size 32 --dtype bf16", &log), 0) << log;
+  Checkpoint ck = load_checkpoint(out);
+  EXPECT_EQ(ck.source_kind, "mlx");
+  EXPECT_EQ(ck.quantization["format"], "mlx");
+  expect_round_trip(tiny("tiny-llama3"), out, 16);
+}
+
+TEST(ConvertQuant, NativeInt4AndInt8ReadBack) {
+  const std::string tmp = test::temp_dir("cvq_native");
+  for (std::string args : {"--scheme int4 --group-size 0", "--scheme int8 --format native --group-size 0"}) {
+    SCOPED_TRACE(args);
+    const std::string out = tmp + "/n" + std::to_string(args.size());
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " " + args, &log), 0) << log;
+    const json q = read_json(out + "/config.json")["quantization_config"];
+    EXPECT_EQ(q["quant_method"], "quanttool");
+    EXPECT_EQ(q["activations"], "int8-per-token-dynamic");
+    EXPECT_EQ(load_checkpoint(out).source_kind, "native");
+    expect_round_trip(tiny("tiny-llama3"), out, 16);
+  }
+}
+
+// compressed-tensors: the config is the package's own QuantizationConfig for the W8A8 preset.
+TEST(ConvertQuant, CompressedTensorsConfigIsThePackages) {
+  const std::string tmp = test::temp_dir("cvq_ct"), out = tmp + "/c";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme int8 --dtype bf16", &log), 0) << log;
+  const json g = read_json(test::source_dir() + "/tests/golden/quant_export/golden.json")["ct_w8a8_config"];
+  EXPECT_EQ(read_json(out + "/config.json")["quantization_config"], g["channel"]);
+  Checkpoint ck = load_checkpoint(out);
+  EXPECT_EQ(ck.source_kind, "compressed-tensors");
+  EXPECT_EQ(ck.get("model.layers.0.mlp.up_proj.weight_scale").shape, (std::vector<int64_t>{64, 1}));
+  expect_round_trip(tiny("tiny-llama3"), out, 14);  // Linear layers only: no embedding, no lm_head
+}
+
+TEST(ConvertQuant, GroupThatDoesNotFitIsLeftUnquantized) {
+  // tiny-llama3: hidden 32, intermediate 64. Group 64 fits only down_proj's 64-wide rows.
+  const std::string tmp = test::temp_dir("cvq_skip"), out = tmp + "/m";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme affine --group-size 64", &log), 0) << log;
+  EXPECT_NE(log.find("left unquantized: model.layers.0.mlp.up_proj.weight (group size 64 does not divide"), std::string::npos) << log;
+  ASSERT_EQ(qt_run("inspect " + out, &log), 0) << log;
+  EXPECT_NE(log.find("2 weights quantized, 14 stored unquantized"), std::string::npos) << log;
+  EXPECT_NE(log.find("unquantized model.embed_tokens.weight: group size 64 does not divide"), std::string::npos) << log;
+  expect_round_trip(tiny("tiny-llama3"), out, 2);
+}
+
+TEST(ConvertQuant, BadInputExits2AndWritesNothing) {
+  const std::string tmp = test::temp_dir("cvq_bad");
+  const std::string nomatch = write_file(tmp, "nomatch.json", R"({"rules": [{"match": "model.layers.9.*", "bits": 8}]})");
+  const std::string badkey = write_file(tmp, "badkey.json", R"({"rules": [{"match": "*", "bitz": 8}]})");
+  const std::string badbits = write_file(tmp, "badbits.json", R"({"rules": [{"match": "*", "bits": 7}]})");
+  const std::string llama = " --in " + tiny("tiny-llama3") + " --out " + tmp + "/out ";
+  const std::string qwen = " --in " + tiny("tiny-qwen2") + " --out " + tmp + "/out ";  // tied
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {llama + "--scheme affine --bits 7", "does not support 7 bits"},
+      {llama + "--scheme affine --group-size 48", "group size 48"},
+      {llama + "--scheme affine --group-size 128", "quantizes no tensor"},
+      {llama + "--scheme affine --group-size 64 --strict", "--strict"},
+      {llama + "--scheme affine --recipe " + nomatch, "matches no tensor"},
+      {llama + "--scheme affine --recipe " + badkey, "unknown or mistyped key \"bitz\""},
+      {llama + "--scheme affine --recipe " + badbits, "does not support 7 bits"},
+      {llama + "--scheme q9", "unknown scheme 'q9'"},
+      {llama + "--scheme affine --format gguf2", "unknown output layout 'gguf2'"},
+      {llama + "--scheme nf4 --format mlx", "cannot be written as --format mlx"},
+      {llama + "--scheme affine --format hf", "--format hf stores unquantized"},
+      {llama + "--format mlx", "give --scheme"},
+      {llama + "--bits 4", "need --scheme"},
+      {qwen + "--scheme affine --group-size 32 --lm-head-bits 8", "--untie"},
+  };
+  for (auto& [args, msg] : cases) {
+    SCOPED_TRACE(args);
+    std::string log;
+    EXPECT_EQ(qt_run("convert" + args, &log), 2) << log;
+    EXPECT_NE(log.find(msg), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(tmp + "/out"));
+    for (auto& e : fs::directory_iterator(tmp))
+      EXPECT_EQ(e.path().extension(), ".json") << "left behind: " << e.path();
+  }
+}
+
+// SmolLM2 (tied; the tiny tied model's 48-wide rows fit no affine group).
+TEST(ConvertQuant, TiedModelUntieAndEmbeddingBits) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const std::string tmp = test::temp_dir("cvq_tied"), out = tmp + "/m";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + test::model_gguf() + " --out " + out +
+                       " --scheme affine --bits 2 --embedding-bits 8 --lm-head-bits 6 --untie --dtype bf16",
+                   &log),
+            0)
+      << log;
+  Checkpoint ck = load_checkpoint(out);
+  EXPECT_FALSE(ck.config.tie_word_embeddings);
+  auto e = packed_weight(ck, "model.embed_tokens.weight");
+  auto h = packed_weight(ck, "lm_head.weight");
+  ASSERT_TRUE(e && h);
+  EXPECT_EQ(e->params.bits, 8);
+  EXPECT_EQ(h->params.bits, 6);
+}
+
+}  // namespace
+}  // namespace qt

@@ -1,0 +1,168 @@
+// Packed Linears (libquant/model/packed_linear.h) against the scalar spec, reference_gemm, at every
+// kernel level this machine has, on ragged shapes:
+//  * int8 / int8_ct / int4 with per-token int8 activations: bit-identical to reference_gemm
+//    (exact int32 sums, the same fp32 epilogue order), bias added after;
+//  * the integer decode path (ActMode::None) and the weight-only schemes (affine 2–8 bit, nf4, fp4)
+//    in fp32: within fp32 summation error of reference_gemm's double sums;
+//  * weight-only with bf16 compute: within bf16 rounding of the activations and decoded weights;
+//  * dequantize_row equals dequantize_weights' row bit for bit.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/error.h"
+#include "libquant/cpu_features.h"
+#include "libquant/model/packed_linear.h"
+#include "libquant/schemes/scheme.h"
+#include "tests/support.h"
+
+namespace {
+
+using qt::ActMode;
+using qt::DType;
+using qt::PackedTensor;
+using qt::SchemeParams;
+
+struct Shape {
+  int64_t n, k;
+};
+
+std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(count);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+SchemeParams P(const char* scheme, int bits, int group, DType dt = DType::F32) {
+  SchemeParams p;
+  p.scheme = scheme;
+  p.bits = bits;
+  p.group_size = group;
+  p.dtype = dt;
+  return p;
+}
+
+// |x|·|w| row sums: the scale of the fp32 summation error of one output.
+std::vector<double> abs_dot(const std::vector<float>& x, const std::vector<float>& w, int64_t m,
+                            int64_t n, int64_t k) {
+  std::vector<double> s(size_t(m * n));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t j = 0; j < n; ++j) {
+      double a = 0;
+      for (int64_t i = 0; i < k; ++i) a += std::abs(double(x[t * k + i]) * w[j * k + i]);
+      s[size_t(t * n + j)] = a;
+    }
+  return s;
+}
+
+void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute, ActMode act,
+                bool with_bias) {
+  const int64_t n = sh.n, k = sh.k;
+  auto w = randn(size_t(n * k), uint32_t(n * 131 + k + p.bits), 0.05f);
+  w[0] = 0.3f;  // an outlier sets one group's scale
+  auto x = randn(size_t(m * k), uint32_t(m * 7 + k));
+  auto bias = randn(size_t(n), 99);
+  PackedTensor pt = qt::quantize_weights(w.data(), n, k, p);
+  const bool int_scheme = p.scheme == "int8" || p.scheme == "int8_ct" || p.scheme == "int4";
+  const ActMode ref_mode = act == ActMode::Default ? (int_scheme ? ActMode::Int8PerToken : ActMode::None) : act;
+  std::vector<float> want(size_t(m * n));
+  qt::reference_gemm(pt, x.data(), m, want.data(), ref_mode);
+  if (with_bias)
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t j = 0; j < n; ++j) want[size_t(t * n + j)] += bias[size_t(j)];
+
+  qt::PackedLinearOptions opt;
+  opt.compute = compute;
+  opt.act = act;
+  auto lin = qt::make_packed_linear(pt, with_bias ? bias.data() : nullptr, opt);
+  ASSERT_EQ(lin->in_features(), k);
+  ASSERT_EQ(lin->out_features(), n);
+  std::vector<float> got(size_t(m * n), -1.0f);
+  lin->forward(x.data(), m, got.data());
+
+  const std::string what = p.scheme + " bits " + std::to_string(p.bits) + " group " +
+                           std::to_string(p.group_size) + " n " + std::to_string(n) + " k " +
+                           std::to_string(k) + " m " + std::to_string(m) + " kind " + lin->kind();
+  if (ref_mode == ActMode::Int8PerToken) {
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << what << " at " << i;
+    return;
+  }
+  const auto deq = qt::dequantize_weights(pt);
+  const auto mag = abs_dot(x, deq, m, n, k);
+  // fp32 sums of k products: a few k·2^-24 relative to Σ|x·w|; bf16 operands: 2·2^-8.
+  const double rel = compute == qt::Compute::BF16 && lin->kind().find("bf16") != std::string::npos
+                         ? 2.0 * std::ldexp(1.0, -8)
+                         : 4.0 * double(k) * std::ldexp(1.0, -24);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::abs(double(got[i]) - want[i]), rel * mag[i] + 1e-6) << what << " at " << i;
+}
+
+class PackedLinearLevels : public ::testing::TestWithParam<qt::KernelLevel> {
+ protected:
+  void SetUp() override { qt::set_kernel_level(GetParam()); }
+  void TearDown() override { qt::set_kernel_level(qt::max_kernel_level()); }
+};
+
+TEST_P(PackedLinearLevels, IntegerSchemesEqualReferenceBitForBit) {
+  for (auto p : {P("int8", 8, 0), P("int8", 8, 64), P("int8", 8, 128), P("int8_ct", 8, 0, DType::BF16),
+                 P("int8_ct", 8, 64, DType::F16), P("int4", 4, 0), P("int4", 4, 128)})
+    for (Shape sh : {Shape{37, 256}, Shape{16, 384}, Shape{130, 128}})
+      for (int64_t m : {1, 2, 7, 9, 33})
+        check_case(p, sh, m, qt::Compute::F32, ActMode::Default, m == 7);
+}
+
+TEST_P(PackedLinearLevels, IntegerDecodePathMatchesReference) {
+  for (auto p : {P("int8", 8, 0), P("int8", 8, 128), P("int4", 4, 128)})
+    for (int64_t m : {1, 3}) check_case(p, Shape{45, 256}, m, qt::Compute::F32, ActMode::None, m == 3);
+}
+
+TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int g : {32, 64, 128})
+      for (DType dt : {DType::F32, DType::BF16})
+        for (int64_t m : {1, 5, 33})
+          check_case(P("affine", bits, g, dt), Shape{53, 384}, m, qt::Compute::F32, ActMode::Default,
+                     m == 5);
+}
+
+TEST_P(PackedLinearLevels, Bnb4BlocksSpanningRowsMatchReference) {
+  // k = 200: blocks of 64 and 128 run across rows; 45·200 = 9000 is not a block multiple.
+  for (const char* s : {"nf4", "fp4"})
+    for (int b : {64, 128})
+      for (int64_t m : {1, 6, 20})
+        check_case(P(s, 4, b, DType::BF16), Shape{45, 200}, m, qt::Compute::F32, ActMode::Default, m == 6);
+}
+
+TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
+  for (auto p : {P("affine", 4, 64), P("nf4", 4, 64)})
+    for (int64_t m : {4, 40}) check_case(p, Shape{70, 384}, m, qt::Compute::BF16, ActMode::Default, true);
+}
+
+TEST_P(PackedLinearLevels, DequantizeRowIsTheDequantizedRow) {
+  for (auto p : {P("affine", 3, 32, DType::BF16), P("affine", 8, 128), P("nf4", 4, 64), P("fp4", 4, 128)}) {
+    const int64_t n = 23, k = 256;
+    auto w = randn(size_t(n * k), 5, 0.1f);
+    PackedTensor pt = qt::quantize_weights(w.data(), n, k, p);
+    const auto deq = qt::dequantize_weights(pt);
+    auto lin = qt::make_packed_linear(pt, nullptr);
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < n; ++r) {
+      lin->dequantize_row(r, row.data());
+      for (int64_t j = 0; j < k; ++j) ASSERT_EQ(row[size_t(j)], deq[size_t(r * k + j)]) << p.scheme << " row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, PackedLinearLevels, ::testing::ValuesIn(qt::available_kernel_levels()),
+                         [](const auto& info) { return std::string(qt::kernel_level_name(info.param)); });
+
+TEST(PackedLinear, UnknownSchemeIsAUserError) {
+  PackedTensor pt = qt::quantize_weights(randn(64 * 64, 1).data(), 64, 64, P("int8", 8, 0));
+  pt.params.scheme = "int3";
+  EXPECT_THROW(qt::make_packed_linear(pt, nullptr), qt::UserError);
+}
+
+}  // namespace
