@@ -22,6 +22,7 @@
 #include "apps/command.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
+#include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/hf.h"
 #include "formats/layouts/mlx.h"
@@ -62,6 +63,9 @@ void write_mlx(const Checkpoint& ck, const std::string& dir, const ConvertOption
 void write_ct(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
   write_ct_folder(ck, dir, hf_options(opt));
 }
+void write_bnb(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
+  write_bnb_folder(ck, dir, hf_options(opt));
+}
 void write_native(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opt) {
   write_native_folder(ck, dir, hf_options(opt));
 }
@@ -72,7 +76,7 @@ constexpr OutputLayout kLayouts[] = {
     {"native", "quanttool folder: any scheme, config.json quantization_config per tensor", write_native},
     // Known, so that --format says plainly it is not written yet rather than "unknown".
     {"compressed-tensors", "compressed-tensors int-quantized (W8A8) folder, as llm-compressor writes", write_ct},
-    {"bnb", "bitsandbytes NF4/FP4 folder, as transformers saves it", nullptr},
+    {"bnb", "bitsandbytes NF4/FP4 folder, as transformers saves it", write_bnb},
 };
 
 const std::map<std::string, DType> kDTypes = {{"f32", DType::F32}, {"f16", DType::F16}, {"bf16", DType::BF16}};
@@ -272,6 +276,11 @@ class QuantPlanner {
         skipped[name] = "compressed-tensors W8A8 quantizes Linear layers only (lm_head ignored)";
         continue;
       }
+      // transformers' bitsandbytes integration keeps the embedding and the output head float.
+      if (format == "bnb" && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) {
+        skipped[name] = "bitsandbytes (transformers) keeps the embedding and lm_head unquantized";
+        continue;
+      }
       SchemeParams p = base_;
       bool keep = false;
       for (size_t i = 0; i < rules_.size(); ++i) {
@@ -303,6 +312,7 @@ class QuantPlanner {
 
     QuantEntry (*names)(const std::string&) = format == "mlx"                  ? mlx_tensor_names
                                               : format == "compressed-tensors" ? ct_tensor_names
+                                              : format == "bnb"                ? bnb_tensor_names
                                                                                : native_tensor_names;
     nlohmann::json desc = {{"format", format}, {"tensors", nlohmann::json::object()}, {"skipped", skipped}};
     std::vector<std::string> order;
@@ -337,6 +347,10 @@ class QuantPlanner {
       ck.tensors[q.data] = pt.data;
       ck.tensors[q.scales] = pt.scales;
       if (!q.biases.empty()) ck.tensors[q.biases] = pt.biases;
+      if (format == "bnb") {  // the code table travels with every weight
+        auto table = bnb_code_table(q.scheme);
+        ck.tensors[q.data + ".quant_map"] = Tensor::from_f32({table.begin(), table.end()}, {16});
+      }
       desc["tensors"][order[k]] = quant_entry_json(q);
       ++by_params[fmt::format("{} {}-bit group {}", q.scheme, q.bits, q.group_size)];
     }

@@ -12,6 +12,7 @@
 
 #include "formats/error.h"
 #include "formats/gguf.h"
+#include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/mlx.h"
 #include "formats/layouts/native.h"
@@ -185,6 +186,7 @@ Checkpoint load_hf_dir(const std::string& dir) {
   if (is_mlx_quantized_config(j)) qkind = "mlx";
   else if (is_native_quantized_config(j)) qkind = "native";
   else if (is_ct_quantized_config(j)) qkind = "compressed-tensors";
+  else if (is_bnb_quantized_config(j)) qkind = "bnb";
   else if (j.is_object() && j.contains("quantization_config")) {
     auto& q = j["quantization_config"];
     std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
@@ -228,6 +230,7 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
   }
   ck.quantization = kind == "mlx"                  ? mlx_describe(dir, j, ck.tensors, st.metadata)
                     : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
+                    : kind == "bnb"                ? bnb_describe(dir, j, ck.tensors)
                                                    : native_describe(dir, j);
   check_quantized_tensor_set(dir, ck.config, ck.tensors, ck.quantization);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);

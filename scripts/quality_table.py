@@ -36,8 +36,8 @@ ROWS = [
     ("affine4-g128", "--scheme affine --bits 4 --group-size 128", ""),
     ("affine3-g64", "--scheme affine --bits 3 --group-size 64", ""),
     ("affine2-g64", "--scheme affine --bits 2 --group-size 64", ""),
-    ("nf4", "--scheme nf4 --group-size 64", "bitsandbytes NF4, blocksize 64"),
-    ("fp4", "--scheme fp4 --group-size 64", "bitsandbytes FP4, blocksize 64"),
+    ("nf4", "--scheme nf4 --group-size 64 --format native", "bitsandbytes NF4 codes, blocksize 64"),
+    ("fp4", "--scheme fp4 --group-size 64 --format native", "bitsandbytes FP4 codes, blocksize 64"),
 ]
 
 

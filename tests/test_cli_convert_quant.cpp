@@ -228,3 +228,40 @@ TEST(ConvertQuant, TiedModelUntieAndEmbeddingBits) {
 
 }  // namespace
 }  // namespace qt
+
+namespace qt {
+namespace {
+
+// bnb: every quantized Linear stores what bitsandbytes' QuantState.as_dict(packed=True) gives
+// transformers (golden: tests/golden/make_bnb_export_golden.py) — the same companion keys, the
+// quant_state JSON blob byte for byte, the code table — and reads back to the same codes.
+TEST(ConvertQuant, BnbFolderIsWhatBitsandbytesWrites) {
+  const json g = read_json(test::source_dir() + "/tests/golden/quant_export/bnb.json");
+  for (std::string type : {"nf4", "fp4"}) {
+    SCOPED_TRACE(type);
+    const std::string tmp = test::temp_dir("cvq_bnb_" + type), out = tmp + "/b";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme " + type +
+                         " --group-size 64 --dtype bf16", &log), 0) << log;
+    const json q = read_json(out + "/config.json")["quantization_config"];
+    EXPECT_EQ(q["quant_method"], "bitsandbytes");
+    EXPECT_EQ(q["bnb_4bit_quant_type"], type);
+    EXPECT_EQ(q["bnb_4bit_compute_dtype"], "bfloat16");
+    SafetensorsDir st = load_safetensors_dir(out);
+    const std::string w = "model.layers.0.mlp.up_proj.weight";
+    const json& gt = g[type];
+    for (auto& key : gt["keys"]) EXPECT_TRUE(st.tensors.count(w + "." + key.get<std::string>())) << key;
+    const Tensor& blob = st.tensors.at(w + "." + gt["blob_key"].get<std::string>());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(blob.data), blob.nbytes), gt["blob"].get<std::string>());
+    const Tensor& qm = st.tensors.at(w + ".quant_map");
+    ASSERT_EQ(qm.numel(), 16);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(qm.as<float>()[i], gt["quant_map"][i].get<float>()) << i;
+    EXPECT_EQ(st.tensors.at(w + ".absmax").shape, gt["absmax_shape"].get<std::vector<int64_t>>());
+    Checkpoint ck = load_checkpoint(out);
+    EXPECT_EQ(ck.source_kind, "bnb");
+    expect_round_trip(tiny("tiny-llama3"), out, 14);  // Linear layers only
+  }
+}
+
+}  // namespace
+}  // namespace qt

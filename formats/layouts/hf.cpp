@@ -75,7 +75,9 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   const std::string out_dtype = torch_dtype_name(opt.dtype);
 
   std::vector<std::string> names;
-  for (auto& [name, t] : ck.tensors) {
+  std::map<std::string, Tensor> all = ck.tensors;
+  all.insert(opt.extra_tensors.begin(), opt.extra_tensors.end());
+  for (auto& [name, t] : all) {
     if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;  // FORMATS.md 2.12
     names.push_back(name);
   }
@@ -84,7 +86,7 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   NamedTensors tensors;
   tensors.reserve(names.size());
   for (auto& name : names) {
-    const Tensor& t = ck.tensors.at(name);
+    const Tensor& t = all.at(name);
     tensors.emplace_back(name, is_float(t.dtype) && !opt.keep_dtype.count(name) ? cast(t, opt.dtype) : t);
   }
   write_safetensors_sharded(dir, tensors, opt.metadata, opt.max_shard_bytes);

@@ -23,6 +23,8 @@ struct HfWriteOptions {
   nlohmann::json extra_config = nlohmann::json::object();
   // Float tensors written as they are, not cast to `dtype` (a quantized weight's scales).
   std::set<std::string> keep_dtype;
+  // Tensors written beside ck's (a layout's metadata tensors, e.g. bnb's quant_state blobs).
+  std::map<std::string, Tensor> extra_tensors;
 };
 
 // "float32" / "float16" / "bfloat16" (config.json torch_dtype); UserError for other dtypes.

@@ -72,6 +72,9 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
     }
     logical[name] = {q.rows, q.cols};
   }
+  // Further stored tensors a layout keeps beside the codes (bnb: quant_map, quant_state).
+  for (auto& c : desc.value("companions", json::array()))
+    if (c.is_string()) companions.insert(c.get<std::string>());
   for (auto& [name, t] : stored) {
     if (companions.count(name)) continue;
     auto it = want.find(name);

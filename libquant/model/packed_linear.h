@@ -2,10 +2,12 @@
 // whatever layout the kernel likes (repacked once at load), and every forward computes from
 // them — no whole-matrix dequantize. One family of kernels per kind of arithmetic:
 //   int8, int8_ct, int4   integer dot products (W8A8 / W4A8): activations quantized per token to
-//                         int8, int32 accumulation (AVX-512 VNNI / AVX2 / scalar) —
-//                         kernels/packed_int.* , make_int_linear
-//   affine, nf4, fp4      weight-only: codes decoded to fp32 (or bf16) inside the kernel, fp32
-//                         activations — kernels/packed_wo.* , make_weight_only_linear
+//                         int8, exact int32 accumulation, bit-identical to reference_gemm
+//                         (AVX-512 VNNI kernels/int8_vnni.cpp; other levels a scalar loop) —
+//                         model/int_linear.cpp, make_int_linear
+//   affine, nf4, fp4      weight-only: one panel of rows decoded to fp32 (or bf16) at a time and
+//                         fed to the dense GEMM microkernels, fp32 activations —
+//                         model/weight_only_linear.cpp, make_weight_only_linear
 // The scalar spec for both is reference_gemm (libquant/schemes/scheme.h).
 #pragma once
 #include <memory>
@@ -29,7 +31,7 @@ struct PackedLinearOptions {
 std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias,
                                            const PackedLinearOptions& opt = {});
 
-// The two families (packed_int_linear.cpp, packed_wo_linear.cpp).
+// The two families (int_linear.cpp, weight_only_linear.cpp).
 std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias,
                                         const PackedLinearOptions& opt);
 std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias,
