@@ -79,6 +79,16 @@ class IntLinear final : public Linear {
         for (int64_t n = 0; n < n_; ++n) y[t * n_ + n] += bias_[size_t(n)];
   }
 
+  // Row r as dequantize_weights gives it (an int8/int4 embedding table tied to the output head).
+  void dequantize_row(int64_t r, float* out) const override {
+    if (r < 0 || r >= n_) user_error("row {} outside a weight of {} rows", r, n_);
+    const bool round = params_.scheme == "int8_ct";
+    for (int64_t k = 0; k < k_; ++k) {
+      const float v = float(code(r, k)) * scale(r, k / gl_);
+      out[k] = round ? round_to(params_.dtype, v) : v;
+    }
+  }
+
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
   size_t weight_bytes() const override {
