@@ -84,20 +84,8 @@ class WeightOnlyLinear final : public Linear {
   void decode_row(int64_t r, float* out) const {
     const DType dt = w_.params.dtype;
     if (affine_) {
-      const int g = w_.params.group_size;
-      const int64_t row_bytes = k_ * bits_ / 8;
-      const uint8_t* row = w_.data.data + r * row_bytes;
-      const uint32_t mask = (1u << bits_) - 1;
-      for (int64_t j = 0; j < k_; ++j) {
-        const int64_t bit = j * bits_, byte = bit >> 3;
-        uint64_t v = 0;
-        std::memcpy(&v, row + byte, size_t(std::min<int64_t>(8, row_bytes - byte)));
-        const uint32_t q = uint32_t(v >> (bit & 7)) & mask;
-        const size_t gi = size_t(r * groups_ + j / g);
-        const float prod = round_to(dt, float(q) * scales_[gi]);
-        out[j] = round_to(dt, prod + biases_[gi]);
-      }
-      return;
+      if (dt == DType::F32) return decode_affine<true>(r, out);
+      return decode_affine<false>(r, out);
     }
     const float* absmax = w_.scales.as<float>();
     const int64_t bs = w_.params.group_size;
@@ -106,6 +94,39 @@ class WeightOnlyLinear final : public Linear {
       const uint8_t byte = w_.data.data[i / 2];
       const int code = (i & 1) ? (byte & 0x0f) : (byte >> 4);
       out[j] = round_to(dt, table_[code] * absmax[i / bs]);
+    }
+  }
+
+  // One group at a time: its scale and bias once, then the codes (bits 2, 4, 8 never straddle a
+  // byte; 3, 5, 6 read through a 64-bit window). q·s and +b round separately (MLX), to the dtype
+  // unless it is fp32.
+  template <bool kF32>
+  void decode_affine(int64_t r, float* out) const {
+    const DType dt = w_.params.dtype;
+    const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
+    const uint8_t* row = w_.data.data + r * row_bytes;
+    const uint32_t mask = (1u << bits_) - 1;
+    const bool byte_aligned = 8 % bits_ == 0;
+    for (int64_t j0 = 0; j0 < k_; j0 += g) {
+      const size_t gi = size_t(r * groups_ + j0 / g);
+      const float s = scales_[gi], b = biases_[gi];
+      for (int64_t j = j0; j < j0 + g; ++j) {
+        const int64_t bit = j * bits_;
+        uint32_t q;
+        if (byte_aligned) {
+          q = uint32_t(row[bit >> 3] >> (bit & 7)) & mask;
+        } else {
+          uint64_t v = 0;
+          std::memcpy(&v, row + (bit >> 3), size_t(std::min<int64_t>(8, row_bytes - (bit >> 3))));
+          q = uint32_t(v >> (bit & 7)) & mask;
+        }
+        if constexpr (kF32) {
+          const float prod = float(q) * s;
+          out[j] = prod + b;
+        } else {
+          out[j] = round_to(dt, round_to(dt, float(q) * s) + b);
+        }
+      }
     }
   }
 
