@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "libquant/parallel.h"
@@ -75,12 +76,49 @@ constexpr TileFn kTiles[kMR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
 
 }  // namespace
 
-void gemm_int8_vnni(const Int8Vnni& w, const int8_t* a, const float* sx, int64_t m, float* y) {
-  // Unsigned activations a + 128 (flip the sign bit), VPDPBUSD's unsigned operand.
+namespace {
+
+// quantize_activations_int8 of one row, written as a + 128 (VPDPBUSD's unsigned operand): the same
+// absmax, s = absmax/127 (1 for a zero row), inv = 1/s, codes rint(x·inv) by VCVTPS2DQ in the
+// default round-to-nearest-even mode, saturated to int8 — the reference's bytes, flipped.
+__attribute__((target("avx512f,avx512bw"))) void quantize_row_u8(const float* x, int64_t k,
+                                                                  uint8_t* out, float* scale) {
+  __m512 amax = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  float a = _mm512_reduce_max_ps(amax);
+  for (; i < k; ++i) a = std::max(a, std::abs(x[i]));
+  float s = a / 127.0f;
+  if (s == 0.0f) s = 1.0f;
+  const float inv = 1.0f / s;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m128i flip = _mm_set1_epi8(char(0x80));
+  for (i = 0; i + 16 <= k; i += 16) {
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_xor_si128(_mm512_cvtsepi32_epi8(q), flip));
+  }
+  for (; i < k; ++i) {
+    const float v = std::rint(x[i] * inv);
+    out[i] = uint8_t(int8_t(std::min(std::max(v, -128.0f), 127.0f))) ^ 0x80;
+  }
+  *scale = s;
+}
+
+}  // namespace
+
+void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y) {
   thread_local std::vector<uint8_t> au;
+  thread_local std::vector<float> sx;
   au.resize(size_t(m * w.k));
-  for (size_t i = 0; i < au.size(); ++i) au[i] = uint8_t(a[i]) ^ 0x80;
-  const uint8_t* ap = au.data();
+  sx.resize(size_t(m));
+  uint8_t* aq = au.data();
+  float* sp = sx.data();
+#pragma omp parallel for schedule(static) if (m * w.k > (1 << 15))
+  for (int64_t t = 0; t < m; ++t) quantize_row_u8(x + t * w.k, w.k, aq + t * w.k, sp + t);
+  gemm_u8_vnni(w, aq, sp, m, y);
+}
+
+void gemm_u8_vnni(const Int8Vnni& w, const uint8_t* ap, const float* sx, int64_t m, float* y) {
   const int64_t row_blocks = (m + kMR - 1) / kMR, tiles = w.n_panels * row_blocks;
   const bool par = m * w.n * w.k > (1 << 18);
 #pragma omp parallel for schedule(dynamic, 4) if (par)

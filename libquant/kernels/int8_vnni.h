@@ -24,7 +24,10 @@ struct Int8Vnni {
 
 // q: [n, k] signed codes; s: [n, k/gl] fp32 scales; k and gl multiples of 4.
 Int8Vnni pack_int8_vnni(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl);
-// y[m, n] = per-token-quantized a[m, k] (codes, scales sx) times W, OpenMP over (panel, rows).
-void gemm_int8_vnni(const Int8Vnni& w, const int8_t* a, const float* sx, int64_t m, float* y);
+// y[m, n] = x[m, k] quantized per token times W, OpenMP over (panel, rows): quantizes per token with AVX-512 (the bytes quantize_activations_int8
+// gives, offset to unsigned) and runs gemm_u8_vnni.
+void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y);
+// The GEMM on quantized activations: au = the codes + 128 as bytes, sx their scales.
+void gemm_u8_vnni(const Int8Vnni& w, const uint8_t* au, const float* sx, int64_t m, float* y);
 
 }  // namespace qt::kernels

@@ -62,17 +62,15 @@ class IntLinear final : public Linear {
     if (m <= 0) return;
     if (act_ == ActMode::None) {
       forward_float(x, m, y);
+    } else if (!vnni_.panels.empty()) {
+      kernels::gemm_int8_vnni_f32(vnni_, x, m, y);
     } else {
       thread_local std::vector<int8_t> a;
       thread_local std::vector<float> sx;
       a.resize(size_t(m * k_));
       sx.resize(size_t(m));
       quantize_activations_int8(x, m, k_, a.data(), sx.data());
-      if (!vnni_.panels.empty()) {
-        kernels::gemm_int8_vnni(vnni_, a.data(), sx.data(), m, y);
-      } else {
-        forward_scalar(a.data(), sx.data(), m, y);
-      }
+      forward_scalar(a.data(), sx.data(), m, y);
     }
     if (!bias_.empty())
       for (int64_t t = 0; t < m; ++t)
