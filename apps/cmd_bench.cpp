@@ -1,5 +1,6 @@
-// quanttool bench: this machine's peaks (--peak) and the dense GEMMs over SmolLM2's shapes
-// (--gemm), each GEMM printed beside the peak it is measured against, in one run.
+// quanttool bench: this machine's peaks (--peak), the dense GEMMs over SmolLM2's shapes (--gemm),
+// each GEMM printed beside the peak it is measured against, and the kernel latency table of every
+// Linear kind, dense and packed (--kernel), all in one run.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include "apps/command.h"
 #include "formats/error.h"
 #include "libquant/bench/gemm_bench.h"
+#include "libquant/bench/kernel_bench.h"
 #include "libquant/bench/peak.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/gemm.h"
@@ -19,7 +21,9 @@ namespace qt {
 namespace {
 
 struct BenchOpts {
-  bool peak = false, gemm = false;
+  bool peak = false, gemm = false, kernel = false;
+  std::vector<int64_t> kernel_ms = {1, 128, 1024, 4096};
+  bool kernel_smollm2_only = false;
   int threads = 0;
   int64_t m = 512;
   std::string compute = "both";
@@ -45,8 +49,45 @@ void print_peaks(const std::vector<bench::PeakResult>& peaks, int threads) {
   }
 }
 
+// The seed's latency table: its two shapes at M ∈ --kernel-tokens, and SmolLM2's own shapes; each
+// cell's milliseconds and its ratio to f32; for the integer columns GOP/s and % of the INT8 peak.
+nlohmann::json kernel_table(const BenchOpts& o, double int8_peak) {
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> shapes;
+  if (!o.kernel_smollm2_only) shapes = {{"seed", {10240, 2560}}, {"seed", {2560, 10240}}};
+  for (auto& s : bench::smollm2_shapes()) shapes.push_back({"smollm2 " + s.name, {s.n, s.k}});
+  const auto cols = bench::default_kernel_columns();
+  const auto rows = bench::run_kernel_bench(shapes, o.kernel_ms, cols, 0.2);
+  fmt::print("\nkernel latency, y[M,N] = x[M,K]·Wᵀ, ms (best of runs) and ×f32 time; w8a8 GOP/s and % of the INT8 peak\n");
+  std::string head = fmt::format("{:<15}{:>6}{:>6}{:>5}", "shape", "N", "K", "M");
+  for (auto& c : cols) head += fmt::format("{:>19}", c.label);
+  fmt::print("{}{:>17}\n", head, "w8a8 GOP/s");
+  nlohmann::json j = nlohmann::json::array();
+  for (auto& r : rows) {
+    std::string line = fmt::format("{:<15}{:>6}{:>6}{:>5}", r.shape, r.n, r.k, r.m);
+    nlohmann::json jr{{"shape", r.shape}, {"n", r.n}, {"k", r.k}, {"m", r.m}};
+    const double f32 = r.cells[0].best_s;
+    for (size_t c = 0; c < cols.size(); ++c) {
+      const auto& cell = r.cells[c];
+      if (cell.best_s <= 0) {
+        line += fmt::format("{:>19}", "n/a");
+        continue;
+      }
+      line += fmt::format("{:>11.3f} ×{:<6.2f}", cell.best_s * 1e3, f32 > 0 ? cell.best_s / f32 : 0.0);
+      jr["cells"][cols[c].label] = {{"ms", cell.best_s * 1e3}, {"ratio_f32", f32 > 0 ? cell.best_s / f32 : 0.0},
+                                    {"kind", cell.kind}};
+    }
+    const double t8 = r.cells[2].best_s;
+    const double gops = t8 > 0 ? 2.0 * double(r.m) * double(r.n) * double(r.k) / t8 / 1e9 : 0.0;
+    line += int8_peak > 0 ? fmt::format("{:>9.1f} {:>5.1f}%", gops, 100.0 * gops / int8_peak) : fmt::format("{:>9.1f}", gops);
+    jr["w8a8_gops"] = gops;
+    fmt::print("{}\n", line);
+    j.push_back(jr);
+  }
+  return j;
+}
+
 int run_bench(BenchOpts o) {
-  if (!o.peak && !o.gemm) o.peak = o.gemm = true;
+  if (!o.peak && !o.gemm && !o.kernel) o.peak = o.gemm = true;
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
   if (o.threads > 0) set_threads(o.threads);
   const int threads = num_threads();
@@ -68,12 +109,17 @@ int run_bench(BenchOpts o) {
              bench::l3_cache_bytes() >> 20);
 
   // The GEMM percentages need the peaks at the GEMM's thread count; --peak adds 1..N.
-  bench::PeakResult fp32, bf16;
+  bench::PeakResult fp32, bf16, int8;
   std::vector<bench::PeakResult> peaks;
-  if (o.peak) {
+  if (o.kernel && !o.peak && !o.gemm) {
+    int8 = bench::peak_int8_vnni(threads);
+    fmt::print("peak at {} threads: int8 VNNI {}\n", threads,
+               int8.points.empty() ? std::string("n/a") : fmt::format("{:.1f} GOP/s", int8.at(threads)));
+  } else if (o.peak) {
     fp32 = bench::peak_fp32_fma(threads);
     bf16 = bench::peak_bf16_dot(threads);
-    peaks = {fp32, bf16, bench::peak_int8_vnni(threads), bench::peak_mem_read(threads)};
+    int8 = bench::peak_int8_vnni(threads);
+    peaks = {fp32, bf16, int8, bench::peak_mem_read(threads)};
     print_peaks(peaks, threads);
     for (auto& r : peaks) out["peak"][r.name] = peak_json(r);
   } else {
@@ -85,6 +131,8 @@ int run_bench(BenchOpts o) {
                                            : fmt::format(", bf16 dot {:.1f} GFLOP/s", bf16.at(threads)));
     fmt::print("\n");
   }
+
+  if (o.kernel) out["kernel"] = kernel_table(o, int8.points.empty() ? 0.0 : int8.at(threads));
 
   if (o.gemm) {
     const auto shapes = bench::smollm2_shapes();
@@ -155,6 +203,9 @@ Registrar reg({"bench", "measure this machine's peaks and the kernels' speed aga
                  auto o = std::make_shared<BenchOpts>();
                  sub.add_flag("--peak", o->peak, "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
                  sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
+                 sub.add_flag("--kernel", o->kernel, "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on the seed's and SmolLM2's shapes");
+                 sub.add_option("--kernel-tokens", o->kernel_ms, "M values of the --kernel table (default 1 128 1024 4096)");
+                 sub.add_flag("--kernel-smollm2-only", o->kernel_smollm2_only, "--kernel on SmolLM2's shapes only");
                  sub.add_option("--threads", o->threads, "threads (default: all cores)");
                  sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
                  sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");

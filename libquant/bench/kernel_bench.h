@@ -1,0 +1,36 @@
+// The seed's kernel latency table (seed 000): y[M,N] = x[M,K]·Wᵀ for one random matrix per shape,
+// through every Linear kind we have — dense f32 and bf16, and the packed schemes built from
+// quantize_weights — each cell timed in the same run, so ratios to f32 are side by side.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qt::bench {
+
+struct KernelColumn {
+  std::string label;   // "f32", "w8a8", "affine4-g64", ...
+  std::string scheme;  // "" for dense
+  int bits = 0, group = 0;
+  bool bf16 = false;          // dense bf16
+  bool fp_activations = false;  // integer schemes without activation quantization (decode path)
+};
+std::vector<KernelColumn> default_kernel_columns();
+
+struct KernelCell {
+  double best_s = 0;  // seconds per forward; 0 when the column cannot run here
+  std::string kind;   // Linear::kind() that ran
+};
+
+struct KernelRow {
+  std::string shape;  // "seed 10240x2560", "smollm2 gate"
+  int64_t n = 0, k = 0, m = 0;
+  std::vector<KernelCell> cells;  // one per column
+};
+
+// For every shape and every m: build each column's Linear once per shape, time forward.
+std::vector<KernelRow> run_kernel_bench(const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>& shapes,
+                                        const std::vector<int64_t>& ms,
+                                        const std::vector<KernelColumn>& columns, double min_seconds);
+
+}  // namespace qt::bench
