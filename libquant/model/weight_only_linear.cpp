@@ -6,6 +6,7 @@
 // (affine: q·s and +b rounded separately to the dtype, as MLX; nf4/fp4: table·absmax rounded to
 // the dtype), so only the summation order differs from reference_gemm(ActMode::None).
 #pragma GCC optimize("fp-contract=off")
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -24,6 +25,53 @@ namespace qt {
 namespace {
 
 using namespace schemes_detail;
+
+// fp32 -> bf16 -> fp32 with round-to-nearest-even on 16 lanes (finite values; as f32_to_bf16).
+__attribute__((target("avx512f,avx512bw"))) inline __m512 round_bf16_16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
+// Σ a[i]·b[i] in fp32, 16 lanes (the GEMV of a decoded row against one token).
+__attribute__((target("avx512f,fma"))) float dot_avx512(const float* a, const float* b, int64_t k) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i + 16 <= k; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  for (; i < k; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// One MLX affine group of 4- or 8-bit codes (g a multiple of 16) at `bytes`: out = q·s, then + b,
+// each rounded to bf16 when `bf16` (as affine_dequant), multiply and add never fused.
+__attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8_t* bytes, int bits,
+                                                                      int64_t g, float s, float b,
+                                                                      bool bf16, float* out) {
+  const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
+  for (int64_t j = 0; j < g; j += 16) {
+    __m128i codes;
+    if (bits == 8) {
+      codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + j));
+    } else {  // element 2i is the low nibble of byte i
+      const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + j / 2));
+      const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+      codes = _mm_unpacklo_epi8(lo, hi);
+    }
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
+    __m512 prod = _mm512_mul_ps(q, vs);
+    if (bf16) prod = round_bf16_16(prod);
+    __m512 v = _mm512_add_ps(prod, vb);
+    if (bf16) v = round_bf16_16(v);
+    _mm512_storeu_ps(out + j, v);
+  }
+}
 using kernels::Family;
 
 const Family* pick(Compute compute) {
@@ -46,6 +94,8 @@ class WeightOnlyLinear final : public Linear {
       groups_ = k_ / w_.params.group_size;
       scales_.resize(size_t(n_ * groups_));
       biases_.resize(size_t(n_ * groups_));
+      fast_decode_ = kernel_level() == KernelLevel::AVX512 && (bits_ == 4 || bits_ == 8) &&
+                     (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16);
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
@@ -84,6 +134,16 @@ class WeightOnlyLinear final : public Linear {
   void decode_row(int64_t r, float* out) const {
     const DType dt = w_.params.dtype;
     if (affine_) {
+      if (fast_decode_) {
+        const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
+        const uint8_t* row = w_.data.data + r * row_bytes;
+        for (int64_t j0 = 0; j0 < k_; j0 += g) {
+          const size_t gi = size_t(r * groups_ + j0 / g);
+          decode_group_avx512(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi],
+                              dt == DType::BF16, out + j0);
+        }
+        return;
+      }
       if (dt == DType::F32) return decode_affine<true>(r, out);
       return decode_affine<false>(r, out);
     }
@@ -130,7 +190,8 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
-  // Few tokens (decode): one decoded row at a time against every token, fp32 accumulation.
+  // A few tokens (decode), or no SIMD family: one decoded row at a time against every token —
+  // no panel packing, which would cost more than the few dot products.
   void forward_rows(const float* x, int64_t m, float* y) const {
 #pragma omp parallel if (n_ * k_ > (1 << 16))
     {
@@ -140,8 +201,13 @@ class WeightOnlyLinear final : public Linear {
         decode_row(n, row.data());
         for (int64_t t = 0; t < m; ++t) {
           const float* xt = x + t * k_;
-          float acc = 0.0f;
-          for (int64_t k = 0; k < k_; ++k) acc += xt[k] * row[size_t(k)];
+          float acc;
+          if (simd_dot_) {
+            acc = dot_avx512(xt, row.data(), k_);
+          } else {
+            acc = 0.0f;
+            for (int64_t k = 0; k < k_; ++k) acc += xt[k] * row[size_t(k)];
+          }
           y[t * n_ + n] = acc + (bias_.empty() ? 0.0f : bias_[size_t(n)]);
         }
       }
@@ -191,6 +257,8 @@ class WeightOnlyLinear final : public Linear {
   Compute compute_;
   const Family* fam_;
   bool affine_ = false;
+  bool fast_decode_ = false;
+  bool simd_dot_ = kernel_level() == KernelLevel::AVX512;  // AVX-512 group decode (4/8-bit, f32/bf16 scales)
   int bits_ = 4;
   int64_t groups_ = 1;
   std::vector<float> scales_, biases_, bias_;
