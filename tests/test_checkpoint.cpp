@@ -188,10 +188,15 @@ TEST(Checkpoint, BadFolders) {
   {
     fs::path d = make("quant");
     json j = src.config.to_hf_json();
-    j["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+    j["quantization_config"] = {{"quant_method", "gptq"}};
     write_text(d / "config.json", j.dump());
     std::string m = user_error_of([&] { load_checkpoint(d.string()); });
-    EXPECT_NE(m.find("'bitsandbytes'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'gptq'"), std::string::npos) << m;
+    // bitsandbytes is read, but only its 4-bit serialization.
+    j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}};
+    write_text(d / "config.json", j.dump());
+    m = user_error_of([&] { load_checkpoint(d.string()); });
+    EXPECT_NE(m.find("only bitsandbytes 4-bit"), std::string::npos) << m;
   }
   // Weights that do not fit the config: a missing tensor, a wrong shape, a stranger, a dtype.
   auto with_tensors = [&](const std::string& tag, auto edit) {

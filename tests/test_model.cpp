@@ -8,6 +8,7 @@
 //    NLL within 1e-5 relative — in one batch, in pieces through the cache, and in bf16;
 //  * tiny random llama (llama3 RoPE scaling, GQA, untied head), qwen2 (q/k/v bias) and qwen3
 //    (q/k norm, head_dim ≠ hidden/heads) models against transformers' logits.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -305,7 +306,9 @@ TEST_F(SmolLM, LogitsMatchTransformersFp32) {
     EXPECT_LE(d.max_logit_sum_err, 1e-4);
     EXPECT_EQ(d.top1_mismatch, 0);
     EXPECT_NEAR(d.mean_nll, want, 1e-5 * want);
-    if (n == 512) EXPECT_NEAR(want, g.j["mean_nll"].get<double>(), 1e-12);
+    if (n == 512) {
+      EXPECT_NEAR(want, g.j["mean_nll"].get<double>(), 1e-12);
+    }
     std::printf("[%s] max |dlogit| %.2e, mean NLL %.8f vs %.8f (rel %.1e)\n", kernel_level_name(lvl),
                 d.max_abs, d.mean_nll, want, std::abs(d.mean_nll - want) / want);
   }
@@ -357,6 +360,55 @@ TEST_F(SmolLM, HfFolderFromConvertMatchesTransformers) {
     EXPECT_NEAR(d.mean_nll, want, 1e-5 * want);
     std::printf("hf folder: max |dlogit| %.2e, mean NLL %.8f vs %.8f\n", d.max_abs, d.mean_nll, want);
   }
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+}
+
+// Packed weights: `convert --scheme affine --bits 4 --group-size 64` writes the mlx folder, and our
+// forward from its packed codes (no dequantized copy) gives mlx_lm's logits on the same weights
+// (golden: tests/golden/make_mlx_logits_golden.py, mlx_lm quantizing transformers' load of the GGUF).
+TEST_F(SmolLM, MlxAffine4FolderMatchesMlxLm) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const json g = load_json(test::source_dir() + "/tests/golden/logits/smollm2_mlx_affine4_g64.json");
+  const std::string dir = test::temp_dir("model-mlx") + "/q4";
+  std::string out;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + test::model_gguf() + " --out " + dir +
+                              " --scheme affine --bits 4 --group-size 64",
+                          &out),
+            0)
+      << out;
+  const std::vector<int32_t> ids = g["ids"].get<std::vector<int32_t>>();
+  const int n = int(ids.size());
+  for (KernelLevel lvl : {KernelLevel::AVX2, max_kernel_level()}) {
+    if (lvl > max_kernel_level()) continue;
+    set_kernel_level(lvl);
+    Checkpoint ck = load_checkpoint(dir);
+    ASSERT_EQ(ck.source_kind, "mlx");
+    const int V = ck.config.vocab;
+    LlamaModel m(std::move(ck), checkpoint_linear_factory(ck, {}));
+    EXPECT_EQ(m.linear_kind(), "affine4-g64");
+    auto cache = m.make_cache(n);
+    std::vector<float> logits(size_t(n) * V);
+    m.forward(ids.data(), n, 0, *cache, 0, n, logits.data());
+    double worst = 0;
+    for (int p = 0; p < n; ++p) {
+      const float* row = logits.data() + size_t(p) * V;
+      const int64_t am = std::max_element(row, row + V) - row;
+      EXPECT_EQ(am, g["argmax"][p].get<int64_t>()) << "position " << p;
+      worst = std::max(worst, std::abs(double(row[am]) - g["max_logit"][p].get<double>()));
+    }
+    for (auto& [pos, t] : g["top5"].items())
+      for (int i = 0; i < 5; ++i) {
+        const int p = std::stoi(pos);
+        worst = std::max(worst, std::abs(double(logits[size_t(p) * V + t["ids"][i].get<int64_t>()]) -
+                                         t["values"][i].get<double>()));
+      }
+    for (auto& s : g["samples"])
+      worst = std::max(worst, std::abs(double(logits[size_t(s[0].get<int>()) * V + s[1].get<int64_t>()]) -
+                                       s[2].get<double>()));
+    EXPECT_LT(worst, 1e-2) << kernel_level_name(lvl);
+    std::printf("[%s] mlx affine4-g64 folder vs mlx_lm: max |dlogit| %.2e\n", kernel_level_name(lvl), worst);
+  }
+  set_kernel_level(max_kernel_level());
   std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 
