@@ -74,7 +74,6 @@ constexpr OutputLayout kLayouts[] = {
     {"hf", "Hugging Face folder: config.json, model.safetensors, tokenizer.json", write_hf},
     {"mlx", "mlx_lm folder: affine U32 weights + scales/biases, config.json quantization", write_mlx},
     {"native", "quanttool folder: any scheme, config.json quantization_config per tensor", write_native},
-    // Known, so that --format says plainly it is not written yet rather than "unknown".
     {"compressed-tensors", "compressed-tensors int-quantized (W8A8) folder, as llm-compressor writes", write_ct},
     {"bnb", "bitsandbytes NF4/FP4 folder, as transformers saves it", write_bnb},
 };
@@ -405,7 +404,6 @@ int run(const Args& a) {
     if (format == l.name) layout = &l;
   if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb)", format);
   QuantPlanner planner(a.q, format, opt.dtype);
-  if (!layout->write) user_error("--format {}: this output layout is not implemented yet", format);
 
   // Refuse before doing any work: nothing is written when --out is taken.
   fs::path out = fs::absolute(a.out).lexically_normal();
