@@ -15,6 +15,7 @@
 #include "formats/mapped_file.h"
 #include "libquant/cpu_features.h"
 #include "libquant/eval/perplexity.h"
+#include "libquant/kv/codec.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
 
@@ -24,8 +25,10 @@ namespace {
 using nlohmann::json;
 
 struct Options {
-  std::string model, text, method = "llama", compute = "f32", kernel, json_path, kl_base, kv = "f32";
-  int ctx = 0, chunks = -1, threads = 0;
+  std::string model, text, method = "llama", compute = "f32", kernel, json_path, kl_base, kv, kv_k, kv_v,
+      kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32";
+  int ctx = 0, chunks = -1, threads = 0, kv_residual = -1, ubatch = 0;
+  uint64_t kv_seed = 42;
   bool running = false;
 };
 
@@ -72,7 +75,14 @@ int run(const Options& o) {
   po.ctx = o.ctx > 0 ? o.ctx : (po.method == PplMethod::Chunks ? 2048 : 512);
   if (o.ctx < 0) user_error("--ctx: must be positive, got {}", o.ctx);
   po.max_chunks = o.chunks;
-  po.kv = o.kv;
+  if (o.ubatch < 0) user_error("--ubatch: must be positive, got {}", o.ubatch);
+  po.ubatch = o.ubatch > 0 ? o.ubatch : 512;
+  if (!o.kv.empty() && (!o.kv_k.empty() || !o.kv_v.empty()))
+    user_error("--kv sets keys and values together; give it or --kv-k/--kv-v, not both");
+  if (!o.kv_recipe.empty() && (!o.kv.empty() || !o.kv_k.empty() || !o.kv_v.empty()))
+    user_error("--kv-recipe gives every layer's methods; drop --kv/--kv-k/--kv-v");
+  if (o.kv_residual < -1) user_error("--kv-residual: must be at least 0, got {}", o.kv_residual);
+  po.base_kv = o.kl_base_kv;
   const Compute compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
 
   const std::string text = read_text(o.text);
@@ -95,6 +105,22 @@ int run(const Options& o) {
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
     // The reference runs in fp32 (from its packed codes, if it is a quantized folder).
     base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
+  }
+  {  // the KV configuration, checked (methods, bits, artifacts) before any long work
+    const std::string both = o.kv.empty() ? "f32" : o.kv;
+    po.kv = o.kv_recipe.empty()
+                ? kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kv_k.empty() ? both : o.kv_k, "--kv-k"),
+                                        kv::parse_kv_spec(o.kv_v.empty() ? both : o.kv_v, "--kv-v"))
+                : kv::read_kv_recipe(o.kv_recipe, cfg.n_layers);
+    po.kv.residual = o.kv_residual;
+    po.kv.mode = o.kv_mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
+    po.kv.artifacts = o.artifacts;
+    po.kv.seed = o.kv_seed;
+    KVShape s;
+    s.n_layers = cfg.n_layers, s.n_heads = cfg.n_heads, s.n_kv_heads = cfg.n_kv_heads, s.head_dim = cfg.head_dim;
+    s.max_ctx = 1, s.scale = 1;
+    make_kv_cache(po.kv, s);
+    make_kv_cache(po.base_kv, s);
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   PackedLinearOptions lo;
@@ -133,6 +159,9 @@ int run(const Options& o) {
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
   fmt::print("method         {}, ctx {}, {} chunks, {} scored per chunk\n", ppl_method_name(r.method),
              plan.ctx, plan.n_chunks, plan.n_scored);
+  fmt::print("kv cache       {}, {:.1f} bytes per token ({:.2f}x smaller than fp16){}\n", r.kv_name,
+             r.kv_bytes_per_token, r.kv_f16_bytes_per_token / r.kv_bytes_per_token,
+             po.ubatch < plan.ctx ? fmt::format(", ubatch {}", po.ubatch) : std::string());
   fmt::print("PPL            {:.4f} ± {:.5f}\n", r.ppl, r.ppl_err);
   fmt::print("tokens scored  {}\n", r.tokens_scored);
   fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", tps,
@@ -151,7 +180,9 @@ int run(const Options& o) {
     j["bits_per_weight"] = bpw;
     j["compute"] = model->linear_kind();
     j["compute_weight_bytes"] = model->weight_bytes();
-    j["kv"] = po.kv;
+    j["kv"] = r.kv_name;
+    j["ubatch"] = po.ubatch;
+    if (!o.kl_base.empty()) j["kl_base_kv"] = po.base_kv;
     j["threads"] = num_threads();
     j["kernel_level"] = kernel_level_name(kernel_level());
     j["wall_seconds"] = wall;
@@ -177,7 +208,17 @@ const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a t
                        sub.add_option("--compute", o->compute, "f32 or bf16 weights for the matmuls")
                            ->check(CLI::IsMember({"f32", "bf16"}));
                        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
-                       sub.add_option("--kv", o->kv, "KV cache method (f32)");
+                       sub.add_option("--kv", o->kv, "KV cache method for keys and values (f32, f16, METHOD[:k=v,...])");
+                       sub.add_option("--kv-k", o->kv_k, "KV method of the keys, METHOD[:bits=B,...] (" + kv::kv_method_names() + ")");
+                       sub.add_option("--kv-v", o->kv_v, "KV method of the values");
+                       sub.add_option("--kv-recipe", o->kv_recipe, "per-layer KV methods (JSON, from calibrate --method kv-sensitivity)");
+                       sub.add_option("--kv-residual", o->kv_residual, "full-precision window of the newest tokens (default: per method)");
+                       sub.add_option("--kv-mode", o->kv_mode, "cache (ubatch written, then read) or decode (token-by-token view)")
+                           ->check(CLI::IsMember({"cache", "decode"}));
+                       sub.add_option("--ubatch", o->ubatch, "tokens per forward call (default 512)");
+                       sub.add_option("--artifacts", o->artifacts, "precompute folder: rotations, JL matrices, codebooks");
+                       sub.add_option("--kv-seed", o->kv_seed, "seed of the rotations and JL matrices (default 42)");
+                       sub.add_option("--kl-base-kv", o->kl_base_kv, "KV cache of the KL baseline (default f32)");
                        sub.add_option("--kl-base-model", o->kl_base,
                                       "baseline model run alongside (fp32) for the KL divergence");
                        sub.add_option("--json", o->json_path, "also write the results as JSON to FILE");

@@ -62,9 +62,24 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
   const ChunkPlan& P = res.plan;
   if (P.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
 
-  auto cache = model.make_cache(P.ctx, opt.kv);
+  auto cache = opt.kv.k.empty() ? model.make_cache(P.ctx, "f32") : model.make_cache(P.ctx, opt.kv);
   std::unique_ptr<KVCache> base_cache;
-  if (base) base_cache = base->make_cache(P.ctx, "f32");
+  if (base) base_cache = base->make_cache(P.ctx, opt.base_kv);
+  res.kv_name = cache->name();
+  res.kv_bytes_per_token = cache->bytes_per_token();
+  res.kv_f16_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
+  const int ub = opt.ubatch > 0 ? std::min(opt.ubatch, P.ctx) : P.ctx;
+  std::vector<float> hidden(ub < P.ctx ? size_t(P.ctx) * c.hidden : 0);
+  // The chunk's final hidden states, in forward calls of `ub` tokens.
+  auto run_chunk = [&](LlamaModel& m, KVCache& kc, const int32_t* toks) -> const float* {
+    if (ub >= P.ctx) return m.forward_hidden(toks, P.ctx, 0, kc);
+    for (int p0 = 0; p0 < P.ctx; p0 += ub) {
+      const int n = std::min(ub, P.ctx - p0);
+      const float* h = m.forward_hidden(toks + p0, n, p0, kc);
+      std::copy(h, h + size_t(n) * c.hidden, hidden.begin() + size_t(p0) * c.hidden);
+    }
+    return hidden.data();
+  };
 
   const int slice = std::max(1, std::min(opt.head_rows, P.n_scored));
   std::vector<float> logits(size_t(slice) * V), base_logits(base ? size_t(slice) * V : 0);
@@ -81,7 +96,7 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
     if (opt.method == PplMethod::Llama && opt.bos_id >= 0) chunk[0] = opt.bos_id;
 
     cache->clear();
-    const float* h = model.forward_hidden(chunk.data(), P.ctx, 0, *cache);
+    const float* h = run_chunk(model, *cache, chunk.data());
     const float* hb = nullptr;
     if (base) {
       base_cache->clear();
@@ -147,6 +162,9 @@ nlohmann::json ppl_result_json(const PplResult& r) {
       {"eval_seconds", r.seconds},
       {"tokens_per_second", r.seconds > 0 ? double(r.tokens_evaluated) / r.seconds : 0.0},
       {"running_ppl", r.running},
+      {"kv_cache", r.kv_name},
+      {"kv_bytes_per_token", r.kv_bytes_per_token},
+      {"kv_compression_vs_f16", r.kv_bytes_per_token > 0 ? r.kv_f16_bytes_per_token / r.kv_bytes_per_token : 0.0},
   };
   if (r.kld) j["kld"] = kld_summary_json(*r.kld);
   return j;

@@ -40,7 +40,10 @@ struct PplOptions {
   int ctx = 512;
   int max_chunks = -1;    // < 0: every whole chunk
   int bos_id = -1;        // llama method: replaces each chunk's first token (−1: no BOS added)
-  std::string kv = "f32"; // KV cache method
+  kv::KVConfig kv;        // KV cache of the model (no layers given: f32)
+  std::string base_kv = "f32";  // KV cache of the KL baseline
+  int ubatch = 0;         // tokens per forward call (0: the whole chunk); the cache sees each
+                          // batch appended before its queries attend
   int head_rows = 256;    // output-head slice: rows of logits held at once (memory bound)
 };
 
@@ -63,6 +66,9 @@ struct PplResult {
   double seconds = 0;            // evaluation only (not loading or tokenizing)
   std::vector<double> running;   // PPL after each chunk
   std::optional<KldSummary> kld; // when a baseline ran
+  std::string kv_name;           // the model's cache, as it describes itself
+  double kv_bytes_per_token = 0; // everything it stores at ctx positions, per position
+  double kv_f16_bytes_per_token = 0;  // an fp16 cache of the same model
 };
 
 // Runs `model` (and `base`, when given, on the same tokens) over the chunks of `tokens`.

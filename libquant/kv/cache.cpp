@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/tensor.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/model/ops.h"
 
@@ -16,7 +17,7 @@ namespace {
 // Blocks of one layer are consecutive, so ops::attention finds kv head g at g · block floats.
 class F32Cache final : public KVCache {
  public:
-  explicit F32Cache(const KVShape& s) : KVCache(s) {
+  F32Cache(const KVShape& s, bool round_f16) : KVCache(s), f16_(round_f16) {
     if (s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 ||
         s.max_ctx <= 0 || s.n_heads % s.n_kv_heads != 0)
       user_error("kv cache: invalid shape ({} layers, {} heads, {} kv heads, head_dim {}, ctx {})",
@@ -46,8 +47,13 @@ class F32Cache final : public KVCache {
         const float* kr = k + (int64_t(i) * H + h) * D;
         const float* vr = v + (int64_t(i) * H + h) * D;
         const int64_t p = first_pos + i;
-        for (int d = 0; d < D; ++d) kt[d * cap_ + p] = kr[d];
-        std::memcpy(vb + p * D, vr, size_t(D) * sizeof(float));
+        if (f16_) {
+          for (int d = 0; d < D; ++d) kt[d * cap_ + p] = f16_to_f32(f32_to_f16(kr[d]));
+          for (int d = 0; d < D; ++d) vb[p * D + d] = f16_to_f32(f32_to_f16(vr[d]));
+        } else {
+          for (int d = 0; d < D; ++d) kt[d * cap_ + p] = kr[d];
+          std::memcpy(vb + p * D, vr, size_t(D) * sizeof(float));
+        }
       }
     }
     n_[layer] = first_pos + n;
@@ -65,15 +71,16 @@ class F32Cache final : public KVCache {
                    out, qs);
   }
 
-  std::string name() const override { return "f32"; }
+  std::string name() const override { return f16_ ? "f16" : "f32"; }
   double bytes_per_token() const override {
-    return 2.0 * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * sizeof(float);
+    return 2.0 * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * (f16_ ? 2 : 4);
   }
   int size(int layer) const override { return n_[layer]; }
 
  private:
   float* data() const { return static_cast<float*>(buf_.data()); }
 
+  bool f16_ = false;
   int64_t cap_ = 0, block_ = 0, layer_ = 0;
   kernels::AlignedBuffer buf_;
   std::vector<int> n_;
@@ -81,13 +88,19 @@ class F32Cache final : public KVCache {
 
 }  // namespace
 
-std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape) {
-  return std::make_unique<F32Cache>(shape);
+std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16) {
+  return std::make_unique<F32Cache>(shape, round_f16);
+}
+
+std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape& shape) {
+  const std::string fp = config.uniform_full_precision();
+  if (!fp.empty()) return make_f32_kv_cache(shape, fp == "f16");
+  return make_quant_kv_cache(shape, config);
 }
 
 std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape) {
-  if (method == "f32") return make_f32_kv_cache(shape);
-  user_error("--kv: unknown KV cache method '{}' (known: f32)", method);
+  const kv::KVSpec s = kv::parse_kv_spec(method, "--kv");
+  return make_kv_cache(kv::uniform_kv_config(shape.n_layers, s, s), shape);
 }
 
 }  // namespace qt

@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+#include "libquant/kv/spec.h"
+
 namespace qt {
 
 struct KVShape {
@@ -54,10 +56,18 @@ class KVCache {
 
 // The full-precision cache: fp32 keys (stored transposed per kv head, so scores are a small
 // GEMM over contiguous key vectors) and fp32 values. Capacity = max_ctx rounded up.
-std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape);
+// `round_f16`: every value is rounded to fp16 on the way in — the fp16 cache llama.cpp and
+// Hugging Face keep by default, computed by the same fast kernel.
+std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16 = false);
 
-// The cache named `method` ("f32"); UserError naming the method when unknown. Later issues add
-// rows to the table behind it.
+// The quantized cache (quant_cache.cpp): per layer and side a method of the table in codec.h,
+// full-precision windows, `cache` or `decode` visibility.
+std::unique_ptr<KVCache> make_quant_kv_cache(const KVShape& shape, const kv::KVConfig& config);
+
+// The cache `config` describes: the fast dense one when every layer is f32 (or every layer
+// f16), else the quantized one. UserError for a bad method, parameter or recipe.
+std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape& shape);
+// Every layer, keys and values, with `method` (a spec such as "f16" or "kivi:bits=2").
 std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape);
 
 }  // namespace qt

@@ -125,6 +125,14 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
 LlamaModel::~LlamaModel() = default;
 
 std::unique_ptr<KVCache> LlamaModel::make_cache(int max_ctx, const std::string& method) const {
+  return make_kv_cache(method, kv_shape(max_ctx));
+}
+
+std::unique_ptr<KVCache> LlamaModel::make_cache(int max_ctx, const kv::KVConfig& config) const {
+  return make_kv_cache(config, kv_shape(max_ctx));
+}
+
+KVShape LlamaModel::kv_shape(int max_ctx) const {
   KVShape s;
   s.n_layers = cfg_.n_layers;
   s.n_heads = cfg_.n_heads;
@@ -132,7 +140,7 @@ std::unique_ptr<KVCache> LlamaModel::make_cache(int max_ctx, const std::string& 
   s.head_dim = cfg_.head_dim;
   s.max_ctx = max_ctx;
   s.scale = 1.0f / std::sqrt(float(cfg_.head_dim));
-  return make_kv_cache(method, s);
+  return s;
 }
 
 size_t LlamaModel::weight_bytes() const {

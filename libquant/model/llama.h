@@ -60,6 +60,9 @@ class LlamaModel {
 
   // A cache of `method` ("f32") sized for this model and max_ctx positions.
   std::unique_ptr<KVCache> make_cache(int max_ctx, const std::string& method = "f32") const;
+  // A cache per `config` (per-layer methods, libquant/kv/spec.h).
+  std::unique_ptr<KVCache> make_cache(int max_ctx, const kv::KVConfig& config) const;
+  KVShape kv_shape(int max_ctx) const;
 
   // Runs tokens[0..n) at positions pos0 … pos0+n−1 (appending their K/V to `cache`, which must
   // hold exactly pos0 positions) and writes the logits of rows [out_first, out_first+n_out)

@@ -1,0 +1,119 @@
+// A KV method at its parameters, for one side (keys or values) of one layer: how a vector (or
+// a group of token vectors) of head_dim floats becomes bytes, and how attention reads the bytes.
+//
+// Attention never rebuilds the cache in head space. Each codec has a *domain* of domain_dim()
+// floats per token — the rotated space (TurboQuant, RVQ, PolarQuant), the sketch space (QJL),
+// head space itself (affine, KIVI) — and decodes a tile of 32 tokens into it, into L1, where
+// the tile is scored against every query of the tile at once:
+//   keys:   score(q, k̂_j) = ⟨query_to_domain(q), decode(j)⟩  — the query is rotated/sketched
+//           once, the keys never leave the domain (TurboQuant's "Πq, then a centroid lookup per
+//           coordinate"; QJL's "⟨Sq, sign(Sk)⟩ · ‖k‖·√(π/2)/m").
+//   values: Σ_j p_j v̂_j = domain_to_head(Σ_j p_j decode(j))  — mixed in the domain, mapped back
+//           once per query (Πᵀ, Sᵀ).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libquant/kv/lloyd_max.h"
+#include "libquant/kv/random.h"
+#include "libquant/kv/spec.h"
+
+namespace qt::kv {
+
+enum class Side { Key, Value };
+const char* side_name(Side s);
+
+class Artifacts;
+
+// What codecs share: the head dimension, the seed and, when given, precomputed artifacts.
+// Codebooks and matrices come from the artifacts when loaded, else are computed (and kept for
+// the process): the two paths give identical floats.
+struct KVContext {
+  int head_dim = 0;
+  uint64_t seed = 42;
+  std::shared_ptr<const Artifacts> artifacts;
+
+  // Centroids and thresholds as floats (the values the codecs use).
+  struct FloatCodebook {
+    std::vector<float> c, t;
+    float mse = 0;
+  };
+  FloatCodebook codebook(Density d, int bits, double param) const;
+  Rotation rotation(const std::string& kind) const;
+  // m × head_dim JL matrix (`purpose` JL: QJL's, orthogonalized; ProdJL: TurboQuant_prod's, i.i.d.).
+  std::vector<float> jl(int m, SeedUse purpose) const;
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  int head_dim() const { return d_; }
+  virtual int domain_dim() const { return d_; }
+  // Tokens encoded together (KIVI keys: G tokens per channel group); 1 for per-token methods.
+  virtual int token_group() const { return 1; }
+  // Bytes of one token group of one kv head: codes and side data (norms, scales) as stored.
+  virtual size_t group_bytes() const = 0;
+  double bits_per_element() const { return 8.0 * double(group_bytes()) / (double(token_group()) * d_); }
+
+  // Encodes token_group() vectors, rows `stride` floats apart, into group_bytes() bytes.
+  virtual void encode(const float* x, int64_t stride, uint8_t* out) const = 0;
+  // Decodes positions j0 … j0+n−1 of one head's code array (groups back to back) into domain
+  // vectors: out[i * domain_dim() + c].
+  virtual void decode(const uint8_t* codes, int64_t j0, int n, float* out) const = 0;
+  // Keys: ⟨query_to_domain(q), decode(j)⟩ = q · k̂_j.
+  virtual void query_to_domain(const float* q, float* out) const;
+  // Values: out += the head-space vector of a domain accumulator.
+  virtual void domain_to_head(const float* acc, float* out) const;
+
+  // The reconstruction of position j in head space (tests, calibration): domain_to_head(decode).
+  void reconstruct(const uint8_t* codes, int64_t j, float* out) const;
+  const std::string& name() const { return name_; }
+
+ protected:
+  Codec(int d, std::string name) : d_(d), name_(std::move(name)) {}
+  int d_;
+  std::string name_;
+};
+
+// The method table: builds the codec of `spec` for `side`. UserError for an unknown method, an
+// unknown parameter, bits the method does not have, a group or rotation the head dimension
+// cannot take, or a method that cannot encode this side.
+std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext& ctx);
+// Methods in the table, for messages and --help.
+std::string kv_method_names();
+
+// ---- bit packing shared by the codecs: b-bit codes, LSB first, back to back --------------------
+inline void put_bits(uint8_t* p, int64_t idx, int bits, uint32_t v) {
+  const int64_t bit = idx * bits;
+  for (int i = 0; i < bits; ++i) {
+    const int64_t b = bit + i;
+    if ((v >> i) & 1u) p[b >> 3] |= uint8_t(1u << (b & 7));
+  }
+}
+inline uint32_t get_bits(const uint8_t* p, int64_t idx, int bits) {
+  const int64_t bit = idx * bits;
+  if (bits == 8 && (bit & 7) == 0) return p[bit >> 3];
+  if (bits == 4 && (bit & 3) == 0) return (p[bit >> 3] >> (bit & 7)) & 15u;
+  uint32_t v = 0;
+  for (int i = 0; i < bits; ++i) {
+    const int64_t b = bit + i;
+    v |= uint32_t((p[b >> 3] >> (b & 7)) & 1u) << i;
+  }
+  return v;
+}
+// The same at an arbitrary bit offset (codes of mixed widths in one vector).
+inline void put_bits_at(uint8_t* p, int64_t bit, int bits, uint32_t v) {
+  for (int i = 0; i < bits; ++i)
+    if ((v >> i) & 1u) p[(bit + i) >> 3] |= uint8_t(1u << ((bit + i) & 7));
+}
+inline uint32_t get_bits_at(const uint8_t* p, int64_t bit, int bits) {
+  uint32_t v = 0;
+  for (int i = 0; i < bits; ++i) v |= uint32_t((p[(bit + i) >> 3] >> ((bit + i) & 7)) & 1u) << i;
+  return v;
+}
+inline size_t packed_bytes(int64_t n, int bits) { return size_t((n * bits + 7) / 8); }
+
+}  // namespace qt::kv

@@ -1,0 +1,75 @@
+// qjl (arXiv 2406.03482, METHODS.md B.3): the 1-bit Johnson–Lindenstrauss sketch of a key,
+// z = sign(S k) ∈ {±1}^m, plus ‖k‖ (fp16). S is m × d Gaussian, orthogonalized per d × d block
+// as the reference code does. The asymmetric estimator is scored directly:
+//   q · k ≈ √(π/2)/m · ‖k‖ · ⟨S q, z⟩
+// (domain = the m-dim sketch space; the query is sketched once). For values the same code
+// gives the unbiased reconstruction √(π/2)/m · ‖v‖ · Sᵀ z (mixed in the sketch space, mapped
+// back with Sᵀ once per query).
+// Not here: the reference's per-block outlier channels with their own sketch (B.3).
+#include <cmath>
+#include <cstring>
+
+#include "libquant/kv/codecs.h"
+
+namespace qt::kv {
+namespace {
+
+class Qjl final : public Codec {
+ public:
+  Qjl(const KVContext& ctx, int m, std::string name)
+      : Codec(ctx.head_dim, std::move(name)), m_(m), S_(ctx.jl(m, SeedUse::JL)), sign_bytes_(packed_bytes(m, 1)) {}
+  int domain_dim() const override { return m_; }
+  size_t group_bytes() const override { return sign_bytes_ + 2; }
+
+  void encode(const float* x, int64_t, uint8_t* out) const override {
+    std::memset(out, 0, group_bytes());
+    double s = 0;
+    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
+    store_half(out + sign_bytes_, float(std::sqrt(s)));
+    for (int k = 0; k < m_; ++k) {
+      const float* row = S_.data() + size_t(k) * d_;
+      float dot = 0;
+      for (int i = 0; i < d_; ++i) dot += row[i] * x[i];
+      if (dot < 0) out[k >> 3] |= uint8_t(1u << (k & 7));  // bit set = −1
+    }
+  }
+
+  void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
+    const float c = std::sqrt(float(M_PI) / 2.0f) / float(m_);
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* p = codes + (j0 + t) * group_bytes();
+      const float w = c * load_half(p + sign_bytes_);
+      float* o = out + int64_t(t) * m_;
+      for (int k = 0; k < m_; ++k) o[k] = ((p[k >> 3] >> (k & 7)) & 1) ? -w : w;
+    }
+  }
+
+  void query_to_domain(const float* q, float* out) const override {
+    for (int k = 0; k < m_; ++k) {
+      const float* row = S_.data() + size_t(k) * d_;
+      float dot = 0;
+      for (int i = 0; i < d_; ++i) dot += row[i] * q[i];
+      out[k] = dot;
+    }
+  }
+  void domain_to_head(const float* acc, float* out) const override {
+    for (int k = 0; k < m_; ++k) {
+      const float a = acc[k];
+      const float* row = S_.data() + size_t(k) * d_;
+      for (int i = 0; i < d_; ++i) out[i] += a * row[i];
+    }
+  }
+
+ private:
+  int m_;
+  std::vector<float> S_;
+  size_t sign_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_qjl_codec(const KVContext& ctx, int m, const std::string& name) {
+  return std::make_unique<Qjl>(ctx, m, name);
+}
+
+}  // namespace qt::kv

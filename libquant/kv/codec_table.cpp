@@ -1,0 +1,181 @@
+// The KV method table: one row per method (name, the sides it encodes, its bit widths, its
+// parameters, its constructor), plus what every codec shares (KVContext, fp16 side data).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "formats/error.h"
+#include "formats/tensor.h"
+#include "libquant/kv/artifacts.h"
+#include "libquant/kv/codecs.h"
+
+namespace qt::kv {
+
+const char* side_name(Side s) { return s == Side::Key ? "keys" : "values"; }
+
+void store_half(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+float load_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+float round_half(float v) { return f16_to_f32(f32_to_f16(v)); }
+
+void Codec::query_to_domain(const float* q, float* out) const { std::memcpy(out, q, sizeof(float) * d_); }
+void Codec::domain_to_head(const float* acc, float* out) const {
+  for (int i = 0; i < d_; ++i) out[i] += acc[i];
+}
+void Codec::reconstruct(const uint8_t* codes, int64_t j, float* out) const {
+  std::vector<float> dom(domain_dim());
+  decode(codes, j, 1, dom.data());
+  std::fill(out, out + d_, 0.0f);
+  domain_to_head(dom.data(), out);
+}
+
+// ---- shared codebooks and matrices ----------------------------------------------------------
+
+namespace {
+std::mutex g_mu;
+std::map<std::string, KVContext::FloatCodebook> g_codebooks;
+std::map<std::string, std::vector<float>> g_matrices;
+}  // namespace
+
+KVContext::FloatCodebook KVContext::codebook(Density d, int bits, double param) const {
+  const std::string n = codebook_name(int(d), bits, param);
+  if (artifacts) {
+    const auto *c = artifacts->find(n + ".centroids"), *t = artifacts->find(n + ".thresholds"),
+               *m = artifacts->find(n + ".mse");
+    if (c && t && m) return {*c, *t, m->empty() ? 0.0f : (*m)[0]};
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_codebooks.find(n);
+  if (it != g_codebooks.end()) return it->second;
+  const Codebook cb = lloyd_max(d, 1 << bits, param);
+  FloatCodebook f;
+  f.c.assign(cb.centroids.begin(), cb.centroids.end());
+  f.t.assign(cb.thresholds.begin(), cb.thresholds.end());
+  f.mse = float(cb.mse);
+  return g_codebooks[n] = f;
+}
+
+Rotation KVContext::rotation(const std::string& kind) const {
+  const std::string n = kind == "wht" ? "rotation.wht_signs" : "rotation.dense";
+  if (kind != "wht" && kind != "dense") user_error("rot={}: unknown rotation (wht, dense)", kind);
+  if (artifacts)
+    if (const auto* m = artifacts->find(n)) return Rotation(kind, head_dim, seed, m);
+  std::lock_guard<std::mutex> lock(g_mu);
+  const std::string key = fmt::format("{}:{}:{}", n, head_dim, seed);
+  auto it = g_matrices.find(key);
+  if (it != g_matrices.end()) return Rotation(kind, head_dim, seed, &it->second);
+  Rotation r(kind, head_dim, seed);
+  g_matrices[key] = r.matrix();
+  return r;
+}
+
+std::vector<float> KVContext::jl(int m, SeedUse purpose) const {
+  const std::string n = purpose == SeedUse::ProdJL ? std::string("jl.prod") : fmt::format("jl.qjl_m{}", m);
+  if (artifacts)
+    if (const auto* t = artifacts->find(n)) return *t;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const std::string key = fmt::format("{}:{}:{}", n, head_dim, seed);
+  auto it = g_matrices.find(key);
+  if (it != g_matrices.end()) return it->second;
+  return g_matrices[key] = gaussian_matrix(m, head_dim, sub_seed(seed, purpose), purpose == SeedUse::JL);
+}
+
+// ---- the table ---------------------------------------------------------------------------------
+
+namespace {
+
+struct Args {
+  const KVSpec& spec;
+  Side side;
+  const KVContext& ctx;
+  double bits;
+  std::string what;  // "--kv-k kivi:bits=3" for messages
+
+  int group(int fallback) const {
+    const double g = spec.number("group", fallback, what);
+    const int d = ctx.head_dim;
+    if (g != 32 && g != 64 && g != 128) user_error("{}: group {} is not one of 32, 64, 128", what, g);
+    if (g > d || d % int(g)) user_error("{}: group {} does not fit head dimension {}", what, g, d);
+    return int(g);
+  }
+  std::string rot() const { return spec.str("rot", "wht"); }
+};
+
+struct Row {
+  const char* name;
+  std::vector<double> bits;
+  double default_bits;
+  std::set<std::string> params;  // besides bits and r
+  std::function<std::unique_ptr<Codec>(const Args&)> make;
+  const char* sides = "kv";      // "k": keys only
+};
+
+const std::vector<Row>& table() {
+  static const std::vector<Row> rows = {
+      {"affine", {2, 3, 4, 8}, 4, {"group"},
+       [](const Args& a) { return make_affine_codec(a.ctx.head_dim, int(a.bits), a.group(32), a.spec.text()); }},
+      {"kivi", {2, 3, 4, 8}, 2, {"group"},
+       [](const Args& a) {
+         const int g = a.group(32);
+         return a.side == Side::Key ? make_kivi_key_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text())
+                                    : make_affine_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text());
+       }},
+      {"turboquant_mse", {1, 2, 2.5, 3, 3.5, 4}, 3, {"rot"},
+       [](const Args& a) { return make_turboquant_mse_codec(a.ctx, a.bits, a.rot(), a.spec.text()); }},
+      {"turboquant_prod", {1, 2, 3, 4}, 3, {"rot"},
+       [](const Args& a) { return make_turboquant_prod_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
+      {"qjl", {1, 2, 3, 4}, 1, {"m"},
+       [](const Args& a) {
+         const double m = a.spec.number("m", a.bits * a.ctx.head_dim, a.what);
+         if (m < 8 || m > 16 * 1024 || m != std::floor(m)) user_error("{}: m={} is not a sketch size in 8..16384", a.what, m);
+         return make_qjl_codec(a.ctx, int(m), a.spec.text());
+       }},
+      {"rvq", {1, 2, 3}, 1, {"rot"},
+       [](const Args& a) { return make_rvq_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
+      {"polar", {2, 3, 4}, 4, {"rot"},
+       [](const Args& a) {
+         const std::string rot = a.spec.str("rot", "wht");
+         if (rot != "wht" && rot != "dense" && rot != "none") user_error("{}: rot={} (wht, dense or none)", a.what, rot);
+         return make_polar_codec(a.ctx, int(a.bits), rot, a.spec.text());
+       }},
+  };
+  return rows;
+}
+
+}  // namespace
+
+std::string kv_method_names() {
+  std::string s = "f32, f16";
+  for (const Row& r : table()) s += std::string(", ") + r.name;
+  return s;
+}
+
+std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext& ctx) {
+  const std::string what = std::string(side == Side::Key ? "--kv-k " : "--kv-v ") + spec.text();
+  const auto& rows = table();
+  auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return spec.method == r.name; });
+  if (it == rows.end()) user_error("{}: unknown KV method '{}' (known: {})", what, spec.method, kv_method_names());
+  for (auto& [k, v] : spec.params)
+    if (k != "bits" && k != "r" && !it->params.count(k))
+      user_error("{}: {} has no parameter '{}'", what, spec.method, k);
+  const double bits = spec.number("bits", it->default_bits, what);
+  if (std::find(it->bits.begin(), it->bits.end(), bits) == it->bits.end()) {
+    std::string allowed;
+    for (double b : it->bits) allowed += (allowed.empty() ? "" : ", ") + fmt::format("{}", b);
+    user_error("{}: {} has no {}-bit variant (bits: {})", what, spec.method, bits, allowed);
+  }
+  if (ctx.head_dim < 8 || ctx.head_dim > 1024) user_error("{}: head dimension {} is not supported (8..1024)", what, ctx.head_dim);
+  return it->make(Args{spec, side, ctx, bits, what});
+}
+
+}  // namespace qt::kv

@@ -1,0 +1,181 @@
+// TurboQuant (arXiv 2504.19874, METHODS.md B.2).
+//
+// turboquant_mse (Algorithm 1): n = ‖x‖ (fp16), y = Π x / n, each coordinate to the nearest
+// centroid of the Lloyd-Max codebook of f_d (one coordinate of a random unit vector in R^d,
+// computed for this head dimension — C.4: it differs from the Gaussian table by up to 3% at
+// d = 64). Domain = the rotated space: decode gives n·c[idx], the query is rotated once.
+// Fractional rates b + 0.5 (§4.3): the first d/2 rotated coordinates at b + 1 bits, the rest at
+// b (the split seed 004 uses; the paper's outlier-channel split needs calibration it does not
+// specify).
+//
+// turboquant_prod (Algorithm 2): the (b−1)-bit MSE code of y, then the residual r = y − ŷ in
+// the rotated domain, γ = ‖r‖ (fp16) and z = sign(S r) with S a d × d i.i.d. Gaussian matrix
+// (sketching the rotated residual with S is S' = SΠ on the original one, the same distribution).
+// Domain = [rotated (d) | sketch (d)]: decode gives [n·ŷ ; n·γ·√(π/2)/d · z], the query becomes
+// [Πq ; SΠq] — the unbiased estimator ⟨q, x̂⟩ + n·γ·√(π/2)/d·⟨SΠq, z⟩ scored directly.
+#include <cmath>
+#include <cstring>
+
+#include "formats/error.h"
+#include "libquant/kv/codecs.h"
+
+namespace qt::kv {
+namespace {
+
+class TurboMse final : public Codec {
+ public:
+  TurboMse(const KVContext& ctx, double bits, const std::string& rot, std::string name)
+      : Codec(ctx.head_dim, std::move(name)), rot_(ctx.rotation(rot)) {
+    bl_ = int(std::floor(bits));
+    bh_ = bits == bl_ ? bl_ : bl_ + 1;
+    n_hi_ = bits == bl_ ? d_ : d_ / 2;
+    lo_ = ctx.codebook(Density::Sphere, bl_, d_);
+    hi_ = ctx.codebook(Density::Sphere, bh_, d_);
+    code_bytes_ = packed_bytes(int64_t(n_hi_) * bh_ + int64_t(d_ - n_hi_) * bl_, 1);
+  }
+  size_t group_bytes() const override { return code_bytes_ + 2; }
+
+  void encode(const float* x, int64_t, uint8_t* out) const override {
+    std::memset(out, 0, group_bytes());
+    float y[1024];
+    const float n = norm(x);
+    store_half(out + code_bytes_, n);
+    if (n == 0) return;
+    rot_.apply(x, y);
+    const float inv = 1.0f / n;
+    int64_t bit = 0;
+    for (int i = 0; i < d_; ++i) {
+      const auto& cb = i < n_hi_ ? hi_ : lo_;
+      const int b = i < n_hi_ ? bh_ : bl_;
+      put_bits_at(out, bit, b, uint32_t(codebook_index(cb.t.data(), int(cb.t.size()), y[i] * inv)));
+      bit += b;
+    }
+  }
+
+  void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* p = codes + (j0 + t) * group_bytes();
+      const float nn = load_half(p + code_bytes_);
+      float* o = out + int64_t(t) * d_;
+      for (int i = 0; i < n_hi_; ++i) o[i] = nn * hi_.c[get_bits(p, i, bh_)];
+      const int64_t base = int64_t(n_hi_) * bh_;  // the low-rate part starts at this bit
+      for (int i = n_hi_; i < d_; ++i) o[i] = nn * lo_.c[get_bits_at(p, base + int64_t(i - n_hi_) * bl_, bl_)];
+    }
+  }
+
+  void query_to_domain(const float* q, float* out) const override { rot_.apply(q, out); }
+  void domain_to_head(const float* acc, float* out) const override {
+    float tmp[1024];
+    rot_.inverse(acc, tmp);
+    for (int i = 0; i < d_; ++i) out[i] += tmp[i];
+  }
+
+ private:
+  float norm(const float* x) const {
+    double s = 0;
+    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
+    return float(std::sqrt(s));
+  }
+  Rotation rot_;
+  int bl_, bh_, n_hi_;
+  KVContext::FloatCodebook lo_, hi_;
+  size_t code_bytes_;
+};
+
+class TurboProd final : public Codec {
+ public:
+  TurboProd(const KVContext& ctx, int bits, const std::string& rot, std::string name)
+      : Codec(ctx.head_dim, std::move(name)), rot_(ctx.rotation(rot)), bm_(bits - 1) {
+    if (bm_ > 0) cb_ = ctx.codebook(Density::Sphere, bm_, d_);
+    S_ = ctx.jl(d_, SeedUse::ProdJL);
+    idx_bytes_ = packed_bytes(int64_t(d_) * bm_, 1);
+    sign_bytes_ = packed_bytes(d_, 1);
+  }
+  int domain_dim() const override { return 2 * d_; }
+  size_t group_bytes() const override { return idx_bytes_ + sign_bytes_ + 4; }
+
+  void encode(const float* x, int64_t, uint8_t* out) const override {
+    std::memset(out, 0, group_bytes());
+    double s = 0;
+    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
+    const float n = float(std::sqrt(s));
+    uint8_t* side = out + idx_bytes_ + sign_bytes_;
+    store_half(side, n);
+    if (n == 0) return;
+    float y[1024], r[1024];
+    rot_.apply(x, y);
+    double g = 0;
+    for (int i = 0; i < d_; ++i) {
+      y[i] /= n;
+      float yh = 0;
+      if (bm_ > 0) {
+        const uint32_t k = uint32_t(codebook_index(cb_.t.data(), int(cb_.t.size()), y[i]));
+        put_bits(out, i, bm_, k);
+        yh = cb_.c[k];
+      }
+      r[i] = y[i] - yh;
+      g += double(r[i]) * r[i];
+    }
+    store_half(side + 2, float(std::sqrt(g)));
+    for (int k = 0; k < d_; ++k) {
+      const float* row = S_.data() + size_t(k) * d_;
+      float dot = 0;
+      for (int i = 0; i < d_; ++i) dot += row[i] * r[i];
+      if (dot < 0) out[idx_bytes_ + (k >> 3)] |= uint8_t(1u << (k & 7));  // bit set = −1
+    }
+  }
+
+  void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
+    const float c = std::sqrt(float(M_PI) / 2.0f) / float(d_);
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* p = codes + (j0 + t) * group_bytes();
+      const uint8_t* side = p + idx_bytes_ + sign_bytes_;
+      const float nn = load_half(side), gam = load_half(side + 2);
+      float* o = out + int64_t(t) * 2 * d_;
+      for (int i = 0; i < d_; ++i) o[i] = bm_ > 0 ? nn * cb_.c[get_bits(p, i, bm_)] : 0.0f;
+      const float w = nn * gam * c;
+      for (int k = 0; k < d_; ++k) o[d_ + k] = ((p[idx_bytes_ + (k >> 3)] >> (k & 7)) & 1) ? -w : w;
+    }
+  }
+
+  void query_to_domain(const float* q, float* out) const override {
+    rot_.apply(q, out);
+    for (int k = 0; k < d_; ++k) {
+      const float* row = S_.data() + size_t(k) * d_;
+      float dot = 0;
+      for (int i = 0; i < d_; ++i) dot += row[i] * out[i];
+      out[d_ + k] = dot;
+    }
+  }
+  void domain_to_head(const float* acc, float* out) const override {
+    float y[1024];
+    for (int i = 0; i < d_; ++i) y[i] = acc[i];
+    for (int k = 0; k < d_; ++k) {  // + Sᵀ acc[d:]
+      const float a = acc[d_ + k];
+      const float* row = S_.data() + size_t(k) * d_;
+      for (int i = 0; i < d_; ++i) y[i] += a * row[i];
+    }
+    rot_.inverse(y, y);
+    for (int i = 0; i < d_; ++i) out[i] += y[i];
+  }
+
+ private:
+  Rotation rot_;
+  int bm_;
+  KVContext::FloatCodebook cb_;
+  std::vector<float> S_;
+  size_t idx_bytes_, sign_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_turboquant_mse_codec(const KVContext& ctx, double bits, const std::string& rot,
+                                                 const std::string& name) {
+  return std::make_unique<TurboMse>(ctx, bits, rot, name);
+}
+std::unique_ptr<Codec> make_turboquant_prod_codec(const KVContext& ctx, int bits, const std::string& rot,
+                                                  const std::string& name) {
+  return std::make_unique<TurboProd>(ctx, bits, rot, name);
+}
+
+}  // namespace qt::kv

@@ -1,0 +1,267 @@
+// The quantized KV cache: per layer and side (keys, values) a codec from the method table, a
+// full-precision window of the newest tokens, and attention that reads the codes (codec.h).
+//
+// What a query sees. After n tokens were appended to a layer, side s holds positions
+// [0, boundary(n)) encoded and [boundary(n), n) at full precision (fp16-rounded), where
+//   per-token methods:  boundary(n) = max(0, n − R)           (values in KIVI: a FIFO of R)
+//   token groups of G:  boundary(n) = ⌊n / U⌋ · U, U = R or G  (KIVI keys: the residual is
+//                       flushed as R/G groups when it reaches R tokens)
+// A code never changes once written, so one batch can serve every query with its own n:
+//   cache  — every query of a batch sees the state after the whole batch was appended
+//            (llama.cpp's quantized cache: write the ubatch, then attend);
+//   decode — the query at position t sees the state after t + 1 appends (token-by-token
+//            generation: append the token's K/V, then attend), so `cache` with ubatch 1
+//            equals `decode`.
+// The fp16-rounded copy of every position is kept as the source of the full-precision window
+// (bytes_per_token counts only what a real cache stores: codes, side data and the window).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+#include "formats/tensor.h"
+#include "libquant/kv/artifacts.h"
+#include "libquant/kv/attend_kernels.h"
+#include "libquant/kv/cache.h"
+#include "libquant/kv/codec.h"
+#include "libquant/kv/codecs.h"
+#include "libquant/model/ops.h"
+
+namespace qt {
+namespace {
+
+using kv::Codec;
+
+struct SideStore {
+  std::unique_ptr<Codec> codec;  // null: full precision
+  bool round_f16 = true;         // the window / full-precision values are fp16
+  int R = 0, G = 1;
+  std::vector<float> shadow;     // [kv head][cap][D]
+  std::vector<uint8_t> codes;    // [kv head][groups][group_bytes]
+  int64_t encoded = 0;           // positions encoded (whole groups)
+
+  int64_t boundary(int64_t n) const {
+    if (!codec) return 0;
+    if (G == 1) return std::max<int64_t>(0, n - R);
+    const int64_t u = R > 0 ? R : G;
+    return n / u * u;
+  }
+  double bytes_at(int64_t n, int D) const {  // one kv head, n positions
+    const int64_t b = boundary(n);
+    const double enc = codec ? double(b / G) * double(codec->group_bytes()) : 0.0;
+    return enc + double(n - b) * D * (round_f16 ? 2.0 : 4.0);
+  }
+};
+
+class QuantCache final : public KVCache {
+ public:
+  QuantCache(const KVShape& s, const kv::KVConfig& c) : KVCache(s), cfg_(c) {
+    if (int(c.k.size()) != s.n_layers || int(c.v.size()) != s.n_layers)
+      user_error("kv config: {} layers of keys and {} of values for a model of {} layers", c.k.size(), c.v.size(), s.n_layers);
+    kv::KVContext ctx;
+    ctx.head_dim = s.head_dim;
+    ctx.seed = c.seed;
+    if (!c.artifacts.empty()) ctx.artifacts = kv::Artifacts::load(c.artifacts, s.head_dim, c.seed);
+    cap_ = s.max_ctx;
+    const int H = s.n_kv_heads, D = s.head_dim;
+    layers_.resize(s.n_layers);
+    for (int l = 0; l < s.n_layers; ++l)
+      for (int side = 0; side < 2; ++side) {
+        const kv::KVSpec& spec = side == 0 ? c.k[l] : c.v[l];
+        SideStore& st = side == 0 ? layers_[l].k : layers_[l].v;
+        st.round_f16 = spec.method != "f32";
+        if (!spec.full_precision()) {
+          st.codec = kv::make_codec(spec, side == 0 ? kv::Side::Key : kv::Side::Value, ctx);
+          st.G = st.codec->token_group();
+          const double r = spec.number("r", spec.method == "kivi" && c.residual < 0 ? 128 : std::max(0, c.residual),
+                                       side == 0 ? "--kv-k" : "--kv-v");
+          st.R = int(r);
+          if (r < 0 || r != std::floor(r)) user_error("kv: r={} is not a token count", r);
+          if (st.G > 1 && st.R % st.G)
+            user_error("{} {}: the residual window {} is not a multiple of the group of {} tokens",
+                       side == 0 ? "--kv-k" : "--kv-v", spec.text(), st.R, st.G);
+          st.codes.assign(size_t(H) * groups_cap(st) * st.codec->group_bytes(), 0);
+        } else if (!spec.params.empty()) {
+          user_error("{} {}: full-precision caches take no parameters", side == 0 ? "--kv-k" : "--kv-v", spec.text());
+        }
+        st.shadow.assign(size_t(H) * cap_ * D, 0.0f);
+      }
+  }
+
+  void clear() override {
+    for (auto& L : layers_) L.n = 0, L.k.encoded = 0, L.v.encoded = 0;
+  }
+  int size(int layer) const override { return layers_[layer].n; }
+  std::string name() const override { return cfg_.describe(); }
+
+  double bytes_per_token() const override {
+    double b = 0;
+    for (auto& L : layers_) b += L.k.bytes_at(shape_.max_ctx, shape_.head_dim) + L.v.bytes_at(shape_.max_ctx, shape_.head_dim);
+    return b * shape_.n_kv_heads / double(shape_.max_ctx);
+  }
+
+  void append(int layer, const float* k, const float* v, int n, int first_pos) override {
+    Layer& L = layers_.at(layer);
+    if (first_pos != L.n || first_pos + n > shape_.max_ctx)
+      user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})", first_pos,
+                 first_pos + n - 1, layer, L.n, shape_.max_ctx);
+    const int H = shape_.n_kv_heads, D = shape_.head_dim;
+    for (int side = 0; side < 2; ++side) {
+      SideStore& st = side == 0 ? L.k : L.v;
+      const float* src = side == 0 ? k : v;
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < n; ++i) {
+          const float* x = src + (int64_t(i) * H + h) * D;
+          float* y = st.shadow.data() + (int64_t(h) * cap_ + first_pos + i) * D;
+          for (int d = 0; d < D; ++d) y[d] = st.round_f16 ? kv::round_half(x[d]) : x[d];
+        }
+      L.n = first_pos + n;
+      encode_upto(st, st.boundary(L.n));
+    }
+  }
+
+  void attend(int layer, const float* q, int n_q, int first_pos, float* out) const override;
+
+ private:
+  struct Layer {
+    SideStore k, v;
+    int n = 0;
+  };
+
+  int64_t groups_cap(const SideStore& st) const { return (cap_ + st.G - 1) / st.G; }
+
+  // Encode positions [encoded, b) (whole groups) of every kv head from the fp16 copy (the
+  // K/V a half-precision model hands its cache).
+  void encode_upto(SideStore& st, int64_t b) {
+    if (!st.codec || b <= st.encoded) return;
+    const int H = shape_.n_kv_heads, D = shape_.head_dim;
+    const size_t gb = st.codec->group_bytes();
+    const int64_t g0 = st.encoded / st.G, g1 = b / st.G;
+#pragma omp parallel for schedule(static) collapse(2) if ((g1 - g0) * H > 8)
+    for (int h = 0; h < H; ++h)
+      for (int64_t g = g0; g < g1; ++g) {
+        const float* x = st.shadow.data() + (int64_t(h) * cap_ + g * st.G) * D;
+        st.codec->encode(x, D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
+      }
+    st.encoded = g1 * st.G;
+  }
+
+  kv::KVConfig cfg_;
+  int64_t cap_ = 0;
+  std::vector<Layer> layers_;
+};
+
+void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float* out) const {
+  const Layer& L = layers_.at(layer);
+  if (first_pos + n_q > L.n)
+    user_error("kv cache: attention for positions up to {} but layer {} holds {}", first_pos + n_q - 1, layer, L.n);
+  const int D = shape_.head_dim, NH = shape_.n_heads, KH = shape_.n_kv_heads, group = NH / KH;
+  const float scale = shape_.scale;
+  const bool decode = cfg_.mode == kv::KVMode::Decode;
+  const kv::AttendKernels& K = kv::attend_kernels();
+  constexpr int kRows = 32;  // query positions per task: their group·kRows queries share each decoded tile
+  const int nb = (n_q + kRows - 1) / kRows;
+  const int64_t tasks = int64_t(nb) * KH;
+  const SideStore &SK = L.k, &SV = L.v;
+  const int dtk = SK.codec ? SK.codec->domain_dim() : 0, dtv = SV.codec ? SV.codec->domain_dim() : 0;
+
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int b = nb - 1 - int(t / KH), g = int(t % KH);
+    const int i0 = b * kRows, nr = std::min(kRows, n_q - i0);
+    const int nv = nr * group;  // query vectors: row-major over (row, head in group)
+    const int nk = first_pos + i0 + nr;
+    const int64_t sst = (nk + kv::kTile - 1) / kv::kTile * kv::kTile;
+
+    thread_local std::vector<float> S, QT, ACC, TILE, TT;
+    thread_local std::vector<int> NVIS, BK, BV;
+    S.resize(size_t(nv) * sst);
+    NVIS.resize(nv), BK.resize(nv), BV.resize(nv);
+    int kenc = 0, venc = 0;
+    for (int r = 0; r < nr; ++r) {
+      const int pos = first_pos + i0 + r;
+      const int64_t state = decode ? pos + 1 : first_pos + n_q;
+      const int nvis = pos + 1;
+      const int bk = int(std::min<int64_t>(SK.boundary(state), nvis)), bv = int(std::min<int64_t>(SV.boundary(state), nvis));
+      for (int hh = 0; hh < group; ++hh) {
+        const int v = r * group + hh;
+        NVIS[v] = nvis, BK[v] = bk, BV[v] = bv;
+      }
+      kenc = std::max(kenc, bk), venc = std::max(venc, bv);
+    }
+    auto qrow = [&](int v) { return q + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
+    auto orow = [&](int v) { return out + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
+
+    // 1. scores from the codes: queries into the key domain once, 32 decoded keys at a time
+    if (kenc > 0) {
+      QT.resize(size_t(nv) * dtk);
+      TILE.resize(size_t(kv::kTile) * dtk);
+      TT.assign(size_t(kv::kTile) * dtk, 0.0f);
+      for (int v = 0; v < nv; ++v) SK.codec->query_to_domain(qrow(v), QT.data() + size_t(v) * dtk);
+      const uint8_t* codes = SK.codes.data() + size_t(g) * groups_cap(SK) * SK.codec->group_bytes();
+      float s[kv::kTile];
+      for (int j0 = 0; j0 < kenc; j0 += kv::kTile) {
+        const int nj = std::min(kv::kTile, kenc - j0);
+        SK.codec->decode(codes, j0, nj, TILE.data());
+        if (nj < kv::kTile) std::fill(TT.begin(), TT.end(), 0.0f);
+        for (int j = 0; j < nj; ++j)
+          for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
+        for (int v = 0; v < nv; ++v) {
+          if (BK[v] <= j0) continue;
+          K.score_tile(QT.data() + size_t(v) * dtk, TT.data(), dtk, s);
+          std::memcpy(S.data() + size_t(v) * sst + j0, s, sizeof(float) * std::min(nj, BK[v] - j0));
+        }
+      }
+    }
+    // 2. scores against the full-precision window
+    const float* kshadow = SK.shadow.data() + int64_t(g) * cap_ * D;
+    for (int v = 0; v < nv; ++v)
+      if (NVIS[v] > BK[v])
+        K.dot_rows(qrow(v), kshadow + int64_t(BK[v]) * D, D, NVIS[v] - BK[v], D, S.data() + size_t(v) * sst + BK[v]);
+    // 3. softmax over the visible keys
+    std::vector<float> inv(nv);
+    for (int v = 0; v < nv; ++v) {
+      float* row = S.data() + size_t(v) * sst;
+      const int n = NVIS[v];
+      float m = row[0];
+      for (int j = 1; j < n; ++j) m = std::max(m, row[j]);
+      for (int j = 0; j < n; ++j) row[j] = (row[j] - m) * scale;
+      ops::exp_inplace(row, n);
+      double sum = 0;
+      for (int j = 0; j < n; ++j) sum += row[j];
+      inv[v] = float(1.0 / sum);
+    }
+    // 4. values: mixed in the value domain tile by tile, mapped back once per query
+    for (int v = 0; v < nv; ++v) std::fill(orow(v), orow(v) + D, 0.0f);
+    if (venc > 0) {
+      ACC.assign(size_t(nv) * dtv, 0.0f);
+      TILE.resize(size_t(kv::kTile) * dtv);
+      const uint8_t* codes = SV.codes.data() + size_t(g) * groups_cap(SV) * SV.codec->group_bytes();
+      for (int j0 = 0; j0 < venc; j0 += kv::kTile) {
+        const int nj = std::min(kv::kTile, venc - j0);
+        SV.codec->decode(codes, j0, nj, TILE.data());
+        for (int v = 0; v < nv; ++v) {
+          const int n = std::min(nj, BV[v] - j0);
+          if (n > 0) K.mix_rows(S.data() + size_t(v) * sst + j0, TILE.data(), dtv, n, dtv, ACC.data() + size_t(v) * dtv);
+        }
+      }
+      for (int v = 0; v < nv; ++v) SV.codec->domain_to_head(ACC.data() + size_t(v) * dtv, orow(v));
+    }
+    const float* vshadow = SV.shadow.data() + int64_t(g) * cap_ * D;
+    for (int v = 0; v < nv; ++v) {
+      if (NVIS[v] > BV[v])
+        K.mix_rows(S.data() + size_t(v) * sst + BV[v], vshadow + int64_t(BV[v]) * D, D, NVIS[v] - BV[v], D, orow(v));
+      float* o = orow(v);
+      for (int d = 0; d < D; ++d) o[d] *= inv[v];
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<KVCache> make_quant_kv_cache(const KVShape& shape, const kv::KVConfig& config) {
+  return std::make_unique<QuantCache>(shape, config);
+}
+
+}  // namespace qt
