@@ -93,26 +93,34 @@ inline void put_bits(uint8_t* p, int64_t idx, int bits, uint32_t v) {
     if ((v >> i) & 1u) p[b >> 3] |= uint8_t(1u << (b & 7));
   }
 }
-inline uint32_t get_bits(const uint8_t* p, int64_t idx, int bits) {
-  const int64_t bit = idx * bits;
-  if (bits == 8 && (bit & 7) == 0) return p[bit >> 3];
-  if (bits == 4 && (bit & 3) == 0) return (p[bit >> 3] >> (bit & 7)) & 15u;
-  uint32_t v = 0;
-  for (int i = 0; i < bits; ++i) {
-    const int64_t b = bit + i;
-    v |= uint32_t((p[b >> 3] >> (b & 7)) & 1u) << i;
+// Codes of at most 8 bits span at most two bytes; the second is read only when needed (no
+// read past the code array).
+inline uint32_t get_bits_at(const uint8_t* p, int64_t bit, int bits) {
+  const int64_t byte = bit >> 3;
+  const int sh = int(bit & 7);
+  uint32_t w = p[byte];
+  if (sh + bits > 8) w |= uint32_t(p[byte + 1]) << 8;
+  return (w >> sh) & ((1u << bits) - 1u);
+}
+inline uint32_t get_bits(const uint8_t* p, int64_t idx, int bits) { return get_bits_at(p, idx * bits, bits); }
+// n codes of `bits` bits starting at bit offset bit0, into bytes (the decoders' hot loop).
+inline void unpack_codes(const uint8_t* p, int64_t bit0, int n, int bits, uint8_t* out) {
+  if ((bit0 & 7) == 0 && (bits == 1 || bits == 2 || bits == 4 || bits == 8)) {
+    const uint8_t* q = p + (bit0 >> 3);
+    const int per = 8 / bits;
+    const uint32_t mask = (1u << bits) - 1u;
+    int i = 0;
+    for (; i + per <= n; i += per, ++q)
+      for (int k = 0; k < per; ++k) out[i + k] = uint8_t((*q >> (k * bits)) & mask);
+    for (int k = 0; i < n; ++i, ++k) out[i] = uint8_t((*q >> (k * bits)) & mask);
+    return;
   }
-  return v;
+  for (int i = 0; i < n; ++i) out[i] = uint8_t(get_bits_at(p, bit0 + int64_t(i) * bits, bits));
 }
 // The same at an arbitrary bit offset (codes of mixed widths in one vector).
 inline void put_bits_at(uint8_t* p, int64_t bit, int bits, uint32_t v) {
   for (int i = 0; i < bits; ++i)
     if ((v >> i) & 1u) p[(bit + i) >> 3] |= uint8_t(1u << ((bit + i) & 7));
-}
-inline uint32_t get_bits_at(const uint8_t* p, int64_t bit, int bits) {
-  uint32_t v = 0;
-  for (int i = 0; i < bits; ++i) v |= uint32_t((p[(bit + i) >> 3] >> ((bit + i) & 7)) & 1u) << i;
-  return v;
 }
 inline size_t packed_bytes(int64_t n, int bits) { return size_t((n * bits + 7) / 8); }
 

@@ -68,9 +68,11 @@ class AffineTokenCodec final : public Codec {
     for (int t = 0; t < n; ++t) {
       const uint8_t* p = codes + (j0 + t) * group_bytes();
       float* o = out + int64_t(t) * d_;
+      uint8_t u[1024];
+      unpack_codes(p, 0, d_, bits_, u);
       for (int g = 0; g < d_ / group_; ++g) {
         const float sc = load_f16(p + code_bytes_ + g * 4), mn = load_f16(p + code_bytes_ + g * 4 + 2);
-        for (int i = g * group_; i < (g + 1) * group_; ++i) o[i] = float(get_bits(p, i, bits_)) * sc + mn;
+        for (int i = g * group_; i < (g + 1) * group_; ++i) o[i] = float(u[i]) * sc + mn;
       }
     }
   }
@@ -114,7 +116,9 @@ class KiviKeyCodec final : public Codec {
       }
       const int t = int(j % group_);
       float* o = out + int64_t(i) * d_;
-      for (int c = 0; c < d_; ++c) o[c] = float(get_bits(p, int64_t(t) * d_ + c, bits_)) * sc[c] + mn[c];
+      uint8_t u[1024];
+      unpack_codes(p, int64_t(t) * d_ * bits_, d_, bits_, u);
+      for (int c = 0; c < d_; ++c) o[c] = float(u[c]) * sc[c] + mn[c];
     }
   }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "libquant/kv/attend_kernels.h"
 #include "libquant/kv/codecs.h"
 
 namespace qt::kv {
@@ -26,12 +27,10 @@ class Qjl final : public Codec {
     double s = 0;
     for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
     store_half(out + sign_bytes_, float(std::sqrt(s)));
-    for (int k = 0; k < m_; ++k) {
-      const float* row = S_.data() + size_t(k) * d_;
-      float dot = 0;
-      for (int i = 0; i < d_; ++i) dot += row[i] * x[i];
-      if (dot < 0) out[k >> 3] |= uint8_t(1u << (k & 7));  // bit set = −1
-    }
+    std::vector<float> sx(m_);
+    attend_kernels().dot_rows(x, S_.data(), d_, m_, d_, sx.data());
+    for (int k = 0; k < m_; ++k)
+      if (sx[k] < 0) out[k >> 3] |= uint8_t(1u << (k & 7));  // bit set = −1
   }
 
   void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
@@ -45,19 +44,10 @@ class Qjl final : public Codec {
   }
 
   void query_to_domain(const float* q, float* out) const override {
-    for (int k = 0; k < m_; ++k) {
-      const float* row = S_.data() + size_t(k) * d_;
-      float dot = 0;
-      for (int i = 0; i < d_; ++i) dot += row[i] * q[i];
-      out[k] = dot;
-    }
+    attend_kernels().dot_rows(q, S_.data(), d_, m_, d_, out);
   }
   void domain_to_head(const float* acc, float* out) const override {
-    for (int k = 0; k < m_; ++k) {
-      const float a = acc[k];
-      const float* row = S_.data() + size_t(k) * d_;
-      for (int i = 0; i < d_; ++i) out[i] += a * row[i];
-    }
+    attend_kernels().mix_rows(acc, S_.data(), d_, m_, d_, out);
   }
 
  private:

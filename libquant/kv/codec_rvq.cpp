@@ -49,8 +49,10 @@ class Rvq final : public Codec {
       const uint8_t* p = codes + (j0 + t) * group_bytes();
       const float w = load_half(p + 2 * stage_bytes_) / std::sqrt(float(d_));
       float* o = out + int64_t(t) * d_;
-      for (int i = 0; i < d_; ++i)
-        o[i] = w * (g_.c[get_bits(p, i, b_)] + sigma_ * l_.c[get_bits(p + stage_bytes_, i, b_)]);
+      uint8_t i1[1024], i2[1024];
+      unpack_codes(p, 0, d_, b_, i1);
+      unpack_codes(p + stage_bytes_, 0, d_, b_, i2);
+      for (int i = 0; i < d_; ++i) o[i] = w * (g_.c[i1[i]] + sigma_ * l_.c[i2[i]]);
     }
   }
 

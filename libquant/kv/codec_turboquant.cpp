@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "libquant/kv/attend_kernels.h"
 #include "libquant/kv/codecs.h"
 
 namespace qt::kv {
@@ -57,9 +58,11 @@ class TurboMse final : public Codec {
       const uint8_t* p = codes + (j0 + t) * group_bytes();
       const float nn = load_half(p + code_bytes_);
       float* o = out + int64_t(t) * d_;
-      for (int i = 0; i < n_hi_; ++i) o[i] = nn * hi_.c[get_bits(p, i, bh_)];
-      const int64_t base = int64_t(n_hi_) * bh_;  // the low-rate part starts at this bit
-      for (int i = n_hi_; i < d_; ++i) o[i] = nn * lo_.c[get_bits_at(p, base + int64_t(i - n_hi_) * bl_, bl_)];
+      uint8_t idx[1024];
+      unpack_codes(p, 0, n_hi_, bh_, idx);
+      unpack_codes(p, int64_t(n_hi_) * bh_, d_ - n_hi_, bl_, idx + n_hi_);
+      for (int i = 0; i < n_hi_; ++i) o[i] = nn * hi_.c[idx[i]];
+      for (int i = n_hi_; i < d_; ++i) o[i] = nn * lo_.c[idx[i]];
     }
   }
 
@@ -117,12 +120,10 @@ class TurboProd final : public Codec {
       g += double(r[i]) * r[i];
     }
     store_half(side + 2, float(std::sqrt(g)));
-    for (int k = 0; k < d_; ++k) {
-      const float* row = S_.data() + size_t(k) * d_;
-      float dot = 0;
-      for (int i = 0; i < d_; ++i) dot += row[i] * r[i];
-      if (dot < 0) out[idx_bytes_ + (k >> 3)] |= uint8_t(1u << (k & 7));  // bit set = −1
-    }
+    float sr[1024];
+    attend_kernels().dot_rows(r, S_.data(), d_, d_, d_, sr);
+    for (int k = 0; k < d_; ++k)
+      if (sr[k] < 0) out[idx_bytes_ + (k >> 3)] |= uint8_t(1u << (k & 7));  // bit set = −1
   }
 
   void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
@@ -132,7 +133,9 @@ class TurboProd final : public Codec {
       const uint8_t* side = p + idx_bytes_ + sign_bytes_;
       const float nn = load_half(side), gam = load_half(side + 2);
       float* o = out + int64_t(t) * 2 * d_;
-      for (int i = 0; i < d_; ++i) o[i] = bm_ > 0 ? nn * cb_.c[get_bits(p, i, bm_)] : 0.0f;
+      uint8_t idx[1024];
+      if (bm_ > 0) unpack_codes(p, 0, d_, bm_, idx);
+      for (int i = 0; i < d_; ++i) o[i] = bm_ > 0 ? nn * cb_.c[idx[i]] : 0.0f;
       const float w = nn * gam * c;
       for (int k = 0; k < d_; ++k) o[d_ + k] = ((p[idx_bytes_ + (k >> 3)] >> (k & 7)) & 1) ? -w : w;
     }
@@ -140,21 +143,12 @@ class TurboProd final : public Codec {
 
   void query_to_domain(const float* q, float* out) const override {
     rot_.apply(q, out);
-    for (int k = 0; k < d_; ++k) {
-      const float* row = S_.data() + size_t(k) * d_;
-      float dot = 0;
-      for (int i = 0; i < d_; ++i) dot += row[i] * out[i];
-      out[d_ + k] = dot;
-    }
+    attend_kernels().dot_rows(out, S_.data(), d_, d_, d_, out + d_);
   }
   void domain_to_head(const float* acc, float* out) const override {
     float y[1024];
     for (int i = 0; i < d_; ++i) y[i] = acc[i];
-    for (int k = 0; k < d_; ++k) {  // + Sᵀ acc[d:]
-      const float a = acc[d_ + k];
-      const float* row = S_.data() + size_t(k) * d_;
-      for (int i = 0; i < d_; ++i) y[i] += a * row[i];
-    }
+    attend_kernels().mix_rows(acc + d_, S_.data(), d_, d_, d_, y);  // + Sᵀ acc[d:]
     rot_.inverse(y, y);
     for (int i = 0; i < d_; ++i) out[i] += y[i];
   }

@@ -160,7 +160,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
   const float scale = shape_.scale;
   const bool decode = cfg_.mode == kv::KVMode::Decode;
   const kv::AttendKernels& K = kv::attend_kernels();
-  constexpr int kRows = 32;  // query positions per task: their group·kRows queries share each decoded tile
+  constexpr int kRows = 64;  // query positions per task: their group·kRows queries share each decoded tile
   const int nb = (n_q + kRows - 1) / kRows;
   const int64_t tasks = int64_t(nb) * KH;
   const SideStore &SK = L.k, &SV = L.v;

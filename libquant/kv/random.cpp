@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "libquant/kv/attend_kernels.h"
 
 namespace qt::kv {
 
@@ -118,12 +119,7 @@ void Rotation::apply(const float* x, float* y) const {
   std::vector<float> big;
   float* t = tmp;
   if (d_ > 1024) t = (big = std::vector<float>(d_)).data();
-  for (int i = 0; i < d_; ++i) {
-    const float* row = m_.data() + size_t(i) * d_;
-    float s = 0;
-    for (int k = 0; k < d_; ++k) s += row[k] * x[k];
-    t[i] = s;
-  }
+  attend_kernels().dot_rows(x, m_.data(), d_, d_, d_, t);
   std::memcpy(y, t, sizeof(float) * d_);
 }
 
@@ -140,10 +136,7 @@ void Rotation::inverse(const float* y, float* x) const {
   float* t = tmp;
   if (d_ > 1024) t = (big = std::vector<float>(d_)).data();
   for (int k = 0; k < d_; ++k) t[k] = 0;
-  for (int i = 0; i < d_; ++i) {
-    const float* row = m_.data() + size_t(i) * d_;
-    for (int k = 0; k < d_; ++k) t[k] += row[k] * y[i];
-  }
+  attend_kernels().mix_rows(y, m_.data(), d_, d_, d_, t);
   std::memcpy(x, t, sizeof(float) * d_);
 }
 
