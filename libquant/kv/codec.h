@@ -84,6 +84,8 @@ class Codec {
 std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext& ctx);
 // Methods in the table, for messages and --help.
 std::string kv_method_names();
+// The bit widths a method has (UserError for an unknown method).
+std::vector<double> kv_method_bits(const std::string& method);
 
 // ---- bit packing shared by the codecs: b-bit codes, LSB first, back to back --------------------
 inline void put_bits(uint8_t* p, int64_t idx, int bits, uint32_t v) {

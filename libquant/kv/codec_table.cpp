@@ -160,6 +160,12 @@ std::string kv_method_names() {
   return s;
 }
 
+std::vector<double> kv_method_bits(const std::string& method) {
+  for (const Row& r : table())
+    if (method == r.name) return r.bits;
+  user_error("unknown KV method '{}' (known: {})", method, kv_method_names());
+}
+
 std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext& ctx) {
   const std::string what = std::string(side == Side::Key ? "--kv-k " : "--kv-v ") + spec.text();
   const auto& rows = table();

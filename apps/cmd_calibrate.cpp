@@ -1,0 +1,148 @@
+// quanttool calibrate --method kv-sensitivity --model M --text wiki.valid.tokens.txt
+//                     --kv METHOD[:k=v] --budget B --out recipe.json
+// Measures each layer's KV sensitivity (calib/kv_sensitivity.h) with METHOD at its given bits,
+// allocates bits per layer and side by reverse water-filling under the average budget B
+// (calib/bit_allocation.h), and writes a recipe eval-ppl --kv-recipe takes.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/command.h"
+#include "calib/bit_allocation.h"
+#include "calib/kv_sensitivity.h"
+#include "formats/checkpoint.h"
+#include "formats/error.h"
+#include "formats/mapped_file.h"
+#include "libquant/kv/artifacts.h"
+#include "libquant/kv/codec.h"
+#include "libquant/model/llama.h"
+#include "libquant/parallel.h"
+
+namespace qt {
+namespace {
+
+struct Options {
+  std::string method, model, text, kv, out, artifacts, json_path;
+  double budget = 0, beta = 4;
+  std::vector<int> bits;
+  int ctx = 512, chunks = 2, threads = 0, kv_residual = -1;
+  uint64_t kv_seed = 42;
+};
+
+int run(const Options& o) {
+  if (o.method != "kv-sensitivity") user_error("--method {}: only kv-sensitivity is implemented", o.method);
+  if (o.threads > 0) set_threads(o.threads);
+  if (o.chunks <= 0) user_error("--chunks: must be positive, got {}", o.chunks);
+  kv::KVSpec ref = kv::parse_kv_spec(o.kv, "--kv");
+  if (ref.full_precision()) user_error("--kv {}: give a quantized method to measure with", o.kv);
+  std::vector<int> allowed = o.bits;
+  if (allowed.empty())
+    for (double b : kv::kv_method_bits(ref.method))
+      if (b == std::floor(b) && b <= 4) allowed.push_back(int(b));
+  std::sort(allowed.begin(), allowed.end());
+  for (int b : allowed) {
+    const auto mb = kv::kv_method_bits(ref.method);
+    if (std::find(mb.begin(), mb.end(), double(b)) == mb.end())
+      user_error("--bits {}: {} has no {}-bit variant", b, ref.method, b);
+  }
+  if (!(o.budget > 0)) user_error("--budget: give the average bits per layer (e.g. 3)");
+  if (!std::filesystem::is_regular_file(o.text)) user_error("{}: no such file", o.text);
+  if (o.text.find("test") != std::string::npos)
+    std::fprintf(stderr, "warning: %s looks like test text; calibrate on wiki.valid.tokens.txt\n", o.text.c_str());
+
+  Checkpoint ck = load_checkpoint(o.model);
+  if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
+  MappedFile mf = map_file(o.text);
+  const std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  calib::KvSensitivityOptions so;
+  so.reference = ref;
+  so.ctx = o.ctx;
+  so.chunks = o.chunks;
+  so.residual = o.kv_residual;
+  so.seed = o.kv_seed;
+  so.artifacts = o.artifacts;
+  if (ck.tokenizer->add_bos()) so.bos_id = ck.tokenizer->bos_id();
+  const int L = ck.config.n_layers;
+  {  // the method, its parameters and the artifacts, checked before the long measurement
+    kv::KVContext c;
+    c.head_dim = ck.config.head_dim;
+    c.seed = o.kv_seed;
+    if (!o.artifacts.empty()) c.artifacts = kv::Artifacts::load(o.artifacts, c.head_dim, o.kv_seed);
+    for (int b : allowed) {
+      kv::KVSpec s = ref;
+      s.params["bits"] = std::to_string(b);
+      kv::make_codec(s, kv::Side::Key, c);
+      kv::make_codec(s, kv::Side::Value, c);
+    }
+  }
+  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, {}));
+  const bool tty = isatty(fileno(stderr));
+  const calib::KvSensitivity s = calib::measure_kv_sensitivity(model, ids, so, [&](int d, int t) {
+    if (tty) std::fprintf(stderr, "\r\033[Kpass %d/%d", d, t), std::fflush(stderr);
+    if (tty && d == t) std::fputc('\n', stderr);
+  });
+
+  // Keys and values allocated jointly: 2L "layers" under one average budget.
+  std::vector<double> w = s.k;
+  w.insert(w.end(), s.v.begin(), s.v.end());
+  for (double& x : w) x = std::max(x, 1e-9);  // a layer the reference does not perturb at all
+  const std::vector<int> b = calib::allocate_bits(w, o.budget, o.beta, allowed);
+  kv::KVConfig cfg;
+  for (int side = 0; side < 2; ++side)
+    for (int l = 0; l < L; ++l) {
+      kv::KVSpec sp = ref;
+      sp.params["bits"] = std::to_string(b[size_t(side) * L + l]);
+      (side == 0 ? cfg.k : cfg.v).push_back(sp);
+    }
+  double mean = 0;
+  for (int x : b) mean += x;
+  mean /= double(b.size());
+  kv::write_kv_recipe(o.out, cfg,
+                      fmt::format("calibrate --method kv-sensitivity --kv {} --budget {} on {} ({} chunks of {}): "
+                                  "mean {:.3f} bits, beta {}",
+                                  ref.text(), o.budget, o.text, o.chunks, o.ctx, mean, o.beta));
+  fmt::print("sensitivity    mean KLD with one layer's side at {} ({} scored tokens, fp16-cache PPL {:.4f})\n",
+             ref.text(), s.rows, s.base_ppl);
+  fmt::print("{:>5}  {:>12}  {:>12}  {:>6}  {:>6}\n", "layer", "KLD keys", "KLD values", "k bits", "v bits");
+  for (int l = 0; l < L; ++l)
+    fmt::print("{:>5}  {:>12.6f}  {:>12.6f}  {:>6}  {:>6}\n", l, s.k[l], s.v[l], b[l], b[L + l]);
+  fmt::print("budget         {} bits on average, allocated mean {:.3f}; recipe written to {}\n", o.budget, mean, o.out);
+  if (!o.json_path.empty()) {
+    nlohmann::json j;
+    j["reference"] = ref.text();
+    j["kld_keys"] = s.k;
+    j["kld_values"] = s.v;
+    j["bits"] = b;
+    j["base_ppl"] = s.base_ppl;
+    j["rows"] = s.rows;
+    const std::string t = j.dump(2) + "\n";
+    write_file_atomic(o.json_path, t.data(), t.size());
+  }
+  return 0;
+}
+
+const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets",
+                     [](CLI::App& sub) -> std::function<int()> {
+                       auto o = std::make_shared<Options>();
+                       sub.add_option("--method", o->method, "kv-sensitivity")->required();
+                       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
+                       sub.add_option("--text", o->text, "calibration text (wiki.valid.tokens.txt; never the test text)")->required();
+                       sub.add_option("--kv", o->kv, "KV method measured with, METHOD[:bits=B,...]")->required();
+                       sub.add_option("--budget", o->budget, "average bits per layer and side")->required();
+                       sub.add_option("--bits", o->bits, "bit widths to allocate from (default: the method's 1..4)");
+                       sub.add_option("--beta", o->beta, "distortion decay per bit (default 4)");
+                       sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
+                       sub.add_option("--chunks", o->chunks, "chunks measured (default 2)");
+                       sub.add_option("--threads", o->threads, "threads (default: all cores)");
+                       sub.add_option("--kv-residual", o->kv_residual, "full-precision window, as eval-ppl");
+                       sub.add_option("--kv-seed", o->kv_seed, "seed of rotations and JL matrices");
+                       sub.add_option("--artifacts", o->artifacts, "precompute folder");
+                       sub.add_option("--out", o->out, "recipe JSON to write")->required();
+                       sub.add_option("--json", o->json_path, "also write the sensitivities as JSON");
+                       return [o] { return run(*o); };
+                     }}};
+
+}  // namespace
+}  // namespace qt
