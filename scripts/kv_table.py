@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The README's KV-cache table for SmolLM2 (issue 5).
+
+  run    evaluates rows with `quanttool eval-ppl --method llama --kv-mode decode` on wiki.test.raw,
+         the same model with an fp16 cache as the KL baseline (run alongside), one --json per row
+         in --out (rows already there are skipped). --jobs runs rows side by side.
+  speed  tokens/s of every row in `cache` mode against the fp16 cache, measured here in one
+         sweep (fp16 first and last), no KL baseline; writes speed.json in --out.
+  table  prints the Markdown table from --out (and llama.cpp logs given with --llama-log).
+
+  python3 scripts/kv_table.py run --out /tmp/kv --chunks 64 --jobs 1
+  python3 scripts/kv_table.py run --out /tmp/kv --chunks 0 --rows f16,kivi-4 --suffix full
+  python3 scripts/kv_table.py speed --out /tmp/kv --chunks 8
+  python3 scripts/kv_table.py table --out /tmp/kv --llama-log q8_0=llama-kv-q8_0.log
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# label, eval-ppl KV flags, note
+ROWS = [("f16", "--kv f16", "the baseline: fp16 keys and values")]
+for b in (2, 3, 4, 8):
+    ROWS.append((f"affine-{b}", f"--kv affine:bits={b},group=32", "per token, groups of 32 channels" if b == 4 else ""))
+for b in (2, 3, 4):
+    ROWS.append((f"kivi-{b}", f"--kv kivi:bits={b}", "keys per channel, values per token, G=32, R=128" if b == 2 else ""))
+for b in (1, 2, 2.5, 3, 3.5, 4):
+    ROWS.append((f"turboquant_mse-{b}", f"--kv turboquant_mse:bits={b}", "WHT rotation, f_d Lloyd-Max" if b == 4 else ""))
+for b in (1, 2, 3, 4):
+    ROWS.append((f"turboquant_prod-{b}", f"--kv turboquant_prod:bits={b}", "(b−1)-bit MSE + 1-bit QJL" if b == 3 else ""))
+for b in (1, 2, 3, 4):
+    ROWS.append((f"qjl-{b}", f"--kv-k qjl:bits={b} --kv-v kivi:bits=2",
+                 "keys: m = b·d signs + norm; values KIVI-2 (QJL's reference)" if b == 1 else ""))
+for b in (1, 2, 3):
+    ROWS.append((f"rvq-{b}", f"--kv rvq:bits={b}", f"{2 * b} bits: two {b}-bit stages" if b == 1 else ""))
+for b in (2, 3, 4):
+    ROWS.append((f"polar-{b}", f"--kv polar:bits={b}", "paper's configuration (L=4, 4+2 bits)" if b == 4 else ""))
+
+
+def row_flags(label, extra):
+    for l, f, _ in ROWS:
+        if l == label:
+            return f
+    if label in extra:
+        return extra[label]
+    sys.exit(f"unknown row {label}")
+
+
+def eval_row(a, label, flags, suffix):
+    path = os.path.join(a.out, f"{label}{suffix}.json")
+    if os.path.exists(path):
+        return path
+    cmd = shlex.split(a.bin) + ["eval-ppl", "--model", a.model, "--text", a.text, "--kv-mode", "decode",
+                                "--kl-base-model", a.model, "--kl-base-kv", "f16", "--json", path + ".tmp"]
+    cmd += shlex.split(flags)
+    if a.chunks > 0:
+        cmd += ["--chunks", str(a.chunks)]
+    if a.threads > 0:
+        cmd += ["--threads", str(a.threads)]
+    if a.artifacts:
+        cmd += ["--artifacts", a.artifacts]
+    t = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        print(f"FAILED {label}: {r.stdout[-2000:]}", file=sys.stderr)
+        return None
+    os.replace(path + ".tmp", path)
+    print(f"{label}{suffix}: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+    return path
+
+
+def parse_extra(items):
+    extra = {}
+    for it in items or []:
+        k, v = it.split("=", 1)
+        extra[k] = v
+    return extra
+
+
+def cmd_run(a):
+    os.makedirs(a.out, exist_ok=True)
+    extra = parse_extra(a.extra)
+    labels = a.rows.split(",") if a.rows else [r[0] for r in ROWS] + list(extra)
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
+        list(ex.map(lambda l: eval_row(a, l, row_flags(l, extra), a.suffix), labels))
+
+
+def cmd_speed(a):
+    extra = parse_extra(a.extra)
+    labels = a.rows.split(",") if a.rows else [r[0] for r in ROWS if r[0] != "f16"] + list(extra)
+    out = {}
+    def tps(flags):
+        cmd = shlex.split(a.bin) + ["eval-ppl", "--model", a.model, "--text", a.text, "--chunks", str(a.chunks),
+                                    "--kv-mode", "cache", "--json", "/dev/stdout"] + shlex.split(flags)
+        if a.threads > 0:
+            cmd += ["--threads", str(a.threads)]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+        return json.loads(r.stdout[r.stdout.index("{"):])["tokens_per_second"]
+    base = [tps("--kv f16")]
+    for l in labels:
+        out[l] = tps(row_flags(l, extra))
+        print(f"{l}: {out[l]:.0f} tok/s", file=sys.stderr, flush=True)
+    base.append(tps("--kv f16"))
+    out["f16"] = sum(base) / len(base)
+    out["_f16_runs"] = base
+    with open(os.path.join(a.out, "speed.json"), "w") as f:
+        json.dump(out, f, indent=2)
+
+
+def llama_log(path):
+    text = open(path, errors="replace").read()
+    def num(p):
+        m = re.search(p, text)
+        return float(m.group(1)) if m else None
+    return {"ppl": num(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)"), "kld": num(r"Mean\s+KLD:\s*([0-9.]+)"),
+            "same_top": num(r"Same top p:\s*([0-9.]+)"), "final": num(r"Final estimate: PPL = ([0-9.]+)")}
+
+
+def cmd_table(a):
+    extra = parse_extra(a.extra)
+    notes = {l: n for l, _, n in ROWS}
+    speed = {}
+    if os.path.exists(os.path.join(a.out, "speed.json")):
+        speed = json.load(open(os.path.join(a.out, "speed.json")))
+    def load(label, suffix=""):
+        p = os.path.join(a.out, f"{label}{suffix}.json")
+        return json.load(open(p)) if os.path.exists(p) else None
+    base = load("f16")
+    print("| cache | text | PPL | ΔPPL vs fp16 | KLD | same top % | KV bytes/token | vs fp16 | tok/s (cache mode) | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    labels = [r[0] for r in ROWS] + list(extra)
+    for label in labels:
+        for suffix, text in (("_full", "full"), ("", f"{base['chunks'] if base else '?'} chunks")):
+            j = load(label, suffix)
+            b = load("f16", suffix)
+            if not j:
+                continue
+            k = j.get("kld", {})
+            d = j["ppl"] - b["ppl"] if b else float("nan")
+            rel = 100 * d / b["ppl"] if b else float("nan")
+            sp = speed.get(label)
+            tp = f"{sp:.0f} ({100 * sp / speed['f16']:.0f}%)" if sp and "f16" in speed else "—"
+            print(f"| {label} | {text} | {j['ppl']:.4f} ± {j['ppl_err']:.4f} | {d:+.4f} ({rel:+.2f}%) | "
+                  f"{k.get('kld_mean', float('nan')):.6f} | {100 * k.get('same_top', float('nan')):.2f} | "
+                  f"{j['kv_bytes_per_token']:.0f} | {j['kv_compression_vs_f16']:.2f}× | {tp} | {notes.get(label, '')} |")
+    for item in a.llama_log or []:
+        name, path = item.split("=", 1)
+        r = llama_log(path)
+        print(f"| llama.cpp {name} | 64 chunks | {r['final'] or r['ppl']:.4f} | — | {r['kld']:.6f} | "
+              f"{r['same_top']:.2f} | — | — | — | llama-perplexity -ctk {name} -ctv {name} -fa on, KLD vs its f16 cache |")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["run", "speed", "table"])
+    p.add_argument("--bin", default=os.path.join(ROOT, "build", "quanttool"))
+    p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    p.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "wiki.test.raw"))
+    p.add_argument("--out", required=True)
+    p.add_argument("--chunks", type=int, default=64, help="0: the whole text")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--rows", help="comma-separated labels (default: all)")
+    p.add_argument("--suffix", default="", help="file suffix for these results (e.g. _full)")
+    p.add_argument("--extra", action="append", help="LABEL=FLAGS: a row not in the built-in list")
+    p.add_argument("--artifacts")
+    p.add_argument("--llama-log", action="append", help="NAME=PATH of a llama-perplexity --kl-divergence log")
+    a = p.parse_args()
+    {"run": cmd_run, "speed": cmd_speed, "table": cmd_table}[a.what](a)
+
+
+if __name__ == "__main__":
+    main()
