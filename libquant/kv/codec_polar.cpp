@@ -19,12 +19,12 @@ namespace {
 
 constexpr int kBlock = 16;
 
-class Polar final : public Codec {
+class Polar final : public RotatedCodec {
  public:
   Polar(const KVContext& ctx, int bits, const std::string& rot, std::string name)
-      : Codec(ctx.head_dim, std::move(name)), b1_(bits), bu_(std::max(1, bits - 2)) {
+      : RotatedCodec(ctx.head_dim, std::move(name), rot == "none" ? Rotation() : ctx.rotation(rot)),
+        b1_(bits), bu_(std::max(1, bits - 2)) {
     if (d_ % kBlock) user_error("polar: head dimension {} is not a multiple of 16", d_);
-    if (rot != "none") rot_ = ctx.rotation(rot);
     const int L1 = 1 << b1_;
     for (int k = 0; k < L1; ++k) {
       const double a = (k + 0.5) * 2 * M_PI / L1;
@@ -46,8 +46,7 @@ class Polar final : public Codec {
   void encode(const float* x, int64_t, uint8_t* out) const override {
     std::memset(out, 0, group_bytes());
     float y[1024];
-    if (rot_.dim()) rot_.apply(x, y);
-    else std::memcpy(y, x, sizeof(float) * d_);
+    query_to_domain(x, y);  // the same map for stored vectors
     const int L1 = 1 << b1_;
     for (int blk = 0; blk < d_ / kBlock; ++blk) {
       const float* v = y + blk * kBlock;
@@ -106,20 +105,8 @@ class Polar final : public Codec {
     }
   }
 
-  void query_to_domain(const float* q, float* out) const override {
-    if (rot_.dim()) rot_.apply(q, out);
-    else std::memcpy(out, q, sizeof(float) * d_);
-  }
-  void domain_to_head(const float* acc, float* out) const override {
-    float tmp[1024];
-    if (rot_.dim()) rot_.inverse(acc, tmp);
-    else std::memcpy(tmp, acc, sizeof(float) * d_);
-    for (int i = 0; i < d_; ++i) out[i] += tmp[i];
-  }
-
  private:
   int b1_, bu_;
-  Rotation rot_;
   std::vector<float> cos1_, sin1_;
   KVContext::FloatCodebook up_[3];
   std::vector<float> cosu_[3], sinu_[3];

@@ -24,9 +24,7 @@ class Qjl final : public Codec {
 
   void encode(const float* x, int64_t, uint8_t* out) const override {
     std::memset(out, 0, group_bytes());
-    double s = 0;
-    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
-    store_half(out + sign_bytes_, float(std::sqrt(s)));
+    store_half(out + sign_bytes_, l2_norm(x, d_));
     std::vector<float> sx(m_);
     attend_kernels().dot_rows(x, S_.data(), d_, m_, d_, sx.data());
     for (int k = 0; k < m_; ++k)

@@ -13,10 +13,10 @@
 namespace qt::kv {
 namespace {
 
-class Rvq final : public Codec {
+class Rvq final : public RotatedCodec {
  public:
   Rvq(const KVContext& ctx, int bits, const std::string& rot, std::string name)
-      : Codec(ctx.head_dim, std::move(name)), rot_(ctx.rotation(rot)), b_(bits) {
+      : RotatedCodec(ctx.head_dim, std::move(name), ctx.rotation(rot)), b_(bits) {
     g_ = ctx.codebook(Density::Gaussian, bits, 0);
     l_ = ctx.codebook(Density::Laplacian, bits, 0);
     sigma_ = std::sqrt(g_.mse);
@@ -26,9 +26,7 @@ class Rvq final : public Codec {
 
   void encode(const float* x, int64_t, uint8_t* out) const override {
     std::memset(out, 0, group_bytes());
-    double s = 0;
-    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
-    const float n = float(std::sqrt(s));
+    const float n = l2_norm(x, d_);
     store_half(out + 2 * stage_bytes_, n);
     if (n == 0) return;
     float y[1024];
@@ -56,15 +54,8 @@ class Rvq final : public Codec {
     }
   }
 
-  void query_to_domain(const float* q, float* out) const override { rot_.apply(q, out); }
-  void domain_to_head(const float* acc, float* out) const override {
-    float tmp[1024];
-    rot_.inverse(acc, tmp);
-    for (int i = 0; i < d_; ++i) out[i] += tmp[i];
-  }
 
  private:
-  Rotation rot_;
   int b_;
   KVContext::FloatCodebook g_, l_;
   float sigma_;

@@ -32,6 +32,22 @@ void Codec::query_to_domain(const float* q, float* out) const { std::memcpy(out,
 void Codec::domain_to_head(const float* acc, float* out) const {
   for (int i = 0; i < d_; ++i) out[i] += acc[i];
 }
+void RotatedCodec::query_to_domain(const float* q, float* out) const {
+  if (rot_.dim()) rot_.apply(q, out);
+  else std::memcpy(out, q, sizeof(float) * d_);
+}
+void RotatedCodec::domain_to_head(const float* acc, float* out) const {
+  float tmp[1024];
+  if (rot_.dim()) rot_.inverse(acc, tmp);
+  else std::memcpy(tmp, acc, sizeof(float) * d_);
+  for (int i = 0; i < d_; ++i) out[i] += tmp[i];
+}
+float l2_norm(const float* x, int d) {
+  double s = 0;
+  for (int i = 0; i < d; ++i) s += double(x[i]) * x[i];
+  return float(std::sqrt(s));
+}
+
 void Codec::reconstruct(const uint8_t* codes, int64_t j, float* out) const {
   std::vector<float> dom(domain_dim());
   decode(codes, j, 1, dom.data());

@@ -23,10 +23,10 @@
 namespace qt::kv {
 namespace {
 
-class TurboMse final : public Codec {
+class TurboMse final : public RotatedCodec {
  public:
   TurboMse(const KVContext& ctx, double bits, const std::string& rot, std::string name)
-      : Codec(ctx.head_dim, std::move(name)), rot_(ctx.rotation(rot)) {
+      : RotatedCodec(ctx.head_dim, std::move(name), ctx.rotation(rot)) {
     bl_ = int(std::floor(bits));
     bh_ = bits == bl_ ? bl_ : bl_ + 1;
     n_hi_ = bits == bl_ ? d_ : d_ / 2;
@@ -39,7 +39,7 @@ class TurboMse final : public Codec {
   void encode(const float* x, int64_t, uint8_t* out) const override {
     std::memset(out, 0, group_bytes());
     float y[1024];
-    const float n = norm(x);
+    const float n = l2_norm(x, d_);
     store_half(out + code_bytes_, n);
     if (n == 0) return;
     rot_.apply(x, y);
@@ -66,20 +66,8 @@ class TurboMse final : public Codec {
     }
   }
 
-  void query_to_domain(const float* q, float* out) const override { rot_.apply(q, out); }
-  void domain_to_head(const float* acc, float* out) const override {
-    float tmp[1024];
-    rot_.inverse(acc, tmp);
-    for (int i = 0; i < d_; ++i) out[i] += tmp[i];
-  }
 
  private:
-  float norm(const float* x) const {
-    double s = 0;
-    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
-    return float(std::sqrt(s));
-  }
-  Rotation rot_;
   int bl_, bh_, n_hi_;
   KVContext::FloatCodebook lo_, hi_;
   size_t code_bytes_;
@@ -99,9 +87,7 @@ class TurboProd final : public Codec {
 
   void encode(const float* x, int64_t, uint8_t* out) const override {
     std::memset(out, 0, group_bytes());
-    double s = 0;
-    for (int i = 0; i < d_; ++i) s += double(x[i]) * x[i];
-    const float n = float(std::sqrt(s));
+    const float n = l2_norm(x, d_);
     uint8_t* side = out + idx_bytes_ + sign_bytes_;
     store_half(side, n);
     if (n == 0) return;

@@ -23,6 +23,22 @@ std::unique_ptr<Codec> make_rvq_codec(const KVContext& ctx, int bits, const std:
 // Level-1 angles at `bits`, levels 2–4 at max(1, bits − 2), one fp16 radius per 16 coordinates.
 std::unique_ptr<Codec> make_polar_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name);
 
+// Codecs whose domain is the rotated head space (TurboQuant, RVQ, PolarQuant): queries are
+// rotated once, value accumulators rotated back once. A default-constructed rotation (dim 0)
+// is the identity (polar rot=none).
+class RotatedCodec : public Codec {
+ public:
+  void query_to_domain(const float* q, float* out) const override;
+  void domain_to_head(const float* acc, float* out) const override;
+
+ protected:
+  RotatedCodec(int d, std::string name, Rotation rot) : Codec(d, std::move(name)), rot_(std::move(rot)) {}
+  Rotation rot_;
+};
+
+// ‖x‖ over d floats, summed in double.
+float l2_norm(const float* x, int d);
+
 // fp16 side data (norms, scales).
 void store_half(uint8_t* p, float v);
 float load_half(const uint8_t* p);
