@@ -15,6 +15,7 @@
 #include "formats/mapped_file.h"
 #include "libquant/cpu_features.h"
 #include "libquant/eval/perplexity.h"
+#include "libquant/eval/ppl_parts.h"
 #include "libquant/kv/codec.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
@@ -27,9 +28,10 @@ using nlohmann::json;
 struct Options {
   std::string model, text, method = "llama", compute = "f32", kernel, json_path, kl_base, kv, kv_k, kv_v,
       kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32";
-  int ctx = 0, chunks = -1, threads = 0, kv_residual = -1, ubatch = 0;
+  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0;
   uint64_t kv_seed = 42;
-  bool running = false;
+  bool running = false, token_stats = false;
+  std::vector<std::string> merge;
 };
 
 // Bytes of the tensors as stored in the source (GGUF: the quantized blocks), for bits/weight.
@@ -57,7 +59,33 @@ std::string duration(double s) {
                    : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
+// --merge: one JSON from the parts of a split run (ppl_parts.h), printed like a run's summary.
+int merge(const Options& o) {
+  if (!o.model.empty() || !o.text.empty()) user_error("--merge reads finished parts; drop --model and --text");
+  if (o.json_path.empty()) user_error("--merge needs --json FILE for the merged result");
+  std::vector<json> parts;
+  for (const std::string& f : o.merge) {
+    if (!std::filesystem::is_regular_file(f)) user_error("{}: no such file", f);
+    try {
+      parts.push_back(json::parse(read_text(f)));
+    } catch (const json::exception& e) {
+      user_error("{}: not JSON ({})", f, e.what());
+    }
+  }
+  const json m = merge_ppl_parts(std::move(parts), o.merge);
+  fmt::print("merged         {} parts, {} chunks, {} tokens scored\n", o.merge.size(), m["chunks"].get<int>(),
+             m["tokens_scored"].get<int64_t>());
+  fmt::print("PPL            {:.4f} ± {:.5f}\n", m["ppl"].get<double>(), m["ppl_err"].get<double>());
+  if (m.contains("kld"))
+    fmt::print("KLD            {:.6f} ± {:.6f}\n", m["kld"]["kld_mean"].get<double>(), m["kld"]["kld_err"].get<double>());
+  const std::string s = m.dump(2) + "\n";
+  write_file_atomic(o.json_path, s.data(), s.size());
+  return 0;
+}
+
 int run(const Options& o) {
+  if (!o.merge.empty()) return merge(o);
+  if (o.model.empty() || o.text.empty()) user_error("eval-ppl needs --model and --text (or --merge PARTS)");
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
@@ -75,6 +103,9 @@ int run(const Options& o) {
   po.ctx = o.ctx > 0 ? o.ctx : (po.method == PplMethod::Chunks ? 2048 : 512);
   if (o.ctx < 0) user_error("--ctx: must be positive, got {}", o.ctx);
   po.max_chunks = o.chunks;
+  po.first_chunk = o.chunk_offset;
+  po.keep_tokens = o.token_stats;
+  if (o.token_stats && o.json_path.empty()) user_error("--token-stats writes into the JSON; give --json FILE");
   if (o.ubatch < 0) user_error("--ubatch: must be positive, got {}", o.ubatch);
   po.ubatch = o.ubatch > 0 ? o.ubatch : 512;
   if (!o.kv.empty() && (!o.kv_k.empty() || !o.kv_v.empty()))
@@ -94,7 +125,7 @@ int run(const Options& o) {
   const std::vector<int32_t> ids = ck.tokenizer->encode(text, true);
   if (ids.empty()) user_error("{}: the text has no tokens", o.text);
   if (po.method == PplMethod::Llama && ck.tokenizer->add_bos()) po.bos_id = ck.tokenizer->bos_id();
-  const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks);
+  const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks, po.first_chunk);
   if (plan.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
 
   std::unique_ptr<LlamaModel> base;
@@ -157,8 +188,9 @@ int run(const Options& o) {
   fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} ({} bytes packed)\n",
              src_bytes, bpw, model->linear_kind(), model->weight_bytes());
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
-  fmt::print("method         {}, ctx {}, {} chunks, {} scored per chunk\n", ppl_method_name(r.method),
-             plan.ctx, plan.n_chunks, plan.n_scored);
+  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk\n", ppl_method_name(r.method),
+             plan.ctx, plan.n_chunks,
+             plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(), plan.n_scored);
   fmt::print("kv cache       {}, {:.1f} bytes per token ({:.2f}x smaller than fp16){}\n", r.kv_name,
              r.kv_bytes_per_token, r.kv_f16_bytes_per_token / r.kv_bytes_per_token,
              po.ubatch < plan.ctx ? fmt::format(", ubatch {}", po.ubatch) : std::string());
@@ -198,12 +230,16 @@ int run(const Options& o) {
 const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a text",
                      [](CLI::App& sub) -> std::function<int()> {
                        auto o = std::make_shared<Options>();
-                       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
-                       sub.add_option("--text", o->text, "text file (wiki.test.raw for --method llama)")->required();
+                       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder (required)");
+                       sub.add_option("--text", o->text, "text file, wiki.test.raw for --method llama (required)");
                        sub.add_option("--method", o->method, "llama (llama-perplexity) or chunks (GPTQ papers)")
                            ->check(CLI::IsMember({"llama", "chunks"}));
                        sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512 llama, 2048 chunks)");
                        sub.add_option("--chunks", o->chunks, "evaluate only the first N chunks");
+                       sub.add_option("--chunk-offset", o->chunk_offset, "start at chunk N (one part of a split run)");
+                       sub.add_flag("--token-stats", o->token_stats, "keep every position's NLL and KLD in the JSON (for --merge)");
+                       sub.add_option("--merge", o->merge, "merge the JSON parts of a split run into --json FILE")
+                           ->expected(1, -1);
                        sub.add_option("--threads", o->threads, "threads (default: all cores)");
                        sub.add_option("--compute", o->compute, "f32 or bf16 weights for the matmuls")
                            ->check(CLI::IsMember({"f32", "bf16"}));

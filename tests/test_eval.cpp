@@ -17,6 +17,8 @@
 #include "formats/error.h"
 #include "libquant/eval/kld.h"
 #include "libquant/eval/perplexity.h"
+#include "libquant/eval/ppl_parts.h"
+#include "libquant/kv/spec.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
 #include "tests/support.h"
@@ -221,13 +223,54 @@ TEST_F(SmolLMEval, KldAgainstItselfIsZero) {
   set_threads(1);
   const PplResult one = evaluate_perplexity(*model_, ids, o);
   set_threads(saved);
-  const PplResult r = evaluate_perplexity(*model_, ids, o, model_);
+  LlamaModel twin(load_checkpoint(test::model_gguf()), Compute::F32);  // a second copy, its own buffers
+  const PplResult r = evaluate_perplexity(*model_, ids, o, &twin);
   ASSERT_TRUE(r.kld.has_value());
   EXPECT_EQ(r.kld->kld, 0.0);
   EXPECT_EQ(r.kld->same_top, 1.0);
   EXPECT_EQ(r.kld->ratio, 1.0);
   EXPECT_DOUBLE_EQ(r.kld->ppl, r.ppl);
   EXPECT_NEAR(one.ppl, r.ppl, 1e-9 * r.ppl);
+}
+
+// A run split into parts (--chunk-offset, --token-stats) and merged equals the unsplit run:
+// PPL, its error, the running estimates and every KLD statistic, percentiles included. The
+// model runs an fp16 cache against a second copy of itself with an fp32 cache, so the KLD is small
+// but not zero.
+TEST_F(SmolLMEval, SplitRunMergesToTheWholeRun) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["llama"];
+  const auto ids = g["ids"].get<std::vector<int32_t>>();
+  PplOptions o;
+  o.max_chunks = 3;
+  o.keep_tokens = true;
+  o.kv = kv::uniform_kv_config(model_->config().n_layers, kv::parse_kv_spec("f16", "k"), kv::parse_kv_spec("f16", "v"));
+  LlamaModel base(load_checkpoint(test::model_gguf()), Compute::F32);  // its own buffers
+  const json whole = ppl_result_json(evaluate_perplexity(*model_, ids, o, &base));
+  std::vector<json> parts;
+  for (auto [off, n] : {std::pair{2, 1}, std::pair{0, 2}, std::pair{0, 1}}) {  // out of order on purpose
+    o.first_chunk = off, o.max_chunks = n;
+    parts.push_back(ppl_result_json(evaluate_perplexity(*model_, ids, o, &base)));
+    parts.back() = json::parse(parts.back().dump());  // through text, as the files go
+  }
+  const json m = merge_ppl_parts({parts[0], parts[1]}, {"b", "a"});
+  EXPECT_GT(whole["kld"]["kld_mean"].get<double>(), 1e-7);
+  EXPECT_EQ(m["chunks"], 3);
+  EXPECT_EQ(m["chunk_offset"], 0);
+  EXPECT_EQ(m["tokens_scored"], whole["tokens_scored"]);
+  EXPECT_EQ(m["ppl"].get<double>(), whole["ppl"].get<double>());
+  EXPECT_EQ(m["ppl_err"].get<double>(), whole["ppl_err"].get<double>());
+  EXPECT_EQ(m["running_ppl"], whole["running_ppl"]);
+  EXPECT_EQ(m["kld"], whole["kld"]);
+  // A gap, an overlap or another cache refuses.
+  EXPECT_THROW(merge_ppl_parts({parts[0], parts[2]}, {"b", "c"}), UserError);  // chunk 1 missing
+  EXPECT_THROW(merge_ppl_parts({parts[1], parts[1]}, {"a", "a"}), UserError);
+  json other = parts[0];
+  other["kv_cache"] = "f32";
+  EXPECT_THROW(merge_ppl_parts({other, parts[1]}, {"b", "a"}), UserError);
+  json bare = parts[1];
+  bare.erase("token_stats");
+  EXPECT_THROW(merge_ppl_parts({bare}, {"a"}), UserError);
 }
 
 // ------------------------------------------------------------------------------ the CLI

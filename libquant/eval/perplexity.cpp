@@ -12,13 +12,17 @@ namespace qt {
 
 const char* ppl_method_name(PplMethod m) { return m == PplMethod::Llama ? "llama" : "chunks"; }
 
-ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunks) {
+ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunks, int first_chunk) {
   if (ctx < 4) user_error("--ctx {}: too small (at least 4)", ctx);
   if (n_tokens < 2 * int64_t(ctx))
     user_error("the text has {} tokens; --ctx {} needs at least {}", n_tokens, ctx, 2 * int64_t(ctx));
   ChunkPlan p;
   p.ctx = ctx;
-  p.n_chunks = int(n_tokens / ctx);
+  const int total = int(n_tokens / ctx);
+  if (first_chunk < 0 || first_chunk >= total)
+    user_error("--chunk-offset {}: the text has chunks 0 to {}", first_chunk, total - 1);
+  p.first_chunk = first_chunk;
+  p.n_chunks = total - first_chunk;
   if (max_chunks >= 0 && max_chunks < p.n_chunks) p.n_chunks = max_chunks;
   if (method == PplMethod::Llama) {
     p.first = ctx / 2;
@@ -57,7 +61,7 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
 
   PplResult res;
   res.method = opt.method;
-  res.plan = plan_chunks(opt.method, opt.ctx, int64_t(tokens.size()), opt.max_chunks);
+  res.plan = plan_chunks(opt.method, opt.ctx, int64_t(tokens.size()), opt.max_chunks, opt.first_chunk);
   res.n_tokens_text = int64_t(tokens.size());
   const ChunkPlan& P = res.plan;
   if (P.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
@@ -91,7 +95,7 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
   KldAccumulator kacc;
 
   for (int ci = 0; ci < P.n_chunks; ++ci) {
-    const int32_t* src = tokens.data() + int64_t(ci) * P.ctx;
+    const int32_t* src = tokens.data() + int64_t(P.first_chunk + ci) * P.ctx;
     std::copy(src, src + P.ctx, chunk.begin());
     if (opt.method == PplMethod::Llama && opt.bos_id >= 0) chunk[0] = opt.bos_id;
 
@@ -123,6 +127,11 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
       sum += nll[r];
       sum2 += nll[r] * nll[r];
       if (base) kacc.add(kt[r]);
+      if (opt.keep_tokens) {
+        KldToken t;
+        t.nll = nll[r];
+        res.tokens.push_back(base ? kt[r] : t);
+      }
     }
     count += P.n_scored;
     res.running.push_back(std::exp(sum / double(count)));
@@ -139,19 +148,28 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
 
   res.tokens_evaluated = int64_t(P.n_chunks) * P.ctx;
   res.tokens_scored = count;
-  res.mean_nll = sum / double(count);
-  res.ppl = std::exp(res.mean_nll);
-  const double var = sum2 / double(count) - res.mean_nll * res.mean_nll;
-  res.ppl_err = var > 0 && count > 1 ? std::sqrt(var / double(count - 1)) * res.ppl : 0.0;
+  const PplStats st = ppl_from_sums(sum, sum2, count);
+  res.mean_nll = st.mean_nll, res.ppl = st.ppl, res.ppl_err = st.ppl_err;
   if (base) res.kld = kacc.summary();
   res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return res;
+}
+
+PplStats ppl_from_sums(double sum, double sum2, int64_t count) {
+  PplStats s;
+  if (count <= 0) return s;
+  s.mean_nll = sum / double(count);
+  s.ppl = std::exp(s.mean_nll);
+  const double var = sum2 / double(count) - s.mean_nll * s.mean_nll;
+  s.ppl_err = var > 0 && count > 1 ? std::sqrt(var / double(count - 1)) * s.ppl : 0.0;
+  return s;
 }
 
 nlohmann::json ppl_result_json(const PplResult& r) {
   nlohmann::json j = {
       {"method", ppl_method_name(r.method)},
       {"ctx", r.plan.ctx},
+      {"chunk_offset", r.plan.first_chunk},
       {"chunks", r.plan.n_chunks},
       {"tokens_text", r.n_tokens_text},
       {"tokens_evaluated", r.tokens_evaluated},
@@ -167,6 +185,23 @@ nlohmann::json ppl_result_json(const PplResult& r) {
       {"kv_compression_vs_f16", r.kv_bytes_per_token > 0 ? r.kv_f16_bytes_per_token / r.kv_bytes_per_token : 0.0},
   };
   if (r.kld) j["kld"] = kld_summary_json(*r.kld);
+  if (!r.tokens.empty()) {
+    nlohmann::json nll = nlohmann::json::array(), nll_base = nlohmann::json::array(),
+                   kld = nlohmann::json::array(), same = nlohmann::json::array();
+    for (const KldToken& t : r.tokens) {
+      nll.push_back(t.nll);
+      if (!r.kld) continue;
+      nll_base.push_back(t.nll_base);
+      kld.push_back(t.kld);
+      same.push_back(t.same_top ? 1 : 0);
+    }
+    j["token_stats"] = {{"nll", nll}};
+    if (r.kld) {
+      j["token_stats"]["nll_base"] = nll_base;
+      j["token_stats"]["kld"] = kld;
+      j["token_stats"]["same_top"] = same;
+    }
+  }
   return j;
 }
 

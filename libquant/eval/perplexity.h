@@ -28,17 +28,21 @@ const char* ppl_method_name(PplMethod m);
 // Which positions of which chunks are scored.
 struct ChunkPlan {
   int ctx = 0;
+  int first_chunk = 0;  // chunks before it are skipped (a part of a split run, ppl_parts.h)
   int n_chunks = 0;
   int first = 0;     // first logit row scored in a chunk
   int n_scored = 0;  // scored rows per chunk: rows first … first+n_scored−1 predict the next token
 };
-// UserError when the text has fewer than 2·ctx tokens (llama.cpp's rule, kept for both methods).
-ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunks);
+// UserError when the text has fewer than 2·ctx tokens (llama.cpp's rule, kept for both methods)
+// or first_chunk is past the last whole chunk.
+ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunks, int first_chunk = 0);
 
 struct PplOptions {
   PplMethod method = PplMethod::Llama;
   int ctx = 512;
   int max_chunks = -1;    // < 0: every whole chunk
+  int first_chunk = 0;    // start at this chunk (one part of a run split across processes)
+  bool keep_tokens = false;  // keep every scored position's NLL (and KLD) in PplResult::tokens
   int bos_id = -1;        // llama method: replaces each chunk's first token (−1: no BOS added)
   kv::KVConfig kv;        // KV cache of the model (no layers given: f32)
   std::string base_kv = "f32";  // KV cache of the KL baseline
@@ -66,6 +70,8 @@ struct PplResult {
   double seconds = 0;            // evaluation only (not loading or tokenizing)
   std::vector<double> running;   // PPL after each chunk
   std::optional<KldSummary> kld; // when a baseline ran
+  std::vector<KldToken> tokens;  // with keep_tokens: each scored position in order (nll only
+                                 // without a baseline)
   std::string kv_name;           // the model's cache, as it describes itself
   double kv_bytes_per_token = 0; // everything it stores at ctx positions, per position
   double kv_f16_bytes_per_token = 0;  // an fp16 cache of the same model
@@ -85,6 +91,14 @@ void check_kl_baseline(const ModelConfig& model, const ModelConfig& base, const 
 // The per-token NLL of one row of logits (log-sum-exp in double, llama.cpp's formula).
 double token_nll(const float* logits, int n_vocab, int target);
 
+// PPL, its error and the mean NLL from the sums of nll and nll² over count positions.
+struct PplStats {
+  double mean_nll = 0, ppl = 0, ppl_err = 0;
+};
+PplStats ppl_from_sums(double sum, double sum2, int64_t count);
+
+// With kept tokens, "token_stats" holds them (nll, nll_base, kld, same_top arrays), which is
+// what merge_ppl_parts reads back.
 nlohmann::json ppl_result_json(const PplResult& r);
 
 }  // namespace qt
