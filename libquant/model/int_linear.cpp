@@ -5,6 +5,7 @@
 //
 // In memory the codes are signed int8 for every scheme (int4: u − 8, unpacked at load: the
 // prefill kernel is compute-bound, and one byte per code lets W4A8 share the VNNI kernel).
+// Without VNNI, AVX2 (kernels/int8_avx2.cpp) runs on the row-major codes with the same epilogue.
 // AVX-512 VNNI layout (kernels/int8_vnni.cpp): panels of 16 output rows, k-major in blocks of 4
 // (one dword = 4 consecutive k of one row, VPDPBUSD's operand), with per-(panel, group) column
 // sums so that the unsigned activations a + 128 can be used: Σ(a+128)·w − 128·Σw = Σa·w.
@@ -18,6 +19,7 @@
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/aligned_buffer.h"
+#include "libquant/kernels/int8_avx2.h"
 #include "libquant/kernels/int8_vnni.h"
 #include "libquant/model/packed_linear.h"
 #include "libquant/parallel.h"
@@ -70,7 +72,11 @@ class IntLinear final : public Linear {
       a.resize(size_t(m * k_));
       sx.resize(size_t(m));
       quantize_activations_int8(x, m, k_, a.data(), sx.data());
-      forward_scalar(a.data(), sx.data(), m, y);
+      if (kernel_level() >= KernelLevel::AVX2 && kernels::int8_avx2_supports(gl_)) {
+        kernels::gemm_s8s8_avx2(q_.data(), s_.data(), n_, k_, gl_, a.data(), sx.data(), m, y);
+      } else {
+        forward_scalar(a.data(), sx.data(), m, y);
+      }
     }
     if (!bias_.empty())
       for (int64_t t = 0; t < m; ++t)
