@@ -11,6 +11,9 @@ namespace qt::kernels {
 // True when this kernel takes a group length (a multiple of its 32-byte step).
 inline bool int8_avx2_supports(int64_t group_len) { return group_len > 0 && group_len % 32 == 0; }
 
+// quantize_activations_int8 (schemes/scheme.h) with AVX2: the same codes and scales bit for bit.
+void quantize_activations_int8_avx2(const float* x, int64_t m, int64_t k, int8_t* q, float* scales);
+
 // y[m, n] = sx[t] · Σ_g s[n, g] · float(Σ_{k∈g} a[t, k] · q[n, k]); a in [−127, 127], q in
 // [−128, 127]; k and gl multiples of 32. OpenMP over pairs of output rows.
 void gemm_s8s8_avx2(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl, const int8_t* a,

@@ -71,10 +71,11 @@ class IntLinear final : public Linear {
       thread_local std::vector<float> sx;
       a.resize(size_t(m * k_));
       sx.resize(size_t(m));
-      quantize_activations_int8(x, m, k_, a.data(), sx.data());
       if (kernel_level() >= KernelLevel::AVX2 && kernels::int8_avx2_supports(gl_)) {
+        kernels::quantize_activations_int8_avx2(x, m, k_, a.data(), sx.data());
         kernels::gemm_s8s8_avx2(q_.data(), s_.data(), n_, k_, gl_, a.data(), sx.data(), m, y);
       } else {
+        quantize_activations_int8(x, m, k_, a.data(), sx.data());
         forward_scalar(a.data(), sx.data(), m, y);
       }
     }
