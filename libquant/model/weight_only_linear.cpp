@@ -72,6 +72,55 @@ __attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8
     _mm512_storeu_ps(out + j, v);
   }
 }
+// The same two functions on 8 lanes for AVX2 machines (bits 4 and 8, g a multiple of 8).
+__attribute__((target("avx2"))) inline __m256 round_bf16_8(__m256 v) {
+  __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(int(0xffff0000u))));
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t k) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  const __m256 v = _mm256_add_ps(acc0, acc1);
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  float s = _mm_cvtss_f32(x);
+  for (; i < k; ++i) s += a[i] * b[i];
+  return s;
+}
+
+__attribute__((target("avx2"))) void decode_group_avx2(const uint8_t* bytes, int bits, int64_t g, float s,
+                                                        float b, bool bf16, float* out) {
+  const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
+  for (int64_t j = 0; j < g; j += 8) {
+    __m128i codes;
+    if (bits == 8) {
+      codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + j));
+    } else {  // element 2i is the low nibble of byte i
+      int32_t four;
+      std::memcpy(&four, bytes + j / 2, 4);
+      const __m128i raw = _mm_cvtsi32_si128(four);
+      const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+      codes = _mm_unpacklo_epi8(lo, hi);
+    }
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
+    __m256 prod = _mm256_mul_ps(q, vs);
+    if (bf16) prod = round_bf16_8(prod);
+    __m256 v = _mm256_add_ps(prod, vb);
+    if (bf16) v = round_bf16_8(v);
+    _mm256_storeu_ps(out + j, v);
+  }
+}
+
 using kernels::Family;
 
 const Family* pick(Compute compute) {
@@ -94,8 +143,9 @@ class WeightOnlyLinear final : public Linear {
       groups_ = k_ / w_.params.group_size;
       scales_.resize(size_t(n_ * groups_));
       biases_.resize(size_t(n_ * groups_));
-      fast_decode_ = kernel_level() == KernelLevel::AVX512 && (bits_ == 4 || bits_ == 8) &&
-                     (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16);
+      fast_decode_ = kernel_level() >= KernelLevel::AVX2 && (bits_ == 4 || bits_ == 8) &&
+                     (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
+                     w_.params.group_size % 16 == 0;
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
@@ -139,8 +189,13 @@ class WeightOnlyLinear final : public Linear {
         const uint8_t* row = w_.data.data + r * row_bytes;
         for (int64_t j0 = 0; j0 < k_; j0 += g) {
           const size_t gi = size_t(r * groups_ + j0 / g);
-          decode_group_avx512(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi],
+          if (kernel_level() == KernelLevel::AVX512) {
+            decode_group_avx512(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi],
+                                dt == DType::BF16, out + j0);
+          } else {
+            decode_group_avx2(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi],
                               dt == DType::BF16, out + j0);
+          }
         }
         return;
       }
@@ -202,8 +257,10 @@ class WeightOnlyLinear final : public Linear {
         for (int64_t t = 0; t < m; ++t) {
           const float* xt = x + t * k_;
           float acc;
-          if (simd_dot_) {
+          if (simd_dot_ == KernelLevel::AVX512) {
             acc = dot_avx512(xt, row.data(), k_);
+          } else if (simd_dot_ == KernelLevel::AVX2) {
+            acc = dot_avx2(xt, row.data(), k_);
           } else {
             acc = 0.0f;
             for (int64_t k = 0; k < k_; ++k) acc += xt[k] * row[size_t(k)];
@@ -257,8 +314,8 @@ class WeightOnlyLinear final : public Linear {
   Compute compute_;
   const Family* fam_;
   bool affine_ = false;
-  bool fast_decode_ = false;
-  bool simd_dot_ = kernel_level() == KernelLevel::AVX512;  // AVX-512 group decode (4/8-bit, f32/bf16 scales)
+  bool fast_decode_ = false;  // SIMD group decode (4/8-bit, f32/bf16 scales)
+  KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
   int bits_ = 4;
   int64_t groups_ = 1;
   std::vector<float> scales_, biases_, bias_;
