@@ -10,6 +10,7 @@
 
 #include "apps/command.h"
 #include "formats/error.h"
+#include "formats/mapped_file.h"
 #include "libquant/bench/gemm_bench.h"
 #include "libquant/bench/kernel_bench.h"
 #include "libquant/bench/peak.h"
@@ -185,15 +186,8 @@ int run_bench(BenchOpts o) {
   }
 
   if (!o.json_path.empty()) {
-    std::string tmp = o.json_path + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!f) user_error("--json: cannot write {}", o.json_path);
-      f << out.dump(2) << "\n";
-      if (!f) user_error("--json: cannot write {}", o.json_path);
-    }
-    if (std::rename(tmp.c_str(), o.json_path.c_str()) != 0)
-      user_error("--json: cannot rename {} to {}", tmp, o.json_path);
+    const std::string text = out.dump(2) + "\n";
+    write_file_atomic(o.json_path, text.data(), text.size());
   }
   return 0;
 }

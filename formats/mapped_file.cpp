@@ -55,6 +55,28 @@ MappedFile map_file(const std::string& path) {
 void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
   namespace fs = std::filesystem;
   fs::path p(path);
+  // Not a file to replace (/dev/stdout, a pipe): write straight into it. Renaming a temporary
+  // over it would replace the device node or the symlink.
+  std::error_code sec;
+  const auto st = fs::status(p, sec);
+  if (!sec && fs::exists(st) && !fs::is_regular_file(st)) {
+    if (fs::is_directory(st)) user_error("{}: is a folder, not a file", path);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) user_error("{}: cannot open: {}", path, std::strerror(errno));
+    const uint8_t* b = static_cast<const uint8_t*>(bytes);
+    for (size_t done = 0; done < n;) {
+      ssize_t w = ::write(fd, b + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        int e = errno;
+        ::close(fd);
+        user_error("{}: write failed: {}", path, std::strerror(e));
+      }
+      done += size_t(w);
+    }
+    ::close(fd);
+    return;
+  }
   fs::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(getpid()));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) user_error("{}: cannot create: {}", tmp.string(), std::strerror(errno));

@@ -10,7 +10,7 @@
 
   python3 scripts/kv_table.py run --out /tmp/kv --chunks 64 --jobs 1
   python3 scripts/kv_table.py run --out /tmp/kv --chunks 0 --rows f16,kivi-4 --suffix full
-  python3 scripts/kv_table.py speed --out /tmp/kv --chunks 8
+  python3 scripts/kv_table.py speed --out /tmp/kv --chunks 8 [--llama-bin B --llama-model F32.gguf]
   python3 scripts/kv_table.py table --out /tmp/kv --llama-log q8_0=llama-kv-q8_0.log
 """
 import argparse
@@ -42,6 +42,17 @@ for b in (1, 2, 3):
     ROWS.append((f"rvq-{b}", f"--kv rvq:bits={b}", f"{2 * b} bits: two {b}-bit stages" if b == 1 else ""))
 for b in (2, 3, 4):
     ROWS.append((f"polar-{b}", f"--kv polar:bits={b}", "paper's configuration (L=4, 4+2 bits)" if b == 4 else ""))
+# mixed and windowed configurations: the candidates for the bars (best 4-bit, best 2–3-bit)
+ROWS += [
+    ("tq4-r128", "--kv turboquant_mse:bits=4 --kv-residual 128", "turboquant_mse-4 with KIVI's R=128 fp16 window"),
+    ("kivi3-r32", "--kv kivi:bits=3 --kv-residual 32", "KIVI-3, G=32, R=32"),
+    ("kivi3g64-r64", "--kv kivi:bits=3,group=64 --kv-residual 64", "KIVI-3, G=64, R=64"),
+    ("k4g64-vtq3", "--kv-k kivi:bits=4,group=64 --kv-v turboquant_mse:bits=3",
+     "keys KIVI-4 (G=64, R=128), values turboquant_mse-3"),
+]
+
+# llama.cpp's cache types: bytes per block of 32 values (ggml-common.h: f16 scale + codes)
+LLAMA_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18}
 
 
 def row_flags(label, extra):
@@ -107,6 +118,13 @@ def cmd_speed(a):
     for l in labels:
         out[l] = tps(row_flags(l, extra))
         print(f"{l}: {out[l]:.0f} tok/s", file=sys.stderr, flush=True)
+    if a.llama_bin:  # llama.cpp's caches in the same sweep, its own f16 cache as their reference
+        for name in ("f16", "q8_0", "q4_0"):
+            cmd = [a.llama_bin, "-m", a.llama_model, "-f", a.text, "-c", "512", "--chunks", str(a.chunks),
+                   "-fa", "on", "-ctk", name, "-ctv", name] + (["-t", str(a.threads)] if a.threads > 0 else [])
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True)
+            out[f"llama.cpp {name}"] = float(re.findall(r"prompt eval time.*?([\d.]+) tokens per second", r.stdout)[-1])
+            print(f"llama.cpp {name}: {out[f'llama.cpp {name}']:.0f} tok/s", file=sys.stderr, flush=True)
     base.append(tps("--kv f16"))
     out["f16"] = sum(base) / len(base)
     out["_f16_runs"] = base
@@ -119,7 +137,7 @@ def llama_log(path):
     def num(p):
         m = re.search(p, text)
         return float(m.group(1)) if m else None
-    return {"ppl": num(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)"), "kld": num(r"Mean\s+KLD:\s*([0-9.]+)"),
+    return {"ppl": num(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)"), "base": num(r"Mean PPL\(base\)\s*:\s*([0-9.]+)"), "kld": num(r"Mean\s+KLD:\s*([0-9.]+)"),
             "same_top": num(r"Same top p:\s*([0-9.]+)"), "final": num(r"Final estimate: PPL = ([0-9.]+)")}
 
 
@@ -132,29 +150,53 @@ def cmd_table(a):
     def load(label, suffix=""):
         p = os.path.join(a.out, f"{label}{suffix}.json")
         return json.load(open(p)) if os.path.exists(p) else None
-    base = load("f16")
+    labels = [r[0] for r in ROWS] + list(extra)
+    # The fp16-cache baseline of the full text: its own file, or the KL baseline that every full-text
+    # row ran alongside (--kl-base-kv f16: the same model with an fp16 cache, the same positions).
+    base = {"": load("f16"), "_full": load("f16", "_full")}
+    if not base["_full"]:
+        for label in labels:
+            j = load(label, "_full")
+            if j and j.get("kl_base_kv") == "f16":
+                k = j["kld"]
+                base["_full"] = {"ppl": k["ppl_base"], "ppl_err": k["ppl_base_err"], "chunks": j["chunks"],
+                                 "kv_bytes_per_token": j["kv_bytes_per_token"] * j["kv_compression_vs_f16"],
+                                 "kv_compression_vs_f16": 1.0, "kld": {"kld_mean": 0.0, "same_top": 1.0}}
+                break
+    f16_bytes = base[""]["kv_bytes_per_token"] if base[""] else None
     print("| cache | text | PPL | ΔPPL vs fp16 | KLD | same top % | KV bytes/token | vs fp16 | tok/s (cache mode) | note |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    labels = [r[0] for r in ROWS] + list(extra)
     for label in labels:
-        for suffix, text in (("_full", "full"), ("", f"{base['chunks'] if base else '?'} chunks")):
-            j = load(label, suffix)
-            b = load("f16", suffix)
+        for suffix in ("_full", ""):
+            j = base[suffix] if label == "f16" else load(label, suffix)
+            b = base[suffix]
             if not j:
                 continue
+            text = "full" if suffix else f"{j['chunks']} chunks"
             k = j.get("kld", {})
             d = j["ppl"] - b["ppl"] if b else float("nan")
             rel = 100 * d / b["ppl"] if b else float("nan")
             sp = speed.get(label)
             tp = f"{sp:.0f} ({100 * sp / speed['f16']:.0f}%)" if sp and "f16" in speed else "—"
+            if label == "f16" and "f16" in speed:
+                tp = f"{speed['f16']:.0f}"
+            note = notes.get(label, "")
+            if label == "f16" and suffix and not load("f16", "_full"):
+                note = "the KL baseline the full-text rows ran alongside"
             print(f"| {label} | {text} | {j['ppl']:.4f} ± {j['ppl_err']:.4f} | {d:+.4f} ({rel:+.2f}%) | "
                   f"{k.get('kld_mean', float('nan')):.6f} | {100 * k.get('same_top', float('nan')):.2f} | "
-                  f"{j['kv_bytes_per_token']:.0f} | {j['kv_compression_vs_f16']:.2f}× | {tp} | {notes.get(label, '')} |")
+                  f"{j['kv_bytes_per_token']:.0f} | {j['kv_compression_vs_f16']:.2f}× | {tp} | {note} |")
     for item in a.llama_log or []:
         name, path = item.split("=", 1)
         r = llama_log(path)
-        print(f"| llama.cpp {name} | 64 chunks | {r['final'] or r['ppl']:.4f} | — | {r['kld']:.6f} | "
-              f"{r['same_top']:.2f} | — | — | — | llama-perplexity -ctk {name} -ctv {name} -fa on, KLD vs its f16 cache |")
+        nbytes = f16_bytes / 2 / 32 * LLAMA_BLOCK_BYTES[name] if f16_bytes and name in LLAMA_BLOCK_BYTES else None
+        by = f"{nbytes:.0f} | {f16_bytes / nbytes:.2f}×" if nbytes else "— | —"
+        sp = speed.get(f"llama.cpp {name}")
+        tp = f"{sp:.0f} ({100 * sp / speed['llama.cpp f16']:.0f}% of its f16)" if sp and "llama.cpp f16" in speed else "—"
+        ppl = r["ppl"] or r["final"]
+        d = f"{ppl - r['base']:+.4f} ({100 * (ppl - r['base']) / r['base']:+.2f}%)" if r["base"] else "—"
+        print(f"| llama.cpp {name} | 64 chunks | {ppl:.4f} | {d} | {r['kld']:.6f} | "
+              f"{r['same_top']:.2f} | {by} | {tp} | llama-perplexity -ctk {name} -ctv {name} -fa on, KLD vs its f16 cache |")
 
 
 def main():
@@ -172,6 +214,8 @@ def main():
     p.add_argument("--extra", action="append", help="LABEL=FLAGS: a row not in the built-in list")
     p.add_argument("--artifacts")
     p.add_argument("--llama-log", action="append", help="NAME=PATH of a llama-perplexity --kl-divergence log")
+    p.add_argument("--llama-bin", help="llama-perplexity: speed also measures its f16, q8_0 and q4_0 caches")
+    p.add_argument("--llama-model", help="the GGUF llama-perplexity runs (the same weights, F32)")
     a = p.parse_args()
     {"run": cmd_run, "speed": cmd_speed, "table": cmd_table}[a.what](a)
 

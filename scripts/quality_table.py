@@ -10,6 +10,12 @@ this repository; see the README for the build and command). Results are cached p
 
   python3 scripts/quality_table.py --work /tmp/qt-quality --chunks 64 \
       --full unquantized,w8a8,affine4-g64,nf4 --llama-log Q4_0=/path/llama-kld64-Q4_0.log
+
+Full-text rows can come from parts run elsewhere and merged (`eval-ppl --merge ... --json
+WORK/LABEL.full.json`); the unquantized full row is then the KL baseline those rows ran alongside.
+--speed N measures tokens/s of every row here, one after the other in one sweep (the unquantized
+model first and last, llama.cpp GGUFs given with --llama-gguf in the same sweep), N chunks, no KL
+baseline, and keeps them in WORK/speed.json; the table's tok/s column is read from there.
 """
 import argparse
 import json
@@ -31,7 +37,8 @@ ROWS = [
     ("affine6-g64", "--scheme affine --bits 6 --group-size 64", ""),
     ("affine5-g64", "--scheme affine --bits 5 --group-size 64", ""),
     ("affine4-g32", "--scheme affine --bits 4 --group-size 32",
-     "the source's own grid (Q4_1 is 4-bit affine, group 32): flattering"),
+     "the source's group (Q4_1 is 4-bit affine, group 32), yet not its grid: MLX makes the edge value "
+     "exact (scale = edge / round(edge / scale)), which moves the levels off Q4_1's"),
     ("affine4-g64", "--scheme affine --bits 4 --group-size 64", ""),
     ("affine4-g128", "--scheme affine --bits 4 --group-size 128", ""),
     ("affine3-g64", "--scheme affine --bits 3 --group-size 64", ""),
@@ -64,6 +71,52 @@ def llama_log(path):
     }
 
 
+def kl_baseline_of_full_rows(work, model):
+    """The unquantized model's full-text figures, as the KL baseline of a full-text row saw them."""
+    for label, flags, _ in ROWS:
+        p = os.path.join(work, f"{label}.full.json")
+        if flags and os.path.exists(p):
+            j = json.load(open(p))
+            k = j["kld"]
+            return {"ppl": k["ppl_base"], "ppl_err": k["ppl_base_err"], "ppl_base": k["ppl_base"], "kld": 0.0,
+                    "same_top": 100.0, "bpw": None, "tps": None, "compute": j.get("compute", "")}
+    return None
+
+
+def tokens_per_second(cmd, llama):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True)
+    if llama:  # llama_perf_context_print: prompt eval time = ... ms / N tokens (... tokens per second)
+        return float(re.findall(r"prompt eval time.*?([\d.]+) tokens per second", r.stdout)[-1])
+    return json.loads(r.stdout[r.stdout.index("{"):])["tokens_per_second"]
+
+
+def speed_sweep(a):
+    """Every row's tokens/s, one row after another on this machine, the unquantized model first and last."""
+    def ours(model):
+        return tokens_per_second([a.bin, "eval-ppl", "--model", model, "--text", a.text, "--chunks", str(a.speed),
+                                  "--threads", str(a.threads), "--json", "/dev/stdout"], False)
+    out = {}
+    base = [ours(a.model)]
+    for label, flags, _ in ROWS:
+        if flags is None:
+            continue
+        model = os.path.join(a.work, label)
+        if not os.path.exists(model):
+            run([a.bin, "convert", "--in", a.model, "--out", model] + flags.split())
+        out[label] = ours(model)
+        print(f"{label}: {out[label]:.0f} tok/s", file=sys.stderr, flush=True)
+    for spec in a.llama_gguf:
+        label, path = spec.split("=", 1)
+        out[f"llama.cpp {label}"] = tokens_per_second(
+            [a.llama_bin, "-m", path, "-f", a.text, "-c", "512", "--chunks", str(a.speed), "-t", str(a.threads)], True)
+        print(f"llama.cpp {label}: {out[f'llama.cpp {label}']:.0f} tok/s", file=sys.stderr, flush=True)
+    base.append(ours(a.model))
+    out["unquantized"] = sum(base) / len(base)
+    out["_unquantized_runs"] = base
+    with open(os.path.join(a.work, "speed.json"), "w") as f:
+        json.dump(out, f, indent=2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True, help="folder for converted models and results")
@@ -76,7 +129,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-log", action="append", default=[], help="LABEL=PATH of a llama-perplexity KLD log")
     ap.add_argument("--llama-bpw", action="append", default=[], help="LABEL=BITS per weight of that GGUF")
+    ap.add_argument("--speed", type=int, default=0, help="measure tokens/s over N chunks into WORK/speed.json")
+    ap.add_argument("--llama-bin", help="llama-perplexity, for the --speed sweep")
+    ap.add_argument("--llama-gguf", action="append", default=[], help="LABEL=PATH of a GGUF for the --speed sweep")
     a = ap.parse_args()
+    if a.speed:
+        return speed_sweep(a)
     os.makedirs(a.work, exist_ok=True)
     full = set(filter(None, a.full.split(",")))
     only = set(filter(None, a.only.split(",")))
@@ -88,6 +146,11 @@ def main():
         chunks = None if label in full else a.chunks
         tag = "full" if chunks is None else f"c{chunks}"
         out_json = os.path.join(a.work, f"{label}.{tag}.json")
+        if label == "unquantized" and tag == "full" and not os.path.exists(out_json):
+            j = kl_baseline_of_full_rows(a.work, a.model)
+            if j:
+                results.append((label, note + " (the KL baseline of the full-text rows)", tag, j))
+                continue
         if not os.path.exists(out_json):
             model = a.model
             if flags:
@@ -108,11 +171,16 @@ def main():
             "kld": k.get("kld_mean", 0.0), "same_top": 100 * k.get("same_top", 1.0),
             "bpw": j["bits_per_weight"], "tps": j["tokens_per_second"], "compute": j.get("compute", ""),
         }))
+    speed = {}
+    if os.path.exists(os.path.join(a.work, "speed.json")):
+        speed = json.load(open(os.path.join(a.work, "speed.json")))
+        results = [(l, n, t, {**r, "tps": speed.get(l)}) for l, n, t, r in results]
     bpw = dict(x.split("=", 1) for x in a.llama_bpw)
     for spec in a.llama_log:
         label, path = spec.split("=", 1)
         r = llama_log(path)
         r["bpw"] = float(bpw[label]) if label in bpw else None
+        r["tps"] = speed.get(f"llama.cpp {label}")
         results.append((f"llama.cpp {label}", "llama-perplexity --kl-divergence", f"c{a.chunks}", r))
 
     print("| row | text | PPL | ΔPPL | KLD | same top % | bits/weight | tok/s | note |")

@@ -2,6 +2,7 @@
 // what transformers produces for the same file (tiny GGUFs of llama with llama3 scaling, qwen2,
 // qwen3, and the real SmolLM2 Q4_1 model). Golden: tests/golden/make_hf_export_golden.py.
 // Also the HF-folder reader (written by our writer, read back to the same golden) and bad input.
+#include <unistd.h>
 #include <zlib.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/layouts/hf.h"
+#include "formats/mapped_file.h"
 #include "formats/safetensors.h"
 #include "tests/support.h"
 
@@ -267,3 +269,20 @@ TEST(Checkpoint, RealModelEqualsTransformers) {
 
 }  // namespace
 }  // namespace qt
+
+// write_file_atomic: a regular file is replaced whole; a device (/dev/stdout, /dev/null) or a pipe
+// is written into, not replaced by a renamed temporary.
+TEST(WriteFileAtomic, RegularFileReplacedDeviceWrittenInto) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("qt_wfa_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string f = (dir / "a.json").string();
+  qt::write_file_atomic(f, "old text", 8);
+  qt::write_file_atomic(f, "new", 3);
+  EXPECT_EQ(fs::file_size(f), 3u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // no temporary left
+  qt::write_file_atomic("/dev/null", "x", 1);
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  EXPECT_THROW(qt::write_file_atomic(dir.string(), "x", 1), qt::UserError);
+  fs::remove_all(dir);
+}
