@@ -107,13 +107,16 @@ def cmd_speed(a):
     extra = parse_extra(a.extra)
     labels = a.rows.split(",") if a.rows else [r[0] for r in ROWS if r[0] != "f16"] + list(extra)
     out = {}
+    def wall_tps(cmd):  # tokens evaluated over the whole process's wall time, the same for both tools
+        t = time.monotonic()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        return a.chunks * 512 / (time.monotonic() - t)
     def tps(flags):
         cmd = shlex.split(a.bin) + ["eval-ppl", "--model", a.model, "--text", a.text, "--chunks", str(a.chunks),
-                                    "--kv-mode", "cache", "--json", "/dev/stdout"] + shlex.split(flags)
+                                    "--kv-mode", "cache"] + shlex.split(flags)
         if a.threads > 0:
             cmd += ["--threads", str(a.threads)]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
-        return json.loads(r.stdout[r.stdout.index("{"):])["tokens_per_second"]
+        return wall_tps(cmd)
     base = [tps("--kv f16")]
     for l in labels:
         out[l] = tps(row_flags(l, extra))
@@ -122,8 +125,7 @@ def cmd_speed(a):
         for name in ("f16", "q8_0", "q4_0"):
             cmd = [a.llama_bin, "-m", a.llama_model, "-f", a.text, "-c", "512", "--chunks", str(a.chunks),
                    "-fa", "on", "-ctk", name, "-ctv", name] + (["-t", str(a.threads)] if a.threads > 0 else [])
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True)
-            out[f"llama.cpp {name}"] = float(re.findall(r"prompt eval time.*?([\d.]+) tokens per second", r.stdout)[-1])
+            out[f"llama.cpp {name}"] = wall_tps(cmd)
             print(f"llama.cpp {name}: {out[f'llama.cpp {name}']:.0f} tok/s", file=sys.stderr, flush=True)
     base.append(tps("--kv f16"))
     out["f16"] = sum(base) / len(base)

@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -83,18 +84,19 @@ def kl_baseline_of_full_rows(work, model):
     return None
 
 
-def tokens_per_second(cmd, llama):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True)
-    if llama:  # llama_perf_context_print: prompt eval time = ... ms / N tokens (... tokens per second)
-        return float(re.findall(r"prompt eval time.*?([\d.]+) tokens per second", r.stdout)[-1])
-    return json.loads(r.stdout[r.stdout.index("{"):])["tokens_per_second"]
+def tokens_per_second(cmd, chunks):
+    """Tokens evaluated over the whole process's wall time (load included), the same for both tools:
+    llama-perplexity prints no evaluation-only rate in this version."""
+    t = time.monotonic()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return chunks * 512 / (time.monotonic() - t)
 
 
 def speed_sweep(a):
     """Every row's tokens/s, one row after another on this machine, the unquantized model first and last."""
     def ours(model):
         return tokens_per_second([a.bin, "eval-ppl", "--model", model, "--text", a.text, "--chunks", str(a.speed),
-                                  "--threads", str(a.threads), "--json", "/dev/stdout"], False)
+                                  "--threads", str(a.threads)], a.speed)
     out = {}
     base = [ours(a.model)]
     for label, flags, _ in ROWS:
@@ -108,7 +110,7 @@ def speed_sweep(a):
     for spec in a.llama_gguf:
         label, path = spec.split("=", 1)
         out[f"llama.cpp {label}"] = tokens_per_second(
-            [a.llama_bin, "-m", path, "-f", a.text, "-c", "512", "--chunks", str(a.speed), "-t", str(a.threads)], True)
+            [a.llama_bin, "-m", path, "-f", a.text, "-c", "512", "--chunks", str(a.speed), "-t", str(a.threads)], a.speed)
         print(f"llama.cpp {label}: {out[f'llama.cpp {label}']:.0f} tok/s", file=sys.stderr, flush=True)
     base.append(ours(a.model))
     out["unquantized"] = sum(base) / len(base)
@@ -183,9 +185,17 @@ def main():
         r["tps"] = speed.get(f"llama.cpp {label}")
         results.append((f"llama.cpp {label}", "llama-perplexity --kl-divergence", f"c{a.chunks}", r))
 
+    logged = {f"llama.cpp {spec.split('=', 1)[0]}" for spec in a.llama_log}
+    for key, tps in speed.items():  # llama.cpp GGUFs timed in the sweep without a KLD log (F32, BF16)
+        if key.startswith("llama.cpp ") and key not in logged:
+            results.append((key, "speed only (the unquantized weights)", "speed", {"tps": tps}))
+
     print("| row | text | PPL | ΔPPL | KLD | same top % | bits/weight | tok/s | note |")
     print("|---|---|---|---|---|---|---|---|---|")
     for label, note, tag, r in results:
+        if tag == "speed":
+            print(f"| {label} | — | — | — | — | — | — | {r['tps']:.0f} | {note} |")
+            continue
         dppl = r["ppl"] - r["ppl_base"] if r.get("ppl_base") else 0.0
         text = "full" if tag == "full" else f"{tag[1:]} chunks"
         bpw_s = f"{r['bpw']:.2f}" if r.get("bpw") else "—"
