@@ -143,6 +143,7 @@ TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
 
 TEST_P(PackedLinearLevels, DequantizeRowIsTheDequantizedRow) {
   for (auto p : {P("affine", 3, 32, DType::BF16), P("affine", 8, 128), P("nf4", 4, 64), P("fp4", 4, 128),
+                 P("nf4", 4, 64, DType::BF16), P("fp4", 4, 128, DType::BF16), P("affine", 4, 64, DType::BF16),
                  P("int8", 8, 0), P("int8_ct", 8, 64, DType::BF16), P("int4", 4, 128)}) {
     const int64_t n = 23, k = 256;
     auto w = randn(size_t(n * k), 5, 0.1f);

@@ -121,6 +121,30 @@ __attribute__((target("avx2"))) void decode_group_avx2(const uint8_t* bytes, int
   }
 }
 
+// One row of bitsandbytes 4-bit codes (element i: the high nibble of byte i/2 when i is even), 8 at a
+// time: the code picks table[code] with two 8-entry permutes and a blend on bit 3, times the
+// block's absmax, rounded to bf16 when `bf16` — table[code]·absmax as bnb4_dequantize gives it.
+// `first` is the row's flat index r·k (even; k and the block size multiples of 8, so 8 elements
+// never straddle a block).
+__attribute__((target("avx2"))) void decode_bnb4_avx2(const uint8_t* bytes, int64_t k, int64_t first, int64_t bs,
+                                                       const float* absmax, const float* table, bool bf16,
+                                                       float* out) {
+  const __m256 lo_tab = _mm256_loadu_ps(table), hi_tab = _mm256_loadu_ps(table + 8);
+  for (int64_t j = 0; j < k; j += 8) {
+    int32_t four;
+    std::memcpy(&four, bytes + j / 2, 4);
+    const __m128i raw = _mm_cvtsi32_si128(four);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+    const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+    const __m256i codes = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo));
+    const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo_tab, codes), _mm256_permutevar8x32_ps(hi_tab, codes),
+                                      _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
+    __m256 w = _mm256_mul_ps(v, _mm256_set1_ps(absmax[(first + j) / bs]));
+    if (bf16) w = round_bf16_8(w);
+    _mm256_storeu_ps(out + j, w);
+  }
+}
+
 // One token against one affine row (bits 4 or 8, g a multiple of 8) without the decoded row going
 // through memory: each 8 weights are decoded in registers exactly as decode_group_avx2 decodes
 // them and multiplied into the accumulator at once (the few-token GEMV of forward_rows).
@@ -192,6 +216,8 @@ class WeightOnlyLinear final : public Linear {
     } else {
       const float* t = bnb_code_table(w_.params.scheme).data();
       std::copy(t, t + 16, table_);
+      fast_bnb_ = kernel_level() >= KernelLevel::AVX2 && k_ % 8 == 0 && w_.params.group_size % 8 == 0 &&
+                  (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16);
     }
   }
 
@@ -243,6 +269,10 @@ class WeightOnlyLinear final : public Linear {
     }
     const float* absmax = w_.scales.as<float>();
     const int64_t bs = w_.params.group_size;
+    if (fast_bnb_) {
+      decode_bnb4_avx2(w_.data.data + r * k_ / 2, k_, r * k_, bs, absmax, table_, dt == DType::BF16, out);
+      return;
+    }
     for (int64_t j = 0; j < k_; ++j) {
       const int64_t i = r * k_ + j;
       const uint8_t byte = w_.data.data[i / 2];
@@ -367,6 +397,7 @@ class WeightOnlyLinear final : public Linear {
   const Family* fam_;
   bool affine_ = false;
   bool fast_decode_ = false;  // SIMD group decode (4/8-bit, f32/bf16 scales)
+  bool fast_bnb_ = false;     // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
   KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
   int bits_ = 4;
   int64_t groups_ = 1;
