@@ -77,7 +77,10 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
     ::close(fd);
     return;
   }
-  fs::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(getpid()));
+  std::string name = ".";  // built up by appends: GCC 12 gives a false -Wrestrict for "." + string
+  name += p.filename().string();
+  name += ".tmp-" + std::to_string(getpid());
+  fs::path tmp = p.parent_path() / name;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) user_error("{}: cannot create: {}", tmp.string(), std::strerror(errno));
   const uint8_t* b = static_cast<const uint8_t*>(bytes);
