@@ -72,12 +72,41 @@ __attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8
     _mm512_storeu_ps(out + j, v);
   }
 }
-// The same two functions on 8 lanes for AVX2 machines (bits 4 and 8, g a multiple of 8).
+// The same functions on 8 lanes for AVX2 machines (bits 4 and 8, g a multiple of 8).
 __attribute__((target("avx2"))) inline __m256 round_bf16_8(__m256 v) {
   __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
   return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(int(0xffff0000u))));
+}
+
+__attribute__((target("avx2"))) inline float hsum_8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// Eight MLX affine weights from `bytes` (4- or 8-bit codes; element 2i is the low nibble of byte i):
+// q·s, then + b, each rounded to bf16 when `bf16` (as affine_dequant), multiply and add never fused.
+template <int kBits>
+__attribute__((target("avx2"), always_inline)) inline __m256 affine_8(const uint8_t* bytes, __m256 vs, __m256 vb,
+                                                                      bool bf16) {
+  __m128i codes;
+  if constexpr (kBits == 8) {
+    codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes));
+  } else {
+    int32_t four;
+    std::memcpy(&four, bytes, 4);
+    const __m128i raw = _mm_cvtsi32_si128(four);
+    codes = _mm_unpacklo_epi8(_mm_and_si128(raw, _mm_set1_epi8(0x0f)),
+                              _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+  }
+  __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), vs);
+  if (bf16) w = round_bf16_8(w);
+  w = _mm256_add_ps(w, vb);
+  if (bf16) w = round_bf16_8(w);
+  return w;
 }
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t k) {
@@ -88,37 +117,21 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  const __m256 v = _mm256_add_ps(acc0, acc1);
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  float s = _mm_cvtss_f32(x);
+  float s = hsum_8(_mm256_add_ps(acc0, acc1));
   for (; i < k; ++i) s += a[i] * b[i];
   return s;
 }
 
-__attribute__((target("avx2"))) void decode_group_avx2(const uint8_t* bytes, int bits, int64_t g, float s,
-                                                        float b, bool bf16, float* out) {
+template <int kBits>
+__attribute__((target("avx2"))) void decode_group_avx2(const uint8_t* bytes, int64_t g, float s, float b, bool bf16,
+                                                        float* out) {
   const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
-  for (int64_t j = 0; j < g; j += 8) {
-    __m128i codes;
-    if (bits == 8) {
-      codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + j));
-    } else {  // element 2i is the low nibble of byte i
-      int32_t four;
-      std::memcpy(&four, bytes + j / 2, 4);
-      const __m128i raw = _mm_cvtsi32_si128(four);
-      const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
-      const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
-      codes = _mm_unpacklo_epi8(lo, hi);
-    }
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
-    __m256 prod = _mm256_mul_ps(q, vs);
-    if (bf16) prod = round_bf16_8(prod);
-    __m256 v = _mm256_add_ps(prod, vb);
-    if (bf16) v = round_bf16_8(v);
-    _mm256_storeu_ps(out + j, v);
-  }
+  for (int64_t j = 0; j < g; j += 8) _mm256_storeu_ps(out + j, affine_8<kBits>(bytes + j * kBits / 8, vs, vb, bf16));
+}
+
+void decode_group_avx2(const uint8_t* bytes, int bits, int64_t g, float s, float b, bool bf16, float* out) {
+  if (bits == 8) return decode_group_avx2<8>(bytes, g, s, b, bf16, out);
+  decode_group_avx2<4>(bytes, g, s, b, bf16, out);
 }
 
 // One row of bitsandbytes 4-bit codes (element i: the high nibble of byte i/2 when i is even), 8 at a
@@ -148,40 +161,27 @@ __attribute__((target("avx2"))) void decode_bnb4_avx2(const uint8_t* bytes, int6
 // One token against one affine row (bits 4 or 8, g a multiple of 8) without the decoded row going
 // through memory: each 8 weights are decoded in registers exactly as decode_group_avx2 decodes
 // them and multiplied into the accumulator at once (the few-token GEMV of forward_rows).
-__attribute__((target("avx2,fma"))) float dot_affine_avx2(const uint8_t* row, int bits, int64_t k, int64_t g,
+template <int kBits>
+__attribute__((target("avx2,fma"))) float dot_affine_avx2(const uint8_t* row, int64_t k, int64_t g,
                                                           const float* scales, const float* biases, bool bf16,
                                                           const float* x) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (int64_t j0 = 0; j0 < k; j0 += g) {
     const __m256 vs = _mm256_set1_ps(scales[j0 / g]), vb = _mm256_set1_ps(biases[j0 / g]);
-    const uint8_t* bytes = row + j0 * bits / 8;
-    for (int64_t j = 0; j < g; j += 8) {
-      __m128i codes;
-      if (bits == 8) {
-        codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + j));
-      } else {
-        int32_t four;
-        std::memcpy(&four, bytes + j / 2, 4);
-        const __m128i raw = _mm_cvtsi32_si128(four);
-        codes = _mm_unpacklo_epi8(_mm_and_si128(raw, _mm_set1_epi8(0x0f)),
-                                  _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
-      }
-      __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), vs);
-      if (bf16) w = round_bf16_8(w);
-      w = _mm256_add_ps(w, vb);
-      if (bf16) w = round_bf16_8(w);
-      if ((j / 8) & 1) {
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j0 + j), w, acc1);
-      } else {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j0 + j), w, acc0);
-      }
+    const uint8_t* bytes = row + j0 * kBits / 8;
+    for (int64_t j = 0; j < g; j += 16) {  // g is a multiple of 16 (fast_decode_)
+      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j0 + j), affine_8<kBits>(bytes + j * kBits / 8, vs, vb, bf16), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j0 + j + 8),
+                             affine_8<kBits>(bytes + (j + 8) * kBits / 8, vs, vb, bf16), acc1);
     }
   }
-  const __m256 v = _mm256_add_ps(acc0, acc1);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
+  return hsum_8(_mm256_add_ps(acc0, acc1));
+}
+
+float dot_affine_avx2(const uint8_t* row, int bits, int64_t k, int64_t g, const float* scales, const float* biases,
+                      bool bf16, const float* x) {
+  if (bits == 8) return dot_affine_avx2<8>(row, k, g, scales, biases, bf16, x);
+  return dot_affine_avx2<4>(row, k, g, scales, biases, bf16, x);
 }
 
 using kernels::Family;
@@ -252,15 +252,11 @@ class WeightOnlyLinear final : public Linear {
       if (fast_decode_) {
         const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
         const uint8_t* row = w_.data.data + r * row_bytes;
+        void (*decode_group)(const uint8_t*, int, int64_t, float, float, bool, float*) = decode_group_avx2;
+        if (kernel_level() == KernelLevel::AVX512) decode_group = decode_group_avx512;
         for (int64_t j0 = 0; j0 < k_; j0 += g) {
           const size_t gi = size_t(r * groups_ + j0 / g);
-          if (kernel_level() == KernelLevel::AVX512) {
-            decode_group_avx512(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi],
-                                dt == DType::BF16, out + j0);
-          } else {
-            decode_group_avx2(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi],
-                              dt == DType::BF16, out + j0);
-          }
+          decode_group(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi], dt == DType::BF16, out + j0);
         }
         return;
       }
