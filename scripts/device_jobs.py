@@ -7,22 +7,21 @@ T = "wiki.test.raw"
 jobs = []
 PARTS = [(o, 37) for o in range(0, 592, 37)]
 
-def kv(name, flags, parts):
-    base = f"{Q} eval-ppl --model {M} --text {T} --kv-mode decode --kl-base-model {M} --kl-base-kv f16 --threads 1 {flags}"
+def add(prefix, name, base, parts):
+    """One 64-chunk job, or the full text as 16 parts of 37 chunks (merged later with eval-ppl --merge)."""
+    tag = f"{prefix}_{name}"
     if parts:
         for o, n in PARTS:
-            jobs.append((f"kv5_{name}.p{o}", f"{base} --chunks {n} --chunk-offset {o} --token-stats --json res/kv5_{name}.p{o}.json"))
+            jobs.append((f"{tag}.p{o}", f"{base} --chunks {n} --chunk-offset {o} --token-stats --json res/{tag}.p{o}.json"))
     else:
-        jobs.append((f"kv5_{name}", f"{base} --chunks 64 --json res/kv5_{name}.json"))
+        jobs.append((tag, f"{base} --chunks 64 --json res/{tag}.json"))
+
+def kv(name, flags, parts):
+    add("kv5", name, f"{Q} eval-ppl --model {M} --text {T} --kv-mode decode --kl-base-model {M} --kl-base-kv f16 --threads 1 {flags}", parts)
 
 def w(name, flags, parts):
     model = f"conv/{name}" if flags else M
-    base = f"{Q} eval-ppl --model {model} --text {T} --kl-base-model {M} --threads 1"
-    if parts:
-        for o, n in PARTS:
-            jobs.append((f"w4_{name}.p{o}", f"{base} --chunks {n} --chunk-offset {o} --token-stats --json res/w4_{name}.p{o}.json"))
-    else:
-        jobs.append((f"w4_{name}", f"{base} --chunks 64 --json res/w4_{name}.json"))
+    add("w4", name, f"{Q} eval-ppl --model {model} --text {T} --kl-base-model {M} --threads 1", parts)
 
 FULL_KV = {"kivi-4": "--kv kivi:bits=4", "kivi3-r32": "--kv kivi:bits=3 --kv-residual 32",
            "k4g64-vtq3": "--kv-k kivi:bits=4,group=64 --kv-v turboquant_mse:bits=3",
