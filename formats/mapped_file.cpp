@@ -52,6 +52,22 @@ MappedFile map_file(const std::string& path) {
   return mf;
 }
 
+namespace {
+
+// Writes all n bytes to fd; returns 0 or the errno of the failed write.
+int write_all(int fd, const void* bytes, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(bytes);
+  for (size_t done = 0; done < n;) {
+    ssize_t w = ::write(fd, b + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    done += size_t(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
   namespace fs = std::filesystem;
   fs::path p(path);
@@ -63,18 +79,9 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
     if (fs::is_directory(st)) user_error("{}: is a folder, not a file", path);
     int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) user_error("{}: cannot open: {}", path, std::strerror(errno));
-    const uint8_t* b = static_cast<const uint8_t*>(bytes);
-    for (size_t done = 0; done < n;) {
-      ssize_t w = ::write(fd, b + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        int e = errno;
-        ::close(fd);
-        user_error("{}: write failed: {}", path, std::strerror(e));
-      }
-      done += size_t(w);
-    }
+    const int e = write_all(fd, bytes, n);
     ::close(fd);
+    if (e) user_error("{}: write failed: {}", path, std::strerror(e));
     return;
   }
   std::string name = ".";  // built up by appends: GCC 12 gives a false -Wrestrict for "." + string
@@ -83,18 +90,10 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
   fs::path tmp = p.parent_path() / name;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) user_error("{}: cannot create: {}", tmp.string(), std::strerror(errno));
-  const uint8_t* b = static_cast<const uint8_t*>(bytes);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::write(fd, b + done, n - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      fs::remove(tmp);
-      user_error("{}: write failed: {}", path, std::strerror(e));
-    }
-    done += size_t(w);
+  if (const int e = write_all(fd, bytes, n)) {
+    ::close(fd);
+    fs::remove(tmp);
+    user_error("{}: write failed: {}", path, std::strerror(e));
   }
   ::fsync(fd);
   ::close(fd);
