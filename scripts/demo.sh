@@ -14,7 +14,9 @@ MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 OUT=build/demo/smollm2-hf-f32
 mkdir -p build/demo
 build/quanttool convert --in "$MODEL" --out "$OUT" --dtype f32 --force
-build/quanttool inspect "$OUT" | head -20
+# (through a file: under pipefail, `inspect | head` dies of SIGPIPE when head stops reading first)
+build/quanttool inspect "$OUT" > build/demo/inspect.txt
+head -20 build/demo/inspect.txt
 CHUNKS=${CHUNKS:-16}
 chunk_flag=()
 [ "$CHUNKS" = all ] || chunk_flag=(--chunks "$CHUNKS")
