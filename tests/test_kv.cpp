@@ -122,6 +122,29 @@ std::unique_ptr<Codec> codec(const std::string& spec, Side s = Side::Key, const 
   return make_codec(parse_kv_spec(spec, "test"), s, c);
 }
 
+// The codecs' whole-byte fast paths (pack_codes, unpack_codes, codebook_indices) against the
+// bit-by-bit and threshold-by-threshold scalar definitions, at every width and at offsets that
+// are and are not byte aligned, with lengths that leave a tail.
+TEST(KvCodecs, FastPackingMatchesBitByBit) {
+  std::mt19937 rng(7);
+  for (int bits = 1; bits <= 8; ++bits)
+    for (int64_t bit0 : {0, 8, 24, 3})
+      for (int n : {64, 37}) {
+        std::vector<uint8_t> codes(n), fast(96, 0), slow(96, 0), back(n);
+        for (auto& c : codes) c = uint8_t(rng() & ((1u << bits) - 1u));
+        pack_codes(fast.data(), bit0, n, bits, codes.data());
+        for (int i = 0; i < n; ++i) put_bits_at(slow.data(), bit0 + int64_t(i) * bits, bits, codes[i]);
+        EXPECT_EQ(fast, slow) << "bits " << bits << " offset " << bit0 << " n " << n;
+        unpack_codes(fast.data(), bit0, n, bits, back.data());
+        EXPECT_EQ(back, codes) << "bits " << bits << " offset " << bit0 << " n " << n;
+      }
+  const std::vector<float> t = {-1.5f, -0.5f, 0.0f, 0.25f, 1.0f};
+  std::vector<float> x = {-2, -1.5f, -1, -0.5f, 0, 0.1f, 0.25f, 0.5f, 1, 3};
+  std::vector<uint8_t> idx(x.size());
+  codebook_indices(t.data(), int(t.size()), x.data(), int(x.size()), idx.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(idx[i], codebook_index(t.data(), int(t.size()), x[i])) << x[i];
+}
+
 TEST(KvCodecs, BitsPerElementAsPublished) {  // B.12 with d = 64 (fp16 side data: 16/64 per norm)
   struct Case {
     const char* spec;

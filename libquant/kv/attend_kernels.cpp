@@ -1,8 +1,23 @@
 #include "libquant/kv/attend_kernels.h"
 
+#include <algorithm>
+
 #include "libquant/cpu_features.h"
 
 namespace qt::kv {
+
+namespace {
+// kSignTable[b][i] = bit i of b set ? −1 : +1.
+struct SignTable {
+  float t[256][8];
+  SignTable() {
+    for (int b = 0; b < 256; ++b)
+      for (int i = 0; i < 8; ++i) t[b][i] = (b >> i) & 1 ? -1.0f : 1.0f;
+  }
+  const float* operator[](int b) const { return t[b]; }
+};
+const SignTable kSignTable;
+}  // namespace
 
 namespace lvl_scalar {
 #include "libquant/kv/attend_kernels_impl.inc"
@@ -23,14 +38,29 @@ namespace lvl_avx512 {
 #pragma GCC pop_options
 
 const AttendKernels& attend_kernels() {
-  static const AttendKernels scalar{lvl_scalar::score_tile, lvl_scalar::dot_rows, lvl_scalar::mix_rows};
-  static const AttendKernels avx2{lvl_avx2::score_tile, lvl_avx2::dot_rows, lvl_avx2::mix_rows};
-  static const AttendKernels avx512{lvl_avx512::score_tile, lvl_avx512::dot_rows, lvl_avx512::mix_rows};
+  static const AttendKernels scalar{lvl_scalar::score_tile, lvl_scalar::score_tile2, lvl_scalar::dot_rows, lvl_scalar::mix_rows,
+                                     lvl_scalar::expand_signs};
+  static const AttendKernels avx2{lvl_avx2::score_tile, lvl_avx2::score_tile2, lvl_avx2::dot_rows, lvl_avx2::mix_rows,
+                                     lvl_avx2::expand_signs};
+  static const AttendKernels avx512{lvl_avx512::score_tile, lvl_avx512::score_tile2, lvl_avx512::dot_rows, lvl_avx512::mix_rows,
+                                     lvl_avx512::expand_signs};
   switch (kernel_level()) {
     case KernelLevel::AVX512: return avx512;
     case KernelLevel::AVX2: return avx2;
     default: return scalar;
   }
+}
+
+void project_t(const float* x, const float* At, int d, int m, float* y) {
+  std::fill(y, y + m, 0.0f);
+  attend_kernels().mix_rows(x, At, m, d, m, y);
+}
+
+std::vector<float> transposed(const std::vector<float>& a, int rows, int cols) {
+  std::vector<float> t(a.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) t[size_t(c) * rows + r] = a[size_t(r) * cols + c];
+  return t;
 }
 
 }  // namespace qt::kv

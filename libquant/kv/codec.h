@@ -117,12 +117,42 @@ inline void unpack_codes(const uint8_t* p, int64_t bit0, int n, int bits, uint8_
     for (int k = 0; i < n; ++i, ++k) out[i] = uint8_t((*q >> (k * bits)) & mask);
     return;
   }
-  for (int i = 0; i < n; ++i) out[i] = uint8_t(get_bits_at(p, bit0 + int64_t(i) * bits, bits));
+  int i = 0;
+  if ((bit0 & 7) == 0) {  // 3, 5, 6, 7 bits: 8 codes from every `bits` whole bytes
+    const uint8_t* q = p + (bit0 >> 3);
+    const uint64_t mask = (1u << bits) - 1u;
+    for (; i + 8 <= n; i += 8, q += bits) {
+      uint64_t w = 0;
+      for (int b = 0; b < bits; ++b) w |= uint64_t(q[b]) << (8 * b);
+      for (int k = 0; k < 8; ++k) out[i + k] = uint8_t((w >> (k * bits)) & mask);
+    }
+  }
+  for (; i < n; ++i) out[i] = uint8_t(get_bits_at(p, bit0 + int64_t(i) * bits, bits));
 }
 // The same at an arbitrary bit offset (codes of mixed widths in one vector).
 inline void put_bits_at(uint8_t* p, int64_t bit, int bits, uint32_t v) {
   for (int i = 0; i < bits; ++i)
     if ((v >> i) & 1u) p[(bit + i) >> 3] |= uint8_t(1u << ((bit + i) & 7));
+}
+// The inverse of unpack_codes: n codes of `bits` bits OR-ed in at bit offset bit0 (the bytes
+// start zeroed).
+inline void pack_codes(uint8_t* p, int64_t bit0, int n, int bits, const uint8_t* codes) {
+  int i = 0;
+  if ((bit0 & 7) == 0) {  // 8 codes into every `bits` whole bytes
+    uint8_t* q = p + (bit0 >> 3);
+    for (; i + 8 <= n; i += 8, q += bits) {
+      uint64_t w = 0;
+      for (int k = 0; k < 8; ++k) w |= uint64_t(codes[i + k]) << (k * bits);
+      for (int b = 0; b < bits; ++b) q[b] |= uint8_t(w >> (8 * b));
+    }
+  }
+  for (; i < n; ++i) put_bits_at(p, bit0 + int64_t(i) * bits, bits, codes[i]);
+}
+// codes[i] = codebook_index(t, nt, x[i]) for i < n, threshold by threshold (vectorizes).
+inline void codebook_indices(const float* t, int nt, const float* x, int n, uint8_t* codes) {
+  for (int i = 0; i < n; ++i) codes[i] = 0;
+  for (int k = 0; k < nt; ++k)
+    for (int i = 0; i < n; ++i) codes[i] += x[i] > t[k];
 }
 inline size_t packed_bytes(int64_t n, int bits) { return size_t((n * bits + 7) / 8); }
 

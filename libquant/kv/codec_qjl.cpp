@@ -18,7 +18,7 @@ namespace {
 class Qjl final : public Codec {
  public:
   Qjl(const KVContext& ctx, int m, std::string name)
-      : Codec(ctx.head_dim, std::move(name)), m_(m), S_(ctx.jl(m, SeedUse::JL)), sign_bytes_(packed_bytes(m, 1)) {}
+      : Codec(ctx.head_dim, std::move(name)), m_(m), S_(ctx.jl(m, SeedUse::JL)), St_(transposed(S_, m, d_)), sign_bytes_(packed_bytes(m, 1)) {}
   int domain_dim() const override { return m_; }
   size_t group_bytes() const override { return sign_bytes_ + 2; }
 
@@ -26,7 +26,7 @@ class Qjl final : public Codec {
     std::memset(out, 0, group_bytes());
     store_half(out + sign_bytes_, l2_norm(x, d_));
     std::vector<float> sx(m_);
-    attend_kernels().dot_rows(x, S_.data(), d_, m_, d_, sx.data());
+    project_t(x, St_.data(), d_, m_, sx.data());
     for (int k = 0; k < m_; ++k)
       if (sx[k] < 0) out[k >> 3] |= uint8_t(1u << (k & 7));  // bit set = −1
   }
@@ -35,14 +35,12 @@ class Qjl final : public Codec {
     const float c = std::sqrt(float(M_PI) / 2.0f) / float(m_);
     for (int t = 0; t < n; ++t) {
       const uint8_t* p = codes + (j0 + t) * group_bytes();
-      const float w = c * load_half(p + sign_bytes_);
-      float* o = out + int64_t(t) * m_;
-      for (int k = 0; k < m_; ++k) o[k] = ((p[k >> 3] >> (k & 7)) & 1) ? -w : w;
+      attend_kernels().expand_signs(p, m_, c * load_half(p + sign_bytes_), out + int64_t(t) * m_);
     }
   }
 
   void query_to_domain(const float* q, float* out) const override {
-    attend_kernels().dot_rows(q, S_.data(), d_, m_, d_, out);
+    project_t(q, St_.data(), d_, m_, out);
   }
   void domain_to_head(const float* acc, float* out) const override {
     attend_kernels().mix_rows(acc, S_.data(), d_, m_, d_, out);
@@ -50,7 +48,7 @@ class Qjl final : public Codec {
 
  private:
   int m_;
-  std::vector<float> S_;
+  std::vector<float> S_, St_;  // m × d and its transpose (the projections' broadcast form)
   size_t sign_bytes_;
 };
 

@@ -44,13 +44,12 @@ class TurboMse final : public RotatedCodec {
     if (n == 0) return;
     rot_.apply(x, y);
     const float inv = 1.0f / n;
-    int64_t bit = 0;
-    for (int i = 0; i < d_; ++i) {
-      const auto& cb = i < n_hi_ ? hi_ : lo_;
-      const int b = i < n_hi_ ? bh_ : bl_;
-      put_bits_at(out, bit, b, uint32_t(codebook_index(cb.t.data(), int(cb.t.size()), y[i] * inv)));
-      bit += b;
-    }
+    for (int i = 0; i < d_; ++i) y[i] *= inv;
+    uint8_t idx[1024];  // the first n_hi_ coordinates at bh_ bits, the rest at bl_
+    codebook_indices(hi_.t.data(), int(hi_.t.size()), y, n_hi_, idx);
+    codebook_indices(lo_.t.data(), int(lo_.t.size()), y + n_hi_, d_ - n_hi_, idx + n_hi_);
+    pack_codes(out, 0, n_hi_, bh_, idx);
+    pack_codes(out, int64_t(n_hi_) * bh_, d_ - n_hi_, bl_, idx + n_hi_);
   }
 
   void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
@@ -79,6 +78,7 @@ class TurboProd final : public Codec {
       : Codec(ctx.head_dim, std::move(name)), rot_(ctx.rotation(rot)), bm_(bits - 1) {
     if (bm_ > 0) cb_ = ctx.codebook(Density::Sphere, bm_, d_);
     S_ = ctx.jl(d_, SeedUse::ProdJL);
+    St_ = transposed(S_, d_, d_);
     idx_bytes_ = packed_bytes(int64_t(d_) * bm_, 1);
     sign_bytes_ = packed_bytes(d_, 1);
   }
@@ -93,21 +93,20 @@ class TurboProd final : public Codec {
     if (n == 0) return;
     float y[1024], r[1024];
     rot_.apply(x, y);
+    for (int i = 0; i < d_; ++i) y[i] /= n;
+    uint8_t idx[1024];
+    if (bm_ > 0) {
+      codebook_indices(cb_.t.data(), int(cb_.t.size()), y, d_, idx);
+      pack_codes(out, 0, d_, bm_, idx);
+    }
     double g = 0;
     for (int i = 0; i < d_; ++i) {
-      y[i] /= n;
-      float yh = 0;
-      if (bm_ > 0) {
-        const uint32_t k = uint32_t(codebook_index(cb_.t.data(), int(cb_.t.size()), y[i]));
-        put_bits(out, i, bm_, k);
-        yh = cb_.c[k];
-      }
-      r[i] = y[i] - yh;
+      r[i] = y[i] - (bm_ > 0 ? cb_.c[idx[i]] : 0.0f);
       g += double(r[i]) * r[i];
     }
     store_half(side + 2, float(std::sqrt(g)));
     float sr[1024];
-    attend_kernels().dot_rows(r, S_.data(), d_, d_, d_, sr);
+    project_t(r, St_.data(), d_, d_, sr);
     for (int k = 0; k < d_; ++k)
       if (sr[k] < 0) out[idx_bytes_ + (k >> 3)] |= uint8_t(1u << (k & 7));  // bit set = −1
   }
@@ -122,14 +121,13 @@ class TurboProd final : public Codec {
       uint8_t idx[1024];
       if (bm_ > 0) unpack_codes(p, 0, d_, bm_, idx);
       for (int i = 0; i < d_; ++i) o[i] = bm_ > 0 ? nn * cb_.c[idx[i]] : 0.0f;
-      const float w = nn * gam * c;
-      for (int k = 0; k < d_; ++k) o[d_ + k] = ((p[idx_bytes_ + (k >> 3)] >> (k & 7)) & 1) ? -w : w;
+      attend_kernels().expand_signs(p + idx_bytes_, d_, nn * gam * c, o + d_);
     }
   }
 
   void query_to_domain(const float* q, float* out) const override {
     rot_.apply(q, out);
-    attend_kernels().dot_rows(out, S_.data(), d_, d_, d_, out + d_);
+    project_t(out, St_.data(), d_, d_, out + d_);
   }
   void domain_to_head(const float* acc, float* out) const override {
     float y[1024];
@@ -143,7 +141,7 @@ class TurboProd final : public Codec {
   Rotation rot_;
   int bm_;
   KVContext::FloatCodebook cb_;
-  std::vector<float> S_;
+  std::vector<float> S_, St_;  // d × d and its transpose
   size_t idx_bytes_, sign_bytes_;
 };
 

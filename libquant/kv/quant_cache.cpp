@@ -200,17 +200,25 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       TT.assign(size_t(kv::kTile) * dtk, 0.0f);
       for (int v = 0; v < nv; ++v) SK.codec->query_to_domain(qrow(v), QT.data() + size_t(v) * dtk);
       const uint8_t* codes = SK.codes.data() + size_t(g) * groups_cap(SK) * SK.codec->group_bytes();
-      float s[kv::kTile];
+      float s[kv::kTile], s2[kv::kTile];
       for (int j0 = 0; j0 < kenc; j0 += kv::kTile) {
         const int nj = std::min(kv::kTile, kenc - j0);
         SK.codec->decode(codes, j0, nj, TILE.data());
         if (nj < kv::kTile) std::fill(TT.begin(), TT.end(), 0.0f);
         for (int j = 0; j < nj; ++j)
           for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
-        for (int v = 0; v < nv; ++v) {
-          if (BK[v] <= j0) continue;
+        auto keep = [&](int v, const float* sv) {  // the scores of v's visible encoded keys
+          if (BK[v] > j0) std::memcpy(S.data() + size_t(v) * sst + j0, sv, sizeof(float) * std::min(nj, BK[v] - j0));
+        };
+        int v = 0;
+        for (; v + 2 <= nv; v += 2) {  // pairs of queries share each tile row's loads
+          if (BK[v] <= j0 && BK[v + 1] <= j0) continue;
+          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, TT.data(), dtk, s, s2);
+          keep(v, s), keep(v + 1, s2);
+        }
+        if (v < nv && BK[v] > j0) {
           K.score_tile(QT.data() + size_t(v) * dtk, TT.data(), dtk, s);
-          std::memcpy(S.data() + size_t(v) * sst + j0, s, sizeof(float) * std::min(nj, BK[v] - j0));
+          keep(v, s);
         }
       }
     }
