@@ -1,7 +1,5 @@
 #include "libquant/kv/attend_kernels.h"
 
-#include <algorithm>
-
 #include "libquant/cpu_features.h"
 
 namespace qt::kv {
@@ -39,11 +37,11 @@ namespace lvl_avx512 {
 
 const AttendKernels& attend_kernels() {
   static const AttendKernels scalar{lvl_scalar::score_tile, lvl_scalar::score_tile2, lvl_scalar::dot_rows, lvl_scalar::mix_rows,
-                                     lvl_scalar::expand_signs};
+                                     lvl_scalar::expand_signs, lvl_scalar::project_rows};
   static const AttendKernels avx2{lvl_avx2::score_tile, lvl_avx2::score_tile2, lvl_avx2::dot_rows, lvl_avx2::mix_rows,
-                                     lvl_avx2::expand_signs};
+                                     lvl_avx2::expand_signs, lvl_avx2::project_rows};
   static const AttendKernels avx512{lvl_avx512::score_tile, lvl_avx512::score_tile2, lvl_avx512::dot_rows, lvl_avx512::mix_rows,
-                                     lvl_avx512::expand_signs};
+                                     lvl_avx512::expand_signs, lvl_avx512::project_rows};
   switch (kernel_level()) {
     case KernelLevel::AVX512: return avx512;
     case KernelLevel::AVX2: return avx2;
@@ -52,8 +50,7 @@ const AttendKernels& attend_kernels() {
 }
 
 void project_t(const float* x, const float* At, int d, int m, float* y) {
-  std::fill(y, y + m, 0.0f);
-  attend_kernels().mix_rows(x, At, m, d, m, y);
+  attend_kernels().project_rows(x, d, 1, At, d, m, y, m);
 }
 
 std::vector<float> transposed(const std::vector<float>& a, int rows, int cols) {

@@ -19,6 +19,8 @@ struct AttendKernels {
   void (*mix_rows)(const float* p, const float* x, int64_t ld, int n, int d, float* y);
   // out[k] = bit k of `bits` (LSB first) set ? −w : w, for k < m   (1-bit sketches, QJL)
   void (*expand_signs)(const uint8_t* bits, int m, float w, float* out);
+  // y[r·ldy + ·] = A x_r for n rows x_r = x + r·ldx, A (m × d) stored transposed (d × m)
+  void (*project_rows)(const float* x, int64_t ldx, int n, const float* At, int d, int m, float* y, int64_t ldy);
 };
 
 // y[0..m) = Σ_i x[i] · At[i·m + ·] for i < d: y = A x with A (m × d) stored transposed (d × m),

@@ -65,6 +65,9 @@ class Codec {
   virtual void decode(const uint8_t* codes, int64_t j0, int n, float* out) const = 0;
   // Keys: ⟨query_to_domain(q), decode(j)⟩ = q · k̂_j.
   virtual void query_to_domain(const float* q, float* out) const;
+  // The same for n queries, rows d floats apart, into rows domain_dim() apart (sketching codecs
+  // project them together).
+  virtual void queries_to_domain(const float* q, int n, float* out) const;
   // Values: out += the head-space vector of a domain accumulator.
   virtual void domain_to_head(const float* acc, float* out) const;
 

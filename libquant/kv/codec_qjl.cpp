@@ -42,6 +42,9 @@ class Qjl final : public Codec {
   void query_to_domain(const float* q, float* out) const override {
     project_t(q, St_.data(), d_, m_, out);
   }
+  void queries_to_domain(const float* q, int n, float* out) const override {
+    attend_kernels().project_rows(q, d_, n, St_.data(), d_, m_, out, m_);
+  }
   void domain_to_head(const float* acc, float* out) const override {
     attend_kernels().mix_rows(acc, S_.data(), d_, m_, d_, out);
   }

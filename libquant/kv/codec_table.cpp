@@ -29,6 +29,9 @@ float load_half(const uint8_t* p) {
 float round_half(float v) { return f16_to_f32(f32_to_f16(v)); }
 
 void Codec::query_to_domain(const float* q, float* out) const { std::memcpy(out, q, sizeof(float) * d_); }
+void Codec::queries_to_domain(const float* q, int n, float* out) const {
+  for (int v = 0; v < n; ++v) query_to_domain(q + int64_t(v) * d_, out + int64_t(v) * domain_dim());
+}
 void Codec::domain_to_head(const float* acc, float* out) const {
   for (int i = 0; i < d_; ++i) out[i] += acc[i];
 }

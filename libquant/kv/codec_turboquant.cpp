@@ -129,6 +129,10 @@ class TurboProd final : public Codec {
     rot_.apply(q, out);
     project_t(out, St_.data(), d_, d_, out + d_);
   }
+  void queries_to_domain(const float* q, int n, float* out) const override {
+    for (int v = 0; v < n; ++v) rot_.apply(q + int64_t(v) * d_, out + int64_t(v) * 2 * d_);
+    attend_kernels().project_rows(out, 2 * d_, n, St_.data(), d_, d_, out + d_, 2 * d_);
+  }
   void domain_to_head(const float* acc, float* out) const override {
     float y[1024];
     for (int i = 0; i < d_; ++i) y[i] = acc[i];

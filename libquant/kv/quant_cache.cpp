@@ -174,7 +174,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
     const int nk = first_pos + i0 + nr;
     const int64_t sst = (nk + kv::kTile - 1) / kv::kTile * kv::kTile;
 
-    thread_local std::vector<float> S, QT, ACC, TILE, TT;
+    thread_local std::vector<float> S, QH, QT, ACC, TILE, TT;
     thread_local std::vector<int> NVIS, BK, BV;
     S.resize(size_t(nv) * sst);
     NVIS.resize(nv), BK.resize(nv), BV.resize(nv);
@@ -198,7 +198,9 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       QT.resize(size_t(nv) * dtk);
       TILE.resize(size_t(kv::kTile) * dtk);
       TT.assign(size_t(kv::kTile) * dtk, 0.0f);
-      for (int v = 0; v < nv; ++v) SK.codec->query_to_domain(qrow(v), QT.data() + size_t(v) * dtk);
+      QH.resize(size_t(nv) * D);
+      for (int v = 0; v < nv; ++v) std::memcpy(QH.data() + size_t(v) * D, qrow(v), sizeof(float) * D);
+      SK.codec->queries_to_domain(QH.data(), nv, QT.data());
       const uint8_t* codes = SK.codes.data() + size_t(g) * groups_cap(SK) * SK.codec->group_bytes();
       float s[kv::kTile], s2[kv::kTile];
       for (int j0 = 0; j0 < kenc; j0 += kv::kTile) {
