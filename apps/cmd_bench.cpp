@@ -1,6 +1,7 @@
 // quanttool bench: this machine's peaks (--peak), the dense GEMMs over SmolLM2's shapes (--gemm),
 // each GEMM printed beside the peak it is measured against, and the kernel latency table of every
 // Linear kind, dense and packed (--kernel), all in one run.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -25,6 +26,7 @@ struct BenchOpts {
   bool peak = false, gemm = false, kernel = false;
   std::vector<int64_t> kernel_ms = {1, 128, 1024, 4096};
   bool kernel_smollm2_only = false;
+  std::vector<std::string> kernel_columns;  // empty: all
   int threads = 0;
   int64_t m = 512;
   std::string compute = "both";
@@ -56,7 +58,14 @@ nlohmann::json kernel_table(const BenchOpts& o, double int8_peak) {
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> shapes;
   if (!o.kernel_smollm2_only) shapes = {{"seed", {10240, 2560}}, {"seed", {2560, 10240}}};
   for (auto& s : bench::smollm2_shapes()) shapes.push_back({"smollm2 " + s.name, {s.n, s.k}});
-  const auto cols = bench::default_kernel_columns();
+  // --kernel-columns: the columns asked for, f32 always (the ratios' reference).
+  std::vector<bench::KernelColumn> cols;
+  for (auto& c : bench::default_kernel_columns())
+    if (o.kernel_columns.empty() || c.label == "f32" ||
+        std::find(o.kernel_columns.begin(), o.kernel_columns.end(), c.label) != o.kernel_columns.end())
+      cols.push_back(c);
+  const auto w8 = std::find_if(cols.begin(), cols.end(), [](auto& c) { return c.label == "w8a8"; });
+  const size_t w8col = size_t(w8 - cols.begin());
   const auto rows = bench::run_kernel_bench(shapes, o.kernel_ms, cols, 0.2);
   fmt::print("\nkernel latency, y[M,N] = x[M,K]·Wᵀ, ms (best of runs) and ×f32 time; w8a8 GOP/s and % of the INT8 peak\n");
   std::string head = fmt::format("{:<15}{:>6}{:>6}{:>5}", "shape", "N", "K", "M");
@@ -77,7 +86,7 @@ nlohmann::json kernel_table(const BenchOpts& o, double int8_peak) {
       jr["cells"][cols[c].label] = {{"ms", cell.best_s * 1e3}, {"ratio_f32", f32 > 0 ? cell.best_s / f32 : 0.0},
                                     {"kind", cell.kind}};
     }
-    const double t8 = r.cells[2].best_s;
+    const double t8 = w8col < cols.size() ? r.cells[w8col].best_s : 0.0;
     const double gops = t8 > 0 ? 2.0 * double(r.m) * double(r.n) * double(r.k) / t8 / 1e9 : 0.0;
     line += int8_peak > 0 ? fmt::format("{:>9.1f} {:>5.1f}%", gops, 100.0 * gops / int8_peak) : fmt::format("{:>9.1f}", gops);
     jr["w8a8_gops"] = gops;
@@ -93,6 +102,14 @@ int run_bench(BenchOpts o) {
   if (o.threads > 0) set_threads(o.threads);
   const int threads = num_threads();
   if (o.m <= 0) user_error("--tokens: must be positive, got {}", o.m);
+  for (auto& c : o.kernel_columns) {
+    const auto all = bench::default_kernel_columns();
+    if (std::none_of(all.begin(), all.end(), [&](auto& d) { return d.label == c; })) {
+      std::string names;
+      for (auto& d : all) names += (names.empty() ? "" : ", ") + d.label;
+      user_error("--kernel-columns: '{}' is not one of {}", c, names);
+    }
+  }
   if (!o.level.empty()) {
     KernelLevel lvl;
     if (!parse_kernel_level(o.level, &lvl))
@@ -199,6 +216,8 @@ Registrar reg({"bench", "measure this machine's peaks and the kernels' speed aga
                  sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
                  sub.add_flag("--kernel", o->kernel, "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on the seed's and SmolLM2's shapes");
                  sub.add_option("--kernel-tokens", o->kernel_ms, "M values of the --kernel table (default 1 128 1024 4096)");
+                 sub.add_option("--kernel-columns", o->kernel_columns,
+                                "columns of the --kernel table (default all; f32 is always measured)");
                  sub.add_flag("--kernel-smollm2-only", o->kernel_smollm2_only, "--kernel on SmolLM2's shapes only");
                  sub.add_option("--threads", o->threads, "threads (default: all cores)");
                  sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");

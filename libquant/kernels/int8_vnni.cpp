@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -38,41 +39,82 @@ Int8Vnni pack_int8_vnni(const int8_t* q, const float* s, int64_t n, int64_t k, i
 
 namespace {
 
-constexpr int kMR = 8;  // token rows per tile: 8 int32 + 8 fp32 accumulators
+// A tile is R token rows × NP panels (16 output rows each): R·NP int32 accumulators (24 of the
+// 32 zmm registers at 6 × 4), each k-block loads NP weight vectors and R activation dwords for
+// R·NP VPDPBUSDs — enough independent chains to cover its latency on both VNNI ports, and a
+// load for every 2.4 of them (an 8 × 1 tile needed 9 loads per 8 and had 8 chains).
+constexpr int kMR = 6, kNP = 4;
 
-template <int R>
+// The int32 sums of one group: k-blocks [b0, b1) of NP panels against R activation rows, into
+// acc[r][q][16]. Its own function (not inlined): inside the tile's group loop GCC 12 spilled and
+// shuffled the 24 accumulators every k-block; alone it keeps them in registers.
+template <int R, int NP>
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void group_sums(
+    const int8_t* const* pan, const uint8_t* a, int64_t lda, int64_t b0, int64_t b1, int32_t* acc_out) {
+  __m512i acc[R][NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_setzero_si512();
+  for (int64_t b = b0; b < b1; ++b) {
+    __m512i wv[NP];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) wv[q] = _mm512_loadu_si512(pan[q] + b * 64);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t a4;
+      std::memcpy(&a4, a + r * lda + b * 4, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], av, wv[q]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) _mm512_store_si512(acc_out + (r * NP + q) * 16, acc[r][q]);
+}
+
+template <int R, int NP>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(
-    const Int8Vnni& w, int64_t p, const uint8_t* a, int64_t lda, const float* sx, float* y,
-    int64_t ldy, __mmask16 mask) {
+    const Int8Vnni& w, int64_t p0, const uint8_t* a, int64_t lda, const float* sx, float* y,
+    int64_t ldy, __mmask16 last_mask) {
   const int64_t k4 = w.k / 4, g4 = w.gl / 4;
-  const int8_t* panel = w.panels.data() + size_t(p * k4 * 64);
-  __m512 sum[R];
-  for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_ps();
+  const int8_t* pan[NP];
+  for (int q = 0; q < NP; ++q) pan[q] = w.panels.data() + size_t((p0 + q) * k4 * 64);
+  // Σ over groups per (row, panel), in the order reference_gemm adds them.
+  alignas(64) float sum[R][NP][16] = {};
+  alignas(64) int32_t acc[R][NP][16];
   for (int64_t g = 0; g < w.ng; ++g) {
-    __m512i acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
-    for (int64_t b = g * g4; b < (g + 1) * g4; ++b) {
-      const __m512i wv = _mm512_loadu_si512(panel + b * 64);
+    group_sums<R, NP>(pan, a, lda, g * g4, (g + 1) * g4, &acc[0][0][0]);
+    for (int q = 0; q < NP; ++q) {
+      const size_t off = size_t(((p0 + q) * w.ng + g) * 16);
+      const __m512i cs = _mm512_loadu_si512(w.colsum128.data() + off);
+      const __m512 sw = _mm512_loadu_ps(w.scales.data() + off);
       for (int r = 0; r < R; ++r) {
-        int32_t a4;
-        std::memcpy(&a4, a + r * lda + b * 4, 4);
-        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(a4), wv);
+        const __m512 d = _mm512_mul_ps(sw, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(acc[r][q]), cs)));
+        _mm512_store_ps(sum[r][q], _mm512_add_ps(_mm512_load_ps(sum[r][q]), d));
       }
     }
-    const size_t off = size_t((p * w.ng + g) * 16);
-    const __m512i cs = _mm512_loadu_si512(w.colsum128.data() + off);
-    const __m512 sw = _mm512_loadu_ps(w.scales.data() + off);
-    for (int r = 0; r < R; ++r)
-      sum[r] = _mm512_add_ps(sum[r], _mm512_mul_ps(sw, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], cs))));
   }
-  for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(y + r * ldy + p * 16, mask, _mm512_mul_ps(_mm512_set1_ps(sx[r]), sum[r]));
+  for (int r = 0; r < R; ++r) {
+    const __m512 s = _mm512_set1_ps(sx[r]);
+    for (int q = 0; q < NP; ++q)
+      _mm512_mask_storeu_ps(y + r * ldy + (p0 + q) * 16, q == NP - 1 ? last_mask : __mmask16(0xFFFF),
+                            _mm512_mul_ps(s, _mm512_load_ps(sum[r][q])));
+  }
 }
 
 using TileFn = void (*)(const Int8Vnni&, int64_t, const uint8_t*, int64_t, const float*, float*,
                         int64_t, __mmask16);
-constexpr TileFn kTiles[kMR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
-                                    tile<5>, tile<6>, tile<7>, tile<8>};
+template <int R>
+constexpr std::array<TileFn, kNP + 1> tiles_of_rows() {
+  return {nullptr, tile<R, 1>, tile<R, 2>, tile<R, 3>, tile<R, 4>};
+}
+// kTiles[rows][panels]
+constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {
+    std::array<TileFn, kNP + 1>{}, tiles_of_rows<1>(), tiles_of_rows<2>(), tiles_of_rows<3>(),
+    tiles_of_rows<4>(),            tiles_of_rows<5>(), tiles_of_rows<6>()};
 
 }  // namespace
 
@@ -119,16 +161,19 @@ void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y) 
 }
 
 void gemm_u8_vnni(const Int8Vnni& w, const uint8_t* ap, const float* sx, int64_t m, float* y) {
-  const int64_t row_blocks = (m + kMR - 1) / kMR, tiles = w.n_panels * row_blocks;
+  const int64_t row_blocks = (m + kMR - 1) / kMR, col_blocks = (w.n_panels + kNP - 1) / kNP;
+  const int64_t tiles = col_blocks * row_blocks;
   const bool par = m * w.n * w.k > (1 << 18);
+  // Row blocks innermost: a tile's panels stay in L2 while the token rows pass.
 #pragma omp parallel for schedule(dynamic, 4) if (par)
   for (int64_t i = 0; i < tiles; ++i) {
-    const int64_t p = i / row_blocks, rb = i % row_blocks;
+    const int64_t p0 = i / row_blocks * kNP, rb = i % row_blocks;
     const int64_t t0 = rb * kMR;
     const int rows = int(std::min<int64_t>(kMR, m - t0));
-    const int cols = int(std::min<int64_t>(16, w.n - p * 16));
+    const int panels = int(std::min<int64_t>(kNP, w.n_panels - p0));
+    const int cols = int(std::min<int64_t>(16, w.n - (p0 + panels - 1) * 16));
     const __mmask16 mask = __mmask16((1u << cols) - 1);
-    kTiles[rows](w, p, ap + t0 * w.k, w.k, sx + t0, y + t0 * w.n, w.n, mask);
+    kTiles[rows][panels](w, p0, ap + t0 * w.k, w.k, sx + t0, y + t0 * w.n, w.n, mask);
   }
 }
 
