@@ -4,8 +4,8 @@
   run    evaluates rows with `quanttool eval-ppl --method llama --kv-mode decode` on wiki.test.raw,
          the same model with an fp16 cache as the KL baseline (run alongside), one --json per row
          in --out (rows already there are skipped). --jobs runs rows side by side.
-  speed  tokens/s of every row in `cache` mode against the fp16 cache, measured here in one
-         sweep (fp16 first and last), no KL baseline; writes speed.json in --out.
+  speed  tokens/s of every row in `cache` mode, each right after an fp16-cache run (its % is of
+         that run), no KL baseline; writes speed.json in --out.
   table  prints the Markdown table from --out (and llama.cpp logs given with --llama-log).
 
   python3 scripts/kv_table.py run --out /tmp/kv --chunks 64 --jobs 1
@@ -117,19 +117,24 @@ def cmd_speed(a):
         if a.threads > 0:
             cmd += ["--threads", str(a.threads)]
         return wall_tps(cmd)
-    base = [tps("--kv f16")]
+    # Each row right after its own fp16 run: the ratio of that pair (the shared machine's speed
+    # drifts by ±10% over a sweep, more than the differences between rows).
+    base, pct = [], {}
     for l in labels:
+        base.append(tps("--kv f16"))
         out[l] = tps(row_flags(l, extra))
-        print(f"{l}: {out[l]:.0f} tok/s", file=sys.stderr, flush=True)
+        pct[l] = 100 * out[l] / base[-1]
+        print(f"{l}: {out[l]:.0f} tok/s ({pct[l]:.0f}% of the fp16 run before it, {base[-1]:.0f})",
+              file=sys.stderr, flush=True)
     if a.llama_bin:  # llama.cpp's caches in the same sweep, its own f16 cache as their reference
         for name in ("f16", "q8_0", "q4_0"):
             cmd = [a.llama_bin, "-m", a.llama_model, "-f", a.text, "-c", "512", "--chunks", str(a.chunks),
                    "-fa", "on", "-ctk", name, "-ctv", name] + (["-t", str(a.threads)] if a.threads > 0 else [])
             out[f"llama.cpp {name}"] = wall_tps(cmd)
             print(f"llama.cpp {name}: {out[f'llama.cpp {name}']:.0f} tok/s", file=sys.stderr, flush=True)
-    base.append(tps("--kv f16"))
     out["f16"] = sum(base) / len(base)
     out["_f16_runs"] = base
+    out["_pct_of_paired_f16"] = pct
     with open(os.path.join(a.out, "speed.json"), "w") as f:
         json.dump(out, f, indent=2)
 
@@ -179,7 +184,8 @@ def cmd_table(a):
             d = j["ppl"] - b["ppl"] if b else float("nan")
             rel = 100 * d / b["ppl"] if b else float("nan")
             sp = speed.get(label)
-            tp = f"{sp:.0f} ({100 * sp / speed['f16']:.0f}%)" if sp and "f16" in speed else "—"
+            pc = speed.get("_pct_of_paired_f16", {}).get(label, 100 * sp / speed["f16"] if sp and "f16" in speed else None)
+            tp = f"{sp:.0f} ({pc:.0f}%)" if sp and pc else "—"
             if label == "f16" and "f16" in speed:
                 tp = f"{speed['f16']:.0f}"
             note = notes.get(label, "")
