@@ -1,6 +1,8 @@
 // KV-cache quantization.
 //  * Lloyd-Max codebooks against the published tables (METHODS.md C.2–C.4);
 //  * rotations are orthogonal; every codec's bits per element against B.12's formulas (d = 64);
+//  * the codecs' fast loops (whole-byte packing, projections, sign expansion) against plain
+//    definitions at every kernel level;
 //  * reconstruction error against the quantizers' theory (TurboQuant d·MSE of f_d, RVQ's
 //    two-stage MSE of B.11), unbiasedness of the QJL / TurboQuant_prod inner-product estimators;
 //  * the quantized cache's attention against a scalar reference over the reconstructed K̂/V̂
@@ -17,8 +19,10 @@
 
 #include "formats/checkpoint.h"
 #include "formats/error.h"
+#include "libquant/cpu_features.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/kv/artifacts.h"
+#include "libquant/kv/attend_kernels.h"
 #include "libquant/kv/cache.h"
 #include "libquant/kv/codec.h"
 #include "libquant/kv/lloyd_max.h"
@@ -143,6 +147,41 @@ TEST(KvCodecs, FastPackingMatchesBitByBit) {
   std::vector<uint8_t> idx(x.size());
   codebook_indices(t.data(), int(t.size()), x.data(), int(x.size()), idx.data());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(idx[i], codebook_index(t.data(), int(t.size()), x[i])) << x[i];
+}
+
+// The sketching codecs' vector loops against plain definitions, at widths that leave tails
+// (m not a multiple of 64 or of 8), at every kernel level this machine has.
+TEST(KvKernels, ProjectionAndSignExpansionMatchDefinitions) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (KernelLevel lvl : {KernelLevel::Scalar, KernelLevel::AVX2, KernelLevel::AVX512}) {
+    if (lvl > max_kernel_level()) continue;
+    set_kernel_level(lvl);
+    const AttendKernels& K = attend_kernels();
+    for (int m : {8, 64, 100, 200}) {
+      const int d = 64, n = 3;
+      std::vector<float> A(size_t(m) * d), x(size_t(n) * d), y(size_t(n) * m);
+      for (auto& v : A) v = nd(rng);
+      for (auto& v : x) v = nd(rng);
+      const std::vector<float> At = transposed(A, m, d);
+      K.project_rows(x.data(), d, n, At.data(), d, m, y.data(), m);
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < m; ++c) {
+          double want = 0, mag = 0;
+          for (int i = 0; i < d; ++i) want += double(A[size_t(c) * d + i]) * x[size_t(r) * d + i],
+                                      mag += std::abs(double(A[size_t(c) * d + i]) * x[size_t(r) * d + i]);
+          EXPECT_NEAR(y[size_t(r) * m + c], want, 1e-5 * mag) << "level " << int(lvl) << " m " << m;
+        }
+      const int ms = m + 5;  // leaves a tail of 1..5 signs after the whole bytes
+      std::vector<uint8_t> bits2(size_t((ms + 7) / 8));
+      for (auto& b : bits2) b = uint8_t(rng());
+      std::vector<float> s(static_cast<size_t>(ms));
+      K.expand_signs(bits2.data(), ms, 0.5f, s.data());
+      for (int k = 0; k < ms; ++k)
+        EXPECT_EQ(s[size_t(k)], (bits2[size_t(k >> 3)] >> (k & 7)) & 1 ? -0.5f : 0.5f) << "m " << ms << " k " << k;
+    }
+  }
+  set_kernel_level(max_kernel_level());
 }
 
 TEST(KvCodecs, BitsPerElementAsPublished) {  // B.12 with d = 64 (fp16 side data: 16/64 per norm)
