@@ -54,16 +54,27 @@ void print_peaks(const std::vector<bench::PeakResult>& peaks, int threads) {
 
 // The seed's latency table: its two shapes at M ∈ --kernel-tokens, and SmolLM2's own shapes; each
 // cell's milliseconds and its ratio to f32; for the integer columns GOP/s and % of the INT8 peak.
-nlohmann::json kernel_table(const BenchOpts& o, double int8_peak) {
+// --kernel-columns: the columns asked for, f32 always (the ratios' reference); UserError naming
+// the columns there are for one that is not.
+std::vector<bench::KernelColumn> kernel_columns(const std::vector<std::string>& asked) {
+  const auto all = bench::default_kernel_columns();
+  for (auto& c : asked)
+    if (std::none_of(all.begin(), all.end(), [&](auto& d) { return d.label == c; })) {
+      std::string names;
+      for (auto& d : all) names += (names.empty() ? "" : ", ") + d.label;
+      user_error("--kernel-columns: '{}' is not one of {}", c, names);
+    }
+  std::vector<bench::KernelColumn> cols;
+  for (auto& c : all)
+    if (asked.empty() || c.label == "f32" || std::find(asked.begin(), asked.end(), c.label) != asked.end())
+      cols.push_back(c);
+  return cols;
+}
+
+nlohmann::json kernel_table(const BenchOpts& o, const std::vector<bench::KernelColumn>& cols, double int8_peak) {
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> shapes;
   if (!o.kernel_smollm2_only) shapes = {{"seed", {10240, 2560}}, {"seed", {2560, 10240}}};
   for (auto& s : bench::smollm2_shapes()) shapes.push_back({"smollm2 " + s.name, {s.n, s.k}});
-  // --kernel-columns: the columns asked for, f32 always (the ratios' reference).
-  std::vector<bench::KernelColumn> cols;
-  for (auto& c : bench::default_kernel_columns())
-    if (o.kernel_columns.empty() || c.label == "f32" ||
-        std::find(o.kernel_columns.begin(), o.kernel_columns.end(), c.label) != o.kernel_columns.end())
-      cols.push_back(c);
   const auto w8 = std::find_if(cols.begin(), cols.end(), [](auto& c) { return c.label == "w8a8"; });
   const size_t w8col = size_t(w8 - cols.begin());
   const auto rows = bench::run_kernel_bench(shapes, o.kernel_ms, cols, 0.2);
@@ -102,14 +113,7 @@ int run_bench(BenchOpts o) {
   if (o.threads > 0) set_threads(o.threads);
   const int threads = num_threads();
   if (o.m <= 0) user_error("--tokens: must be positive, got {}", o.m);
-  for (auto& c : o.kernel_columns) {
-    const auto all = bench::default_kernel_columns();
-    if (std::none_of(all.begin(), all.end(), [&](auto& d) { return d.label == c; })) {
-      std::string names;
-      for (auto& d : all) names += (names.empty() ? "" : ", ") + d.label;
-      user_error("--kernel-columns: '{}' is not one of {}", c, names);
-    }
-  }
+  const auto cols = kernel_columns(o.kernel_columns);  // checked before any measuring
   if (!o.level.empty()) {
     KernelLevel lvl;
     if (!parse_kernel_level(o.level, &lvl))
@@ -150,7 +154,7 @@ int run_bench(BenchOpts o) {
     fmt::print("\n");
   }
 
-  if (o.kernel) out["kernel"] = kernel_table(o, int8.points.empty() ? 0.0 : int8.at(threads));
+  if (o.kernel) out["kernel"] = kernel_table(o, cols, int8.points.empty() ? 0.0 : int8.at(threads));
 
   if (o.gemm) {
     const auto shapes = bench::smollm2_shapes();

@@ -39,9 +39,7 @@ class Qjl final : public Codec {
     }
   }
 
-  void query_to_domain(const float* q, float* out) const override {
-    project_t(q, St_.data(), d_, m_, out);
-  }
+  void query_to_domain(const float* q, float* out) const override { queries_to_domain(q, 1, out); }
   void queries_to_domain(const float* q, int n, float* out) const override {
     attend_kernels().project_rows(q, d_, n, St_.data(), d_, m_, out, m_);
   }

@@ -125,10 +125,7 @@ class TurboProd final : public Codec {
     }
   }
 
-  void query_to_domain(const float* q, float* out) const override {
-    rot_.apply(q, out);
-    project_t(out, St_.data(), d_, d_, out + d_);
-  }
+  void query_to_domain(const float* q, float* out) const override { queries_to_domain(q, 1, out); }
   void queries_to_domain(const float* q, int n, float* out) const override {
     for (int v = 0; v < n; ++v) rot_.apply(q + int64_t(v) * d_, out + int64_t(v) * 2 * d_);
     attend_kernels().project_rows(out, 2 * d_, n, St_.data(), d_, d_, out + d_, 2 * d_);
