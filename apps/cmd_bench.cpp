@@ -13,6 +13,7 @@
 #include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "libquant/bench/gemm_bench.h"
+#include "libquant/bench/gemv_bench.h"
 #include "libquant/bench/kernel_bench.h"
 #include "libquant/bench/peak.h"
 #include "libquant/cpu_features.h"
@@ -23,7 +24,8 @@ namespace qt {
 namespace {
 
 struct BenchOpts {
-  bool peak = false, gemm = false, kernel = false;
+  bool peak = false, gemm = false, kernel = false, gemv = false;
+  std::vector<std::string> gemv_columns = {"f32", "affine8-g64", "affine4-g64", "nf4-b64"};
   std::vector<int64_t> kernel_ms = {1, 128, 1024, 4096};
   bool kernel_smollm2_only = false;
   std::vector<std::string> kernel_columns;  // empty: all
@@ -56,13 +58,14 @@ void print_peaks(const std::vector<bench::PeakResult>& peaks, int threads) {
 // cell's milliseconds and its ratio to f32; for the integer columns GOP/s and % of the INT8 peak.
 // --kernel-columns: the columns asked for, f32 always (the ratios' reference); UserError naming
 // the columns there are for one that is not.
-std::vector<bench::KernelColumn> kernel_columns(const std::vector<std::string>& asked) {
+std::vector<bench::KernelColumn> kernel_columns(const std::vector<std::string>& asked,
+                                                const char* option = "--kernel-columns") {
   const auto all = bench::default_kernel_columns();
   for (auto& c : asked)
     if (std::none_of(all.begin(), all.end(), [&](auto& d) { return d.label == c; })) {
       std::string names;
       for (auto& d : all) names += (names.empty() ? "" : ", ") + d.label;
-      user_error("--kernel-columns: '{}' is not one of {}", c, names);
+      user_error("{}: '{}' is not one of {}", option, c, names);
     }
   std::vector<bench::KernelColumn> cols;
   for (auto& c : all)
@@ -107,13 +110,42 @@ nlohmann::json kernel_table(const BenchOpts& o, const std::vector<bench::KernelC
   return j;
 }
 
+// One token through weights streamed from DRAM (gemv_bench.h): packed GB/s of every column on the
+// seed's two shapes, beside the memory read bandwidth measured in the same run at these threads.
+nlohmann::json gemv_table(const BenchOpts& o, int threads) {
+  const auto all = bench::default_kernel_columns();
+  const size_t min_bytes = std::max<size_t>(4 * bench::l3_cache_bytes(), size_t(128) << 20);
+  const double bw = bench::peak_mem_read(threads).at(threads);
+  fmt::print("\nM = 1 over {} MiB of weights per pass (≥ 4× L3), packed bytes read per second; memory read "
+             "bandwidth at {} threads: {:.1f} GB/s\n",
+             min_bytes >> 20, threads, bw);
+  fmt::print("{:<14}{:>7}{:>7}{:>8}{:>10}{:>8}  {}\n", "column", "N", "K", "copies", "GB/s", "%bw", "kind");
+  nlohmann::json j{{"mem_read_gbps", bw}, {"min_bytes", min_bytes}, {"rows", nlohmann::json::array()}};
+  for (const auto& label : o.gemv_columns) {
+    const auto c = *std::find_if(all.begin(), all.end(), [&](auto& d) { return d.label == label; });
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{10240, 2560}, {2560, 10240}}) {
+      const auto r = bench::run_gemv_bench(c, n, k, min_bytes, 0.5);
+      if (r.kind.empty()) {
+        fmt::print("{:<14}{:>7}{:>7}{:>8}{:>10}\n", label, n, k, "", "n/a");
+        continue;
+      }
+      const double pct = bw > 0 ? 100.0 * r.gb_per_s() / bw : 0.0;
+      fmt::print("{:<14}{:>7}{:>7}{:>8}{:>10.1f}{:>7.1f}%  {}\n", label, n, k, r.copies, r.gb_per_s(), pct, r.kind);
+      j["rows"].push_back({{"column", label}, {"n", n}, {"k", k}, {"copies", r.copies}, {"kind", r.kind},
+                           {"gbps", r.gb_per_s()}, {"pct_mem_read", pct}, {"pass_ms", r.best_s * 1e3}});
+    }
+  }
+  return j;
+}
+
 int run_bench(BenchOpts o) {
-  if (!o.peak && !o.gemm && !o.kernel) o.peak = o.gemm = true;
+  if (!o.peak && !o.gemm && !o.kernel && !o.gemv) o.peak = o.gemm = true;
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
   if (o.threads > 0) set_threads(o.threads);
   const int threads = num_threads();
   if (o.m <= 0) user_error("--tokens: must be positive, got {}", o.m);
   const auto cols = kernel_columns(o.kernel_columns);  // checked before any measuring
+  if (o.gemv) kernel_columns(o.gemv_columns, "--gemv-columns");
   if (!o.level.empty()) {
     KernelLevel lvl;
     if (!parse_kernel_level(o.level, &lvl))
@@ -133,7 +165,9 @@ int run_bench(BenchOpts o) {
   // The GEMM percentages need the peaks at the GEMM's thread count; --peak adds 1..N.
   bench::PeakResult fp32, bf16, int8;
   std::vector<bench::PeakResult> peaks;
-  if (o.kernel && !o.peak && !o.gemm) {
+  if (!o.kernel && !o.peak && !o.gemm) {
+    // --gemv alone measures only the bandwidth it is compared with
+  } else if (o.kernel && !o.peak && !o.gemm) {
     int8 = bench::peak_int8_vnni(threads);
     fmt::print("peak at {} threads: int8 VNNI {}\n", threads,
                int8.points.empty() ? std::string("n/a") : fmt::format("{:.1f} GOP/s", int8.at(threads)));
@@ -155,6 +189,7 @@ int run_bench(BenchOpts o) {
   }
 
   if (o.kernel) out["kernel"] = kernel_table(o, cols, int8.points.empty() ? 0.0 : int8.at(threads));
+  if (o.gemv) out["gemv"] = gemv_table(o, threads);
 
   if (o.gemm) {
     const auto shapes = bench::smollm2_shapes();
@@ -223,6 +258,9 @@ Registrar reg({"bench", "measure this machine's peaks and the kernels' speed aga
                  sub.add_option("--kernel-columns", o->kernel_columns,
                                 "columns of the --kernel table (default all; f32 is always measured)");
                  sub.add_flag("--kernel-smollm2-only", o->kernel_smollm2_only, "--kernel on SmolLM2's shapes only");
+                 sub.add_flag("--gemv", o->gemv, "one token through weights streamed from DRAM (≥ 4× L3 of copies): packed GB/s against the measured memory bandwidth");
+                 sub.add_option("--gemv-columns", o->gemv_columns,
+                                "columns of --gemv (default f32 affine8-g64 affine4-g64 nf4-b64)");
                  sub.add_option("--threads", o->threads, "threads (default: all cores)");
                  sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
                  sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");

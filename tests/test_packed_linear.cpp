@@ -128,6 +128,15 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
                      m == 5);
 }
 
+// One token through 4- and 8-bit affine weights with fp32 scales runs MLX's factored GEMV
+// (kernels/affine_gemv.h) over blocks of rows on several threads once the matrix is large enough;
+// 211 rows leave a tail of fewer than four.
+TEST_P(PackedLinearLevels, AffineOneTokenOnThreadsMatchesReference) {
+  for (int bits : {4, 8})
+    for (int g : {32, 64, 128})
+      for (int64_t m : {1, 2}) check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
+}
+
 TEST_P(PackedLinearLevels, Bnb4BlocksSpanningRowsMatchReference) {
   // k = 200: blocks of 64 and 128 run across rows; 45·200 = 9000 is not a block multiple.
   for (const char* s : {"nf4", "fp4"})

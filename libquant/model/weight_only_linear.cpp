@@ -15,6 +15,7 @@
 
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/affine_gemv.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/model/packed_linear.h"
@@ -313,6 +314,23 @@ class WeightOnlyLinear final : public Linear {
   // A few tokens (decode), or no SIMD family: one decoded row at a time against every token —
   // no panel packing, which would cost more than the few dot products.
   void forward_rows(const float* x, int64_t m, float* y) const {
+    if (affine_ && w_.params.dtype == DType::F32 &&
+        kernels::affine_gemv_supports(bits_, k_, w_.params.group_size)) {
+      // MLX's qmv: codes straight into FMAs, scale and bias applied per group (affine_gemv.h).
+      const int64_t g = w_.params.group_size, blocks = (n_ + 63) / 64;
+      const float* bias = bias_.empty() ? nullptr : bias_.data();
+      thread_local kernels::AffineGemvInput tls;
+      const kernels::AffineGemvInput& in = tls;  // the caller's; an OpenMP thread's thread_local is another
+      for (int64_t t = 0; t < m; ++t) {
+        kernels::affine_gemv_prepare(bits_, x + t * k_, k_, g, &tls);
+        float* yt = y + t * n_;
+#pragma omp parallel for schedule(dynamic, 1) if (n_ * k_ > (1 << 16))
+        for (int64_t b = 0; b < blocks; ++b)
+          kernels::affine_gemv_rows(bits_, w_.data.data, scales_.data(), biases_.data(), k_, g, in, b * 64,
+                                    std::min(n_, (b + 1) * 64), bias, yt);
+      }
+      return;
+    }
     if (fast_decode_ && kernel_level() == KernelLevel::AVX2) {
       const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
       const bool bf16 = w_.params.dtype == DType::BF16;
