@@ -128,13 +128,16 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
                      m == 5);
 }
 
-// One token through 4- and 8-bit affine weights with fp32 scales runs MLX's factored GEMV
-// (kernels/affine_gemv.h) over blocks of rows on several threads once the matrix is large enough;
-// 211 rows leave a tail of fewer than four.
-TEST_P(PackedLinearLevels, AffineOneTokenOnThreadsMatchesReference) {
+// Weights large enough for several threads. One token through 4- and 8-bit affine weights with
+// fp32 scales runs MLX's factored GEMV (kernels/affine_gemv.h) over blocks of rows; 211 rows leave
+// a tail of fewer than four. 200 tokens run the panel driver over more than one group of panels
+// and more than one row chunk.
+TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
       for (int64_t m : {1, 2}) check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
+  for (int bits : {3, 4}) check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
+  check_case(P("nf4", 4, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, false);
 }
 
 TEST_P(PackedLinearLevels, Bnb4BlocksSpanningRowsMatchReference) {
