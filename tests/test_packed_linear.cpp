@@ -130,8 +130,7 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
 
 // Weights large enough for several threads. One token through 4- and 8-bit affine weights with
 // fp32 scales runs MLX's factored GEMV (kernels/affine_gemv.h) over blocks of rows; 211 rows leave
-// a tail of fewer than four. 200 tokens run the panel driver over more than one group of panels
-// and more than one row chunk.
+// a tail of fewer than four. 200 tokens run the panel driver over more panels than threads.
 TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})

@@ -80,7 +80,7 @@ QT_AVX512 void rows_avx512(const uint8_t* codes, const float* scales, const floa
     row[r] = codes + (r0 + r) * row_bytes;
     tot[r] = _mm512_setzero_ps();
   }
-  const __m512 levels = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);  // float(q)
+  const __m512i low4 = _mm512_set1_epi32(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
     __m512 acc[R], acc2[R];
     for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_ps();
@@ -88,11 +88,9 @@ QT_AVX512 void rows_avx512(const uint8_t* codes, const float* scales, const floa
       const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
       for (int r = 0; r < R; ++r) {
         if constexpr (kBits == 4) {
-          // VPERMPS reads only the index's low 4 bits: the low nibble needs no mask, and the
-          // lookup (port 5) takes the place of a convert (port 0, where the shift also runs).
           const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j / 2)));
-          acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, levels), x0, acc[r]);
-          acc2[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), levels), x1, acc2[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, low4)), x0, acc[r]);
+          acc2[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), x1, acc2[r]);
         } else {
           const __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j)));
           const __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j + 16)));

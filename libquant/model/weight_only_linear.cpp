@@ -367,11 +367,7 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
-  // A batch. A work item is a group of consecutive panels of NR rows, decoded and packed (as the
-  // dense family packs) once into the thread's buffer; the item then runs like the dense driver:
-  // row chunks whose activations stay in L2 while the group's panels pass over them. (One panel
-  // against all the rows at a time streamed every row of x past each panel from L3: on a Xeon
-  // the small projections ran 1.2-1.6x slower than dense f32.)
+  // A batch: per panel of NR rows, decode, pack as the dense family packs, run its tiles.
   void forward_panels(const float* x, int64_t m, float* y) const {
     const Family& f = *fam_;
     const int64_t kp = f.k_padded(k_);
@@ -384,50 +380,30 @@ class WeightOnlyLinear final : public Linear {
       lda = kp;
     }
     const int64_t panels = (n_ + f.nr - 1) / f.nr;
-    const size_t pbytes = f.panel_bytes(k_);
-    const int64_t per_thread = (panels + num_threads() - 1) / num_threads();
-    const int64_t group = std::clamp<int64_t>(int64_t(kPanelGroupBytes / pbytes), 1, per_thread);
-    const int64_t items = (panels + group - 1) / group;
-    const int64_t mc = std::max<int64_t>(1, kRowChunkBytes / (kp * f.a_bytes) / f.mr) * f.mr;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
 #pragma omp parallel
     {
       thread_local kernels::AlignedBuffer rows_buf, panel_buf;
       float* rows = static_cast<float*>(rows_buf.reserve(size_t(f.nr) * size_t(k_) * 4));
-      char* packed = static_cast<char*>(panel_buf.reserve(pbytes * size_t(group)));
+      void* panel = panel_buf.reserve(f.panel_bytes(k_));
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t it = 0; it < items; ++it) {
-        const int64_t p0 = it * group, p1 = std::min(panels, p0 + group);
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t n0 = p * f.nr;
-          const int cols = int(std::min<int64_t>(f.nr, n_ - n0));
-          for (int c = 0; c < cols; ++c) decode_row(n0 + c, rows + int64_t(c) * k_);
-          f.pack_panel(rows, k_, 0, cols, packed + size_t(p - p0) * pbytes);  // rows 0..cols of `rows`
-        }
-        for (int64_t mc0 = 0; mc0 < m; mc0 += mc) {
-          const int64_t mc1 = std::min(m, mc0 + mc);
-          for (int64_t p = p0; p < p1; ++p) {
-            const int64_t n0 = p * f.nr;
-            const int cols = int(std::min<int64_t>(f.nr, n_ - n0));
-            const char* panel = packed + size_t(p - p0) * pbytes;
-            for (int64_t k0 = 0; k0 < kp; k0 += f.kc) {
-              const int64_t kc = std::min<int64_t>(f.kc, kp - k0);
-              const char* b = panel + size_t(k0) * size_t(f.nr) * size_t(f.b_bytes);
-              for (int64_t m0 = mc0; m0 < mc1; m0 += f.mr) {
-                const int r = int(std::min<int64_t>(f.mr, mc1 - m0));
-                const char* ap = static_cast<const char*>(a) + size_t(m0 * lda + k0) * size_t(f.a_bytes);
-                f.tile(r, cols, kc, ap, lda, b, y + m0 * n_ + n0, n_, k0 == 0, bias ? bias + n0 : nullptr);
-              }
-            }
+      for (int64_t p = 0; p < panels; ++p) {
+        const int64_t n0 = p * f.nr;
+        const int cols = int(std::min<int64_t>(f.nr, n_ - n0));
+        for (int c = 0; c < cols; ++c) decode_row(n0 + c, rows + int64_t(c) * k_);
+        f.pack_panel(rows, k_, 0, cols, panel);  // the decoded rows are rows 0..cols of `rows`
+        for (int64_t k0 = 0; k0 < kp; k0 += f.kc) {
+          const int64_t kc = std::min<int64_t>(f.kc, kp - k0);
+          const char* b = static_cast<const char*>(panel) + size_t(k0) * size_t(f.nr) * size_t(f.b_bytes);
+          for (int64_t m0 = 0; m0 < m; m0 += f.mr) {
+            const int r = int(std::min<int64_t>(f.mr, m - m0));
+            const char* ap = static_cast<const char*>(a) + size_t(m0 * lda + k0) * size_t(f.a_bytes);
+            f.tile(r, cols, kc, ap, lda, b, y + m0 * n_ + n0, n_, k0 == 0, bias ? bias + n0 : nullptr);
           }
         }
       }
     }
   }
-
-  // Decoded panels of one work item, and activations of one row chunk (both sized for L2).
-  static constexpr size_t kPanelGroupBytes = 256 << 10;
-  static constexpr int64_t kRowChunkBytes = 256 << 10;
 
   PackedTensor w_;
   int64_t n_, k_;
