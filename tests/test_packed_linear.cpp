@@ -129,12 +129,15 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
 }
 
 // Weights large enough for several threads. One token through 4- and 8-bit affine weights with
-// fp32 scales runs MLX's factored GEMV (kernels/affine_gemv.h) over blocks of rows; 211 rows leave
-// a tail of fewer than four. 200 tokens run the panel driver over more panels than threads.
+// fp32 scales, or nf4/fp4 with blocks inside rows, runs the factored GEMVs (kernels/affine_gemv.h)
+// over blocks of rows; 211 rows leave a tail of fewer than four. 200 tokens run the panel driver over more panels than threads.
 TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
       for (int64_t m : {1, 2}) check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
+  for (const char* s : {"nf4", "fp4"})  // the table GEMV (blocks inside rows)
+    for (int b : {64, 128})
+      for (int64_t m : {1, 3}) check_case(P(s, 4, b), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
   for (int bits : {3, 4}) check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
   check_case(P("nf4", 4, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, false);
 }

@@ -107,6 +107,40 @@ QT_AVX512 void rows_avx512(const uint8_t* codes, const float* scales, const floa
                 (bias ? bias[r0 + r] : 0.0f);
 }
 
+// 16 table entries at the low 4 bits of each lane of idx (higher bits ignored).
+QT_AVX2 inline __m256 lookup16(__m256i idx, __m256 lo_tab, __m256 hi_tab) {
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo_tab, idx), _mm256_permutevar8x32_ps(hi_tab, idx),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+template <int R>
+QT_AVX2 void table_rows_avx2(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t bs,
+                             const float* x, int64_t r0, const float* bias, float* y) {
+  const int64_t row_bytes = k / 2, blocks = k / bs;
+  const __m256 lo_tab = _mm256_loadu_ps(table), hi_tab = _mm256_loadu_ps(table + 8);
+  const uint8_t* row[R];
+  __m256 tot[R];
+  for (int r = 0; r < R; ++r) {
+    row[r] = codes + (r0 + r) * row_bytes;
+    tot[r] = _mm256_setzero_ps();
+  }
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    __m256 acc[R], acc2[R];
+    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm256_setzero_ps();
+    for (int64_t j = bi * bs; j < (bi + 1) * bs; j += 16) {
+      const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+      for (int r = 0; r < R; ++r) {  // even elements in the high nibbles
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row[r] + j / 2)));
+        acc[r] = _mm256_fmadd_ps(lookup16(_mm256_srli_epi32(v, 4), lo_tab, hi_tab), x0, acc[r]);
+        acc2[r] = _mm256_fmadd_ps(lookup16(v, lo_tab, hi_tab), x1, acc2[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      tot[r] = _mm256_fmadd_ps(_mm256_add_ps(acc[r], acc2[r]), _mm256_set1_ps(absmax[(r0 + r) * blocks + bi]), tot[r]);
+  }
+  for (int r = 0; r < R; ++r) y[r0 + r] = hsum8(tot[r]) + (bias ? bias[r0 + r] : 0.0f);
+}
+
 template <int kBits>
 void run_rows(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g, const float* x,
               const float* xsum, int64_t r0, int64_t r1, const float* bias, float* y) {
@@ -132,8 +166,9 @@ bool affine_gemv_supports(int bits, int64_t k, int64_t g) {
   return lanes > 0 && (bits == 4 || bits == 8) && g > 0 && g % (2 * lanes) == 0 && k % g == 0;
 }
 
-void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
-  const int64_t lanes = affine_gemv_lanes(), chunk = 2 * lanes;
+namespace {
+void prepare(int bits, int64_t lanes, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
+  const int64_t chunk = 2 * lanes;
   in->x.resize(size_t(k));
   if (bits == 4) {
     for (int64_t c = 0; c < k; c += chunk)
@@ -146,6 +181,26 @@ void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineG
   }
   in->xsum.assign(size_t(k / g), 0.0f);
   for (int64_t j = 0; j < k; ++j) in->xsum[size_t(j / g)] += x[j];
+}
+}  // namespace
+
+void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
+  prepare(bits, affine_gemv_lanes(), x, k, g, in);
+}
+
+bool bnb4_gemv_supports(int64_t k, int64_t block) {
+  return kernel_level() >= KernelLevel::AVX2 && block > 0 && block % 16 == 0 && k % block == 0;
+}
+
+void bnb4_gemv_prepare(const float* x, int64_t k, int64_t block, AffineGemvInput* in) {
+  prepare(4, 8, x, k, block, in);
+}
+
+void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t block,
+                    const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
+  int64_t r = r0;
+  for (; r + kRows <= r1; r += kRows) table_rows_avx2<kRows>(codes, absmax, table, k, block, in.x.data(), r, bias, y);
+  for (; r < r1; ++r) table_rows_avx2<1>(codes, absmax, table, k, block, in.x.data(), r, bias, y);
 }
 
 void affine_gemv_rows(int bits, const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,

@@ -28,4 +28,12 @@ void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineG
 void affine_gemv_rows(int bits, const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
                       const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y);
 
+// bitsandbytes nf4/fp4 (fp32 absmax, blocks inside rows): y = Σ_b absmax_b·Σ_{j∈b} table[q_j]·x_j,
+// element 2i in the HIGH nibble of byte i. The 16-entry lookup is two 8-entry permutes and a blend
+// (AVX2; the AVX2 kernel also runs at the AVX-512 level).
+bool bnb4_gemv_supports(int64_t k, int64_t block);
+void bnb4_gemv_prepare(const float* x, int64_t k, int64_t block, AffineGemvInput* in);
+void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t block,
+                    const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y);
+
 }  // namespace qt::kernels

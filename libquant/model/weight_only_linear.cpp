@@ -314,22 +314,23 @@ class WeightOnlyLinear final : public Linear {
   // A few tokens (decode), or no SIMD family: one decoded row at a time against every token —
   // no panel packing, which would cost more than the few dot products.
   void forward_rows(const float* x, int64_t m, float* y) const {
-    if (affine_ && w_.params.dtype == DType::F32 &&
-        kernels::affine_gemv_supports(bits_, k_, w_.params.group_size)) {
+    const int64_t g = w_.params.group_size;
+    const float* bias = bias_.empty() ? nullptr : bias_.data();
+    if (affine_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: codes straight into FMAs, scale and bias applied per group (affine_gemv.h).
-      const int64_t g = w_.params.group_size, blocks = (n_ + 63) / 64;
-      const float* bias = bias_.empty() ? nullptr : bias_.data();
-      thread_local kernels::AffineGemvInput tls;
-      const kernels::AffineGemvInput& in = tls;  // the caller's; an OpenMP thread's thread_local is another
-      for (int64_t t = 0; t < m; ++t) {
-        kernels::affine_gemv_prepare(bits_, x + t * k_, k_, g, &tls);
-        float* yt = y + t * n_;
-#pragma omp parallel for schedule(dynamic, 1) if (n_ * k_ > (1 << 16))
-        for (int64_t b = 0; b < blocks; ++b)
-          kernels::affine_gemv_rows(bits_, w_.data.data, scales_.data(), biases_.data(), k_, g, in, b * 64,
-                                    std::min(n_, (b + 1) * 64), bias, yt);
-      }
-      return;
+      return gemv_tokens(
+          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
+          [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
+            kernels::affine_gemv_rows(bits_, w_.data.data, scales_.data(), biases_.data(), k_, g, in, r0, r1, bias, yt);
+          });
+    }
+    if (!affine_ && w_.params.dtype == DType::F32 && kernels::bnb4_gemv_supports(k_, g)) {
+      // nf4/fp4 the same way: table[q] into FMAs, absmax per block.
+      return gemv_tokens(
+          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::bnb4_gemv_prepare(xt, k_, g, in); },
+          [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
+            kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
+          });
     }
     if (fast_decode_ && kernel_level() == KernelLevel::AVX2) {
       const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
@@ -364,6 +365,21 @@ class WeightOnlyLinear final : public Linear {
           y[t * n_ + n] = acc + (bias_.empty() ? 0.0f : bias_[size_t(n)]);
         }
       }
+    }
+  }
+
+  // The factored GEMVs of affine_gemv.h, one token at a time: the token prepared once, then blocks
+  // of 64 rows on the threads.
+  template <typename Prepare, typename Rows>
+  void gemv_tokens(const float* x, int64_t m, float* y, Prepare prepare, Rows rows) const {
+    thread_local kernels::AffineGemvInput tls;
+    const kernels::AffineGemvInput& in = tls;  // the caller's; an OpenMP thread's thread_local is another
+    const int64_t blocks = (n_ + 63) / 64;
+    for (int64_t t = 0; t < m; ++t) {
+      prepare(x + t * k_, &tls);
+      float* yt = y + t * n_;
+#pragma omp parallel for schedule(dynamic, 1) if (n_ * k_ > (1 << 16))
+      for (int64_t b = 0; b < blocks; ++b) rows(in, b * 64, std::min(n_, (b + 1) * 64), yt);
     }
   }
 
