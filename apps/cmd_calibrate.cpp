@@ -3,6 +3,9 @@
 // Measures each layer's KV sensitivity (calib/kv_sensitivity.h) with METHOD at its given bits,
 // allocates bits per layer and side by reverse water-filling under the average budget B
 // (calib/bit_allocation.h), and writes a recipe eval-ppl --kv-recipe takes.
+// quanttool calibrate --method key-mean --model M --text wiki.valid.tokens.txt --out means.safetensors
+// Averages every key per layer and kv head (calib/key_mean.h) into the file eval-ppl
+// --kv-key-center takes.
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +14,7 @@
 
 #include "apps/command.h"
 #include "calib/bit_allocation.h"
+#include "calib/key_mean.h"
 #include "calib/kv_sensitivity.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
@@ -31,10 +35,37 @@ struct Options {
   uint64_t kv_seed = 42;
 };
 
+void check_text(const std::string& text) {
+  if (!std::filesystem::is_regular_file(text)) user_error("{}: no such file", text);
+  if (text.find("test") != std::string::npos)
+    std::fprintf(stderr, "warning: %s looks like test text; calibrate on wiki.valid.tokens.txt\n", text.c_str());
+}
+
+int run_key_mean(const Options& o) {
+  check_text(o.text);
+  Checkpoint ck = load_checkpoint(o.model);
+  if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
+  MappedFile mf = map_file(o.text);
+  const std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  const int32_t bos = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, {}));
+  int64_t used = 0;
+  const kv::KeyCenter c = calib::measure_key_mean(model, ids, o.ctx, o.chunks, bos, &used);
+  kv::save_key_center(o.out, c, used, std::filesystem::path(o.text).filename().string());
+  double top = 0;
+  for (float x : c.mean) top = std::max(top, double(std::abs(x)));
+  fmt::print("key means      {} layers x {} kv heads x {}, over {} positions of {}; largest |mean| {:.3f}; written to {}\n",
+             c.layers, c.kv_heads, c.head_dim, used, o.text, top, o.out);
+  return 0;
+}
+
 int run(const Options& o) {
-  if (o.method != "kv-sensitivity") user_error("--method {}: only kv-sensitivity is implemented", o.method);
   if (o.threads > 0) set_threads(o.threads);
   if (o.chunks <= 0) user_error("--chunks: must be positive, got {}", o.chunks);
+  if (o.ctx <= 0) user_error("--ctx: must be positive, got {}", o.ctx);
+  if (o.method == "key-mean") return run_key_mean(o);
+  if (o.method != "kv-sensitivity") user_error("--method {}: not one of kv-sensitivity, key-mean", o.method);
+  if (o.kv.empty()) user_error("--method kv-sensitivity: give --kv METHOD[:bits=B]");
   kv::KVSpec ref = kv::parse_kv_spec(o.kv, "--kv");
   if (ref.full_precision()) user_error("--kv {}: give a quantized method to measure with", o.kv);
   std::vector<int> allowed = o.bits;
@@ -48,9 +79,7 @@ int run(const Options& o) {
       user_error("--bits {}: {} has no {}-bit variant", b, ref.method, b);
   }
   if (!(o.budget > 0)) user_error("--budget: give the average bits per layer (e.g. 3)");
-  if (!std::filesystem::is_regular_file(o.text)) user_error("{}: no such file", o.text);
-  if (o.text.find("test") != std::string::npos)
-    std::fprintf(stderr, "warning: %s looks like test text; calibrate on wiki.valid.tokens.txt\n", o.text.c_str());
+  check_text(o.text);
 
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
@@ -123,14 +152,14 @@ int run(const Options& o) {
   return 0;
 }
 
-const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets",
+const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets, key means",
                      [](CLI::App& sub) -> std::function<int()> {
                        auto o = std::make_shared<Options>();
-                       sub.add_option("--method", o->method, "kv-sensitivity")->required();
+                       sub.add_option("--method", o->method, "kv-sensitivity or key-mean")->required();
                        sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
                        sub.add_option("--text", o->text, "calibration text (wiki.valid.tokens.txt; never the test text)")->required();
-                       sub.add_option("--kv", o->kv, "KV method measured with, METHOD[:bits=B,...]")->required();
-                       sub.add_option("--budget", o->budget, "average bits per layer and side")->required();
+                       sub.add_option("--kv", o->kv, "kv-sensitivity: KV method measured with, METHOD[:bits=B,...]");
+                       sub.add_option("--budget", o->budget, "kv-sensitivity: average bits per layer and side");
                        sub.add_option("--bits", o->bits, "bit widths to allocate from (default: the method's 1..4)");
                        sub.add_option("--beta", o->beta, "distortion decay per bit (default 4)");
                        sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
@@ -139,7 +168,7 @@ const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitiviti
                        sub.add_option("--kv-residual", o->kv_residual, "full-precision window, as eval-ppl");
                        sub.add_option("--kv-seed", o->kv_seed, "seed of rotations and JL matrices");
                        sub.add_option("--artifacts", o->artifacts, "precompute folder");
-                       sub.add_option("--out", o->out, "recipe JSON to write")->required();
+                       sub.add_option("--out", o->out, "recipe JSON (kv-sensitivity) or key-mean safetensors to write")->required();
                        sub.add_option("--json", o->json_path, "also write the sensitivities as JSON");
                        return [o] { return run(*o); };
                      }}};

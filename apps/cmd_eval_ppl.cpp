@@ -17,6 +17,7 @@
 #include "libquant/eval/perplexity.h"
 #include "libquant/eval/ppl_parts.h"
 #include "libquant/kv/codec.h"
+#include "libquant/kv/key_center.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
 
@@ -27,7 +28,7 @@ using nlohmann::json;
 
 struct Options {
   std::string model, text, method = "llama", compute = "f32", kernel, json_path, kl_base, kv, kv_k, kv_v,
-      kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32";
+      kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32", kv_key_center;
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0;
   uint64_t kv_seed = 42;
   bool running = false, token_stats = false;
@@ -150,6 +151,7 @@ int run(const Options& o) {
     KVShape s;
     s.n_layers = cfg.n_layers, s.n_heads = cfg.n_heads, s.n_kv_heads = cfg.n_kv_heads, s.head_dim = cfg.head_dim;
     s.max_ctx = 1, s.scale = 1;
+    if (!o.kv_key_center.empty()) po.kv.key_center = kv::load_key_center(o.kv_key_center, s);
     make_kv_cache(po.kv, s);
     make_kv_cache(po.base_kv, s);
   }
@@ -248,6 +250,9 @@ const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a t
                        sub.add_option("--kv-k", o->kv_k, "KV method of the keys, METHOD[:bits=B,...] (" + kv::kv_method_names() + ")");
                        sub.add_option("--kv-v", o->kv_v, "KV method of the values");
                        sub.add_option("--kv-recipe", o->kv_recipe, "per-layer KV methods (JSON, from calibrate --method kv-sensitivity)");
+                       sub.add_option("--kv-key-center", o->kv_key_center,
+                                      "store keys minus these per-head means (calibrate --method key-mean); attention is unchanged, "
+                                      "the quantized keys are smaller");
                        sub.add_option("--kv-residual", o->kv_residual, "full-precision window of the newest tokens (default: per method)");
                        sub.add_option("--kv-mode", o->kv_mode, "cache (ubatch written, then read) or decode (token-by-token view)")
                            ->check(CLI::IsMember({"cache", "decode"}));

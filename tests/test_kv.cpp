@@ -9,6 +9,8 @@
 //    (cache and decode visibility, residual windows, KIVI token groups);
 //  * on SmolLM2: `cache` with ubatch 1 equals `decode`; the fp16 cache through both engines;
 //  * precompute: byte-identical for one seed, and runs from artifacts equal computed ones;
+//  * key centering: attention unchanged at full precision, quantized keys closer; the recorder's
+//    means against the arithmetic mean; the key-mean file round trip and its shape check;
 //  * bad input: one line, exit code 2.
 #include <cmath>
 #include <filesystem>
@@ -25,6 +27,7 @@
 #include "libquant/kv/attend_kernels.h"
 #include "libquant/kv/cache.h"
 #include "libquant/kv/codec.h"
+#include "libquant/kv/key_center.h"
 #include "libquant/kv/lloyd_max.h"
 #include "libquant/kv/random.h"
 #include "libquant/model/llama.h"
@@ -499,6 +502,92 @@ TEST(QuantCache, Fp16ThroughBothEnginesAgree) {
   EXPECT_DOUBLE_EQ(dense->bytes_per_token(), quant->bytes_per_token());
 }
 
+// ---- key centering (key_center.h) --------------------------------------------------------------
+
+struct CenterCase {
+  KVShape s;
+  int n = 100;
+  std::vector<float> K, V, Q;
+  std::shared_ptr<kv::KeyCenter> c = std::make_shared<kv::KeyCenter>();
+  CenterCase() {
+    s.n_layers = 1, s.n_heads = 6, s.n_kv_heads = 2, s.head_dim = 64, s.scale = 0.125f, s.max_ctx = n;
+    std::mt19937 g(21);
+    std::normal_distribution<float> nd;
+    K.resize(size_t(n) * 2 * 64), V.resize(K.size()), Q.resize(size_t(n) * 6 * 64);
+    for (auto* x : {&K, &V, &Q})
+      for (float& v : *x) v = nd(g);
+    for (size_t i = 0; i < K.size(); i += 64) K[i + 3] += 8.0f, K[i + 17] -= 5.0f;  // channels with a large mean
+    c->layers = 1, c->kv_heads = 2, c->head_dim = 64;
+    c->mean.assign(2 * 64, 0.0f);
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < 128; ++i) c->mean[i] += K[size_t(t) * 128 + i] / float(n);
+  }
+  std::vector<float> run(const std::string& method, bool centered) const {
+    KVConfig cfg = uniform_kv_config(1, parse_kv_spec(method, "k"), parse_kv_spec("f32", "v"));
+    cfg.residual = 0;
+    if (centered) cfg.key_center = c;
+    auto cache = make_kv_cache(cfg, s);
+    std::vector<float> out(Q.size());
+    cache->append(0, K.data(), V.data(), 60, 0);
+    cache->attend(0, Q.data(), 60, 0, out.data());
+    cache->append(0, K.data() + 60 * 128, V.data() + 60 * 128, 40, 60);
+    cache->attend(0, Q.data() + 60 * 384, 40, 60, out.data() + 60 * 384);
+    return out;
+  }
+};
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double w = 0;
+  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, double(std::fabs(a[i] - b[i])));
+  return w;
+}
+double rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double w = 0;
+  for (size_t i = 0; i < a.size(); ++i) w += double(a[i] - b[i]) * double(a[i] - b[i]);
+  return std::sqrt(w / double(a.size()));
+}
+
+TEST(KeyCenter, AttentionUnchangedAndQuantizedKeysCloser) {
+  const CenterCase cc;
+  const auto ref = cc.run("f32", false);
+  EXPECT_LT(max_abs_diff(cc.run("f32", true), ref), 2e-5);  // softmax is shift-invariant
+  // Centering takes the keys' norm from about 12.4 to 8: TurboQuant's error scales with the norm
+  // (0.73x here; part of the plain error is common to all keys and cancels in softmax), affine's
+  // with the per-token range (0.43x).
+  for (const char* m : {"turboquant_mse:bits=3", "affine:bits=4"}) {
+    const double plain = rms_diff(cc.run(m, false), ref), centered = rms_diff(cc.run(m, true), ref);
+    EXPECT_LT(centered, 0.85 * plain) << m << ": plain " << plain << ", centered " << centered;
+  }
+}
+
+TEST(KeyCenter, RecorderAveragesEveryKeyAndFileRoundTrips) {
+  const CenterCase cc;
+  kv::KeyMeanRecorder rec(cc.s);
+  rec.append(0, cc.K.data(), cc.V.data(), 30, 0);
+  rec.append(0, cc.K.data() + 30 * 128, cc.V.data() + 30 * 128, 70, 30);
+  const kv::KeyCenter m = rec.mean();
+  ASSERT_EQ(m.mean.size(), 128u);
+  EXPECT_EQ(rec.tokens(), 100);
+  for (int i = 0; i < 128; ++i) {
+    double want = 0;
+    for (int t = 0; t < 100; ++t) want += cc.K[size_t(t) * 128 + i];
+    EXPECT_NEAR(m.mean[size_t(i)], want / 100, 1e-5) << i;
+  }
+  const std::string dir = test::temp_dir("key-mean");
+  kv::save_key_center(dir + "/m.safetensors", m, rec.tokens(), "synthetic");
+  const auto back = kv::load_key_center(dir + "/m.safetensors", cc.s);
+  EXPECT_EQ(back->mean, m.mean);
+  KVShape other = cc.s;
+  other.n_kv_heads = 3;
+  EXPECT_THROW(kv::load_key_center(dir + "/m.safetensors", other), UserError);
+  kv::PrecomputeOptions po;
+  po.head_dim = 64;
+  kv::write_kv_artifacts(dir + "/art", po);
+  EXPECT_THROW(kv::load_key_center(dir + "/art/rotations.safetensors", cc.s), UserError);
+  EXPECT_THROW(kv::load_key_center(dir + "/none.safetensors", cc.s), UserError);
+  fs::remove_all(dir);
+}
+
 // ---- on the real model ---------------------------------------------------------------------
 
 class SmolLMKv : public ::testing::Test {
@@ -582,6 +671,12 @@ TEST(KvCli, BadInputExitsWithTwo) {
   const std::string dir = test::temp_dir("kv-bad");
   { std::ofstream(dir + "/recipe.json") << R"({"k": ["f16", "f16"], "v": ["f16", "f16"]})"; }
   test::run_cmd(test::quanttool_bin() + " precompute --head-dim 128 --out " + dir + "/art128", nullptr);
+  {  // key means of a 2-layer model
+    kv::KeyCenter c;
+    c.layers = 2, c.kv_heads = 3, c.head_dim = 64;
+    c.mean.assign(2 * 3 * 64, 0.0f);
+    kv::save_key_center(dir + "/km.safetensors", c, 0, "none");
+  }
   const std::string base = test::quanttool_bin() + " eval-ppl --model " + test::model_gguf() + " --text " +
                            test::shared_data("wikitext-2/wiki.test.raw") + " --chunks 1";
   struct Case {
@@ -595,6 +690,8 @@ TEST(KvCli, BadInputExitsWithTwo) {
       {" --kv-k turboquant_mse:bits=3 --artifacts " + dir + "/art128", "head dimension 128"},
       {" --kv-k turboquant_mse:bits=3 --artifacts " + dir + "/none", "manifest"},
       {" --kv f16 --kv-k f16", "not both"},
+      {" --kv-key-center " + dir + "/km.safetensors", "the model has 30 layers"},
+      {" --kv-key-center " + dir + "/recipe.json", "--kv-key-center"},
   };
   for (auto& c : cases) {
     std::string out;
@@ -605,6 +702,13 @@ TEST(KvCli, BadInputExitsWithTwo) {
   std::string out;
   EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " precompute --head-dim 64 --bits 9 --out " + dir + "/x", &out), 2) << out;
   EXPECT_FALSE(fs::exists(dir + "/x"));
+  EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " calibrate --method key-means --model " + test::model_gguf() +
+                              " --text " + test::shared_data("wikitext-2/wiki.valid.tokens.txt") + " --out " + dir + "/y",
+                          &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("not one of kv-sensitivity, key-mean"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir + "/y"));
   fs::remove_all(dir);
 }
 

@@ -8,6 +8,7 @@
 #include "formats/error.h"
 #include "formats/tensor.h"
 #include "libquant/kernels/aligned_buffer.h"
+#include "libquant/kv/key_center.h"
 #include "libquant/model/ops.h"
 
 namespace qt {
@@ -94,8 +95,9 @@ std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16)
 
 std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape& shape) {
   const std::string fp = config.uniform_full_precision();
-  if (!fp.empty()) return make_f32_kv_cache(shape, fp == "f16");
-  return make_quant_kv_cache(shape, config);
+  std::unique_ptr<KVCache> c = !fp.empty() ? make_f32_kv_cache(shape, fp == "f16") : make_quant_kv_cache(shape, config);
+  if (config.key_center) return kv::make_key_centered_cache(std::move(c), config.key_center);
+  return c;
 }
 
 std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape) {

@@ -5,10 +5,13 @@
 //   {"n_layers": 30, "k": ["kivi:bits=4", ...one per layer], "v": [...]}
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace qt::kv {
+
+struct KeyCenter;  // key_center.h
 
 struct KVSpec {
   std::string method = "f32";
@@ -39,6 +42,7 @@ struct KVConfig {
   KVMode mode = KVMode::Cache;
   std::string artifacts;     // precompute folder, or empty: compute rotations/codebooks here
   uint64_t seed = 42;        // rotations and JL matrices (must match the artifacts')
+  std::shared_ptr<const KeyCenter> key_center;  // when set, keys are stored minus these means
 
   // Every layer, keys and values, at full precision of one kind ("f32" or "f16"): the fast
   // dense cache serves it. Empty when mixed or quantized.
