@@ -49,6 +49,11 @@ ROWS += [
     ("kivi3g64-r64", "--kv kivi:bits=3,group=64 --kv-residual 64", "KIVI-3, G=64, R=64"),
     ("k4g64-vtq3", "--kv-k kivi:bits=4,group=64 --kv-v turboquant_mse:bits=3",
      "keys KIVI-4 (G=64, R=128), values turboquant_mse-3"),
+    # key centering (eval-ppl --kv-key-center, means from calibrate --method key-mean on wiki.valid)
+    ("turboquant_mse-4-kc", "--kv turboquant_mse:bits=4 --kv-key-center {key_means}",
+     "turboquant_mse-4, keys centered by their wiki.valid means (r=0)"),
+    ("turboquant_mse-3-kc", "--kv turboquant_mse:bits=3 --kv-key-center {key_means}", ""),
+    ("affine-4-kc", "--kv affine:bits=4,group=32 --kv-key-center {key_means}", ""),
 ]
 
 # llama.cpp's cache types: bytes per block of 32 values (ggml-common.h: f16 scale + codes)
@@ -64,10 +69,25 @@ def row_flags(label, extra):
     sys.exit(f"unknown row {label}")
 
 
+def key_means(a):
+    """The key-mean file the *-kc rows center with: --key-means, or made here on the calibration text."""
+    path = a.key_means or os.path.join(a.out, "key_means.safetensors")
+    if not os.path.exists(path):
+        valid = os.path.join(os.path.dirname(a.text), "wiki.valid.tokens.txt")
+        subprocess.run(shlex.split(a.bin) + ["calibrate", "--method", "key-mean", "--model", a.model, "--text", valid,
+                                             "--chunks", "8", "--out", path], check=True)
+    return path
+
+
+def expand(a, flags):
+    return flags.replace("{key_means}", key_means(a)) if "{key_means}" in flags else flags
+
+
 def eval_row(a, label, flags, suffix):
     path = os.path.join(a.out, f"{label}{suffix}.json")
     if os.path.exists(path):
         return path
+    flags = expand(a, flags)
     cmd = shlex.split(a.bin) + ["eval-ppl", "--model", a.model, "--text", a.text, "--kv-mode", "decode",
                                 "--kl-base-model", a.model, "--kl-base-kv", "f16", "--json", path + ".tmp"]
     cmd += shlex.split(flags)
@@ -113,7 +133,7 @@ def cmd_speed(a):
         return a.chunks * 512 / (time.monotonic() - t)
     def tps(flags):
         cmd = shlex.split(a.bin) + ["eval-ppl", "--model", a.model, "--text", a.text, "--chunks", str(a.chunks),
-                                    "--kv-mode", "cache"] + shlex.split(flags)
+                                    "--kv-mode", "cache"] + shlex.split(expand(a, flags))
         if a.threads > 0:
             cmd += ["--threads", str(a.threads)]
         return wall_tps(cmd)
@@ -221,6 +241,7 @@ def main():
     p.add_argument("--suffix", default="", help="file suffix for these results (e.g. _full)")
     p.add_argument("--extra", action="append", help="LABEL=FLAGS: a row not in the built-in list")
     p.add_argument("--artifacts")
+    p.add_argument("--key-means", help="key-mean file of the *-kc rows (default: OUT/key_means.safetensors, made on wiki.valid)")
     p.add_argument("--llama-log", action="append", help="NAME=PATH of a llama-perplexity --kl-divergence log")
     p.add_argument("--llama-bin", help="llama-perplexity: speed also measures its f16, q8_0 and q4_0 caches")
     p.add_argument("--llama-model", help="the GGUF llama-perplexity runs (the same weights, F32)")
