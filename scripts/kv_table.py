@@ -152,11 +152,18 @@ def cmd_speed(a):
                    "-fa", "on", "-ctk", name, "-ctv", name] + (["-t", str(a.threads)] if a.threads > 0 else [])
             out[f"llama.cpp {name}"] = wall_tps(cmd)
             print(f"llama.cpp {name}: {out[f'llama.cpp {name}']:.0f} tok/s", file=sys.stderr, flush=True)
+    path = os.path.join(a.out, "speed.json")
+    if a.rows and os.path.exists(path):  # some rows again: keep the others' figures and fp16 runs
+        old = json.load(open(path))
+        base = old.get("_f16_runs", []) + base
+        pct = {**old.get("_pct_of_paired_f16", {}), **pct}
+        out = {**{k: v for k, v in old.items() if not k.startswith("_")}, **out}
     out["f16"] = sum(base) / len(base)
     out["_f16_runs"] = base
     out["_pct_of_paired_f16"] = pct
-    with open(os.path.join(a.out, "speed.json"), "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def llama_log(path):
