@@ -17,11 +17,12 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
 import time
+
+from llama_logs import llama_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -166,15 +167,6 @@ def cmd_speed(a):
     os.replace(path + ".tmp", path)
 
 
-def llama_log(path):
-    text = open(path, errors="replace").read()
-    def num(p):
-        m = re.search(p, text)
-        return float(m.group(1)) if m else None
-    return {"ppl": num(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)"), "base": num(r"Mean PPL\(base\)\s*:\s*([0-9.]+)"), "kld": num(r"Mean\s+KLD:\s*([0-9.]+)"),
-            "same_top": num(r"Same top p:\s*([0-9.]+)"), "final": num(r"Final estimate: PPL = ([0-9.]+)")}
-
-
 def cmd_table(a):
     extra = parse_extra(a.extra)
     notes = {l: n for l, _, n in ROWS}
@@ -229,7 +221,7 @@ def cmd_table(a):
         sp = speed.get(f"llama.cpp {name}")
         tp = f"{sp:.0f} ({100 * sp / speed['llama.cpp f16']:.0f}% of its f16)" if sp and "llama.cpp f16" in speed else "—"
         ppl = r["ppl"] or r["final"]
-        d = f"{ppl - r['base']:+.4f} ({100 * (ppl - r['base']) / r['base']:+.2f}%)" if r["base"] else "—"
+        d = f"{ppl - r['ppl_base']:+.4f} ({100 * (ppl - r['ppl_base']) / r['ppl_base']:+.2f}%)" if r["ppl_base"] else "—"
         print(f"| llama.cpp {name} | 64 chunks | {ppl:.4f} | {d} | {r['kld']:.6f} | "
               f"{r['same_top']:.2f} | {by} | {tp} | llama-perplexity -ctk {name} -ctv {name} -fa on, KLD vs its f16 cache |")
 

@@ -20,10 +20,11 @@ baseline, and keeps them in WORK/speed.json; the table's tok/s column is read fr
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
+
+from llama_logs import llama_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,24 +53,6 @@ ROWS = [
 def run(cmd):
     print("+ " + " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-
-
-def llama_log(path):
-    """PPL, KLD and same-top figures of a llama-perplexity --kl-divergence log."""
-    s = open(path, encoding="utf-8", errors="replace").read()
-
-    def num(pattern):
-        m = re.search(pattern, s)
-        return float(m.group(1)) if m else None
-
-    return {
-        "ppl": num(r"Mean PPL\(Q\)\s*:\s*([\d.]+)"),
-        "ppl_err": num(r"Mean PPL\(Q\)\s*:\s*[\d.]+\s*±\s*([\d.]+)"),
-        "ppl_base": num(r"Mean PPL\(base\)\s*:\s*([\d.]+)"),
-        "kld": num(r"Mean\s+KLD:\s*([-\d.]+)"),
-        "same_top": num(r"Same top p:\s*([\d.]+)"),
-        "tps": None,
-    }
 
 
 def kl_baseline_of_full_rows(work, model):
