@@ -145,7 +145,7 @@ int run_bench(BenchOpts o) {
   const int threads = num_threads();
   if (o.m <= 0) user_error("--tokens: must be positive, got {}", o.m);
   const auto cols = kernel_columns(o.kernel_columns);  // checked before any measuring
-  if (o.gemv) kernel_columns(o.gemv_columns, "--gemv-columns");
+  kernel_columns(o.gemv_columns, "--gemv-columns");
   if (!o.level.empty()) {
     KernelLevel lvl;
     if (!parse_kernel_level(o.level, &lvl))

@@ -42,7 +42,11 @@ void check_text(const std::string& text) {
 }
 
 int run_key_mean(const Options& o) {
+  if (!o.kv.empty() || o.budget > 0 || !o.bits.empty())
+    user_error("--method key-mean takes no --kv, --budget or --bits (they belong to kv-sensitivity)");
   check_text(o.text);
+  const auto out_dir = std::filesystem::absolute(o.out).parent_path();
+  if (!std::filesystem::is_directory(out_dir)) user_error("--out {}: no folder {}", o.out, out_dir.string());
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   MappedFile mf = map_file(o.text);

@@ -76,7 +76,8 @@ def key_means(a):
     if not os.path.exists(path):
         valid = os.path.join(os.path.dirname(a.text), "wiki.valid.tokens.txt")
         subprocess.run(shlex.split(a.bin) + ["calibrate", "--method", "key-mean", "--model", a.model, "--text", valid,
-                                             "--chunks", "8", "--out", path], check=True)
+                                             "--chunks", "8", "--out", path] +
+                       (["--threads", str(a.threads)] if a.threads > 0 else []), check=True)
     return path
 
 
@@ -120,6 +121,8 @@ def cmd_run(a):
     os.makedirs(a.out, exist_ok=True)
     extra = parse_extra(a.extra)
     labels = a.rows.split(",") if a.rows else [r[0] for r in ROWS] + list(extra)
+    if any("{key_means}" in row_flags(l, extra) for l in labels):
+        key_means(a)  # once, before the rows that need it run in parallel
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
         list(ex.map(lambda l: eval_row(a, l, row_flags(l, extra), a.suffix), labels))
 

@@ -504,34 +504,45 @@ TEST(QuantCache, Fp16ThroughBothEnginesAgree) {
 
 // ---- key centering (key_center.h) --------------------------------------------------------------
 
+// Two layers, two kv heads, each (layer, head) with its own large-mean channels, so that a mean
+// applied to the wrong layer or head shows.
 struct CenterCase {
   KVShape s;
   int n = 100;
-  std::vector<float> K, V, Q;
+  std::vector<float> K[2], V[2], Q[2];  // per layer
   std::shared_ptr<kv::KeyCenter> c = std::make_shared<kv::KeyCenter>();
   CenterCase() {
-    s.n_layers = 1, s.n_heads = 6, s.n_kv_heads = 2, s.head_dim = 64, s.scale = 0.125f, s.max_ctx = n;
+    s.n_layers = 2, s.n_heads = 6, s.n_kv_heads = 2, s.head_dim = 64, s.scale = 0.125f, s.max_ctx = n;
     std::mt19937 g(21);
     std::normal_distribution<float> nd;
-    K.resize(size_t(n) * 2 * 64), V.resize(K.size()), Q.resize(size_t(n) * 6 * 64);
-    for (auto* x : {&K, &V, &Q})
-      for (float& v : *x) v = nd(g);
-    for (size_t i = 0; i < K.size(); i += 64) K[i + 3] += 8.0f, K[i + 17] -= 5.0f;  // channels with a large mean
-    c->layers = 1, c->kv_heads = 2, c->head_dim = 64;
-    c->mean.assign(2 * 64, 0.0f);
-    for (int t = 0; t < n; ++t)
-      for (int i = 0; i < 128; ++i) c->mean[i] += K[size_t(t) * 128 + i] / float(n);
+    c->layers = 2, c->kv_heads = 2, c->head_dim = 64;
+    c->mean.assign(2 * 2 * 64, 0.0f);
+    for (int l = 0; l < 2; ++l) {
+      K[l].resize(size_t(n) * 2 * 64), V[l].resize(K[l].size()), Q[l].resize(size_t(n) * 6 * 64);
+      for (auto* x : {&K[l], &V[l], &Q[l]})
+        for (float& v : *x) v = nd(g);
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < 2; ++h) {
+          float* k = K[l].data() + (size_t(t) * 2 + h) * 64;
+          k[3 + 10 * h + 20 * l] += 8.0f, k[17 + 2 * h + l] -= 5.0f + h;
+          for (int d = 0; d < 64; ++d) c->mean[(size_t(l) * 2 + h) * 64 + d] += k[d] / float(n);
+        }
+    }
   }
-  std::vector<float> run(const std::string& method, bool centered) const {
-    KVConfig cfg = uniform_kv_config(1, parse_kv_spec(method, "k"), parse_kv_spec("f32", "v"));
-    cfg.residual = 0;
+  // Both layers' attention outputs, appended and attended in two batches.
+  std::vector<float> run(const std::string& method, bool centered, int residual = 0,
+                         KVMode mode = KVMode::Cache) const {
+    KVConfig cfg = uniform_kv_config(2, parse_kv_spec(method, "k"), parse_kv_spec("f32", "v"));
+    cfg.residual = residual;
+    cfg.mode = mode;
     if (centered) cfg.key_center = c;
     auto cache = make_kv_cache(cfg, s);
-    std::vector<float> out(Q.size());
-    cache->append(0, K.data(), V.data(), 60, 0);
-    cache->attend(0, Q.data(), 60, 0, out.data());
-    cache->append(0, K.data() + 60 * 128, V.data() + 60 * 128, 40, 60);
-    cache->attend(0, Q.data() + 60 * 384, 40, 60, out.data() + 60 * 384);
+    std::vector<float> out(2 * Q[0].size());
+    for (auto [p0, nb] : {std::pair{0, 60}, std::pair{60, 40}})
+      for (int l = 0; l < 2; ++l) {
+        cache->append(l, K[l].data() + size_t(p0) * 128, V[l].data() + size_t(p0) * 128, nb, p0);
+        cache->attend(l, Q[l].data() + size_t(p0) * 384, nb, p0, out.data() + l * Q[0].size() + size_t(p0) * 384);
+      }
     return out;
   }
 };
@@ -551,6 +562,13 @@ TEST(KeyCenter, AttentionUnchangedAndQuantizedKeysCloser) {
   const CenterCase cc;
   const auto ref = cc.run("f32", false);
   EXPECT_LT(max_abs_diff(cc.run("f32", true), ref), 2e-5);  // softmax is shift-invariant
+  // Through the quantized cache with every key in its fp16 window (r ≥ n) and through the dense
+  // fp16 cache, in both modes: centered keys only round to fp16 differently.
+  for (auto mode : {KVMode::Cache, KVMode::Decode}) {
+    EXPECT_LT(max_abs_diff(cc.run("turboquant_mse:bits=3", true, 128, mode), cc.run("turboquant_mse:bits=3", false, 128, mode)),
+              5e-3);
+    EXPECT_LT(max_abs_diff(cc.run("f16", true, 0, mode), ref), 5e-3);
+  }
   // Centering takes the keys' norm from about 12.4 to 8: TurboQuant's error scales with the norm
   // (0.73x here; part of the plain error is common to all keys and cancels in softmax), affine's
   // with the per-token range (0.43x).
@@ -563,16 +581,19 @@ TEST(KeyCenter, AttentionUnchangedAndQuantizedKeysCloser) {
 TEST(KeyCenter, RecorderAveragesEveryKeyAndFileRoundTrips) {
   const CenterCase cc;
   kv::KeyMeanRecorder rec(cc.s);
-  rec.append(0, cc.K.data(), cc.V.data(), 30, 0);
-  rec.append(0, cc.K.data() + 30 * 128, cc.V.data() + 30 * 128, 70, 30);
-  const kv::KeyCenter m = rec.mean();
-  ASSERT_EQ(m.mean.size(), 128u);
-  EXPECT_EQ(rec.tokens(), 100);
-  for (int i = 0; i < 128; ++i) {
-    double want = 0;
-    for (int t = 0; t < 100; ++t) want += cc.K[size_t(t) * 128 + i];
-    EXPECT_NEAR(m.mean[size_t(i)], want / 100, 1e-5) << i;
+  for (int l = 0; l < 2; ++l) {
+    rec.append(l, cc.K[l].data(), cc.V[l].data(), 30, 0);
+    rec.append(l, cc.K[l].data() + 30 * 128, cc.V[l].data() + 30 * 128, 70, 30);
   }
+  const kv::KeyCenter m = rec.mean();
+  ASSERT_EQ(m.mean.size(), 256u);
+  EXPECT_EQ(rec.tokens(), 100);
+  for (int l = 0; l < 2; ++l)
+    for (int i = 0; i < 128; ++i) {
+      double want = 0;
+      for (int t = 0; t < 100; ++t) want += cc.K[l][size_t(t) * 128 + i];
+      EXPECT_NEAR(m.mean[size_t(l) * 128 + i], want / 100, 1e-5) << l << " " << i;
+    }
   const std::string dir = test::temp_dir("key-mean");
   kv::save_key_center(dir + "/m.safetensors", m, rec.tokens(), "synthetic");
   const auto back = kv::load_key_center(dir + "/m.safetensors", cc.s);

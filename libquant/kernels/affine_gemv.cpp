@@ -143,8 +143,8 @@ QT_AVX2 void table_rows_avx2(const uint8_t* codes, const float* absmax, const fl
 
 template <int kBits>
 void run_rows(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g, const float* x,
-              const float* xsum, int64_t r0, int64_t r1, const float* bias, float* y) {
-  const bool wide = kernel_level() == KernelLevel::AVX512;
+              const float* xsum, int lanes, int64_t r0, int64_t r1, const float* bias, float* y) {
+  const bool wide = lanes == 16;  // the width the token was reordered for
   int64_t r = r0;
   for (; r + kRows <= r1; r += kRows)
     wide ? rows_avx512<kBits, kRows>(codes, scales, biases, k, g, x, xsum, r, bias, y)
@@ -167,8 +167,9 @@ bool affine_gemv_supports(int bits, int64_t k, int64_t g) {
 }
 
 namespace {
-void prepare(int bits, int64_t lanes, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
+void prepare(int bits, int lanes, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
   const int64_t chunk = 2 * lanes;
+  in->lanes = lanes;
   in->x.resize(size_t(k));
   if (bits == 4) {
     for (int64_t c = 0; c < k; c += chunk)
@@ -205,8 +206,8 @@ void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* tabl
 
 void affine_gemv_rows(int bits, const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
                       const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
-  if (bits == 4) return run_rows<4>(codes, scales, biases, k, g, in.x.data(), in.xsum.data(), r0, r1, bias, y);
-  run_rows<8>(codes, scales, biases, k, g, in.x.data(), in.xsum.data(), r0, r1, bias, y);
+  if (bits == 4) return run_rows<4>(codes, scales, biases, k, g, in.x.data(), in.xsum.data(), in.lanes, r0, r1, bias, y);
+  run_rows<8>(codes, scales, biases, k, g, in.x.data(), in.xsum.data(), in.lanes, r0, r1, bias, y);
 }
 
 }  // namespace qt::kernels

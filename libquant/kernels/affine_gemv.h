@@ -14,6 +14,7 @@ namespace qt::kernels {
 struct AffineGemvInput {
   std::vector<float> x;     // 4-bit: each chunk of 2L values reordered evens then odds (L = lanes)
   std::vector<float> xsum;  // X_g, k / g values
+  int lanes = 0;            // L the token was prepared for: the kernel width that reads it
 };
 
 // Lanes of the kernel at the current kernel level (8 AVX2, 16 AVX-512; 0: no kernel).

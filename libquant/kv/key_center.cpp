@@ -90,12 +90,12 @@ KeyMeanRecorder::KeyMeanRecorder(const KVShape& s)
       count_(size_t(s.n_layers), 0) {}
 
 void KeyMeanRecorder::append(int layer, const float* k, const float* v, int n, int first_pos) {
+  inner_->append(layer, k, v, n, first_pos);  // checks the layer and positions first
   const size_t HD = size_t(shape_.n_kv_heads) * shape_.head_dim;
   double* s = sum_.data() + size_t(layer) * HD;
   for (int t = 0; t < n; ++t)
     for (size_t i = 0; i < HD; ++i) s[i] += k[size_t(t) * HD + i];
   count_[size_t(layer)] += n;
-  inner_->append(layer, k, v, n, first_pos);
 }
 
 KeyCenter KeyMeanRecorder::mean() const {

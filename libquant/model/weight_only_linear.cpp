@@ -5,6 +5,9 @@
 // decoded copy of the matrix outlives the panel. Decoded values are exactly dequantize_weights'
 // (affine: q·s and +b rounded separately to the dtype, as MLX; nf4/fp4: table·absmax rounded to
 // the dtype), so only the summation order differs from reference_gemm(ActMode::None).
+// One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
+// scale and bias applied per group to Σ q·x, never to each weight), which differ from the
+// reference in fp32 rounding as well as in order.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #include <omp.h>
@@ -311,12 +314,17 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
-  // A few tokens (decode), or no SIMD family: one decoded row at a time against every token —
-  // no panel packing, which would cost more than the few dot products.
+  // A few tokens (decode), or no SIMD family: the factored GEMV where it applies, else one decoded
+  // row at a time against every token — no panel packing, which would cost more than the few dot
+  // products.
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
-    if (affine_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
+    // 8-bit codes on AVX2 keep the fused per-weight decode below: it measured faster than the
+    // factored GEMV there (SmolLM2's output head, 1 token: 1.6 vs 2.2 ms); 4-bit codes and nf4/fp4
+    // measured 1.1-2.6x faster through the GEMV for 1-3 tokens.
+    const bool gemv8 = bits_ != 8 || kernel_level() == KernelLevel::AVX512;
+    if (affine_ && gemv8 && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: codes straight into FMAs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
           x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
