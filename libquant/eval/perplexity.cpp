@@ -66,7 +66,13 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
   const ChunkPlan& P = res.plan;
   if (P.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
 
-  auto cache = opt.kv.k.empty() ? model.make_cache(P.ctx, "f32") : model.make_cache(P.ctx, opt.kv);
+  kv::KVConfig kvc = opt.kv;
+  if (kvc.k.empty()) {  // no per-layer methods given: the f32 cache (key centering still applies)
+    const kv::KVSpec f32 = kv::parse_kv_spec("f32", "kv");
+    kvc.k.assign(size_t(c.n_layers), f32);
+    kvc.v.assign(size_t(c.n_layers), f32);
+  }
+  auto cache = model.make_cache(P.ctx, kvc);
   std::unique_ptr<KVCache> base_cache;
   if (base) base_cache = base->make_cache(P.ctx, opt.base_kv);
   res.kv_name = cache->name();
