@@ -19,7 +19,8 @@ struct AffineGemvInput {
 
 // Lanes of the kernel at the current kernel level (8 AVX2, 16 AVX-512; 0: no kernel).
 int affine_gemv_lanes();
-// True when the kernel takes these parameters (bits 4 or 8, g a multiple of 2·lanes, k of g).
+// True when the kernel takes these parameters (bits 4, or 8 at the AVX-512 level; g a multiple of
+// 2·lanes, k of g).
 bool affine_gemv_supports(int bits, int64_t k, int64_t g);
 
 void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineGemvInput* in);

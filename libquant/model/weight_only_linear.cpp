@@ -320,11 +320,7 @@ class WeightOnlyLinear final : public Linear {
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
-    // 8-bit codes on AVX2 keep the fused per-weight decode below: it measured faster than the
-    // factored GEMV there (SmolLM2's output head, 1 token: 1.6 vs 2.2 ms); 4-bit codes and nf4/fp4
-    // measured 1.1-2.6x faster through the GEMV for 1-3 tokens.
-    const bool gemv8 = bits_ != 8 || kernel_level() == KernelLevel::AVX512;
-    if (affine_ && gemv8 && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
+    if (affine_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: codes straight into FMAs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
           x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
