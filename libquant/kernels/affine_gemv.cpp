@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/hsum_avx2.h"
 
 namespace qt::kernels {
 namespace {
@@ -16,13 +17,6 @@ constexpr int kRows = 4;
 
 #define QT_AVX2 __attribute__((target("avx2,fma")))
 #define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-
-QT_AVX2 inline float hsum8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
 
 // Σ_g b_g·X_g of one row, in 8 independent partial sums (one chain of k/g dependent adds would
 // cost as much as the row's codes on the long shapes).

@@ -21,6 +21,7 @@
 #include "libquant/kernels/affine_gemv.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
+#include "libquant/kernels/hsum_avx2.h"
 #include "libquant/model/packed_linear.h"
 #include "libquant/parallel.h"
 #include "libquant/schemes/detail.h"
@@ -84,13 +85,6 @@ __attribute__((target("avx2"))) inline __m256 round_bf16_8(__m256 v) {
   return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(int(0xffff0000u))));
 }
 
-__attribute__((target("avx2"))) inline float hsum_8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
-
 // Eight MLX affine weights from `bytes` (4- or 8-bit codes; element 2i is the low nibble of byte i):
 // q·s, then + b, each rounded to bf16 when `bf16` (as affine_dequant), multiply and add never fused.
 template <int kBits>
@@ -121,7 +115,7 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float s = hsum_8(_mm256_add_ps(acc0, acc1));
+  float s = kernels::hsum8(_mm256_add_ps(acc0, acc1));
   for (; i < k; ++i) s += a[i] * b[i];
   return s;
 }
@@ -179,7 +173,7 @@ __attribute__((target("avx2,fma"))) float dot_affine_avx2(const uint8_t* row, in
                              affine_8<kBits>(bytes + (j + 8) * kBits / 8, vs, vb, bf16), acc1);
     }
   }
-  return hsum_8(_mm256_add_ps(acc0, acc1));
+  return kernels::hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 float dot_affine_avx2(const uint8_t* row, int bits, int64_t k, int64_t g, const float* scales, const float* biases,
