@@ -1,11 +1,12 @@
-// affine_gemv.h at two widths. The 4-bit codes of a chunk of 2L weights are L bytes (element 2i in
-// the low nibble of byte i, MLX's order): zero-extended to L int32 lanes, `& 15` gives the even
-// elements and `>> 4` the odd ones, which meet the token reordered the same way (prepare), so no
-// shuffle sits in the loop. Four rows at a time share each load of the token and give the FMAs four
-// independent chains; each group's code sum is scaled into a per-row vector total with one FMA.
+// affine_gemv.h's int16 GEMV at two widths (AVX2 ymm, AVX-512 VNNI zmm) and the nf4/fp4 table
+// GEMV (AVX2). Four rows at a time share each load of the token and give four independent chains;
+// each group's sum is scaled into a per-row vector total once.
 #include "libquant/kernels/affine_gemv.h"
 
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/hsum_avx2.h"
@@ -16,7 +17,7 @@ namespace {
 constexpr int kRows = 4;
 
 #define QT_AVX2 __attribute__((target("avx2,fma")))
-#define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define QT_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
 // Σ_g b_g·X_g of one row, in 8 independent partial sums (one chain of k/g dependent adds would
 // cost as much as the row's codes on the long shapes).
@@ -29,39 +30,61 @@ inline float bias_term(const float* b, const float* xsum, int64_t groups) {
   return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
-// 4-bit codes only (affine_gemv_supports).
-template <int R>
+// One row block of the int16 GEMV at W int16 lanes (16: AVX2 ymm, 32: AVX-512 zmm). A chunk of 2W
+// 4-bit codes is W bytes, zero-extended to W int16 lanes: `& 15` gives the even elements, `>> 4` the
+// odd ones, each met by the token reordered the same way (prepare). A chunk of W 8-bit codes is W
+// bytes in order. VPMADDWD (or VPDPWSSD) sums adjacent lane pairs of code × token into int32, exact
+// within a group (g·255·32767 < 2^31 for g ≤ 256); each group's int32 sums are scaled once by
+// s_g·d_g into a float total per row.
+template <int kBits, int R>
 QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
-                       const float* x, const float* xsum, int64_t r0, const float* bias, float* y) {
-  const int64_t row_bytes = k / 2, groups = k / g;
+                       const int16_t* xq, const float* xd, const float* xsum, int64_t r0, const float* bias,
+                       float* y) {
+  constexpr int W = 16;
+  const int64_t row_bytes = k * kBits / 8, groups = k / g;
   const uint8_t* row[R];
   __m256 tot[R];
   for (int r = 0; r < R; ++r) {
     row[r] = codes + (r0 + r) * row_bytes;
     tot[r] = _mm256_setzero_ps();
   }
-  const __m256i low4 = _mm256_set1_epi32(15);
+  const __m256i low4 = _mm256_set1_epi16(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
-    __m256 acc[R], acc2[R];  // two chains per row: eight FMAs in flight
-    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm256_setzero_ps();
-    for (int64_t j = gi * g; j < (gi + 1) * g; j += 16) {
-      const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+    // The next R rows' group: a thread's rows are short streams (SmolLM2's 576 codes, the seed's
+    // 2560) that the hardware prefetcher barely ramps up on; this took 4-bit codes from ~50% to
+    // ~70% of the memory bandwidth here. Past the last row it only touches the next block.
+    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
+    __m256i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+    for (int64_t j = gi * g; j < (gi + 1) * g; j += 2 * W) {
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + j));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + j + W));
       for (int r = 0; r < R; ++r) {
-        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row[r] + j / 2)));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low4)), x0, acc[r]);
-        acc2[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), x1, acc2[r]);
+        if constexpr (kBits == 4) {
+          const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j / 2)));
+          acc[r] = _mm256_add_epi32(acc[r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(v, low4), x0),
+                                                             _mm256_madd_epi16(_mm256_srli_epi16(v, 4), x1)));
+        } else {
+          const __m256i v0 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j)));
+          const __m256i v1 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j + W)));
+          acc[r] = _mm256_add_epi32(acc[r], _mm256_add_epi32(_mm256_madd_epi16(v0, x0), _mm256_madd_epi16(v1, x1)));
+        }
       }
     }
     for (int r = 0; r < R; ++r)
-      tot[r] = _mm256_fmadd_ps(_mm256_add_ps(acc[r], acc2[r]), _mm256_set1_ps(scales[(r0 + r) * groups + gi]), tot[r]);
+      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(scales[(r0 + r) * groups + gi] * xd[gi]),
+                               tot[r]);
   }
   for (int r = 0; r < R; ++r)
     y[r0 + r] = hsum8(tot[r]) + bias_term(biases + (r0 + r) * groups, xsum, groups) + (bias ? bias[r0 + r] : 0.0f);
 }
 
+// The same at 32 lanes, one VPDPWSSD the multiply and the add (AVX-512 without VNNI runs the AVX2 rows).
 template <int kBits, int R>
-QT_AVX512 void rows_avx512(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
-                           const float* x, const float* xsum, int64_t r0, const float* bias, float* y) {
+QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
+                           const int16_t* xq, const float* xd, const float* xsum, int64_t r0, const float* bias,
+                           float* y) {
+  constexpr int W = 32;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
   const uint8_t* row[R];
   __m512 tot[R];
@@ -69,27 +92,27 @@ QT_AVX512 void rows_avx512(const uint8_t* codes, const float* scales, const floa
     row[r] = codes + (r0 + r) * row_bytes;
     tot[r] = _mm512_setzero_ps();
   }
-  const __m512i low4 = _mm512_set1_epi32(15);
+  const __m512i low4 = _mm512_set1_epi16(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
-    __m512 acc[R], acc2[R];
-    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_ps();
-    for (int64_t j = gi * g; j < (gi + 1) * g; j += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
+    __m512i acc[R], acc2[R];  // two chains per row
+    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_si512();
+    for (int64_t j = gi * g; j < (gi + 1) * g; j += 2 * W) {
+      const __m512i x0 = _mm512_loadu_si512(xq + j), x1 = _mm512_loadu_si512(xq + j + W);
       for (int r = 0; r < R; ++r) {
         if constexpr (kBits == 4) {
-          const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j / 2)));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, low4)), x0, acc[r]);
-          acc2[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), x1, acc2[r]);
+          const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j / 2)));
+          acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_and_si512(v, low4), x0);
+          acc2[r] = _mm512_dpwssd_epi32(acc2[r], _mm512_srli_epi16(v, 4), x1);
         } else {
-          const __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j)));
-          const __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j + 16)));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v0), x0, acc[r]);
-          acc2[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v1), x1, acc2[r]);
+          acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j))), x0);
+          acc2[r] = _mm512_dpwssd_epi32(acc2[r], _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j + W))), x1);
         }
       }
     }
     for (int r = 0; r < R; ++r)
-      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(acc[r], acc2[r]), _mm512_set1_ps(scales[(r0 + r) * groups + gi]), tot[r]);
+      tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], acc2[r])),
+                               _mm512_set1_ps(scales[(r0 + r) * groups + gi] * xd[gi]), tot[r]);
   }
   for (int r = 0; r < R; ++r)
     y[r0 + r] = _mm512_reduce_add_ps(tot[r]) + bias_term(biases + (r0 + r) * groups, xsum, groups) +
@@ -131,64 +154,83 @@ QT_AVX2 void table_rows_avx2(const uint8_t* codes, const float* absmax, const fl
 }
 
 template <int kBits>
-void run_rows(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g, const float* x,
-              const float* xsum, int lanes, int64_t r0, int64_t r1, const float* bias, float* y) {
+void run_rows(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
+              const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
+  const int16_t* xq = in.xq.data();
+  const float *xd = in.xscale.data(), *xsum = in.xsum.data();
   int64_t r = r0;
-  if (lanes == 16) {  // the width the token was reordered for
-    for (; r + kRows <= r1; r += kRows) rows_avx512<kBits, kRows>(codes, scales, biases, k, g, x, xsum, r, bias, y);
-    for (; r < r1; ++r) rows_avx512<kBits, 1>(codes, scales, biases, k, g, x, xsum, r, bias, y);
+  if (in.lanes == 32) {  // the width the token was reordered for
+    for (; r + kRows <= r1; r += kRows) rows_avx512<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
+    for (; r < r1; ++r) rows_avx512<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
     return;
   }
-  if constexpr (kBits == 4) {
-    for (; r + kRows <= r1; r += kRows) rows_avx2<kRows>(codes, scales, biases, k, g, x, xsum, r, bias, y);
-    for (; r < r1; ++r) rows_avx2<1>(codes, scales, biases, k, g, x, xsum, r, bias, y);
-  }
+  for (; r + kRows <= r1; r += kRows) rows_avx2<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
+  for (; r < r1; ++r) rows_avx2<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
+}
+
+// int16 lanes of the affine kernel for group size g: 32 with AVX-512 VNNI when g holds whole
+// 64-code chunks, else 16 (AVX2); 0: no kernel.
+int int16_lanes(int64_t g) {
+  const KernelLevel lvl = kernel_level();
+  if (lvl == KernelLevel::AVX512 && cpu_features().avx512_vnni && g % 64 == 0) return 32;
+  return lvl >= KernelLevel::AVX2 ? 16 : 0;
 }
 
 }  // namespace
 
-int affine_gemv_lanes() {
-  const KernelLevel lvl = kernel_level();
-  return lvl == KernelLevel::AVX512 ? 16 : lvl == KernelLevel::AVX2 ? 8 : 0;
-}
-
-// 8-bit codes only at 16 lanes: on AVX2 the caller's fused per-weight decode measured faster than
-// this GEMV (SmolLM2's output head, 1 token: 1.6 vs 2.2 ms); 4-bit codes and nf4/fp4 measured
-// 1.1-2.6x faster here for 1-3 tokens.
 bool affine_gemv_supports(int bits, int64_t k, int64_t g) {
-  const int lanes = affine_gemv_lanes();
-  return lanes > 0 && (bits == 4 || (bits == 8 && lanes == 16)) && g > 0 && g % (2 * lanes) == 0 && k % g == 0;
+  const int lanes = int16_lanes(g);
+  return lanes > 0 && (bits == 4 || bits == 8) && g > 0 && g <= 256 && g % (2 * lanes) == 0 && k % g == 0;
 }
 
 namespace {
-void prepare(int bits, int lanes, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
-  const int64_t chunk = 2 * lanes;
-  in->lanes = lanes;
-  in->x.resize(size_t(k));
-  if (bits == 4) {
-    for (int64_t c = 0; c < k; c += chunk)
-      for (int64_t i = 0; i < lanes; ++i) {
-        in->x[size_t(c + i)] = x[c + 2 * i];
-        in->x[size_t(c + lanes + i)] = x[c + 2 * i + 1];
-      }
-  } else {
-    in->x.assign(x, x + k);
+// The token in the kernel's order: 4-bit, each chunk of 2L values evens then odds (L = lanes).
+template <typename T>
+void reorder(int bits, int lanes, const T* x, int64_t k, T* out) {
+  if (bits != 4) {
+    std::copy(x, x + k, out);
+    return;
   }
-  in->xsum.assign(size_t(k / g), 0.0f);
-  for (int64_t j = 0; j < k; ++j) in->xsum[size_t(j / g)] += x[j];
+  for (int64_t c = 0; c < k; c += 2 * lanes)
+    for (int64_t i = 0; i < lanes; ++i) {
+      out[c + i] = x[c + 2 * i];
+      out[c + lanes + i] = x[c + 2 * i + 1];
+    }
+}
+
+void group_sums(const float* x, int64_t k, int64_t g, std::vector<float>* xsum) {
+  xsum->assign(size_t(k / g), 0.0f);
+  for (int64_t j = 0; j < k; ++j) (*xsum)[size_t(j / g)] += x[j];
 }
 }  // namespace
 
 void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
-  prepare(bits, affine_gemv_lanes(), x, k, g, in);
+  in->lanes = int16_lanes(g);
+  group_sums(x, k, g, &in->xsum);
+  // Per group, d = max|x| / 32767 and x ≈ d·round(x / d): each value within d/2 = 2^-16·max|x|.
+  std::vector<int16_t>& q = in->xq;
+  q.resize(size_t(k));
+  in->xscale.resize(size_t(k / g));
+  thread_local std::vector<int16_t> rounded;
+  rounded.resize(size_t(k));
+  for (int64_t g0 = 0; g0 < k; g0 += g) {
+    float amax = 0.0f;
+    for (int64_t j = g0; j < g0 + g; ++j) amax = std::max(amax, std::abs(x[j]));
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    in->xscale[size_t(g0 / g)] = amax / 32767.0f;
+    for (int64_t j = g0; j < g0 + g; ++j) rounded[size_t(j)] = int16_t(std::lrint(x[j] * inv));
+  }
+  reorder(bits, in->lanes, rounded.data(), k, q.data());
 }
 
 bool bnb4_gemv_supports(int64_t k, int64_t block) {
   return kernel_level() >= KernelLevel::AVX2 && block > 0 && block % 16 == 0 && k % block == 0;
 }
 
-void bnb4_gemv_prepare(const float* x, int64_t k, int64_t block, AffineGemvInput* in) {
-  prepare(4, 8, x, k, block, in);
+void bnb4_gemv_prepare(const float* x, int64_t k, AffineGemvInput* in) {
+  in->lanes = 8;
+  in->x.resize(size_t(k));
+  reorder(4, 8, x, k, in->x.data());
 }
 
 void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t block,
@@ -200,8 +242,8 @@ void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* tabl
 
 void affine_gemv_rows(int bits, const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
                       const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
-  if (bits == 4) return run_rows<4>(codes, scales, biases, k, g, in.x.data(), in.xsum.data(), in.lanes, r0, r1, bias, y);
-  run_rows<8>(codes, scales, biases, k, g, in.x.data(), in.xsum.data(), in.lanes, r0, r1, bias, y);
+  if (bits == 4) return run_rows<4>(codes, scales, biases, k, g, in, r0, r1, bias, y);
+  run_rows<8>(codes, scales, biases, k, g, in, r0, r1, bias, y);
 }
 
 }  // namespace qt::kernels

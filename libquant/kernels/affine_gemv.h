@@ -1,9 +1,11 @@
-// One token through MLX affine weights (4- or 8-bit codes, fp32 scales and biases) as MLX's own
-// qmv does it: per row, y = Σ_g s_g·(Σ_{j∈g} q_j·x_j) + Σ_g b_g·X_g with X_g = Σ_{j∈g} x_j summed
-// once per token for all rows. The codes go from bytes to fp32 and straight into FMAs (no
-// dequantized weight in memory, no per-weight multiply by the scale, no per-weight add of the bias),
-// so the loop is close to one load-convert-FMA per 8 or 16 codes — decode is memory bound.
-// The factored sum differs from Σ_j x_j·(q_j·s + b) only in fp32 rounding.
+// One token through MLX affine weights (4- or 8-bit codes, fp32 scales and biases) in MLX's qmv
+// form: per row, y = Σ_g s_g·(Σ_{j∈g} q_j·x_j) + Σ_g b_g·X_g with X_g = Σ_{j∈g} x_j summed once per
+// token for all rows. The inner sums run in integers: the token is rounded per group to int16
+// (x ≈ d_g·x̃, d_g = max_g|x| / 32767, so each value moves by at most 2^-16 of its group's largest,
+// ~100× below bf16's rounding), the codes are zero-extended to int16 and multiplied pairwise into
+// int32 (VPMADDWD; VPDPWSSD with AVX-512 VNNI), exactly; one float multiply by s_g·d_g per group.
+// Two codes per int16 lane-pair instruction instead of a convert and an FMA per code keeps the
+// loop near the memory bandwidth. X_g and the bias term stay in fp32 from the unrounded token.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,15 +14,15 @@ namespace qt::kernels {
 
 // The token in the order the kernel reads it, and its group sums.
 struct AffineGemvInput {
-  std::vector<float> x;     // 4-bit: each chunk of 2L values reordered evens then odds (L = lanes)
-  std::vector<float> xsum;  // X_g, k / g values
-  int lanes = 0;            // L the token was prepared for: the kernel width that reads it
+  std::vector<int16_t> xq;    // affine: x̃, 4-bit: each chunk of 2L values evens then odds (L = lanes)
+  std::vector<float> xscale;  // affine: d_g, k / g values
+  std::vector<float> xsum;    // affine: X_g, k / g values
+  std::vector<float> x;       // nf4/fp4: the fp32 token, chunks of 16 evens then odds
+  int lanes = 0;              // L the token was prepared for: the kernel width that reads it
 };
 
-// Lanes of the kernel at the current kernel level (8 AVX2, 16 AVX-512; 0: no kernel).
-int affine_gemv_lanes();
-// True when the kernel takes these parameters (bits 4, or 8 at the AVX-512 level; g a multiple of
-// 2·lanes, k of g).
+// True when the kernel takes these parameters (bits 4 or 8, g ≤ 256 a multiple of 32 and k of g;
+// AVX2 or higher).
 bool affine_gemv_supports(int bits, int64_t k, int64_t g);
 
 void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineGemvInput* in);
@@ -34,7 +36,7 @@ void affine_gemv_rows(int bits, const uint8_t* codes, const float* scales, const
 // element 2i in the HIGH nibble of byte i. The 16-entry lookup is two 8-entry permutes and a blend
 // (AVX2; the AVX2 kernel also runs at the AVX-512 level).
 bool bnb4_gemv_supports(int64_t k, int64_t block);
-void bnb4_gemv_prepare(const float* x, int64_t k, int64_t block, AffineGemvInput* in);
+void bnb4_gemv_prepare(const float* x, int64_t k, AffineGemvInput* in);
 void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t block,
                     const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y);
 

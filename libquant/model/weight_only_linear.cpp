@@ -7,7 +7,8 @@
 // the dtype), so only the summation order differs from reference_gemm(ActMode::None).
 // One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
 // scale and bias applied per group to Σ q·x, never to each weight), which differ from the
-// reference in fp32 rounding as well as in order.
+// reference in fp32 rounding as well as in order; affine's also rounds the token per group to
+// int16 (within 2^-16 of the group's largest value).
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #include <omp.h>
@@ -315,7 +316,7 @@ class WeightOnlyLinear final : public Linear {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
     if (affine_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
-      // MLX's qmv: codes straight into FMAs, scale and bias applied per group (affine_gemv.h).
+      // MLX's qmv: Σ q·x̃ in int16 pairs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
           x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
           [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
@@ -325,7 +326,7 @@ class WeightOnlyLinear final : public Linear {
     if (!affine_ && w_.params.dtype == DType::F32 && kernels::bnb4_gemv_supports(k_, g)) {
       // nf4/fp4 the same way: table[q] into FMAs, absmax per block.
       return gemv_tokens(
-          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::bnb4_gemv_prepare(xt, k_, g, in); },
+          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::bnb4_gemv_prepare(xt, k_, in); },
           [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
             kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
           });
