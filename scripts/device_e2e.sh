@@ -1,15 +1,18 @@
 # End-to-end eval-ppl speed on the device machine's Xeon (AVX-512 VNNI), ours vs llama.cpp, in
 # rounds (every command once per round, in the order given), whole-process wall seconds into
 # $OUT/times.txt ("THREADS NAME ROUND SECONDS"; scripts/e2e_ratios.py takes the paired medians).
-# The kit (build/devkit5, copied in with build/devkit4 and build/devkit6 by earlier calls, since one
-# call carries at most 64 MiB): our quanttool and its shared libraries, the Q4_1 GGUF in two parts,
-# wiki.test.raw, and llama-perplexity / llama-quantize built here from llama.cpp 0c1e57098bba with
-# GGML_NATIVE=OFF GGML_AVX512=ON GGML_AVX512_VNNI=ON GGML_AVX512_BF16=ON (and their libssl/libcrypto).
+# The kit, in two calls since one call carries at most 64 MiB: an earlier call leaves the Q4_1
+# GGUF's first part (model.part.aa) in /tmp/kit; this one carries build/devkit5 with the second part,
+# wiki.test.raw, this script and bins.tar.xz (xz keeps the binaries to a few MiB): our quanttool
+# (and an earlier build as quanttool_old, for before/after pairs), their shared libraries, and
+# llama-perplexity / llama-quantize built here from llama.cpp 0c1e57098bba with GGML_NATIVE=OFF
+# GGML_AVX512=ON GGML_AVX512_VNNI=ON GGML_AVX512_BF16=ON (and their libssl/libcrypto).
 # Usage: bash build/devkit5/e2e.sh THREADS ROUNDS ["NAME ..."] [CHUNKS]
 set -e
 R=$PWD
 mkdir -p /tmp/kit && cd /tmp/kit
 cp -r $R/build/devkit5/* .
+[ -f bins.tar.xz ] && python3 -c "import tarfile; tarfile.open('bins.tar.xz').extractall('.')"
 [ -f model.gguf ] || cat model.part.aa model.part.ab > model.gguf
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  model.gguf" | sha256sum -c
 export LD_LIBRARY_PATH=/tmp/kit

@@ -3,8 +3,8 @@
 //  * int8 / int8_ct / int4 with per-token int8 activations: bit-identical to reference_gemm
 //    (exact int32 sums, the same fp32 epilogue order), bias added after;
 //  * the integer decode path (ActMode::None) and the weight-only schemes (affine 2–8 bit, nf4, fp4)
-//    in fp32: within fp32 summation error of reference_gemm's double sums (and, for the affine
-//    GEMV of 1–3 tokens, of the token's per-group int16 rounding);
+//    in fp32: within fp32 summation error of reference_gemm's double sums (and, for affine with
+//    fp32 scales, of the token's per-group int16 rounding);
 //  * weight-only with bf16 compute: within bf16 rounding of the activations and decoded weights;
 //  * dequantize_row equals dequantize_weights' row bit for bit.
 #include <algorithm>
@@ -98,11 +98,12 @@ void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute,
   const double rel = compute == qt::Compute::BF16 && lin->kind().find("bf16") != std::string::npos
                          ? 2.0 * std::ldexp(1.0, -8)
                          : 4.0 * double(k) * std::ldexp(1.0, -24);
-  // One to three tokens through affine weights with fp32 scales run the int16 GEMV (affine_gemv.h):
-  // the token rounded per group g to d_g = max_g|x| / 32767, each value within d_g/2, so each
-  // output moves by at most Σ_g d_g/2 · Σ_{j∈g} |q_j·s_g| = Σ_g d_g/2 · Σ_{j∈g} |w_j − b_g|.
+  // Affine weights with fp32 scales in fp32 compute may run in int16 (affine_gemv.h for 1–3 tokens;
+  // affine_i16_vnni.h for batches on AVX-512 VNNI): the token rounded per group g to
+  // d_g = max_g|x| / 32767, each value within d_g/2, so each output moves by at most
+  // Σ_g d_g/2 · Σ_{j∈g} |q_j·s_g| = Σ_g d_g/2 · Σ_{j∈g} |w_j − b_g|.
   std::vector<double> act(got.size(), 0.0);
-  if (p.scheme == "affine" && p.dtype == DType::F32 && compute == qt::Compute::F32 && m < 4) {
+  if (p.scheme == "affine" && p.dtype == DType::F32 && compute == qt::Compute::F32) {
     const int64_t g = p.group_size, groups = k / g;
     const float* b = pt.biases.as<float>();
     for (int64_t t = 0; t < m; ++t)
@@ -159,6 +160,12 @@ TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
     for (int b : {64, 128})
       for (int64_t m : {1, 3}) check_case(P(s, 4, b), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
   for (int bits : {3, 4}) check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
+  // 4-/8-bit batches: on AVX-512 VNNI the int16 GEMM (affine_i16_vnni.h) over groups of 64 rows
+  // (211: a tail panel of 3 rows), token slices, and 6-row tiles with a tail (200, 7).
+  for (int bits : {4, 8})
+    for (int g : {32, 64, 128})
+      for (int64_t m : {7, 200})
+        check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 200);
   check_case(P("nf4", 4, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, false);
 }
 

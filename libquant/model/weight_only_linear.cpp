@@ -8,7 +8,9 @@
 // One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
 // scale and bias applied per group to Σ q·x, never to each weight), which differ from the
 // reference in fp32 rounding as well as in order; affine's also rounds the token per group to
-// int16 (within 2^-16 of the group's largest value).
+// int16 (within 2^-16 of the group's largest value). With fp32 compute on AVX-512 VNNI, batches of
+// 4-/8-bit affine weights with fp32 scales run the same integer form as a GEMM
+// (kernels/affine_i16_vnni.h) instead of the decoded fp32 panels.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #include <omp.h>
@@ -20,6 +22,7 @@
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/affine_gemv.h"
+#include "libquant/kernels/affine_i16_vnni.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
@@ -208,6 +211,9 @@ class WeightOnlyLinear final : public Linear {
       fast_decode_ = kernel_level() >= KernelLevel::AVX2 && (bits_ == 4 || bits_ == 8) &&
                      (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
                      w_.params.group_size % 16 == 0;
+      // fp32 compute on AVX-512 VNNI: the int16 prefill GEMM (kernels/affine_i16_vnni.h).
+      i16_gemm_ = compute_ == Compute::F32 && w_.params.dtype == DType::F32 &&
+                  kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size);
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
@@ -230,6 +236,9 @@ class WeightOnlyLinear final : public Linear {
     if (m <= 0) return;
     if (!fam_ || m < 4) {
       forward_rows(x, m, y);
+    } else if (i16_gemm_) {
+      kernels::affine_i16_gemm(bits_, w_.data.data, scales_.data(), biases_.data(), n_, k_, w_.params.group_size, x, m,
+                               bias_.empty() ? nullptr : bias_.data(), y);
     } else {
       forward_panels(x, m, y);
     }
@@ -426,6 +435,7 @@ class WeightOnlyLinear final : public Linear {
   const Family* fam_;
   bool affine_ = false;
   bool fast_decode_ = false;  // SIMD group decode (4/8-bit, f32/bf16 scales)
+  bool i16_gemm_ = false;     // batches through affine_i16_gemm
   bool fast_bnb_ = false;     // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
   KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
   int bits_ = 4;
