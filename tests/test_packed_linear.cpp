@@ -99,7 +99,7 @@ void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute,
                          ? 2.0 * std::ldexp(1.0, -8)
                          : 4.0 * double(k) * std::ldexp(1.0, -24);
   // Affine weights with fp32 scales in fp32 compute may run in int16 (affine_gemv.h for 1–3 tokens;
-  // affine_i16_vnni.h for batches on AVX-512 VNNI): the token rounded per group g to
+  // affine_i16_gemm.h for batches): the token rounded per group g to
   // d_g = max_g|x| / 32767, each value within d_g/2, so each output moves by at most
   // Σ_g d_g/2 · Σ_{j∈g} |q_j·s_g| = Σ_g d_g/2 · Σ_{j∈g} |w_j − b_g|.
   std::vector<double> act(got.size(), 0.0);
@@ -160,7 +160,7 @@ TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
     for (int b : {64, 128})
       for (int64_t m : {1, 3}) check_case(P(s, 4, b), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
   for (int bits : {3, 4}) check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
-  // 4-/8-bit batches: on AVX-512 VNNI the int16 GEMM (affine_i16_vnni.h) over groups of 64 rows
+  // 4-/8-bit batches: the int16 GEMM (affine_i16_gemm.h) over groups of 64 rows
   // (211: a tail panel of 3 rows), token slices, and 6-row tiles with a tail (200, 7).
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})

@@ -8,9 +8,9 @@
 // One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
 // scale and bias applied per group to Σ q·x, never to each weight), which differ from the
 // reference in fp32 rounding as well as in order; affine's also rounds the token per group to
-// int16 (within 2^-16 of the group's largest value). With fp32 compute on AVX-512 VNNI, batches of
-// 4-/8-bit affine weights with fp32 scales run the same integer form as a GEMM
-// (kernels/affine_i16_vnni.h) instead of the decoded fp32 panels.
+// int16 (within 2^-16 of the group's largest value). With fp32 compute, batches of 4-/8-bit affine
+// weights with fp32 scales run the same integer form as a GEMM (kernels/affine_i16_gemm.h) instead
+// of the decoded fp32 panels.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #include <omp.h>
@@ -22,7 +22,7 @@
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/affine_gemv.h"
-#include "libquant/kernels/affine_i16_vnni.h"
+#include "libquant/kernels/affine_i16_gemm.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
@@ -211,7 +211,7 @@ class WeightOnlyLinear final : public Linear {
       fast_decode_ = kernel_level() >= KernelLevel::AVX2 && (bits_ == 4 || bits_ == 8) &&
                      (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
                      w_.params.group_size % 16 == 0;
-      // fp32 compute on AVX-512 VNNI: the int16 prefill GEMM (kernels/affine_i16_vnni.h).
+      // fp32 compute: the int16 prefill GEMM (kernels/affine_i16_gemm.h).
       i16_gemm_ = compute_ == Compute::F32 && w_.params.dtype == DType::F32 &&
                   kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size);
       for (size_t i = 0; i < scales_.size(); ++i) {
