@@ -19,14 +19,14 @@ constexpr int kRows = 4;
 #define QT_AVX2 __attribute__((target("avx2,fma")))
 #define QT_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
-// Σ_g b_g·X_g of one row, in 8 independent partial sums (one chain of k/g dependent adds would
-// cost as much as the row's codes on the long shapes).
-inline float bias_term(const float* b, const float* xsum, int64_t groups) {
+// Σ_g b_g·X_g + s_g·C_g of one row (C_g = c·R_g, affine_gemv.h), in 8 independent partial sums
+// (one chain of k/g dependent adds would cost as much as the row's codes on the long shapes).
+inline float bias_term(const float* b, const float* s, const float* xsum, const float* xres, int64_t groups) {
   float p[8] = {};
   int64_t i = 0;
   for (; i + 8 <= groups; i += 8)
-    for (int l = 0; l < 8; ++l) p[l] += b[i + l] * xsum[i + l];
-  for (; i < groups; ++i) p[0] += b[i] * xsum[i];
+    for (int l = 0; l < 8; ++l) p[l] += b[i + l] * xsum[i + l] + s[i + l] * xres[i + l];
+  for (; i < groups; ++i) p[0] += b[i] * xsum[i] + s[i] * xres[i];
   return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
@@ -38,7 +38,7 @@ inline float bias_term(const float* b, const float* xsum, int64_t groups) {
 // s_g·d_g into a float total per row.
 template <int kBits, int R>
 QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
-                       const int16_t* xq, const float* xd, const float* xsum, int64_t r0, const float* bias,
+                       const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0, const float* bias,
                        float* y) {
   constexpr int W = 16;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
@@ -76,13 +76,13 @@ QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* b
                                tot[r]);
   }
   for (int r = 0; r < R; ++r)
-    y[r0 + r] = hsum8(tot[r]) + bias_term(biases + (r0 + r) * groups, xsum, groups) + (bias ? bias[r0 + r] : 0.0f);
+    y[r0 + r] = hsum8(tot[r]) + bias_term(biases + (r0 + r) * groups, scales + (r0 + r) * groups, xsum, xres, groups) + (bias ? bias[r0 + r] : 0.0f);
 }
 
 // The same at 32 lanes, one VPDPWSSD the multiply and the add (AVX-512 without VNNI runs the AVX2 rows).
 template <int kBits, int R>
 QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
-                           const int16_t* xq, const float* xd, const float* xsum, int64_t r0, const float* bias,
+                           const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0, const float* bias,
                            float* y) {
   constexpr int W = 32;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
@@ -115,7 +115,7 @@ QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const
                                _mm512_set1_ps(scales[(r0 + r) * groups + gi] * xd[gi]), tot[r]);
   }
   for (int r = 0; r < R; ++r)
-    y[r0 + r] = _mm512_reduce_add_ps(tot[r]) + bias_term(biases + (r0 + r) * groups, xsum, groups) +
+    y[r0 + r] = _mm512_reduce_add_ps(tot[r]) + bias_term(biases + (r0 + r) * groups, scales + (r0 + r) * groups, xsum, xres, groups) +
                 (bias ? bias[r0 + r] : 0.0f);
 }
 
@@ -157,15 +157,15 @@ template <int kBits>
 void run_rows(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
               const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
   const int16_t* xq = in.xq.data();
-  const float *xd = in.xscale.data(), *xsum = in.xsum.data();
+  const float *xd = in.xscale.data(), *xsum = in.xsum.data(), *xres = in.xres.data();
   int64_t r = r0;
   if (in.lanes == 32) {  // the width the token was reordered for
-    for (; r + kRows <= r1; r += kRows) rows_avx512<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
-    for (; r < r1; ++r) rows_avx512<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
+    for (; r + kRows <= r1; r += kRows) rows_avx512<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
+    for (; r < r1; ++r) rows_avx512<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
     return;
   }
-  for (; r + kRows <= r1; r += kRows) rows_avx2<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
-  for (; r < r1; ++r) rows_avx2<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, r, bias, y);
+  for (; r + kRows <= r1; r += kRows) rows_avx2<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
+  for (; r < r1; ++r) rows_avx2<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
 }
 
 // int16 lanes of the affine kernel for group size g: 32 with AVX-512 VNNI when g holds whole
@@ -211,6 +211,7 @@ void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineG
   std::vector<int16_t>& q = in->xq;
   q.resize(size_t(k));
   in->xscale.resize(size_t(k / g));
+  in->xres.resize(size_t(k / g));
   thread_local std::vector<int16_t> rounded;
   rounded.resize(size_t(k));
   for (int64_t g0 = 0; g0 < k; g0 += g) {
@@ -218,7 +219,13 @@ void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineG
     for (int64_t j = g0; j < g0 + g; ++j) amax = std::max(amax, std::abs(x[j]));
     const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
     in->xscale[size_t(g0 / g)] = amax / 32767.0f;
-    for (int64_t j = g0; j < g0 + g; ++j) rounded[size_t(j)] = int16_t(std::lrint(x[j] * inv));
+    int64_t qsum = 0;
+    for (int64_t j = g0; j < g0 + g; ++j) {
+      rounded[size_t(j)] = int16_t(std::lrint(x[j] * inv));
+      qsum += rounded[size_t(j)];
+    }
+    // C_g = c·(X_g − d_g·Σx̃): the centre's share of the rounding error, from the exact sum.
+    in->xres[size_t(g0 / g)] = float(1 << (bits - 1)) * (in->xsum[size_t(g0 / g)] - in->xscale[size_t(g0 / g)] * float(qsum));
   }
   reorder(bits, in->lanes, rounded.data(), k, q.data());
 }

@@ -4,6 +4,9 @@
 // (x ≈ d_g·x̃, d_g = max_g|x| / 32767, so each value moves by at most 2^-16 of its group's largest,
 // ~100× below bf16's rounding), the codes are zero-extended to int16 and multiplied pairwise into
 // int32 (VPMADDWD; VPDPWSSD with AVX-512 VNNI), exactly; one float multiply by s_g·d_g per group.
+// The rounding error r_j = x_j − d_g·x̃_j would meet s_g·q_j; adding s_g·c·R_g (c = 2^(bits−1) the
+// middle code, R_g = Σ r_j from the exact X_g) leaves only s_g·(q_j − c)·r_j — about a third as
+// large for codes spread over their range.
 // Two codes per int16 lane-pair instruction instead of a convert and an FMA per code keeps the
 // loop near the memory bandwidth. X_g and the bias term stay in fp32 from the unrounded token.
 #pragma once
@@ -17,6 +20,7 @@ struct AffineGemvInput {
   std::vector<int16_t> xq;    // affine: x̃, 4-bit: each chunk of 2L values evens then odds (L = lanes)
   std::vector<float> xscale;  // affine: d_g, k / g values
   std::vector<float> xsum;    // affine: X_g, k / g values
+  std::vector<float> xres;    // affine: c·R_g, k / g values
   std::vector<float> x;       // nf4/fp4: the fp32 token, chunks of 16 evens then odds
   int lanes = 0;              // L the token was prepared for: the kernel width that reads it
 };

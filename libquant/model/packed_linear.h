@@ -23,6 +23,8 @@ struct PackedLinearOptions {
   Compute compute = Compute::F32;
   // Integer schemes: Default/Int8PerToken quantizes activations per token (W8A8/W4A8);
   // None multiplies fp32 activations by the dequantized weights (the decode path).
+  // Affine 4/8-bit with fp32 scales: Default rounds the tokens per group to int16 for the integer
+  // kernels (affine_gemv.h, affine_i16_gemm.h); None keeps them fp32 (decoded fp32 panels).
   ActMode act = ActMode::Default;
 };
 

@@ -212,7 +212,8 @@ class WeightOnlyLinear final : public Linear {
                      (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
                      w_.params.group_size % 16 == 0;
       // fp32 compute: the int16 prefill GEMM (kernels/affine_i16_gemm.h).
-      i16_gemm_ = compute_ == Compute::F32 && w_.params.dtype == DType::F32 &&
+      int16_act_ = opt.act != ActMode::None;
+      i16_gemm_ = int16_act_ && compute_ == Compute::F32 && w_.params.dtype == DType::F32 &&
                   kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size);
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
@@ -324,7 +325,7 @@ class WeightOnlyLinear final : public Linear {
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
-    if (affine_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
+    if (affine_ && int16_act_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: Σ q·x̃ in int16 pairs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
           x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
@@ -435,6 +436,7 @@ class WeightOnlyLinear final : public Linear {
   const Family* fam_;
   bool affine_ = false;
   bool fast_decode_ = false;  // SIMD group decode (4/8-bit, f32/bf16 scales)
+  bool int16_act_ = true;     // affine: tokens rounded per group to int16 (ActMode::None: exact fp32)
   bool i16_gemm_ = false;     // batches through affine_i16_gemm
   bool fast_bnb_ = false;     // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
   KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
