@@ -378,21 +378,17 @@ class WeightOnlyLinear final : public Linear {
   }
 
   // The factored GEMVs of affine_gemv.h, one token at a time: the token prepared once, then blocks
-  // of rows on the threads.
+  // of 64 rows on the threads.
   template <typename Prepare, typename Rows>
   void gemv_tokens(const float* x, int64_t m, float* y, Prepare prepare, Rows rows) const {
     thread_local kernels::AffineGemvInput tls;
     const kernels::AffineGemvInput& in = tls;  // the caller's; an OpenMP thread's thread_local is another
-    // Blocks of 64 rows, fewer where that leaves under four blocks a thread (the seed's 2560 rows
-    // at 16 threads were 40 blocks: 3 on some threads, 2 on others); multiples of 4 (the kernels'
-    // row group).
-    const int64_t rows_per = std::clamp<int64_t>(n_ / (4 * int64_t(num_threads())) / 4 * 4, 16, 64);
-    const int64_t blocks = (n_ + rows_per - 1) / rows_per;
+    const int64_t blocks = (n_ + 63) / 64;
     for (int64_t t = 0; t < m; ++t) {
       prepare(x + t * k_, &tls);
       float* yt = y + t * n_;
 #pragma omp parallel for schedule(dynamic, 1) if (n_ * k_ > (1 << 16))
-      for (int64_t b = 0; b < blocks; ++b) rows(in, b * rows_per, std::min(n_, (b + 1) * rows_per), yt);
+      for (int64_t b = 0; b < blocks; ++b) rows(in, b * 64, std::min(n_, (b + 1) * 64), yt);
     }
   }
 
