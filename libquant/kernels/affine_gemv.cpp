@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/affine_i16_detail.h"
 #include "libquant/kernels/hsum_avx2.h"
 
 namespace qt::kernels {
@@ -198,36 +199,28 @@ void reorder(int bits, int lanes, const T* x, int64_t k, T* out) {
     }
 }
 
-void group_sums(const float* x, int64_t k, int64_t g, std::vector<float>* xsum) {
-  xsum->assign(size_t(k / g), 0.0f);
-  for (int64_t j = 0; j < k; ++j) (*xsum)[size_t(j / g)] += x[j];
-}
 }  // namespace
 
 void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineGemvInput* in) {
   in->lanes = int16_lanes(g);
-  group_sums(x, k, g, &in->xsum);
-  // Per group, d = max|x| / 32767 and x ≈ d·round(x / d): each value within d/2 = 2^-16·max|x|.
-  std::vector<int16_t>& q = in->xq;
-  q.resize(size_t(k));
-  in->xscale.resize(size_t(k / g));
-  in->xres.resize(size_t(k / g));
+  const int64_t groups = k / g;
+  in->xq.resize(size_t(k));
+  in->xscale.resize(size_t(groups));
+  in->xsum.resize(size_t(groups));
+  in->xres.resize(size_t(groups));
+  // The GEMM's rounding (affine_i16_gemm.h): one implementation for both, and vectorised — it runs
+  // on the calling thread before every call's parallel rows.
   thread_local std::vector<int16_t> rounded;
   rounded.resize(size_t(k));
-  for (int64_t g0 = 0; g0 < k; g0 += g) {
-    float amax = 0.0f;
-    for (int64_t j = g0; j < g0 + g; ++j) amax = std::max(amax, std::abs(x[j]));
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    in->xscale[size_t(g0 / g)] = amax / 32767.0f;
-    int64_t qsum = 0;
-    for (int64_t j = g0; j < g0 + g; ++j) {
-      rounded[size_t(j)] = int16_t(std::lrint(x[j] * inv));
-      qsum += rounded[size_t(j)];
-    }
+  const i16::Isa& isa = in->lanes == 32 ? i16::isa_vnni() : i16::isa_avx2();
+  isa.round_token(x, k, g, rounded.data(), in->xscale.data(), in->xsum.data());
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    int32_t qsum = 0;  // |Σx̃| ≤ 256·32767 < 2^31
+    for (int64_t j = gi * g; j < (gi + 1) * g; ++j) qsum += rounded[size_t(j)];
     // C_g = c·(X_g − d_g·Σx̃): the centre's share of the rounding error, from the exact sum.
-    in->xres[size_t(g0 / g)] = float(1 << (bits - 1)) * (in->xsum[size_t(g0 / g)] - in->xscale[size_t(g0 / g)] * float(qsum));
+    in->xres[size_t(gi)] = float(1 << (bits - 1)) * (in->xsum[size_t(gi)] - in->xscale[size_t(gi)] * float(qsum));
   }
-  reorder(bits, in->lanes, rounded.data(), k, q.data());
+  reorder(bits, in->lanes, rounded.data(), k, in->xq.data());
 }
 
 bool bnb4_gemv_supports(int64_t k, int64_t block) {
