@@ -1,13 +1,13 @@
 // affine_i16_gemm.h on AVX-512 VNNI. The tile is int8_vnni.cpp's with int16 pairs in place of int8
-// quads: R token rows × NP panels of 16 output rows, R·NP int32 accumulators over one group's
-// k-pairs (each pair of k loads NP weight vectors and R token dwords for R·NP VPDPWSSDs), then the
-// group's float epilogue into per-tile sums: sum += b·X + float(acc)·(s·d).
+// quads (the same vnni_group_sums): R token rows × NP panels of 16 output rows, R·NP int32
+// accumulators over one group's k-pairs, then the group's float epilogue into per-tile sums:
+// sum += b·X + float(acc)·(s·d).
 #include <immintrin.h>
 
 #include <array>
-#include <cstring>
 
 #include "libquant/kernels/affine_i16_detail.h"
+#include "libquant/kernels/vnni_group_sums.h"
 
 namespace qt::kernels::i16 {
 namespace {
@@ -34,44 +34,16 @@ QT_VNNI void round_token(const float* x, int64_t k, int64_t g, int16_t* q, float
   }
 }
 
-// The int32 sums of one group: k-pairs [i0, i1) of NP panels against R token rows. Its own
-// function, as int8_vnni's: inside the tile's group loop GCC would spill the accumulators.
-template <int R, int NP>
-QT_VNNI __attribute__((noinline)) void group_sums(const int32_t* const* pan, const int16_t* a, int64_t lda, int64_t i0,
-                                                  int64_t i1, int32_t* acc_out) {
-  __m512i acc[R][NP];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_setzero_si512();
-  for (int64_t i = i0; i < i1; ++i) {
-    __m512i wv[NP];
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) wv[q] = _mm512_load_si512(pan[q] + i * 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, a + r * lda + 2 * i, 4);
-      const __m512i av = _mm512_set1_epi32(pair);
-#pragma GCC unroll 8
-      for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], av, wv[q]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) _mm512_store_si512(acc_out + (r * NP + q) * 16, acc[r][q]);
-}
-
 template <int R, int NP>
 QT_VNNI void tile(const TileArgs& t) {
   const int64_t k2 = t.k / 2, groups = t.k / t.g;
-  const int32_t* pan[NP];
-  for (int q = 0; q < NP; ++q) pan[q] = t.pan + q * k2 * 16;
+  const uint8_t* pan[NP];
+  for (int q = 0; q < NP; ++q) pan[q] = reinterpret_cast<const uint8_t*>(t.pan + q * k2 * 16);
   alignas(64) float sum[R][NP][16] = {};
   alignas(64) int32_t acc[R][NP][16];
   for (int64_t gi = 0; gi < groups; ++gi) {
-    group_sums<R, NP>(pan, t.a, t.k, gi * t.g / 2, (gi + 1) * t.g / 2, &acc[0][0][0]);
+    vnni_group_sums<VnniDot::S16S16, R, NP>(pan, reinterpret_cast<const uint8_t*>(t.a), 2 * t.k, gi * t.g / 2,
+                                            (gi + 1) * t.g / 2, &acc[0][0][0]);
     for (int q = 0; q < NP; ++q) {
       const __m512 sv = _mm512_load_ps(t.st + (q * groups + gi) * 16), bv = _mm512_load_ps(t.bt + (q * groups + gi) * 16);
       for (int r = 0; r < R; ++r) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "libquant/kernels/vnni_group_sums.h"
 #include "libquant/parallel.h"
 
 namespace qt::kernels {
@@ -51,48 +52,18 @@ namespace {
 // load for every 2.4 of them (an 8 × 1 tile needed 9 loads per 8 and had 8 chains).
 constexpr int kMR = 6, kNP = 4;
 
-// The int32 sums of one group: k-blocks [b0, b1) of NP panels against R activation rows, into
-// acc[r][q][16]. Its own function (not inlined): inside the tile's group loop GCC 12 spilled and
-// shuffled the 24 accumulators every k-block; alone it keeps them in registers.
-template <int R, int NP>
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void group_sums(
-    const int8_t* const* pan, const uint8_t* a, int64_t lda, int64_t b0, int64_t b1, int32_t* acc_out) {
-  __m512i acc[R][NP];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_setzero_si512();
-  for (int64_t b = b0; b < b1; ++b) {
-    __m512i wv[NP];
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) wv[q] = _mm512_loadu_si512(pan[q] + b * 64);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      int32_t a4;
-      std::memcpy(&a4, a + r * lda + b * 4, 4);
-      const __m512i av = _mm512_set1_epi32(a4);
-#pragma GCC unroll 8
-      for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], av, wv[q]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) _mm512_store_si512(acc_out + (r * NP + q) * 16, acc[r][q]);
-}
-
 template <int R, int NP>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(
     const Int8Vnni& w, int64_t p0, const uint8_t* a, int64_t lda, const float* sx, float* y,
     int64_t ldy, __mmask16 last_mask) {
   const int64_t k4 = w.k / 4, g4 = w.gl / 4;
-  const int8_t* pan[NP];
-  for (int q = 0; q < NP; ++q) pan[q] = w.panels.data() + size_t((p0 + q) * k4 * 64);
+  const uint8_t* pan[NP];
+  for (int q = 0; q < NP; ++q) pan[q] = reinterpret_cast<const uint8_t*>(w.panels.data()) + size_t((p0 + q) * k4 * 64);
   // Σ over groups per (row, panel), in the order reference_gemm adds them.
   alignas(64) float sum[R][NP][16] = {};
   alignas(64) int32_t acc[R][NP][16];
   for (int64_t g = 0; g < w.ng; ++g) {
-    group_sums<R, NP>(pan, a, lda, g * g4, (g + 1) * g4, &acc[0][0][0]);
+    vnni_group_sums<VnniDot::U8S8, R, NP>(pan, a, lda, g * g4, (g + 1) * g4, &acc[0][0][0]);
     for (int q = 0; q < NP; ++q) {
       const size_t off = size_t(((p0 + q) * w.ng + g) * 16);
       const __m512i cs = _mm512_loadu_si512(w.colsum128.data() + off);
