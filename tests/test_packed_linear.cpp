@@ -104,7 +104,8 @@ void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute,
   // Σ_g d_g/2 · Σ_{j∈g} |(q_j − c)·s_g| = Σ_g d_g/2 · Σ_{j∈g} |w_j − b_g − c·s_g| (c = 2^(bits−1):
   // the kernels take the centre's share of the error from the exact group sum).
   std::vector<double> act_err(got.size(), 0.0);
-  if (p.scheme == "affine" && p.dtype == DType::F32 && compute == qt::Compute::F32 && act != ActMode::None) {
+  if (p.scheme == "affine" && (p.bits == 4 || p.bits == 8) && p.group_size % 32 == 0 && p.dtype == DType::F32 &&
+      compute == qt::Compute::F32 && act != ActMode::None) {
     const int64_t g = p.group_size, groups = k / g;
     const float* b = pt.biases.as<float>();
     const float* sc = pt.scales.as<float>();
@@ -155,7 +156,8 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
 
 // Weights large enough for several threads. One token through 4- and 8-bit affine weights with
 // fp32 scales, or nf4/fp4 with blocks inside rows, runs the factored GEMVs (kernels/affine_gemv.h)
-// over blocks of rows; 211 rows leave a tail of fewer than four. 200 tokens run the panel driver over more panels than threads.
+// over blocks of rows; 211 rows leave a tail of fewer than four. 200 tokens run the panel driver
+// (3-bit, nf4) or the int16 GEMM (4-bit) over more panels than threads.
 TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})

@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/affine_i16_detail.h"
@@ -40,7 +39,7 @@ inline float bias_term(const float* b, const float* s, const float* xsum, const 
 template <int kBits, int R>
 QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
                        const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0, const float* bias,
-                       float* y) {
+                       float* y, bool prefetch) {
   constexpr int W = 16;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
   const uint8_t* row[R];
@@ -51,10 +50,11 @@ QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* b
   }
   const __m256i low4 = _mm256_set1_epi16(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
-    // The next R rows' group: a thread's rows are short streams (SmolLM2's 576 codes, the seed's
-    // 2560) that the hardware prefetcher barely ramps up on; this took 4-bit codes from ~50% to
-    // ~70% of the memory bandwidth here. Past the last row it only touches the next block.
-    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
+    // The next R rows' group (when the caller has R more rows): a thread's rows are short streams
+    // (SmolLM2's 576 codes, the seed's 2560) that the hardware prefetcher barely ramps up on; this
+    // took 4-bit codes from ~50% to ~70% of the memory bandwidth here.
+    if (prefetch)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
     __m256i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
     for (int64_t j = gi * g; j < (gi + 1) * g; j += 2 * W) {
@@ -84,7 +84,7 @@ QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* b
 template <int kBits, int R>
 QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
                            const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0, const float* bias,
-                           float* y) {
+                           float* y, bool prefetch) {
   constexpr int W = 32;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
   const uint8_t* row[R];
@@ -95,7 +95,8 @@ QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const
   }
   const __m512i low4 = _mm512_set1_epi16(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
-    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
+    if (prefetch)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
     __m512i acc[R], acc2[R];  // two chains per row
     for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_si512();
     for (int64_t j = gi * g; j < (gi + 1) * g; j += 2 * W) {
@@ -161,12 +162,14 @@ void run_rows(const uint8_t* codes, const float* scales, const float* biases, in
   const float *xd = in.xscale.data(), *xsum = in.xsum.data(), *xres = in.xres.data();
   int64_t r = r0;
   if (in.lanes == 32) {  // the width the token was reordered for
-    for (; r + kRows <= r1; r += kRows) rows_avx512<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
-    for (; r < r1; ++r) rows_avx512<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
+    for (; r + kRows <= r1; r += kRows)
+      rows_avx512<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y, r + 2 * kRows <= r1);
+    for (; r < r1; ++r) rows_avx512<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y, false);
     return;
   }
-  for (; r + kRows <= r1; r += kRows) rows_avx2<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
-  for (; r < r1; ++r) rows_avx2<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y);
+  for (; r + kRows <= r1; r += kRows)
+    rows_avx2<kBits, kRows>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y, r + 2 * kRows <= r1);
+  for (; r < r1; ++r) rows_avx2<kBits, 1>(codes, scales, biases, k, g, xq, xd, xsum, xres, r, bias, y, false);
 }
 
 // int16 lanes of the affine kernel for group size g: 32 with AVX-512 VNNI when g holds whole
@@ -181,7 +184,7 @@ int int16_lanes(int64_t g) {
 
 bool affine_gemv_supports(int bits, int64_t k, int64_t g) {
   const int lanes = int16_lanes(g);
-  return lanes > 0 && (bits == 4 || bits == 8) && g > 0 && g <= 256 && g % (2 * lanes) == 0 && k % g == 0;
+  return lanes > 0 && (bits == 4 || bits == 8) && g > 0 && g <= 128 && g % (2 * lanes) == 0 && k % g == 0;
 }
 
 namespace {
@@ -208,8 +211,8 @@ void affine_gemv_prepare(int bits, const float* x, int64_t k, int64_t g, AffineG
   in->xscale.resize(size_t(groups));
   in->xsum.resize(size_t(groups));
   in->xres.resize(size_t(groups));
-  // The GEMM's rounding (affine_i16_gemm.h): one implementation for both, and vectorised — it runs
-  // on the calling thread before every call's parallel rows.
+  // The GEMM's rounding (i16::Isa::round_token, affine_i16_detail.h): one implementation for both,
+  // and vectorised — it runs on the calling thread before every call's parallel rows.
   thread_local std::vector<int16_t> rounded;
   rounded.resize(size_t(k));
   const i16::Isa& isa = in->lanes == 32 ? i16::isa_vnni() : i16::isa_avx2();

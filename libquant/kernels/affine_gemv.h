@@ -4,9 +4,9 @@
 // (x ≈ d_g·x̃, d_g = max_g|x| / 32767, so each value moves by at most 2^-16 of its group's largest,
 // ~100× below bf16's rounding), the codes are zero-extended to int16 and multiplied pairwise into
 // int32 (VPMADDWD; VPDPWSSD with AVX-512 VNNI), exactly; one float multiply by s_g·d_g per group.
-// The rounding error r_j = x_j − d_g·x̃_j would meet s_g·q_j; adding s_g·c·R_g (c = 2^(bits−1) the
-// middle code, R_g = Σ r_j from the exact X_g) leaves only s_g·(q_j − c)·r_j — about a third as
-// large for codes spread over their range.
+// The rounding error r_j = x_j − d_g·x̃_j would meet s_g·q_j; adding s_g·c·R_g (c = 2^(bits−1), the
+// integer next to the middle code; R_g = Σ r_j from the fp32 group sum X_g) leaves s_g·(q_j − c)·r_j:
+// about half as large for codes spread evenly over their range, less for bell-shaped groups.
 // Two codes per int16 lane-pair instruction instead of a convert and an FMA per code keeps the
 // loop near the memory bandwidth. X_g and the bias term stay in fp32 from the unrounded token.
 #pragma once
@@ -25,7 +25,7 @@ struct AffineGemvInput {
   int lanes = 0;              // L the token was prepared for: the kernel width that reads it
 };
 
-// True when the kernel takes these parameters (bits 4 or 8, g ≤ 256 a multiple of 32 and k of g;
+// True when the kernel takes these parameters (bits 4 or 8, g ≤ 128 a multiple of 32 and k of g;
 // AVX2 or higher).
 bool affine_gemv_supports(int bits, int64_t k, int64_t g);
 

@@ -4,10 +4,10 @@
 // accumulators over one group's k-pairs, then the group's float epilogue, as the VNNI tile.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "libquant/kernels/affine_i16_detail.h"
+#include "libquant/kernels/hsum_avx2.h"
 
 namespace qt::kernels::i16 {
 namespace {
@@ -22,12 +22,6 @@ QT_AVX2 float hmax8(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
 }
 
-QT_AVX2 float hsum8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
-
 QT_AVX2 void round_token(const float* x, int64_t k, int64_t g, int16_t* q, float* d, float* xs) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t g0 = 0, gi = 0; g0 < k; g0 += g, ++gi) {
@@ -38,7 +32,8 @@ QT_AVX2 void round_token(const float* x, int64_t k, int64_t g, int16_t* q, float
       sum = _mm256_add_ps(sum, v);
     }
     const float a = hmax8(amax);
-    const __m256 inv = _mm256_set1_ps(a > 0.0f ? 32767.0f / a : 0.0f);
+    // (below 1e-30, 32767 / a could overflow to inf; such a group rounds to zeros)
+    const __m256 inv = _mm256_set1_ps(a > 1e-30f ? 32767.0f / a : 0.0f);
     d[gi] = a / 32767.0f;
     xs[gi] = hsum8(sum);
     for (int64_t j = g0; j < g0 + g; j += 16) {

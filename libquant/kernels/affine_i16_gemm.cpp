@@ -36,9 +36,10 @@ void decode_panels(int bits, const uint8_t* codes, const float* scales, const fl
       const int64_t row = (p0 + p) * 16 + r;
       int32_t* dst = pan + int64_t(p) * k2 * 16 + r;
       const bool real = row < n;
-      // Centered codes q − c (c = 2^(bits−1)) against the bias b + c·s: the same weights, but the
-      // token's rounding error r now meets s·(q − c) instead of s·q — about a third the size for
-      // codes spread over their range — while c·s·Σx comes from the exact group sum X.
+      // Centred codes q − c (c = 2^(bits−1)) against the bias b + c·s: the same weights, but the
+      // token's rounding error r now meets s·(q − c) instead of s·q — about half the size for codes
+      // spread evenly over their range, less for bell-shaped groups — while c·s·Σx comes from the
+      // fp32 group sum X.
       const int c = 1 << (bits - 1);
       for (int64_t gi = 0; gi < groups; ++gi) {
         const float sc = real ? scales[row * groups + gi] : 0.0f;
@@ -59,7 +60,7 @@ void decode_panels(int bits, const uint8_t* codes, const float* scales, const fl
 }  // namespace
 
 bool affine_i16_gemm_supported(int bits, int64_t k, int64_t g) {
-  return isa() && (bits == 4 || bits == 8) && g > 0 && g % 32 == 0 && g <= 256 && k % g == 0;
+  return isa() && (bits == 4 || bits == 8) && g > 0 && g % 32 == 0 && g <= 128 && k % g == 0;
 }
 
 void affine_i16_gemm(int bits, const uint8_t* codes, const float* scales, const float* biases, int64_t n, int64_t k,
@@ -86,6 +87,8 @@ void affine_i16_gemm(int bits, const uint8_t* codes, const float* scales, const 
 #pragma omp parallel for schedule(dynamic, 1) if (m * n * k > (1 << 18))
   for (int64_t task = 0; task < pgroups * slices; ++task) {
     const int64_t pg = task / slices, sl = task % slices;
+    const int64_t b0 = sl * blocks_per_slice, b1 = std::min(row_blocks, b0 + blocks_per_slice);
+    if (b0 >= b1) continue;  // the rounding up of blocks_per_slice can leave the last slices empty
     const int64_t p0 = pg * kNP;
     const int np = int(std::min<int64_t>(kNP, n_panels - p0));
     thread_local AlignedBuffer pan_buf, st_buf, bt_buf;
@@ -95,8 +98,7 @@ void affine_i16_gemm(int bits, const uint8_t* codes, const float* scales, const 
     decode_panels(bits, codes, scales, biases, n, k, g, p0, np, pan, st, bt);
     i16::TileArgs ta{pan, st, bt, k, g, nullptr, nullptr, nullptr, bias ? bias + p0 * 16 : nullptr, nullptr, n,
                      int(std::min<int64_t>(16, n - (p0 + np - 1) * 16))};
-    const int64_t b1 = std::min(row_blocks, (sl + 1) * blocks_per_slice);
-    for (int64_t b = sl * blocks_per_slice; b < b1; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * is.mr;
       ta.a = q + t0 * k;
       ta.d = d + t0 * groups;

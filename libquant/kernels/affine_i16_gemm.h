@@ -5,13 +5,14 @@
 // int16 pairs (no float weight, no copy of the matrix beyond that L2 panel), and code × token
 // pairs are summed into exact int32 per group — VPDPWSSD on AVX-512 VNNI (32 multiply-adds per
 // instruction against an fp32 FMA's 16), VPMADDWD + VPADDD on AVX2 (16 per multiply against 8).
-// Per group and output row: y += s·d_g·Σq·x̃ + b·X_g, with X_g = Σ_{j∈g} x_j of the unrounded token.
+// Per group and output row: y += s·d_g·Σ(q − c)·x̃ + (b + c·s)·X_g, with X_g = Σ_{j∈g} x_j of the
+// unrounded token and c = 2^(bits−1) (centring: the rounding error meets q − c, not q).
 #pragma once
 #include <cstdint>
 
 namespace qt::kernels {
 
-// AVX2 or higher at the current kernel level, bits 4 or 8, g a multiple of 32 (≤ 256), k of g.
+// AVX2 or higher at the current kernel level, bits 4 or 8, g a multiple of 32 (≤ 128), k of g.
 bool affine_i16_gemm_supported(int bits, int64_t k, int64_t g);
 
 // y[m, n] = x[m, k]·Wᵀ (+ bias[n] when not null) for W's codes [n, k·bits/8] (MLX packing: element

@@ -25,7 +25,8 @@ QT_VNNI void round_token(const float* x, int64_t k, int64_t g, int16_t* q, float
       sum = _mm512_add_ps(sum, v);
     }
     const float a = _mm512_reduce_max_ps(amax);
-    const __m512 inv = _mm512_set1_ps(a > 0.0f ? 32767.0f / a : 0.0f);
+    // (below 1e-30, 32767 / a could overflow to inf; such a group rounds to zeros)
+    const __m512 inv = _mm512_set1_ps(a > 1e-30f ? 32767.0f / a : 0.0f);
     d[gi] = a / 32767.0f;
     xs[gi] = _mm512_reduce_add_ps(sum);
     for (int64_t j = g0; j < g0 + g; j += 16)

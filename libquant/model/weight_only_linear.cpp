@@ -211,9 +211,10 @@ class WeightOnlyLinear final : public Linear {
       fast_decode_ = kernel_level() >= KernelLevel::AVX2 && (bits_ == 4 || bits_ == 8) &&
                      (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
                      w_.params.group_size % 16 == 0;
-      // fp32 compute: the int16 prefill GEMM (kernels/affine_i16_gemm.h).
+      // Where batches would run fp32 panels (fp32 compute, or bf16 without AVX512-BF16): the int16
+      // prefill GEMM (kernels/affine_i16_gemm.h).
       int16_act_ = opt.act != ActMode::None;
-      i16_gemm_ = int16_act_ && compute_ == Compute::F32 && w_.params.dtype == DType::F32 &&
+      i16_gemm_ = int16_act_ && fam_ && fam_->a_bytes == 4 && w_.params.dtype == DType::F32 &&
                   kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size);
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
@@ -237,7 +238,8 @@ class WeightOnlyLinear final : public Linear {
     if (m <= 0) return;
     if (!fam_ || m < 4) {
       forward_rows(x, m, y);
-    } else if (i16_gemm_) {
+    } else if (i16_gemm_ && kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size)) {
+      // (checked again: the kernel level may have been lowered since construction)
       kernels::affine_i16_gemm(bits_, w_.data.data, scales_.data(), biases_.data(), n_, k_, w_.params.group_size, x, m,
                                bias_.empty() ? nullptr : bias_.data(), y);
     } else {
