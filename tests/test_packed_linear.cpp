@@ -104,8 +104,9 @@ void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute,
   // Σ_g d_g/2 · Σ_{j∈g} |(q_j − c)·s_g| = Σ_g d_g/2 · Σ_{j∈g} |w_j − b_g − c·s_g| (c = 2^(bits−1):
   // the kernels take the centre's share of the error from the exact group sum).
   std::vector<double> act_err(got.size(), 0.0);
+  // (bf16 compute runs them too where the CPU has no AVX512-BF16: the kind then has no "-bf16")
   if (p.scheme == "affine" && (p.bits == 4 || p.bits == 8) && p.group_size % 32 == 0 && p.dtype == DType::F32 &&
-      compute == qt::Compute::F32 && act != ActMode::None) {
+      lin->kind().find("bf16") == std::string::npos && act != ActMode::None) {
     const int64_t g = p.group_size, groups = k / g;
     const float* b = pt.biases.as<float>();
     const float* sc = pt.scales.as<float>();
