@@ -8,9 +8,9 @@
 // One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
 // scale and bias applied per group to Σ q·x, never to each weight), which differ from the
 // reference in fp32 rounding as well as in order; affine's also rounds the token per group to
-// int16 (within 2^-16 of the group's largest value). With fp32 compute, batches of 4-/8-bit affine
-// weights with fp32 scales run the same integer form as a GEMM (kernels/affine_i16_gemm.h) instead
-// of the decoded fp32 panels.
+// int16 (within 2^-16 of the group's largest value). Where batches would run fp32 panels, 4-/8-bit
+// affine weights with fp32 scales run the same integer form as a GEMM (kernels/affine_i16_gemm.h)
+// instead.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #include <omp.h>
@@ -211,11 +211,7 @@ class WeightOnlyLinear final : public Linear {
       fast_decode_ = kernel_level() >= KernelLevel::AVX2 && (bits_ == 4 || bits_ == 8) &&
                      (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
                      w_.params.group_size % 16 == 0;
-      // Where batches would run fp32 panels (fp32 compute, or bf16 without AVX512-BF16): the int16
-      // prefill GEMM (kernels/affine_i16_gemm.h).
       int16_act_ = opt.act != ActMode::None;
-      i16_gemm_ = int16_act_ && fam_ && fam_->a_bytes == 4 && w_.params.dtype == DType::F32 &&
-                  kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size);
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
@@ -238,8 +234,11 @@ class WeightOnlyLinear final : public Linear {
     if (m <= 0) return;
     if (!fam_ || m < 4) {
       forward_rows(x, m, y);
-    } else if (i16_gemm_ && kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size)) {
-      // (checked again: the kernel level may have been lowered since construction)
+    } else if (affine_ && int16_act_ && fam_->a_bytes == 4 && w_.params.dtype == DType::F32 &&
+               kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size)) {
+      // Where batches would run fp32 panels (fp32 compute, or bf16 without AVX512-BF16): the int16
+      // GEMM (kernels/affine_i16_gemm.h), checked per call as the GEMV is (the kernel level can be
+      // lowered after construction).
       kernels::affine_i16_gemm(bits_, w_.data.data, scales_.data(), biases_.data(), n_, k_, w_.params.group_size, x, m,
                                bias_.empty() ? nullptr : bias_.data(), y);
     } else {
@@ -439,7 +438,6 @@ class WeightOnlyLinear final : public Linear {
   bool affine_ = false;
   bool fast_decode_ = false;  // SIMD group decode (4/8-bit, f32/bf16 scales)
   bool int16_act_ = true;     // affine: tokens rounded per group to int16 (ActMode::None: exact fp32)
-  bool i16_gemm_ = false;     // batches through affine_i16_gemm
   bool fast_bnb_ = false;     // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
   KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
   int bits_ = 4;
