@@ -10,7 +10,7 @@
 //    are not parsed (one space is added in front, and removed again by decode). Not for invalid
 //    UTF-8: llama.cpp cuts symbols by the lead byte, so a stray lead byte can swallow part of the
 //    '▁' that replaced the next space, which then comes back as its raw bytes (same in llama.cpp).
-// Vocabularies: $QT_TOKENIZER_VECTORS, else ../shared/data/tokenizer-vectors next to the checkout.
+// Vocabularies: $QT_TOKENIZER_VECTORS, else the repository's data/tokenizer-vectors.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -58,7 +58,7 @@ std::vector<Vocab> load() {
   if (const char* e = std::getenv("QT_TOKENIZER_VECTORS")) {
     dir = e;
   } else {
-    dir = fs::path(__FILE__).parent_path().parent_path().parent_path() / "shared" / "data" / "tokenizer-vectors";
+    dir = fs::path(__FILE__).parent_path().parent_path() / "data" / "tokenizer-vectors";
   }
   std::vector<Vocab> v;
   for (const char* name : {"gpt-2", "llama-spm", "mpt", "deepseek-coder", "falcon", "starcoder", "phi-3"}) {

@@ -42,7 +42,7 @@ def read_ids(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "wiki.test.raw"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "data", "wikitext-2", "wiki.test.raw"))
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "quanttool"))
     ap.add_argument("--out", help="export folder (default: a temporary one)")
     ap.add_argument("--llama-ids", help="token ids of the same text from llama.cpp's llama-tokenize")

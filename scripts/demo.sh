@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 scripts/fetch-models.sh
-DATA=${QT_SHARED_DATA:-../shared/data}
+DATA=${QT_DATA:-data}
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 OUT=build/demo/smollm2-hf-f32
 mkdir -p build/demo

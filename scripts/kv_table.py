@@ -234,7 +234,7 @@ def main():
     p.add_argument("what", choices=["run", "speed", "table"])
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "quanttool"))
     p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    p.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "wiki.test.raw"))
+    p.add_argument("--text", default=os.path.join(ROOT, "data", "wikitext-2", "wiki.test.raw"))
     p.add_argument("--out", required=True)
     p.add_argument("--chunks", type=int, default=64, help="0: the whole text")
     p.add_argument("--threads", type=int, default=0)

@@ -7,8 +7,8 @@
 #   LLAMA_BIN=/path/llama.cpp/build/bin WORK=/tmp/llama-ref bash scripts/llama_reference.sh
 set -x
 L=${LLAMA_BIN:?llama.cpp build/bin folder}
-T=$(realpath ${TEXT:-../shared/data/wikitext-2/wiki.test.raw})
-M=$(realpath ${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf})
+T=$(realpath ${TEXT:-$(dirname "$0")/../data/wikitext-2/wiki.test.raw})
+M=$(realpath ${MODEL:-$(dirname "$0")/../models/SmolLM2-135M-Instruct.Q4_1.gguf})
 mkdir -p ${WORK:?folder for the GGUFs and logs}
 cd ${WORK:?folder for the GGUFs and logs}
 [ -f f32.gguf ] || $L/llama-quantize --allow-requantize $M f32.gguf F32 > q-f32.log 2>&1

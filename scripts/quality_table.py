@@ -106,7 +106,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True, help="folder for converted models and results")
     ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--text", default=os.path.join(ROOT, "../shared/data/wikitext-2/wiki.test.raw"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "data/wikitext-2/wiki.test.raw"))
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/quanttool"))
     ap.add_argument("--chunks", type=int, default=64)
     ap.add_argument("--full", default="", help="comma-separated labels evaluated on the full text")

@@ -11,9 +11,9 @@ namespace qt::test {
 
 std::string source_dir() { return QT_SOURCE_DIR; }
 
-std::string shared_data(const std::string& rel) {
-  if (const char* e = std::getenv("QT_SHARED_DATA")) return std::string(e) + "/" + rel;
-  return source_dir() + "/../shared/data/" + rel;
+std::string data_file(const std::string& rel) {
+  if (const char* e = std::getenv("QT_DATA")) return std::string(e) + "/" + rel;
+  return source_dir() + "/data/" + rel;
 }
 
 std::string model_gguf() {

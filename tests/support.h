@@ -8,7 +8,7 @@
 namespace qt::test {
 
 std::string source_dir();           // the repository root
-std::string shared_data(const std::string& rel);  // ../shared/data/<rel>
+std::string data_file(const std::string& rel);  // data/<rel> ($QT_DATA/<rel> if set)
 std::string model_gguf();           // models/SmolLM2-135M-Instruct.Q4_1.gguf
 std::string quanttool_bin();        // path of the built binary
 bool in_ci();

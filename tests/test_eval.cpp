@@ -281,7 +281,7 @@ int run_eval(const std::string& args, std::string* out) {
 
 TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   QT_REQUIRE_FILE(test::model_gguf());
-  const std::string text = test::shared_data("wikitext-2/wiki.test.raw");
+  const std::string text = test::data_file("wikitext-2/wiki.test.raw");
   QT_REQUIRE_FILE(text);
   const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["llama"];
   const std::string dir = test::temp_dir("evalppl");
@@ -309,7 +309,7 @@ TEST(EvalPplCli, LlamaProtocolEndToEnd) {
 
 TEST(EvalPplCli, ChunksProtocolEndToEnd) {
   QT_REQUIRE_FILE(test::model_gguf());
-  const std::string text = test::shared_data("wikitext-2/wiki.test.joined.txt");
+  const std::string text = test::data_file("wikitext-2/wiki.test.joined.txt");
   QT_REQUIRE_FILE(text);
   const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["chunks"];
   const std::string dir = test::temp_dir("evalppl");
@@ -333,7 +333,7 @@ TEST(EvalPplCli, BadInputExitsWithTwo) {
   { std::ofstream(dir + "/short.txt") << "A short text of a few words only.\n"; }
   fs::create_directories(dir + "/gpt2");
   { std::ofstream(dir + "/gpt2/config.json") << R"({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})"; }
-  const std::string wiki = test::shared_data("wikitext-2/wiki.test.raw");
+  const std::string wiki = test::data_file("wikitext-2/wiki.test.raw");
   struct Case {
     std::string args, says;
   } cases[] = {

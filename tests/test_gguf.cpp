@@ -524,7 +524,7 @@ TEST(GgufReal, VocabOnlyFiles) {
       {"ggml-vocab-refact.gguf", 49216, "gpt2", "<fim_prefix>", 18},
   };
   for (const V& v : files) {
-    std::string path = qt::test::shared_data(std::string("tokenizer-vectors/") + v.file);
+    std::string path = qt::test::data_file(std::string("tokenizer-vectors/") + v.file);
     QT_REQUIRE_FILE(path);
     GgufFile f = GgufFile::open(path);
     EXPECT_EQ(f.version(), 3u) << v.file;

@@ -616,7 +616,7 @@ class SmolLMKv : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!fs::exists(test::model_gguf())) return;
     Checkpoint ck = load_checkpoint(test::model_gguf());
-    tokens_ = new std::vector<int32_t>(ck.tokenizer->encode(read_all(test::shared_data("wikitext-2/wiki.test.raw")).substr(0, 4000), true));
+    tokens_ = new std::vector<int32_t>(ck.tokenizer->encode(read_all(test::data_file("wikitext-2/wiki.test.raw")).substr(0, 4000), true));
     model_ = new LlamaModel(std::move(ck), Compute::F32);
   }
   static void TearDownTestSuite() {
@@ -699,7 +699,7 @@ TEST(KvCli, BadInputExitsWithTwo) {
     kv::save_key_center(dir + "/km.safetensors", c, 0, "none");
   }
   const std::string base = test::quanttool_bin() + " eval-ppl --model " + test::model_gguf() + " --text " +
-                           test::shared_data("wikitext-2/wiki.test.raw") + " --chunks 1";
+                           test::data_file("wikitext-2/wiki.test.raw") + " --chunks 1";
   struct Case {
     std::string args, says;
   } cases[] = {
@@ -724,7 +724,7 @@ TEST(KvCli, BadInputExitsWithTwo) {
   EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " precompute --head-dim 64 --bits 9 --out " + dir + "/x", &out), 2) << out;
   EXPECT_FALSE(fs::exists(dir + "/x"));
   EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " calibrate --method key-means --model " + test::model_gguf() +
-                              " --text " + test::shared_data("wikitext-2/wiki.valid.tokens.txt") + " --out " + dir + "/y",
+                              " --text " + test::data_file("wikitext-2/wiki.valid.tokens.txt") + " --out " + dir + "/y",
                           &out),
             2)
       << out;

@@ -1,5 +1,5 @@
 // Tokenizers. References:
-//  - llama.cpp's tokenizer test vectors (../shared/data/tokenizer-vectors, made by the models' own
+//  - llama.cpp's tokenizer test vectors (data/tokenizer-vectors, made by the models' own
 //    HF tokenizers, `add_special_tokens=False`), split exactly as tests/test-tokenizer-0.cpp does;
 //  - for SmolLM2 on wiki.test.raw and for the Llama-3 / Qwen2 pre-tokenizers: ids produced by the
 //    Python `tokenizers` library (tests/golden/make_tokenizer_goldens.py, committed output under
@@ -49,7 +49,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string vectors(const std::string& name) { return qt::test::shared_data("tokenizer-vectors/ggml-vocab-" + name + ".gguf"); }
+std::string vectors(const std::string& name) { return qt::test::data_file("tokenizer-vectors/ggml-vocab-" + name + ".gguf"); }
 std::string golden(const std::string& name) { return qt::test::source_dir() + "/tests/golden/tokenizer/" + name; }
 
 // Loading a vocabulary takes ~0.1 s: load each once per run.
@@ -142,7 +142,7 @@ INSTANTIATE_TEST_SUITE_P(LlamaCpp, Vectors,
 
 namespace {
 
-std::string wiki() { return qt::test::shared_data("wikitext-2/wiki.test.raw"); }
+std::string wiki() { return qt::test::data_file("wikitext-2/wiki.test.raw"); }
 
 json read_json(const std::string& path) { return json::parse(read_file(path)); }
 

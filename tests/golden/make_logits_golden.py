@@ -2,7 +2,7 @@
 """Golden logits for tests/test_model.cpp, computed by Hugging Face transformers (fp32, CPU).
 
 Run:  /work/venv/bin/python tests/golden/make_logits_golden.py [MODEL.gguf] [wiki.test.raw]
-      (defaults: models/SmolLM2-135M-Instruct.Q4_1.gguf, ../shared/data/wikitext-2/wiki.test.raw)
+      (defaults: models/SmolLM2-135M-Instruct.Q4_1.gguf, data/wikitext-2/wiki.test.raw)
 
 transformers loads the GGUF itself (AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)):
 it dequantizes with gguf-py and un-permutes the Q/K rows on its own, so nothing of quanttool is
@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 gguf_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-text_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "wiki.test.raw")
+text_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "data", "wikitext-2", "wiki.test.raw")
 OUT = os.path.join(HERE, "logits", "smollm2_q4_1_wiki512.json")
 N = 512
 

@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 OUT = os.path.join(HERE, "ppl")
 GGUF = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-WIKI = os.path.join(ROOT, "..", "shared", "data", "wikitext-2")
+WIKI = os.path.join(ROOT, "data", "wikitext-2")
 os.makedirs(OUT, exist_ok=True)
 torch.set_num_threads(max(1, os.cpu_count() or 1))
 

@@ -23,7 +23,7 @@ Each file comes from a reference implementation, never from quanttool's tokenize
                      UTF-8, space runs) with and without special-token parsing and BOS.
 
 It also checks (asserts, writes nothing) that `tokenizers` on each exported tokenizer.json reproduces
-llama.cpp's test vectors (../shared/data/tokenizer-vectors/*.out, made by the original HF tokenizers).
+llama.cpp's test vectors (data/tokenizer-vectors/*.out, made by the original HF tokenizers).
 
 Usage (from the repository root, after building test_tokenizer):
   QT_TOKENIZER_EXPORT_DIR=/tmp/tokexp build/test_tokenizer --gtest_filter='*Export*:*Families*'
@@ -42,7 +42,7 @@ from array import array
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = ROOT / "data"
 OUT = ROOT / "tests" / "golden" / "tokenizer"
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 WIKI = SHARED / "wikitext-2" / "wiki.test.raw"
