@@ -211,9 +211,9 @@ def main():
             p = os.path.join(a.tokenizer_from, fn)
             if os.path.exists(p):
                 shutil.copy(p, tmp)
-        if os.path.exists(a.out):
+        if a.force and os.path.exists(a.out):
             shutil.rmtree(a.out)
-        os.rename(tmp, a.out)
+        os.rename(tmp, a.out)  # fails if another writer got there first: nothing is replaced
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
