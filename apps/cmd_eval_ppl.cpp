@@ -160,6 +160,8 @@ int run(const Options& o) {
   lo.compute = compute;
   // Quantized folders compute from their packed codes; releases ck's tensors as it goes.
   auto model = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
+  // Start to model ready: reading, tokenizing, packing (the KL baseline's too, when given).
+  const double load_s = std::chrono::duration<double>(clock::now() - t_start).count();
 
   const bool tty = isatty(fileno(stderr));
   ProgressFn progress = [&](const ChunkProgress& p) {
@@ -200,7 +202,7 @@ int run(const Options& o) {
   fmt::print("tokens scored  {}\n", r.tokens_scored);
   fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", tps,
              r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
-  fmt::print("wall time      {:.2f} s\n", wall);
+  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", wall, load_s);
   fmt::print("peak RSS       {:.1f} MiB\n", rss_mib);
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));
 
@@ -220,6 +222,7 @@ int run(const Options& o) {
     j["threads"] = num_threads();
     j["kernel_level"] = kernel_level_name(kernel_level());
     j["wall_seconds"] = wall;
+    j["load_seconds"] = load_s;
     j["peak_rss_mib"] = rss_mib;
     j["bos_per_chunk"] = po.bos_id >= 0;
     if (!o.kl_base.empty()) j["kl_base_model"] = o.kl_base;

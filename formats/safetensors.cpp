@@ -307,7 +307,9 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t n, const std:
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   MappedFile m = map_file(path);
-  return parse(m.data, m.size, path, m.owner);
+  SafetensorsFile f = parse(m.data, m.size, path, m.owner);
+  for (auto& [name, t] : f.tensors_) t.mapped = true;  // views into the file mapping
+  return f;
 }
 
 const Tensor& SafetensorsFile::get(const std::string& name) const {

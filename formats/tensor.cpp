@@ -1,5 +1,8 @@
 #include "formats/tensor.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -122,23 +125,44 @@ uint16_t f32_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-std::vector<float> to_f32(const Tensor& t) {
-  size_t n = size_t(t.numel());
-  std::vector<float> out(n);
+void to_f32_range(const Tensor& t, size_t first, size_t n, float* out) {
+  if (first + n > size_t(t.numel()))
+    user_error("values {}..{} outside a tensor of {}", first, first + n, t.numel());
   switch (t.dtype) {
-    case DType::F32: if (n) std::memcpy(out.data(), t.data, n * 4); break;
-    case DType::F16:
-      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(t.as<uint16_t>()[i]);
+    case DType::F32: if (n) std::memcpy(out, t.as<float>() + first, n * 4); break;
+    case DType::F16: {
+      const uint16_t* s = t.as<uint16_t>() + first;
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);
       break;
-    case DType::BF16:
-      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(t.as<uint16_t>()[i]);
+    }
+    case DType::BF16: {
+      const uint16_t* s = t.as<uint16_t>() + first;
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
       break;
-    case DType::F64:
-      for (size_t i = 0; i < n; ++i) out[i] = float(t.as<double>()[i]);
+    }
+    case DType::F64: {
+      const double* s = t.as<double>() + first;
+      for (size_t i = 0; i < n; ++i) out[i] = float(s[i]);
       break;
+    }
     default: user_error("cannot convert a {} tensor to f32", dtype_name(t.dtype));
   }
+}
+
+std::vector<float> to_f32(const Tensor& t) {
+  if (!is_float(t.dtype)) user_error("cannot convert a {} tensor to f32", dtype_name(t.dtype));
+  std::vector<float> out(size_t(t.numel()));
+  to_f32_range(t, 0, out.size(), out.data());
   return out;
+}
+
+void release_pages(const Tensor& t) {
+  if (!t.mapped || !t.data || t.nbytes == 0) return;
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  // Only the pages wholly inside the tensor: its neighbours may share the first and last page.
+  const uintptr_t lo = (uintptr_t(t.data) + page - 1) / page * page;
+  const uintptr_t hi = (uintptr_t(t.data) + t.nbytes) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 }  // namespace qt

@@ -31,6 +31,7 @@ struct Tensor {
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
   std::shared_ptr<const void> owner;  // keeps `data` alive (an mmap or an owned buffer)
+  bool mapped = false;                // `data` lies in a read-only file mapping (release_pages)
 
   int64_t numel() const {
     return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
@@ -42,8 +43,16 @@ struct Tensor {
   static Tensor owned_bytes(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
 };
 
+// A mapped tensor's pages leave this process's resident set (madvise MADV_DONTNEED on the whole
+// pages inside its bytes); the data stays valid and is read from the page cache again if touched.
+// For a loader that has copied or repacked the tensor: without this, the source pages it read stay
+// resident beside the copy until the file is unmapped. No effect on owned tensors.
+void release_pages(const Tensor& t);
+
 // Convert any float tensor (F32/F16/BF16/F64) to a vector of float.
 std::vector<float> to_f32(const Tensor& t);
+// Values [first, first + n) of a float tensor as fp32 into `out` (one row, one panel's rows).
+void to_f32_range(const Tensor& t, size_t first, size_t n, float* out);
 
 // IEEE half / bfloat16 conversions (round-to-nearest-even on the way down, as numpy/torch do).
 float f16_to_f32(uint16_t h);

@@ -155,6 +155,55 @@ TEST_P(KernelsAtLevel, SameBitsAtAnyThreadCount) {
   }
 }
 
+// make_dense_linear from a tensor (converted a panel at a time while packing) gives the same bits
+// as from the fp32 values of that tensor, for every float dtype.
+TEST_P(KernelsAtLevel, FromTensorEqualsFromFloats) {
+  for (Problem p : {Problem{5, 50, 131, true}, Problem{9, 96, 64, false}, Problem{3, 7, 4099, true}}) {
+    Data s = make_data(p, 11);
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      std::vector<uint8_t> bytes(s.w.size() * size_t(dtype_bits(dt) / 8));
+      for (size_t i = 0; i < s.w.size(); ++i) {
+        if (dt == DType::F32) std::memcpy(bytes.data() + 4 * i, &s.w[i], 4);
+        const uint16_t h = dt == DType::BF16 ? f32_to_bf16(s.w[i]) : f32_to_f16(s.w[i]);
+        if (dt != DType::F32) std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+      Tensor t = Tensor::owned_bytes(dt, {p.n, p.k}, bytes);
+      const std::vector<float> wf = to_f32(t);
+      for (Compute c : {Compute::F32, Compute::BF16}) {
+        auto a = make_dense_linear(t, p.bias ? s.b.data() : nullptr, c);
+        auto b = make_dense_linear(wf.data(), p.n, p.k, p.bias ? s.b.data() : nullptr, c);
+        std::vector<float> ya(size_t(p.m * p.n)), yb(ya.size());
+        a->forward(s.x.data(), p.m, ya.data());
+        b->forward(s.x.data(), p.m, yb.data());
+        EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * 4))
+            << dtype_name(dt) << " compute " << int(c) << " n=" << p.n << " k=" << p.k;
+      }
+    }
+  }
+}
+
+// The bf16 panels round each weight by round_bf16's rule (ties to even, denormals to signed zero):
+// weights rounded beforehand give the same bits as the raw ones.
+TEST_P(KernelsAtLevel, Bf16PackRoundsAsRoundBf16) {
+  Problem p{4, 50, 100, false};
+  Data s = make_data(p, 13);
+  for (size_t i = 0; i < s.w.size(); i += 7) s.w[i] = std::ldexp(s.w[i], -130);  // denormals
+  for (size_t i = 3; i < s.w.size(); i += 11) {  // exact ties: bit 15 set, below it zero
+    uint32_t u;
+    std::memcpy(&u, &s.w[i], 4);
+    u = (u & 0xffff0000u) | 0x8000u;
+    std::memcpy(&s.w[i], &u, 4);
+  }
+  std::vector<float> wr(s.w.size());
+  for (size_t i = 0; i < wr.size(); ++i) wr[i] = kernels::bf16_round_value(s.w[i]);
+  auto a = make_dense_linear(s.w.data(), p.n, p.k, nullptr, Compute::BF16);
+  auto b = make_dense_linear(wr.data(), p.n, p.k, nullptr, Compute::BF16);
+  std::vector<float> ya(size_t(p.m * p.n)), yb(ya.size());
+  a->forward(s.x.data(), p.m, ya.data());
+  b->forward(s.x.data(), p.m, yb.data());
+  EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * 4));
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, KernelsAtLevel,
                          ::testing::ValuesIn(available_kernel_levels()),
                          [](const auto& info) { return std::string(kernel_level_name(info.param)); });

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <vector>
 
+#include "formats/error.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/bf16.h"
@@ -66,24 +67,29 @@ class DenseLinear final : public Linear {
   DenseLinear(const float* w, int64_t out, int64_t in, const float* bias, Compute compute)
       : n_(out), k_(in), compute_(compute), fam_(pick_family(compute, false)) {
     if (bias) bias_.assign(bias, bias + out);
-    if (!fam_) {  // the scalar reference keeps the HF layout
-      if (compute == Compute::BF16) {
-        ref_bf16_.resize(size_t(out * in));
-        for (size_t i = 0; i < ref_bf16_.size(); ++i) ref_bf16_[i] = kernels::round_bf16(w[i]);
-      } else {
-        ref_f32_.assign(w, w + out * in);
-      }
+    if (!fam_) {
+      init_ref(w);
       return;
     }
-    const int64_t panels = (n_ + fam_->nr - 1) / fam_->nr;
-    panel_bytes_ = fam_->panel_bytes(k_);
-    packed_.reserve(panel_bytes_ * size_t(panels));
-    auto* base = static_cast<char*>(packed_.data());
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < panels; ++p) {
-      int cols = int(std::min<int64_t>(fam_->nr, n_ - p * fam_->nr));
-      fam_->pack_panel(w, k_, p * fam_->nr, cols, base + size_t(p) * panel_bytes_);
+    pack([&](int64_t n0, int cols, void* dst) { fam_->pack_panel(w, k_, n0, cols, dst); });
+  }
+
+  // From a tensor of any float dtype, converted one panel of rows at a time on the thread that
+  // packs it: no fp32 copy of the whole matrix (2x a bf16 source's bytes) is ever made, and the
+  // conversion runs in parallel.
+  DenseLinear(const Tensor& w, const float* bias, Compute compute)
+      : n_(w.shape.at(0)), k_(w.shape.at(1)), compute_(compute), fam_(pick_family(compute, false)) {
+    if (bias) bias_.assign(bias, bias + n_);
+    if (!fam_) {
+      init_ref(to_f32(w).data());
+      return;
     }
+    pack([&](int64_t n0, int cols, void* dst) {
+      thread_local std::vector<float> rows;
+      rows.resize(size_t(cols) * size_t(k_));
+      to_f32_range(w, size_t(n0) * size_t(k_), rows.size(), rows.data());
+      fam_->pack_panel(rows.data(), k_, 0, cols, dst);
+    });
   }
 
   void forward(const float* x, int64_t m, float* y) const override {
@@ -184,6 +190,29 @@ class DenseLinear final : public Linear {
     }
   }
 
+  void init_ref(const float* w) {  // the scalar reference keeps the HF layout
+    if (compute_ == Compute::BF16) {
+      ref_bf16_.resize(size_t(n_ * k_));
+      for (size_t i = 0; i < ref_bf16_.size(); ++i) ref_bf16_[i] = kernels::round_bf16(w[i]);
+    } else {
+      ref_f32_.assign(w, w + n_ * k_);
+    }
+  }
+
+  // Packs every panel with pack_one(n0, cols, dst), panels split over the threads.
+  template <typename PackOne>
+  void pack(const PackOne& pack_one) {
+    const int64_t panels = (n_ + fam_->nr - 1) / fam_->nr;
+    panel_bytes_ = fam_->panel_bytes(k_);
+    packed_.reserve(panel_bytes_ * size_t(panels));
+    auto* base = static_cast<char*>(packed_.data());
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < panels; ++p) {
+      int cols = int(std::min<int64_t>(fam_->nr, n_ - p * fam_->nr));
+      pack_one(p * fam_->nr, cols, base + size_t(p) * panel_bytes_);
+    }
+  }
+
   void forward_ref(const float* x, int64_t m, float* y, const float* bias) const {
     const int nt = int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1,
                                            std::min<int64_t>(num_threads(), m)));
@@ -223,6 +252,12 @@ const char* dense_kernel_name(Compute compute) {
 std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in,
                                           const float* bias, Compute compute) {
   return std::make_unique<DenseLinear>(w, out, in, bias, compute);
+}
+
+std::unique_ptr<Linear> make_dense_linear(const Tensor& w, const float* bias, Compute compute) {
+  if (!is_float(w.dtype) || w.shape.size() != 2)
+    user_error("a dense Linear needs a float matrix, got {} of rank {}", dtype_name(w.dtype), w.shape.size());
+  return std::make_unique<DenseLinear>(w, bias, compute);
 }
 
 }  // namespace qt

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "formats/tensor.h"
+
 namespace qt {
 
 enum class Compute { F32, BF16 };
@@ -23,6 +25,10 @@ class Linear {
   // quantized embedding table that doubles as the output head. Packed weight-only Linears
   // implement it; the default throws std::logic_error.
   virtual void dequantize_row(int64_t r, float* out) const;
+  // True when the forward reads the weight tensors it was made from in place (the weight-only
+  // Linears compute from the stored codes); false when it made its own copy (dense panels, the
+  // integer kernels' repacked codes), so a loader may release the source (release_pages).
+  virtual bool borrows_weights() const { return false; }
 };
 
 // Dense weights w: [out, in] row-major fp32 (HF layout), packed for the fastest kernel of the
@@ -30,5 +36,8 @@ class Linear {
 // with a message otherwise).
 std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in,
                                           const float* bias, Compute compute);
+// The same from a [out, in] tensor of any float dtype (F32/F16/BF16/F64), converted to fp32 one
+// panel of rows at a time while packing (no whole-matrix fp32 copy). Equal to the above on to_f32(w).
+std::unique_ptr<Linear> make_dense_linear(const Tensor& w, const float* bias, Compute compute);
 
 }  // namespace qt

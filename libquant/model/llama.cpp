@@ -22,12 +22,10 @@ LinearFactory dense_linear_factory(Compute compute) {
       user_error("{} holds packed {} codes without a quantization description", name,
                  dtype_name(w.dtype));
     if (w.shape.size() != 2) user_error("tensor of rank {} used as a matrix", w.shape.size());
-    std::vector<float> tmp, btmp;
-    const float* wp = w.as<float>();
-    if (w.dtype != DType::F32) wp = (tmp = to_f32(w)).data();
+    std::vector<float> btmp;
     const float* bp = nullptr;
     if (bias) bp = bias->dtype == DType::F32 ? bias->as<float>() : (btmp = to_f32(*bias)).data();
-    return make_dense_linear(wp, w.shape[0], w.shape[1], bp, compute);
+    return make_dense_linear(w, bp, compute);
   };
 }
 
@@ -72,6 +70,10 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
       user_error("{}: Linear for {} has shape [{}, {}], expected [{}, {}]", ck.path, name,
                  l->out_features(), l->in_features(), out, in);
     if (consume) {
+      // A Linear that copied its weight lets go of the source pages it read: otherwise the mapped
+      // file stays resident beside the copy (eval's peak RSS would be source + packed weights).
+      if (!l->borrows_weights()) release_pages(w);
+      if (b) release_pages(*b);
       consume->tensors.erase(name);
       if (!bias_name.empty()) consume->tensors.erase(bias_name);
     }

@@ -224,6 +224,8 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
+  bool borrows_weights() const override { return true; }  // forwards decode w_'s codes in place
+
   // Row r as fp32, exactly dequantize_weights' row r.
   void dequantize_row(int64_t r, float* out) const override {
     if (r < 0 || r >= n_) user_error("row {} outside a weight of {} rows", r, n_);
