@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "libquant/kernels/uninit_vector.h"
+
 namespace qt::kernels {
 
 struct Int8Vnni {
   int64_t n = 0, k = 0, gl = 0, ng = 0, n_panels = 0;
-  std::vector<int8_t> panels;       // [n_panels][k/4][16][4]
+  UninitVector<int8_t> panels;      // [n_panels][k/4][16][4]
   std::vector<int32_t> colsum128;   // [n_panels][ng][16]: 128 · Σ_{k∈g} w
   std::vector<float> scales;        // [n_panels][ng][16]
   int8_t code(int64_t row, int64_t col) const {

@@ -39,8 +39,14 @@ class IntLinear final : public Linear {
     ng_ = n_groups(params_, k_);
     gl_ = group_len(params_, k_);
     // Signed codes [n, k] and fp32 scales [n, ng], from the stored layout (scheme.h).
-    q_.resize(size_t(n_ * k_));
     s_.resize(size_t(n_ * ng_));
+    for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
+    const bool vnni = kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0;
+    if (vnni && params_.scheme != "int4") {  // int8 codes are stored as the kernel reads them: no copy
+      vnni_ = kernels::pack_int8_vnni(reinterpret_cast<const int8_t*>(w.data.data), s_.data(), n_, k_, gl_);
+      return;
+    }
+    q_.resize(size_t(n_ * k_));
     if (params_.scheme == "int4") {
       for (int64_t n = 0; n < n_; ++n) {
         const uint8_t* row = w.data.data + n * (k_ / 2);
@@ -52,8 +58,7 @@ class IntLinear final : public Linear {
     } else {
       std::memcpy(q_.data(), w.data.data, q_.size());
     }
-    for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
-    if (kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0) {
+    if (vnni) {
       vnni_ = kernels::pack_int8_vnni(q_.data(), s_.data(), n_, k_, gl_);
       q_.clear();
       q_.shrink_to_fit();
