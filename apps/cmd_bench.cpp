@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/bench_decode.h"
 #include "apps/command.h"
 #include "formats/error.h"
 #include "formats/mapped_file.h"
@@ -24,7 +25,8 @@ namespace qt {
 namespace {
 
 struct BenchOpts {
-  bool peak = false, gemm = false, kernel = false, gemv = false;
+  bool peak = false, gemm = false, kernel = false, gemv = false, decode = false;
+  DecodeBenchOptions dec;
   std::vector<std::string> gemv_columns = {"f32", "affine8-g64", "affine4-g64", "nf4-b64"};
   std::vector<int64_t> kernel_ms = {1, 128, 1024, 4096};
   bool kernel_smollm2_only = false;
@@ -139,7 +141,7 @@ nlohmann::json gemv_table(const BenchOpts& o, int threads) {
 }
 
 int run_bench(BenchOpts o) {
-  if (!o.peak && !o.gemm && !o.kernel && !o.gemv) o.peak = o.gemm = true;
+  if (!o.decode && !o.peak && !o.gemm && !o.kernel && !o.gemv) o.peak = o.gemm = true;
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
   if (o.threads > 0) set_threads(o.threads);
   const int threads = num_threads();
@@ -153,6 +155,16 @@ int run_bench(BenchOpts o) {
     if (lvl > max_kernel_level())
       user_error("--kernel-level: this CPU supports at most {}", kernel_level_name(max_kernel_level()));
     set_kernel_level(lvl);
+  }
+  if (o.decode) {  // a model's generation speed: its own run, not combined with the kernel tables
+    if (o.peak || o.gemm || o.kernel || o.gemv) user_error("--decode runs alone; drop --peak/--gemm/--kernel/--gemv");
+    o.dec.compute = o.compute == "both" ? "f32" : o.compute;
+    const nlohmann::json j = run_bench_decode(o.dec);
+    if (!o.json_path.empty()) {
+      const std::string text = j.dump(2) + "\n";
+      write_file_atomic(o.json_path, text.data(), text.size());
+    }
+    return 0;
   }
   bool do_f32 = o.compute == "both" || o.compute == "f32";
   bool do_bf16 = o.compute == "both" || o.compute == "bf16";
@@ -261,6 +273,15 @@ Registrar reg({"bench", "measure this machine's peaks and the kernels' speed aga
                  sub.add_flag("--gemv", o->gemv, "one token through weights streamed from DRAM (≥ 4× L3 of copies): packed GB/s against the measured memory bandwidth");
                  sub.add_option("--gemv-columns", o->gemv_columns,
                                 "columns of --gemv (default f32 affine8-g64 affine4-g64 nf4-b64)");
+                 sub.add_flag("--decode", o->decode, "a model's prefill and token-by-token decode speed (--model, --prompt, --gen, --kv-k, --kv-v)");
+                 sub.add_option("--model", o->dec.model, "--decode: GGUF file or HF / quantized folder");
+                 sub.add_option("--text", o->dec.text, "--decode: the prompt's text (default data/wikitext-2/wiki.test.raw)");
+                 sub.add_option("--prompt", o->dec.prompt, "--decode: prompt tokens (default 512)");
+                 sub.add_option("--gen", o->dec.gen, "--decode: generated tokens (default 128)");
+                 sub.add_option("--ubatch", o->dec.ubatch, "--decode: prefill batch (default 512)");
+                 sub.add_option("--kv-k", o->dec.kv_k, "--decode: key cache method (default f16)");
+                 sub.add_option("--kv-v", o->dec.kv_v, "--decode: value cache method (default f16)");
+                 sub.add_option("--artifacts", o->dec.artifacts, "--decode: precompute folder for the KV methods");
                  sub.add_option("--threads", o->threads, "threads (default: all cores)");
                  sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
                  sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");
