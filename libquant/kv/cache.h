@@ -61,7 +61,9 @@ class KVCache {
 std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16 = false);
 
 // The quantized cache (quant_cache.cpp): per layer and side a method of the table in codec.h,
-// full-precision windows, `cache` or `decode` visibility.
+// full-precision windows, `cache` or `decode` visibility. It keeps only codes and each window's
+// tokens, so attend(layer) must follow that layer's append with no other append in between (as
+// the model's forward does); an attend it can no longer serve throws std::logic_error.
 std::unique_ptr<KVCache> make_quant_kv_cache(const KVShape& shape, const kv::KVConfig& config);
 
 // The cache `config` describes: the fast dense one when every layer is f32 (or every layer
