@@ -1,13 +1,14 @@
 // The quantized KV cache on SmolLM2 against a golden recorded from an earlier build of it: the
 // per-position NLL of one chunk through every method, both visibility modes (`cache`, `decode`),
 // residual windows (KIVI R=32 G=32 with ubatch 40, not a multiple of G; R=128; R=0), key
-// centering and a per-layer recipe must stay the same double for double. The golden pins
-// today's numbers so that a change of how the cache *stores* its tokens (not what it computes)
-// can be proven not to change a bit.
+// centering, a per-layer recipe and the dense fp16 cache must stay the same double for double.
+// The golden pins the numbers so that a change of how a cache *stores* its tokens (not what it
+// computes) can be proven not to change a bit.
 //
-// The golden (tests/golden/kv/smollm2_kv_cache_nll.json) was written by this test itself at the
-// commit that added it, before the storage changed:
+// The golden (tests/golden/kv/smollm2_kv_cache_nll.json) was written by this test itself,
 //   QT_KV_GOLDEN_WRITE=tests/golden/kv/smollm2_kv_cache_nll.json build/test_kv_golden
+// the quantized runs at the commit that added it (before quant_cache.cpp dropped its fp32 copy
+// of every position), the f16-dense runs at the commit that added them (cache.cpp as before).
 // Runs use the AVX2 kernel level (the golden's; other levels round differently).
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,8 @@ const GoldenRun kRuns[] = {
     {"kivi-2-r32-kc", "kivi:bits=2", "kivi:bits=2", 32, 40, true},
     {"recipe", "", "", -1, 40, false},
     {"kivi-2-r32-whole", "kivi:bits=2", "kivi:bits=2", 32, 0, false},
+    {"f16-dense", "f16", "f16", -1, 40, false},  // the dense fp16 cache (cache.cpp)
+    {"f16-dense-whole", "f16", "f16", -1, 0, false},
 };
 
 // Per layer l, by l % 5: fp16 / f32 sides next to quantized ones, per-spec windows.
