@@ -16,7 +16,8 @@
 // What a side stores: its codes and a ring of the newest tokens at full precision
 // (token_ring.h), as many as its largest window (R per token, U in groups; every position for a
 // full-precision side of a mixed recipe) — nothing else per position, so memory is what
-// bytes_per_token claims (the ring keeps fp16-rounded values in fp32 for the attention loops).
+// bytes_per_token counts, except that the ring holds its fp16-rounded values in fp32 (the
+// attention loops read fp32; for KIVI's R=128 on SmolLM2, 3 MB more than fp16 would take).
 // Groups are encoded when the boundary passes them, from the ring (positions before the batch)
 // and the batch's own K/V. `decode` with a batch of many tokens needs more: the query at t
 // reads [boundary(t + 1), t + 1) at full precision, and later appends of the same batch may
