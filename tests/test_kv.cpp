@@ -6,7 +6,10 @@
 //  * reconstruction error against the quantizers' theory (TurboQuant d·MSE of f_d, RVQ's
 //    two-stage MSE of B.11), unbiasedness of the QJL / TurboQuant_prod inner-product estimators;
 //  * the quantized cache's attention against a scalar reference over the reconstructed K̂/V̂
-//    (cache and decode visibility, residual windows, KIVI token groups);
+//    (cache and decode visibility, residual windows, KIVI token groups, batches ending on and
+//    just past window edges, decode batches longer than the window);
+//  * the full-precision ring: rows and runs against every pushed row (short, filling, wrapping
+//    and overlong pushes);
 //  * on SmolLM2: `cache` with ubatch 1 equals `decode`; the fp16 cache through both engines;
 //  * precompute: byte-identical for one seed, and runs from artifacts equal computed ones;
 //  * key centering: attention unchanged at full precision, quantized keys closer; the recorder's
@@ -30,6 +33,7 @@
 #include "libquant/kv/key_center.h"
 #include "libquant/kv/lloyd_max.h"
 #include "libquant/kv/random.h"
+#include "libquant/kv/token_ring.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
 
@@ -477,6 +481,76 @@ TEST(QuantCache, AttentionMatchesScalarReference) {
       check_cache_against_reference("rvq:bits=2,rot=dense", "polar:bits=3", 5, mode, b);
       check_cache_against_reference("f16", "affine:bits=8,group=64", 0, mode, b);
     }
+}
+
+// Windows at their edges: a first batch shorter than R, batches ending exactly on a group (and
+// window) boundary, one position past it, decode batches longer than the window (earlier queries
+// read positions later appends of their batch encoded), R = 0 with groups.
+TEST(QuantCache, WindowEdgesMatchScalarReference) {
+  const std::vector<int> edges = {5, 27, 32, 1, 31, 70, 2, 24}, long_batch = {3, 150, 39};
+  for (auto mode : {KVMode::Cache, KVMode::Decode})
+    for (auto& b : {edges, long_batch}) {
+      check_cache_against_reference("kivi:bits=2", "kivi:bits=3", 32, mode, b);
+      check_cache_against_reference("kivi:bits=2,group=64", "kivi:bits=2", 64, mode, b);
+      check_cache_against_reference("kivi:bits=3,r=0", "turboquant_mse:bits=3", 7, mode, b);
+      check_cache_against_reference("f16", "polar:bits=4", 40, mode, b);
+    }
+}
+
+// ---- the full-precision ring (token_ring.h) ------------------------------------------------------
+
+// Against every pushed row kept in full: rows, runs and what the ring forgets, for pushes shorter
+// than the ring, exactly filling it, wrapping it and longer than it.
+TEST(TokenRing, HoldsTheNewestPositionsInOrder) {
+  for (bool round : {true, false}) {
+    const int H = 2, D = 3, cap = 5;
+    TokenRing ring(H, D, cap, round);
+    std::mt19937 g(3);
+    std::normal_distribution<float> nd;
+    std::vector<float> all;  // [position][head][dim], as pushed (rounded when the ring rounds)
+    for (int n : {2, 3, 4, 1, 12, 5, 0, 6}) {
+      std::vector<float> x(size_t(n) * H * D);
+      for (float& v : x) v = nd(g) * 1000.0f;  // fp16 rounding visible
+      ring.push(x.data(), n);
+      for (float v : x) all.push_back(round ? f16_to_f32(f32_to_f16(v)) : v);
+      const int64_t end = int64_t(all.size()) / (H * D);
+      ASSERT_EQ(ring.end(), end);
+      ASSERT_EQ(ring.begin(), std::max<int64_t>(0, end - cap));
+      auto want = [&](int64_t p, int h) { return all.data() + (size_t(p) * H + h) * D; };
+      for (int h = 0; h < H; ++h) {
+        for (int64_t p = ring.begin(); p < end; ++p)
+          for (int d = 0; d < D; ++d) ASSERT_EQ(ring.row(h, p)[d], want(p, h)[d]) << p << " " << h;
+        for (int64_t a = ring.begin(); a <= end; ++a)
+          for (int64_t b = a; b <= end; ++b) {
+            TokenRing::Run r[2];
+            const int nr = ring.runs(h, a, b, r);
+            ASSERT_LE(nr, 2);
+            int64_t p = a;
+            for (int i = 0; i < nr; ++i) {
+              ASSERT_EQ(r[i].first, p);
+              ASSERT_GT(r[i].n, 0);
+              for (int j = 0; j < r[i].n; ++j, ++p)
+                for (int d = 0; d < D; ++d) ASSERT_EQ(r[i].rows[j * D + d], want(p, h)[d]);
+            }
+            ASSERT_EQ(p, b);
+            // two runs only where [a, b) crosses the end of the buffer
+            EXPECT_EQ(nr == 2, b > a && a / cap != (b - 1) / cap) << a << ".." << b;
+          }
+      }
+      if (ring.begin() > 0) {
+        TokenRing::Run r[2];
+        EXPECT_THROW(ring.runs(0, ring.begin() - 1, end, r), std::logic_error);
+      }
+    }
+    ring.clear();
+    EXPECT_EQ(ring.end(), 0);
+    EXPECT_EQ(ring.begin(), 0);
+  }
+  TokenRing none(2, 3, 0, true);  // a side without a window: positions counted, none kept
+  std::vector<float> x(4 * 6, 1.0f);
+  none.push(x.data(), 4);
+  EXPECT_EQ(none.end(), 4);
+  EXPECT_EQ(none.begin(), 4);
 }
 
 TEST(QuantCache, Fp16ThroughBothEnginesAgree) {

@@ -2,7 +2,8 @@
 //  * ops (exp, RMSNorm, RoPE, SwiGLU, row statistics, KL row) at every kernel level against
 //    double-precision formulas;
 //  * attention through the f32 KV cache at every kernel level against the scalar reference
-//    (ops::attention_ref), on ragged shapes, GQA groups, and appends in pieces;
+//    (ops::attention_ref), on ragged shapes, GQA groups, and appends in pieces; the fp16 cache
+//    (halves widened in the tiles) bit for bit the f32 cache of fp16-rounded values;
 //  * SmolLM2-135M (the real Q4_1 GGUF) logits on the first 512 tokens of wiki.test.raw against
 //    transformers' fp32 logits (tests/golden/make_logits_golden.py): max |Δlogit| ≤ 1e-3, mean
 //    NLL within 1e-5 relative — in one batch, in pieces through the cache, and in bf16;
@@ -195,6 +196,35 @@ TEST(Attention, CacheMatchesScalarReference) {
       double worst = 0;
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
       EXPECT_LT(worst, 1e-5);
+    });
+  }
+}
+
+// The fp16 cache stores halves and widens them in the tiles: bit for bit the f32 cache holding
+// the fp16-rounded values, at every level (head_dim 6 takes the scalar reference's f16 path).
+TEST(Attention, Fp16CacheEqualsF32CacheOfRoundedValues) {
+  const AttnCase cases[] = {{9, 3, 64, 0, 130, 3}, {4, 4, 32, 10, 1, 1}, {8, 2, 128, 50, 13, 2}, {3, 3, 6, 0, 9, 1}};
+  for (const AttnCase& tc : cases) {
+    SCOPED_TRACE(::testing::Message() << tc.n_heads << " heads, d " << tc.head_dim << ", pos " << tc.first_pos);
+    const int total = tc.first_pos + tc.n_q, D = tc.head_dim;
+    const int64_t qw = int64_t(tc.n_heads) * D, kw = int64_t(tc.n_kv_heads) * D;
+    auto k = randn(total * kw, 21, 30.0f), v = randn(total * kw, 22, 30.0f), q = randn(tc.n_q * qw, 23, 0.1f);
+    std::vector<float> kr(k.size()), vr(v.size());
+    for (size_t i = 0; i < k.size(); ++i) kr[i] = f16_to_f32(f32_to_f16(k[i])), vr[i] = f16_to_f32(f32_to_f16(v[i]));
+    KVShape s{1, tc.n_heads, tc.n_kv_heads, D, total, 1.0f / std::sqrt(float(D))};
+    at_every_level([&](KernelLevel) {
+      auto f16 = make_kv_cache("f16", s), f32 = make_kv_cache("f32", s);
+      const int n0 = total / tc.pieces;
+      f16->append(0, k.data(), v.data(), n0, 0);
+      f16->append(0, k.data() + n0 * kw, v.data() + n0 * kw, total - n0, n0);
+      f32->append(0, kr.data(), vr.data(), total, 0);
+      std::vector<float> a(tc.n_q * qw), b(tc.n_q * qw);
+      f16->attend(0, q.data(), tc.n_q, tc.first_pos, a.data());
+      f32->attend(0, q.data(), tc.n_q, tc.first_pos, b.data());
+      int differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+      EXPECT_EQ(differ, 0);
+      EXPECT_EQ(f16->bytes_per_token(), 2 * 2 * tc.n_kv_heads * D);  // 2 bytes a value, K and V
     });
   }
 }

@@ -14,8 +14,10 @@
 namespace qt {
 namespace {
 
-// Per (layer, kv head) one block: Kᵀ [head_dim][cap] followed by V [cap][head_dim].
-// Blocks of one layer are consecutive, so ops::attention finds kv head g at g · block floats.
+// Per (layer, kv head) one block: Kᵀ [head_dim][cap] followed by V [cap][head_dim], in fp32, or
+// for the fp16 cache in IEEE half (2 bytes a value, as bytes_per_token says; the attention tiles
+// widen them on load, exactly, so the results equal fp16-rounded values held in fp32).
+// Blocks of one layer are consecutive, so ops::attention finds kv head g at g · block values.
 class F32Cache final : public KVCache {
  public:
   F32Cache(const KVShape& s, bool round_f16) : KVCache(s), f16_(round_f16) {
@@ -26,7 +28,7 @@ class F32Cache final : public KVCache {
     cap_ = (int64_t(s.max_ctx) + ops::kAttnKeyPad - 1) / ops::kAttnKeyPad * ops::kAttnKeyPad;
     block_ = 2 * cap_ * s.head_dim;
     layer_ = block_ * s.n_kv_heads;
-    const size_t bytes = size_t(layer_ * s.n_layers) * sizeof(float);
+    const size_t bytes = size_t(layer_ * s.n_layers) * (f16_ ? sizeof(uint16_t) : sizeof(float));
     // Zeroed once: the attention tiles read the key padding past the last position.
     std::memset(buf_.reserve(bytes), 0, bytes);
     n_.assign(s.n_layers, 0);
@@ -39,24 +41,24 @@ class F32Cache final : public KVCache {
     if (layer < 0 || layer >= shape_.n_layers || first_pos != n_[layer] || first_pos + n > shape_.max_ctx)
       user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})",
                  first_pos, first_pos + n - 1, layer, n_[layer], shape_.max_ctx);
-    float* base = data() + layer * layer_;
 #pragma omp parallel for schedule(static) if (int64_t(n) * H * D >= (1 << 15))
-    for (int h = 0; h < H; ++h) {
-      float* kt = base + h * block_;
-      float* vb = kt + cap_ * D;
+    for (int h = 0; h < H; ++h)
       for (int i = 0; i < n; ++i) {
         const float* kr = k + (int64_t(i) * H + h) * D;
         const float* vr = v + (int64_t(i) * H + h) * D;
         const int64_t p = first_pos + i;
         if (f16_) {
-          for (int d = 0; d < D; ++d) kt[d * cap_ + p] = f16_to_f32(f32_to_f16(kr[d]));
-          for (int d = 0; d < D; ++d) vb[p * D + d] = f16_to_f32(f32_to_f16(vr[d]));
+          uint16_t* kt = data16() + layer * layer_ + h * block_;
+          uint16_t* vb = kt + cap_ * D;
+          for (int d = 0; d < D; ++d) kt[d * cap_ + p] = f32_to_f16(kr[d]);
+          for (int d = 0; d < D; ++d) vb[p * D + d] = f32_to_f16(vr[d]);
         } else {
+          float* kt = data() + layer * layer_ + h * block_;
+          float* vb = kt + cap_ * D;
           for (int d = 0; d < D; ++d) kt[d * cap_ + p] = kr[d];
           std::memcpy(vb + p * D, vr, size_t(D) * sizeof(float));
         }
       }
-    }
     n_[layer] = first_pos + n;
   }
 
@@ -65,8 +67,14 @@ class F32Cache final : public KVCache {
       user_error("kv cache: attention for positions up to {} but layer {} holds {}",
                  first_pos + n_q - 1, layer, n_[layer]);
     const int D = shape_.head_dim;
-    const float* base = data() + layer * layer_;
-    ops::AttnLayout kv{base, base + cap_ * D, cap_, D, block_};
+    ops::AttnLayout kv{nullptr, nullptr, cap_, D, block_};
+    if (f16_) {
+      kv.kt16 = data16() + layer * layer_;
+      kv.v16 = kv.kt16 + cap_ * D;
+    } else {
+      kv.kt = data() + layer * layer_;
+      kv.v = kv.kt + cap_ * D;
+    }
     const int64_t qs = int64_t(shape_.n_heads) * D;
     ops::attention(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale, kv,
                    out, qs);
@@ -80,6 +88,7 @@ class F32Cache final : public KVCache {
 
  private:
   float* data() const { return static_cast<float*>(buf_.data()); }
+  uint16_t* data16() const { return static_cast<uint16_t*>(buf_.data()); }
 
   bool f16_ = false;
   int64_t cap_ = 0, block_ = 0, layer_ = 0;

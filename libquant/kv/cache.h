@@ -56,12 +56,15 @@ class KVCache {
 
 // The full-precision cache: fp32 keys (stored transposed per kv head, so scores are a small
 // GEMM over contiguous key vectors) and fp32 values. Capacity = max_ctx rounded up.
-// `round_f16`: every value is rounded to fp16 on the way in — the fp16 cache llama.cpp and
-// Hugging Face keep by default, computed by the same fast kernel.
+// `round_f16`: every value is rounded to fp16 on the way in and stored as IEEE half (2 bytes) —
+// the fp16 cache llama.cpp and Hugging Face keep by default, computed by the same fast kernel
+// (which widens the halves exactly on load).
 std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16 = false);
 
 // The quantized cache (quant_cache.cpp): per layer and side a method of the table in codec.h,
-// full-precision windows, `cache` or `decode` visibility.
+// full-precision windows, `cache` or `decode` visibility. It keeps only codes and each window's
+// tokens, so attend(layer) must follow that layer's append with no other append in between (as
+// the model's forward does); an attend it can no longer serve throws std::logic_error.
 std::unique_ptr<KVCache> make_quant_kv_cache(const KVShape& shape, const kv::KVConfig& config);
 
 // The cache `config` describes: the fast dense one when every layer is f32 (or every layer

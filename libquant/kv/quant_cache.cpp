@@ -12,8 +12,19 @@
 //   decode — the query at position t sees the state after t + 1 appends (token-by-token
 //            generation: append the token's K/V, then attend), so `cache` with ubatch 1
 //            equals `decode`.
-// The fp16-rounded copy of every position is kept as the source of the full-precision window
-// (bytes_per_token counts only what a real cache stores: codes, side data and the window).
+//
+// What a side stores: its codes and a ring of the newest tokens at full precision
+// (token_ring.h), as many as its largest window (R per token, U in groups; every position for a
+// full-precision side of a mixed recipe) — nothing else per position, so memory is what
+// bytes_per_token counts, except that the ring holds its fp16-rounded values in fp32 (the
+// attention loops read fp32; for KIVI's R=128 on SmolLM2, 3 MB more than fp16 would take).
+// Groups are encoded when the boundary passes them, from the ring (positions before the batch)
+// and the batch's own K/V. `decode` with a batch of many tokens needs more: the query at t
+// reads [boundary(t + 1), t + 1) at full precision, and later appends of the same batch may
+// already have encoded those positions and pushed them out of the ring. append() keeps them —
+// [boundary(first + 1), end) of the layer just appended — in a buffer per side shared by all
+// layers (`Recent`, sized by the batch): the model appends a layer and attends it before the
+// next layer's append (libquant/model/llama.cpp; an attend the cache can no longer serve throws).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,6 +37,7 @@
 #include "libquant/kv/cache.h"
 #include "libquant/kv/codec.h"
 #include "libquant/kv/codecs.h"
+#include "libquant/kv/token_ring.h"
 #include "libquant/model/ops.h"
 
 namespace qt {
@@ -37,7 +49,7 @@ struct SideStore {
   std::unique_ptr<Codec> codec;  // null: full precision
   bool round_f16 = true;         // the window / full-precision values are fp16
   int R = 0, G = 1;
-  std::vector<float> shadow;     // [kv head][cap][D]
+  kv::TokenRing ring;            // the newest positions at full precision
   std::vector<uint8_t> codes;    // [kv head][groups][group_bytes]
   int64_t encoded = 0;           // positions encoded (whole groups)
 
@@ -46,6 +58,11 @@ struct SideStore {
     if (G == 1) return std::max<int64_t>(0, n - R);
     const int64_t u = R > 0 ? R : G;
     return n / u * u;
+  }
+  // Positions at full precision at most (n − boundary(n)): the ring's capacity.
+  int64_t window_cap(int64_t max_ctx) const {
+    if (!codec) return max_ctx;
+    return G == 1 ? R : (R > 0 ? R : G);
   }
   double bytes_at(int64_t n, int D) const {  // one kv head, n positions
     const int64_t b = boundary(n);
@@ -85,12 +102,16 @@ class QuantCache final : public KVCache {
         } else if (!spec.params.empty()) {
           user_error("{} {}: full-precision caches take no parameters", side == 0 ? "--kv-k" : "--kv-v", spec.text());
         }
-        st.shadow.assign(size_t(H) * cap_ * D, 0.0f);
+        st.ring = kv::TokenRing(H, D, st.window_cap(cap_), st.round_f16);
       }
   }
 
   void clear() override {
-    for (auto& L : layers_) L.n = 0, L.k.encoded = 0, L.v.encoded = 0;
+    for (auto& L : layers_) {
+      L.n = 0, L.k.encoded = 0, L.v.encoded = 0;
+      L.k.ring.clear(), L.v.ring.clear();
+    }
+    for (auto& r : recent_) r.layer = -1;
   }
   int size(int layer) const override { return layers_[layer].n; }
   std::string name() const override { return cfg_.describe(); }
@@ -106,19 +127,14 @@ class QuantCache final : public KVCache {
     if (first_pos != L.n || first_pos + n > shape_.max_ctx)
       user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})", first_pos,
                  first_pos + n - 1, layer, L.n, shape_.max_ctx);
-    const int H = shape_.n_kv_heads, D = shape_.head_dim;
     for (int side = 0; side < 2; ++side) {
       SideStore& st = side == 0 ? L.k : L.v;
       const float* src = side == 0 ? k : v;
-      for (int h = 0; h < H; ++h)
-        for (int i = 0; i < n; ++i) {
-          const float* x = src + (int64_t(i) * H + h) * D;
-          float* y = st.shadow.data() + (int64_t(h) * cap_ + first_pos + i) * D;
-          for (int d = 0; d < D; ++d) y[d] = st.round_f16 ? kv::round_half(x[d]) : x[d];
-        }
-      L.n = first_pos + n;
-      encode_upto(st, st.boundary(L.n));
+      keep_recent(recent_[side], st, layer, src, n, first_pos);
+      encode_upto(st, st.boundary(first_pos + n), src, first_pos);
+      st.ring.push(src, n);
     }
+    L.n = first_pos + n;
   }
 
   void attend(int layer, const float* q, int n_q, int first_pos, float* out) const override;
@@ -131,9 +147,47 @@ class QuantCache final : public KVCache {
 
   int64_t groups_cap(const SideStore& st) const { return (cap_ + st.G - 1) / st.G; }
 
-  // Encode positions [encoded, b) (whole groups) of every kv head from the fp16 copy (the
-  // K/V a half-precision model hands its cache).
-  void encode_upto(SideStore& st, int64_t b) {
+  // Positions of one side of the layer just appended that its queries may read at full
+  // precision though the ring no longer holds them (decode, a batch longer than the window).
+  struct Recent {
+    int layer = -1;            // −1: none
+    int64_t lo = 0, hi = 0;    // positions [lo, hi)
+    std::vector<float> rows;   // [kv head][hi − lo][D], fp16-rounded as the ring's
+  };
+
+  // Called before the batch [p0, p0 + n) of `src` enters st.ring: keeps what the batch's
+  // earliest query may read, [boundary(p0 + 1), p0 + n) in decode, when the ring (capacity C)
+  // will not hold it after the push. In `cache` every query reads [boundary(p0 + n), p0 + n),
+  // which the ring holds.
+  void keep_recent(Recent& rc, const SideStore& st, int layer, const float* src, int n, int64_t p0) {
+    rc.layer = -1;
+    const int64_t end = p0 + n, cap = st.ring.capacity();
+    const int64_t lo = cfg_.mode == kv::KVMode::Decode ? st.boundary(p0 + 1) : st.boundary(end);
+    if (cap == 0 || lo >= end - cap) return;  // no window at all, or the ring holds it
+    const int H = shape_.n_kv_heads, D = shape_.head_dim;
+    rc.layer = layer, rc.lo = lo, rc.hi = end;
+    rc.rows.resize(size_t(H) * size_t(end - lo) * D);
+    for (int h = 0; h < H; ++h)
+      for (int64_t p = lo; p < end; ++p)
+        token(st, h, p, src, p0, rc.rows.data() + (size_t(h) * size_t(end - lo) + size_t(p - lo)) * D);
+  }
+
+  // Position p of kv head h at full precision into y: from the ring before the batch (p < p0),
+  // else the batch's row rounded as the ring rounds it.
+  void token(const SideStore& st, int h, int64_t p, const float* src, int64_t p0, float* y) const {
+    const int D = shape_.head_dim, H = shape_.n_kv_heads;
+    if (p < p0) {
+      std::memcpy(y, st.ring.row(h, p), sizeof(float) * D);
+      return;
+    }
+    const float* x = src + ((p - p0) * H + h) * D;
+    for (int d = 0; d < D; ++d) y[d] = st.round_f16 ? kv::round_half(x[d]) : x[d];
+  }
+
+  // Encode positions [encoded, b) (whole groups) of every kv head from the fp16-rounded tokens
+  // (the K/V a half-precision model hands its cache): the ring's before the batch, `src`'s
+  // (positions p0 …) from there. Runs before the batch is pushed into the ring.
+  void encode_upto(SideStore& st, int64_t b, const float* src, int64_t p0) {
     if (!st.codec || b <= st.encoded) return;
     const int H = shape_.n_kv_heads, D = shape_.head_dim;
     const size_t gb = st.codec->group_bytes();
@@ -141,15 +195,33 @@ class QuantCache final : public KVCache {
 #pragma omp parallel for schedule(static) collapse(2) if ((g1 - g0) * H > 8)
     for (int h = 0; h < H; ++h)
       for (int64_t g = g0; g < g1; ++g) {
-        const float* x = st.shadow.data() + (int64_t(h) * cap_ + g * st.G) * D;
-        st.codec->encode(x, D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
+        thread_local std::vector<float> x;
+        x.resize(size_t(st.G) * D);
+        for (int t = 0; t < st.G; ++t) token(st, h, g * st.G + t, src, p0, x.data() + size_t(t) * D);
+        st.codec->encode(x.data(), D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
       }
     st.encoded = g1 * st.G;
+  }
+
+  // Calls f(rows, first, n) over positions [a, b) of kv head h at full precision, in order:
+  // from the recent batch when it covers them (this layer), else from the ring.
+  template <class F>
+  void window_rows(const SideStore& st, const Recent& rc, int layer, int h, int64_t a, int64_t b, F&& f) const {
+    if (a >= b) return;
+    const int D = shape_.head_dim;
+    if (rc.layer == layer && a >= rc.lo && b <= rc.hi) {
+      f(rc.rows.data() + (size_t(h) * size_t(rc.hi - rc.lo) + size_t(a - rc.lo)) * D, a, int(b - a));
+      return;
+    }
+    kv::TokenRing::Run r[2];
+    const int nr = st.ring.runs(h, a, b, r);
+    for (int i = 0; i < nr; ++i) f(r[i].rows, r[i].first, r[i].n);
   }
 
   kv::KVConfig cfg_;
   int64_t cap_ = 0;
   std::vector<Layer> layers_;
+  Recent recent_[2];  // keys, values
 };
 
 void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float* out) const {
@@ -225,10 +297,10 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       }
     }
     // 2. scores against the full-precision window
-    const float* kshadow = SK.shadow.data() + int64_t(g) * cap_ * D;
     for (int v = 0; v < nv; ++v)
-      if (NVIS[v] > BK[v])
-        K.dot_rows(qrow(v), kshadow + int64_t(BK[v]) * D, D, NVIS[v] - BK[v], D, S.data() + size_t(v) * sst + BK[v]);
+      window_rows(SK, recent_[0], layer, g, BK[v], NVIS[v], [&](const float* rows, int64_t first, int n) {
+        K.dot_rows(qrow(v), rows, D, n, D, S.data() + size_t(v) * sst + first);
+      });
     // 3. softmax over the visible keys
     std::vector<float> inv(nv);
     for (int v = 0; v < nv; ++v) {
@@ -258,10 +330,11 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       }
       for (int v = 0; v < nv; ++v) SV.codec->domain_to_head(ACC.data() + size_t(v) * dtv, orow(v));
     }
-    const float* vshadow = SV.shadow.data() + int64_t(g) * cap_ * D;
     for (int v = 0; v < nv; ++v) {
-      if (NVIS[v] > BV[v])
-        K.mix_rows(S.data() + size_t(v) * sst + BV[v], vshadow + int64_t(BV[v]) * D, D, NVIS[v] - BV[v], D, orow(v));
+      // in position order: runs split at the ring's wrap add in the same order as one run
+      window_rows(SV, recent_[1], layer, g, BV[v], NVIS[v], [&](const float* rows, int64_t first, int n) {
+        K.mix_rows(S.data() + size_t(v) * sst + first, rows, D, n, D, orow(v));
+      });
       float* o = orow(v);
       for (int d = 0; d < D; ++d) o[d] *= inv[v];
     }

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include <immintrin.h>
+
+#include "formats/tensor.h"
 #include "libquant/cpu_features.h"
 
 namespace qt::ops {
@@ -168,12 +171,13 @@ void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int
     s.assign(len, 0.0);
     for (int h = 0; h < n_heads; ++h) {
       const float* qh = q + i * q_stride + int64_t(h) * head_dim;
-      const float* kt = kv.kt + (h / group) * kv.kv_head_stride;
-      const float* v = kv.v + (h / group) * kv.kv_head_stride;
+      const int64_t base = (h / group) * kv.kv_head_stride;
+      auto kt = [&](int64_t i) { return kv.kt16 ? f16_to_f32(kv.kt16[base + i]) : kv.kt[base + i]; };
+      auto v = [&](int64_t i) { return kv.v16 ? f16_to_f32(kv.v16[base + i]) : kv.v[base + i]; };
       double mx = -INFINITY;
       for (int j = 0; j < len; ++j) {
         double acc = 0;
-        for (int d = 0; d < head_dim; ++d) acc += double(qh[d]) * kt[d * kv.kt_stride + j];
+        for (int d = 0; d < head_dim; ++d) acc += double(qh[d]) * kt(d * kv.kt_stride + j);
         s[j] = acc * scale;
         mx = std::max(mx, s[j]);
       }
@@ -181,7 +185,7 @@ void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int
       for (int j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - mx));
       std::fill(o.begin(), o.end(), 0.0);
       for (int j = 0; j < len; ++j)
-        for (int d = 0; d < head_dim; ++d) o[d] += s[j] * v[j * kv.v_stride + d];
+        for (int d = 0; d < head_dim; ++d) o[d] += s[j] * v(j * kv.v_stride + d);
       float* oh = out + i * out_stride + int64_t(h) * head_dim;
       for (int d = 0; d < head_dim; ++d) oh[d] = float(o[d] / sum);
     }

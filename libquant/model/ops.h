@@ -81,6 +81,11 @@ struct AttnLayout {
   int64_t kt_stride;       // floats between rows d of kt
   int64_t v_stride;        // floats between rows j of v
   int64_t kv_head_stride;  // floats between consecutive kv heads (same for kt and v blocks)
+  // fp16 storage (the fp16 cache at 2 bytes a value): when set, the same layout in IEEE half
+  // values (strides in values) is read instead of kt / v, widened exactly on load (F16C), so
+  // the result equals the fp32 layout holding the same values.
+  const uint16_t* kt16 = nullptr;
+  const uint16_t* v16 = nullptr;
 };
 void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
                int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
