@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "apps/command.h"
+#include "calib/act_stats.h"
 #include "calib/bit_allocation.h"
 #include "calib/key_mean.h"
 #include "calib/kv_sensitivity.h"
@@ -31,7 +32,7 @@ struct Options {
   std::string method, model, text, kv, out, artifacts, json_path;
   double budget = 0, beta = 4;
   std::vector<int> bits;
-  int ctx = 512, chunks = 2, threads = 0, kv_residual = -1;
+  int ctx = 512, chunks = -1, threads = 0, kv_residual = -1;
   uint64_t kv_seed = 42;
 };
 
@@ -63,12 +64,47 @@ int run_key_mean(const Options& o) {
   return 0;
 }
 
-int run(const Options& o) {
+// --method act-stats: every Linear input's per-channel absmax and mean square (calib/act_stats.h),
+// for convert --smooth / --imatrix.
+int run_act_stats(const Options& o) {
+  if (!o.kv.empty() || o.budget > 0 || !o.bits.empty())
+    user_error("--method act-stats takes no --kv, --budget or --bits (they belong to kv-sensitivity)");
+  check_text(o.text);
+  const auto out_dir = std::filesystem::absolute(o.out).parent_path();
+  if (!std::filesystem::is_directory(out_dir)) user_error("--out {}: no folder {}", o.out, out_dir.string());
+  Checkpoint ck = load_checkpoint(o.model);
+  if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
+  MappedFile mf = map_file(o.text);
+  const std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  const int32_t bos = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, {}));
+  calib::ActStats s = calib::collect_act_stats(model, ids, o.ctx, o.chunks, bos);
+  s.text = std::filesystem::path(o.text).filename().string();
+  calib::save_act_stats(o.out, s);
+  float top = 0;
+  std::string top_name;
+  for (auto& [name, c] : s.linears)
+    for (float a : c.absmax)
+      if (a > top) top = a, top_name = name;
+  fmt::print("act-stats      {} Linear inputs over {} tokens of {}; largest |x| {:.2f} (input of {}); written to {}\n",
+             s.linears.size(), s.tokens, o.text, top, top_name, o.out);
+  if (!o.json_path.empty()) {
+    nlohmann::json j = {{"linears", s.linears.size()}, {"tokens", s.tokens}, {"text", s.text}, {"max_absmax", top},
+                        {"max_absmax_input_of", top_name}, {"out", o.out}};
+    const std::string t = j.dump(2) + "\n";
+    write_file_atomic(o.json_path, t.data(), t.size());
+  }
+  return 0;
+}
+
+int run(Options o) {
   if (o.threads > 0) set_threads(o.threads);
+  if (o.chunks < 0) o.chunks = o.method == "act-stats" ? 64 : 2;
   if (o.chunks <= 0) user_error("--chunks: must be positive, got {}", o.chunks);
   if (o.ctx <= 0) user_error("--ctx: must be positive, got {}", o.ctx);
   if (o.method == "key-mean") return run_key_mean(o);
-  if (o.method != "kv-sensitivity") user_error("--method {}: not one of kv-sensitivity, key-mean", o.method);
+  if (o.method == "act-stats") return run_act_stats(o);
+  if (o.method != "kv-sensitivity") user_error("--method {}: not one of kv-sensitivity, key-mean, act-stats", o.method);
   if (o.kv.empty()) user_error("--method kv-sensitivity: give --kv METHOD[:bits=B]");
   kv::KVSpec ref = kv::parse_kv_spec(o.kv, "--kv");
   if (ref.full_precision()) user_error("--kv {}: give a quantized method to measure with", o.kv);
@@ -159,7 +195,7 @@ int run(const Options& o) {
 const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets, key means",
                      [](CLI::App& sub) -> std::function<int()> {
                        auto o = std::make_shared<Options>();
-                       sub.add_option("--method", o->method, "kv-sensitivity or key-mean")->required();
+                       sub.add_option("--method", o->method, "kv-sensitivity, key-mean or act-stats")->required();
                        sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
                        sub.add_option("--text", o->text, "calibration text (wiki.valid.tokens.txt; never the test text)")->required();
                        sub.add_option("--kv", o->kv, "kv-sensitivity: KV method measured with, METHOD[:bits=B,...]");
@@ -167,7 +203,7 @@ const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitiviti
                        sub.add_option("--bits", o->bits, "bit widths to allocate from (default: the method's 1..4)");
                        sub.add_option("--beta", o->beta, "distortion decay per bit (default 4)");
                        sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
-                       sub.add_option("--chunks", o->chunks, "chunks measured (default 2)");
+                       sub.add_option("--chunks", o->chunks, "chunks measured (default 2; act-stats 64)");
                        sub.add_option("--threads", o->threads, "threads (default: all cores)");
                        sub.add_option("--kv-residual", o->kv_residual, "full-precision window, as eval-ppl");
                        sub.add_option("--kv-seed", o->kv_seed, "seed of rotations and JL matrices");

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
+#include "calib/weight_calibration.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/layouts/bnb.h"
@@ -255,7 +256,7 @@ class QuantPlanner {
 
   // The packed checkpoint the writer takes: quantized weights under the layout's names, the
   // rest as loaded, and the normalized description in `quantization`.
-  Checkpoint quantize(Checkpoint ck, const std::string& format) {
+  Checkpoint quantize(Checkpoint ck, const std::string& format, calib::WeightCalibration& calib) {
     const bool tied = ck.config.tie_word_embeddings;
     if (a_.lm_head_bits >= 0 && tied && !a_.untie)
       user_error("--lm-head-bits: {} ties lm_head to the embedding; add --untie to write a separate "
@@ -309,6 +310,11 @@ class QuantPlanner {
       user_error("--group-size {}: quantizes no tensor of {} ({})", base_.group_size, ck.path,
                  skipped.empty() ? "no 2-D weights" : skipped.begin()->second);
 
+    if (calib.active()) {
+      std::map<std::string, SchemeParams> flat;
+      for (auto& [name, p] : plan) flat[name] = *p;
+      calib.run(ck, flat);
+    }
     QuantEntry (*names)(const std::string&) = format == "mlx"                  ? mlx_tensor_names
                                               : format == "compressed-tensors" ? ct_tensor_names
                                               : format == "bnb"                ? bnb_tensor_names
@@ -324,7 +330,8 @@ class QuantPlanner {
       try {
         const Tensor& t = ck.tensors.at(order[k]);
         std::vector<float> w = to_f32(t);
-        packed[k] = quantize_weights(w.data(), t.shape[0], t.shape[1], *plan[order[k]], order[k]);
+        std::optional<PackedTensor> c = calib.quantize(order[k], w.data(), t.shape[0], t.shape[1], *plan[order[k]]);
+        packed[k] = c ? std::move(*c) : quantize_weights(w.data(), t.shape[0], t.shape[1], *plan[order[k]], order[k]);
       } catch (...) {
         errors[k] = std::current_exception();
       }
@@ -356,6 +363,7 @@ class QuantPlanner {
     ck.quantization = desc;
     for (auto& [k, n] : by_params) std::printf("quantized %d tensors: %s\n", n, k.c_str());
     for (auto& [name, why] : skipped) std::printf("left unquantized: %s (%s)\n", name.c_str(), why.c_str());
+    if (calib.active()) std::printf("calibration: %s\n", calib.describe().c_str());
     return ck;
   }
 
@@ -389,6 +397,7 @@ struct Args {
   bool force = false;
   int threads = 0;
   QuantArgs q;
+  calib::WeightCalibArgs c;
 };
 
 int run(const Args& a) {
@@ -404,6 +413,8 @@ int run(const Args& a) {
     if (format == l.name) layout = &l;
   if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb)", format);
   QuantPlanner planner(a.q, format, opt.dtype);
+  calib::WeightCalibration calib(a.c);
+  if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq: need --scheme");
 
   // Refuse before doing any work: nothing is written when --out is taken.
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -418,7 +429,8 @@ int run(const Args& a) {
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
-  if (planner.active()) ck = planner.quantize(std::move(ck), format);
+  calib.prepare(ck);
+  if (planner.active()) ck = planner.quantize(std::move(ck), format, calib);
   auto t1 = std::chrono::steady_clock::now();
 
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::current_path();
@@ -482,6 +494,14 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                        sub.add_option("--recipe", a->q.recipe, "JSON per-tensor overrides (format: cmd_convert.cpp)");
                        sub.add_flag("--strict", a->q.strict, "refuse a weight the group size does not fit");
                        sub.add_flag("--untie", a->q.untie, "write a separate lm_head.weight for a tied model");
+                       sub.add_option("--smooth", a->c.smooth, "SmoothQuant: fold scales from this act-stats file");
+                       sub.add_option("--alpha", a->c.alpha, "SmoothQuant migration strength")->capture_default_str();
+                       sub.add_option("--imatrix", a->c.imatrix, "importance-weighted group scales from this act-stats file");
+                       sub.add_flag("--gptq", a->c.gptq, "GPTQ, sequential over the --calib text");
+                       sub.add_option("--calib", a->c.calib_text, "calibration text for --gptq (wiki.valid.tokens.txt)");
+                       sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")
+                           ->capture_default_str();
+                       sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
                        sub.add_option("--threads", a->threads, "threads (default: all cores)");
                        return [a] { return run(*a); };
                      }});

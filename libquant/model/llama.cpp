@@ -218,42 +218,71 @@ void LlamaModel::output_head(const float* hidden, int rows, float* logits) {
 
 const float* LlamaModel::forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache) {
   const ModelConfig& c = cfg_;
-  const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim;
-  const int64_t Q = c.n_heads * D, KV = c.n_kv_heads * D;
+  const int64_t H = c.hidden;
   if (n <= 0) return nullptr;
   ensure_scratch(n);
   rope_.ensure(pos0 + n);
-  float *x = x_.data(), *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(),
-        *att = att_.data(), *hb = hb_.data(), *hb2 = hb2_.data();
+  float *x = x_.data(), *xb = xb_.data();
 
   embed(tokens, n, x);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const Layer& L = *layers_[l];
-    // attention
-    ops::rmsnorm(x, H, L.attn_norm.data(), xb, H, n, H, c.rms_eps);
-    linear(*L.wq, &L.prefix, "self_attn.q_proj.weight", xb, n, q);
-    linear(*L.wk, &L.prefix, "self_attn.k_proj.weight", xb, n, k);
-    linear(*L.wv, &L.prefix, "self_attn.v_proj.weight", xb, n, v);
-    if (c.qk_norm) {  // per head, before RoPE (qwen3)
-      ops::rmsnorm(q, D, L.q_norm.data(), q, D, int64_t(n) * c.n_heads, D, c.rms_eps);
-      ops::rmsnorm(k, D, L.k_norm.data(), k, D, int64_t(n) * c.n_kv_heads, D, c.rms_eps);
-    }
-    ops::rope(q, Q, n, c.n_heads, D, pos0, rope_);
-    ops::rope(k, KV, n, c.n_kv_heads, D, pos0, rope_);
-    cache.append(l, k, v, n, pos0);
-    cache.attend(l, q, n, pos0, att);
-    linear(*L.wo, &L.prefix, "self_attn.o_proj.weight", att, n, xb);
-    ops::add_inplace(x, xb, int64_t(n) * H);
-    // MLP
-    ops::rmsnorm(x, H, L.ffn_norm.data(), xb, H, n, H, c.rms_eps);
-    linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", xb, n, hb);
-    linear(*L.up, &L.prefix, "mlp.up_proj.weight", xb, n, hb2);
-    ops::swiglu(hb, hb2, hb, n, F);
-    linear(*L.down, &L.prefix, "mlp.down_proj.weight", hb, n, xb);
-    ops::add_inplace(x, xb, int64_t(n) * H);
-  }
+  for (int l = 0; l < c.n_layers; ++l) forward_layer(l, x, n, pos0, cache);
   ops::rmsnorm(x, H, final_norm_.data(), xb, H, n, H, c.rms_eps);
   return xb;
+}
+
+void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim;
+  const int64_t Q = c.n_heads * D, KV = c.n_kv_heads * D;
+  if (l < 0 || l >= c.n_layers) user_error("forward_layer: layer {} outside 0..{}", l, c.n_layers - 1);
+  ensure_scratch(n);
+  rope_.ensure(pos0 + n);
+  float *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(),
+        *hb = hb_.data(), *hb2 = hb2_.data();
+  const Layer& L = *layers_[l];
+  // attention
+  ops::rmsnorm(x, H, L.attn_norm.data(), xb, H, n, H, c.rms_eps);
+  linear(*L.wq, &L.prefix, "self_attn.q_proj.weight", xb, n, q);
+  linear(*L.wk, &L.prefix, "self_attn.k_proj.weight", xb, n, k);
+  linear(*L.wv, &L.prefix, "self_attn.v_proj.weight", xb, n, v);
+  if (c.qk_norm) {  // per head, before RoPE (qwen3)
+    ops::rmsnorm(q, D, L.q_norm.data(), q, D, int64_t(n) * c.n_heads, D, c.rms_eps);
+    ops::rmsnorm(k, D, L.k_norm.data(), k, D, int64_t(n) * c.n_kv_heads, D, c.rms_eps);
+  }
+  ops::rope(q, Q, n, c.n_heads, D, pos0, rope_);
+  ops::rope(k, KV, n, c.n_kv_heads, D, pos0, rope_);
+  cache.append(l, k, v, n, pos0);
+  cache.attend(l, q, n, pos0, att);
+  linear(*L.wo, &L.prefix, "self_attn.o_proj.weight", att, n, xb);
+  ops::add_inplace(x, xb, int64_t(n) * H);
+  // MLP
+  ops::rmsnorm(x, H, L.ffn_norm.data(), xb, H, n, H, c.rms_eps);
+  linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", xb, n, hb);
+  linear(*L.up, &L.prefix, "mlp.up_proj.weight", xb, n, hb2);
+  ops::swiglu(hb, hb2, hb, n, F);
+  linear(*L.down, &L.prefix, "mlp.down_proj.weight", hb, n, xb);
+  ops::add_inplace(x, xb, int64_t(n) * H);
+}
+
+void LlamaModel::final_norm(const float* x, int n, float* out) const {
+  ops::rmsnorm(x, cfg_.hidden, final_norm_.data(), out, cfg_.hidden, n, cfg_.hidden, cfg_.rms_eps);
+}
+
+void LlamaModel::set_linear(int l, const std::string& name, std::unique_ptr<Linear> lin) {
+  if (l < 0 || l >= cfg_.n_layers) user_error("set_linear: layer {} outside 0..{}", l, cfg_.n_layers - 1);
+  Layer& L = *layers_[l];
+  std::unique_ptr<Linear>* slot = name == "self_attn.q_proj.weight"   ? &L.wq
+                                  : name == "self_attn.k_proj.weight" ? &L.wk
+                                  : name == "self_attn.v_proj.weight" ? &L.wv
+                                  : name == "self_attn.o_proj.weight" ? &L.wo
+                                  : name == "mlp.gate_proj.weight"    ? &L.gate
+                                  : name == "mlp.up_proj.weight"      ? &L.up
+                                  : name == "mlp.down_proj.weight"    ? &L.down
+                                                                      : nullptr;
+  if (!slot) user_error("set_linear: no projection '{}' in a block", name);
+  if (lin->in_features() != (*slot)->in_features() || lin->out_features() != (*slot)->out_features())
+    user_error("set_linear: {} of layer {} has another shape", name, l);
+  *slot = std::move(lin);
 }
 
 }  // namespace qt

@@ -78,6 +78,17 @@ class LlamaModel {
 
   void set_observer(LinearObserver obs) { observer_ = std::move(obs); }
 
+  // One block at a time, for calibration that quantizes layer by layer (calib/gptq.h):
+  // embed_tokens writes the embeddings [n, hidden]; forward_layer runs block l on x in place
+  // (appending to layer l of `cache`); forward_hidden is embed_tokens, every forward_layer, the
+  // final norm. set_linear replaces a block's projection (`name` as the observer sees it after
+  // the layer prefix: "self_attn.q_proj.weight", "mlp.down_proj.weight", ...).
+  void embed_tokens(const int32_t* tokens, int n, float* x) const { embed(tokens, n, x); }
+  void forward_layer(int l, float* x, int n, int pos0, KVCache& cache);
+  void set_linear(int l, const std::string& name, std::unique_ptr<Linear> lin);
+  // The final RMSNorm (the output head's input) of x [n, hidden] into out.
+  void final_norm(const float* x, int n, float* out) const;
+
   // Bytes of the weights as held for compute (all Linears, embedding table, norms).
   size_t weight_bytes() const;
   std::string linear_kind() const;  // kind() of the projections ("f32", "bf16", …)

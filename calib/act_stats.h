@@ -1,0 +1,43 @@
+// Activation statistics of every Linear's input over calibration text (`calibrate --method
+// act-stats`): per input channel j, max |x_j| (SmoothQuant, AWQ) and mean x_j² (the importance
+// matrix: the diagonal of the GPTQ Hessian XᵀX / n, what llama.cpp's imatrix holds), keyed by the
+// Linear's weight name ("model.layers.3.mlp.down_proj.weight", "lm_head.weight"). Projections
+// that share an input (q/k/v, gate/up) each get the same figures.
+//
+// File (safetensors): "<weight name>.absmax" and "<weight name>.sqmean", F32 [in_features];
+// __metadata__: {"format": "quanttool-act-stats", "tokens": N, "text": file name}.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "libquant/model/llama.h"
+
+namespace qt::calib {
+
+struct ChannelStats {
+  std::vector<float> absmax;  // max |x_j|
+  std::vector<float> sqmean;  // mean x_j²
+};
+
+struct ActStats {
+  std::map<std::string, ChannelStats> linears;  // by weight name
+  int64_t tokens = 0;
+  std::string text;  // the calibration text's file name
+
+  // The statistics of the weight `name`; nullptr when absent. For a tied model the embedding
+  // table doubles as the output head, so "model.embed_tokens.weight" answers with lm_head's.
+  const ChannelStats* find(const std::string& name) const;
+};
+
+// The first `chunks` chunks of `ctx` tokens (each starting with bos_id when ≥ 0) through the
+// model (full-precision cache); every Linear's input is observed, the output head's too.
+ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks,
+                           int32_t bos_id);
+
+void save_act_stats(const std::string& path, const ActStats& s);
+// UserError "PATH: ..." for a file that is not an act-stats file.
+ActStats load_act_stats(const std::string& path);
+
+}  // namespace qt::calib

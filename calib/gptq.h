@@ -1,0 +1,34 @@
+// GPTQ (arXiv 2210.17323; METHODS.md A.4) on one weight, as AutoGPTQ's / llm-compressor's
+// `fasterquant`: columns quantized left to right, each one's rounding error spread over the
+// columns not yet quantized through the inverse Hessian's upper Cholesky factor, in blocks of
+// `block` columns (lazy batch updates). Dampening `damp`·mean(diag H) on the diagonal; dead
+// inputs (H_jj = 0) get weight 0. Group parameters are fitted when the pass reaches a group's
+// first column, from the weights as updated so far (`--act-order` instead fits every group once
+// from the original weights — AutoGPTQ's static_groups — since the permuted pass would visit a
+// group's columns out of order and MLX / compressed-tensors groups are contiguous columns).
+// Codes are the scheme's nearest rounding under the group's stored parameters (grid.h), so the
+// result is an ordinary file of the scheme.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "libquant/schemes/grid.h"
+
+namespace qt::calib {
+
+struct GptqOptions {
+  double damp = 0.01;
+  int block = 128;
+  bool act_order = false;
+  // Fit group parameters with the importance-weighted search (weighted_fit.h, imp = diag H)
+  // instead of the scheme's RTN rule.
+  bool weighted_groups = false;
+};
+
+// w [rows, cols] row-major (HF layout); H [cols, cols] = Σ_t x_tᵀ x_t over the layer's inputs
+// (any positive multiple: only its inverse's shape matters; symmetric, consumed). `loss`, when
+// given, receives Σ (w − q)² / [H⁻¹]_jj / 2, AutoGPTQ's reported error.
+PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols,
+                           std::vector<float> H, const GptqOptions& opt, double* loss = nullptr);
+
+}  // namespace qt::calib

@@ -1,0 +1,124 @@
+#include "calib/sequential.h"
+
+#include <Eigen/Core>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "formats/error.h"
+#include "libquant/model/llama.h"
+
+namespace qt::calib {
+
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+const char* const kProjections[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                    "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                                    "mlp.down_proj.weight"};
+
+// Projections that read the same input share one Hessian: q/k/v, gate/up.
+std::string site_of(const std::string& proj) {
+  if (proj.rfind("self_attn.", 0) == 0 && proj != "self_attn.o_proj.weight") return "attn_in";
+  if (proj == "mlp.gate_proj.weight" || proj == "mlp.up_proj.weight") return "mlp_in";
+  return proj;
+}
+
+void accumulate(MatF& H, const float* x, int64_t n, int64_t in) {
+  if (H.rows() == 0) H = MatF::Zero(in, in);
+  Eigen::Map<const MatF> X(x, n, in);
+  H.noalias() += X.transpose() * X;
+}
+
+std::vector<float> to_vec(const MatF& H) { return std::vector<float>(H.data(), H.data() + H.size()); }
+
+}  // namespace
+
+std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, const std::set<std::string>& targets,
+                                                        const std::vector<int32_t>& tokens,
+                                                        const SequentialOptions& opt, const HessianQuantizer& quantize) {
+  const ModelConfig& c = ck.config;
+  const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
+  const std::string head = tied ? "model.embed_tokens.weight" : "lm_head.weight";
+  for (const std::string& t : targets) {
+    bool ok = t == head;
+    for (int l = 0; l < c.n_layers && !ok; ++l)
+      for (const char* p : kProjections) ok |= t == "model.layers." + std::to_string(l) + "." + p;
+    if (!ok) user_error("{}: not a projection of a block or the output head (calibration sees no input for it)", t);
+  }
+  const int n = int(std::min<int64_t>(opt.chunks, int64_t(tokens.size()) / opt.ctx));
+  if (n <= 0) user_error("calibration: the text has fewer than {} tokens, one chunk", opt.ctx);
+  const int64_t H = c.hidden, T = int64_t(n) * opt.ctx;
+
+  LlamaModel model(ck, dense_linear_factory(Compute::F32));
+  std::vector<float> X(size_t(T * H)), tmp(size_t(int64_t(opt.ctx) * H));
+  std::vector<int32_t> chunk(size_t(opt.ctx));
+  for (int ci = 0; ci < n; ++ci) {
+    std::copy(tokens.begin() + int64_t(ci) * opt.ctx, tokens.begin() + int64_t(ci + 1) * opt.ctx, chunk.begin());
+    if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
+    model.embed_tokens(chunk.data(), opt.ctx, X.data() + int64_t(ci) * opt.ctx * H);
+  }
+  std::map<std::string, PackedTensor> out;
+  const bool tty = isatty(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto quantize_one = [&](const std::string& name, std::vector<float> Hs) {
+    const Tensor& w = ck.get(name);
+    PackedTensor p = quantize(name, to_f32(w), w.shape[0], w.shape[1], std::move(Hs));
+    out.emplace(name, std::move(p));
+    return dequantize_weights(out.at(name), name);
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string prefix = "model.layers." + std::to_string(l) + ".";
+    std::map<std::string, MatF> hess;  // by site
+    bool any = false;
+    for (const char* p : kProjections) any |= targets.count(prefix + p) > 0;
+    if (any) {
+      model.set_observer([&](const std::string& name, const float* x, int64_t nt, int64_t in) {
+        const std::string proj = name.substr(prefix.size());
+        if (proj == "self_attn.k_proj.weight" || proj == "self_attn.v_proj.weight" || proj == "mlp.up_proj.weight")
+          return;  // the same input as q_proj / gate_proj
+        accumulate(hess[site_of(proj)], x, nt, in);
+      });
+      for (int ci = 0; ci < n; ++ci) {  // inputs from the quantized blocks before; X unchanged
+        std::copy_n(X.data() + int64_t(ci) * opt.ctx * H, opt.ctx * H, tmp.data());
+        auto cache = model.make_cache(opt.ctx);
+        model.forward_layer(l, tmp.data(), opt.ctx, 0, *cache);
+      }
+      model.set_observer(nullptr);
+      for (const char* p : kProjections) {
+        const std::string name = prefix + p;
+        if (!targets.count(name)) continue;
+        const std::vector<float> deq = quantize_one(name, to_vec(hess.at(site_of(p))));
+        const Tensor& w = ck.get(name);
+        const std::string bias_name = name.substr(0, name.size() - 6) + "bias";
+        std::vector<float> b;
+        if (ck.has(bias_name)) b = to_f32(ck.get(bias_name));
+        model.set_linear(l, p, make_dense_linear(deq.data(), w.shape[0], w.shape[1], b.empty() ? nullptr : b.data(),
+                                                 Compute::F32));
+      }
+    }
+    for (int ci = 0; ci < n; ++ci) {  // the next block's inputs, through the quantized block
+      auto cache = model.make_cache(opt.ctx);
+      model.forward_layer(l, X.data() + int64_t(ci) * opt.ctx * H, opt.ctx, 0, *cache);
+    }
+    if (tty) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "\rgptq: block %d/%d, %.0f s", l + 1, c.n_layers, s);
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  if (targets.count(head)) {
+    MatF Hh;
+    for (int ci = 0; ci < n; ++ci) {
+      model.final_norm(X.data() + int64_t(ci) * opt.ctx * H, opt.ctx, tmp.data());
+      accumulate(Hh, tmp.data(), opt.ctx, H);
+    }
+    quantize_one(head, to_vec(Hh));
+  }
+  return out;
+}
+
+}  // namespace qt::calib

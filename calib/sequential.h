@@ -1,0 +1,39 @@
+// Layer-by-layer calibration (GPTQ's sequential pass, as AutoGPTQ and llm-compressor run it):
+// the calibration chunks are embedded once and carried through the blocks one at a time. For
+// block l, every projection's input is accumulated as H = Σ xᵀx from the outputs of the blocks
+// before it — already quantized — then each projection named in `targets` is quantized by the
+// callback, and the block is re-run with the quantized (dequantized-to-fp32) projections to give
+// block l+1 its inputs. After the last block the output head's input (the final-normed hidden
+// states) gives its H, for "lm_head.weight" (or, for a tied model, "model.embed_tokens.weight").
+// Memory: the model's dense fp32 weights, the chunks' hidden states and one block's Hessians.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "libquant/schemes/scheme.h"
+
+namespace qt::calib {
+
+struct SequentialOptions {
+  int ctx = 512;
+  int chunks = 64;
+  int32_t bos_id = -1;  // ≥ 0: each chunk starts with it
+};
+
+// Quantizes the weight `name` (w: [rows, cols] fp32) given the Hessian H [cols, cols] of its
+// input over `tokens` calibration tokens.
+using HessianQuantizer = std::function<PackedTensor(const std::string& name, const std::vector<float>& w,
+                                                    int64_t rows, int64_t cols, std::vector<float> H)>;
+
+// The packed tensors of `targets` (HF weight names) by name. UserError for a target that is not a
+// block projection or the output head, or a text shorter than one chunk.
+std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, const std::set<std::string>& targets,
+                                                        const std::vector<int32_t>& tokens,
+                                                        const SequentialOptions& opt, const HessianQuantizer& quantize);
+
+}  // namespace qt::calib

@@ -1,0 +1,41 @@
+// SmoothQuant (arXiv 2211.10438; METHODS.md A.3; the seed's tools/smoothquant.py): per input
+// channel j of a group of projections that read the same activation X,
+//   s_j = max|X_j|^α / max_rows|W_j|^(1−α)        (max|W_j| over every reading projection's rows)
+// and the model is rewritten exactly: X_j / s_j comes out of the producer, W[:, j] · s_j goes into
+// each reader, so X·Wᵀ is unchanged while activation outliers move into the weights.
+//   q/k/v  ← input_layernorm            (norm weight γ_j / s_j)
+//   gate/up ← post_attention_layernorm
+//   o_proj ← v_proj  (v's output rows / s, o's columns · s; with grouped-query attention one v
+//                     row feeds n_heads/n_kv_heads o columns, so s is shared by them: their
+//                     largest |X| and |W|; a v bias is divided too)
+//   down   ← up_proj (up's rows / s, down's columns · s; exact since the product with
+//                     silu(gate) is elementwise)
+// A scale is clamped to [1e-5, 1e5] and set to 1 where a channel's |X| or |W| is zero. The
+// rewritten checkpoint computes the same logits up to fp32 rounding (tests/test_calibrated_quant.cpp).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "calib/act_stats.h"
+#include "formats/checkpoint.h"
+
+namespace qt::calib {
+
+struct SmoothOptions {
+  double alpha = 0.5;
+  bool fold_vo = true;      // o_proj ← v_proj
+  bool fold_up_down = true;  // down_proj ← up_proj
+};
+
+// s_j = a_j^α / w_j^(1−α) with the clamps above (a: activation absmax, w: weight column absmax).
+std::vector<float> smooth_scales(const std::vector<float>& act_absmax, const std::vector<float>& w_absmax,
+                                 double alpha);
+
+// Rewrites the norms and projections of every block of `ck` (float tensors become owned fp32;
+// the others are untouched). Returns, per rewritten projection, the scales s of its input
+// channels (its input is now X_j / s_j). UserError when `stats` lacks a projection of the model.
+std::map<std::string, std::vector<float>> smooth_checkpoint(Checkpoint& ck, const ActStats& stats,
+                                                            const SmoothOptions& opt);
+
+}  // namespace qt::calib

@@ -1,0 +1,153 @@
+#include "calib/weighted_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "formats/error.h"
+
+namespace qt::calib {
+
+double weighted_error(const SchemeGrid& grid, const float* v, const float* imp, int64_t n, const GroupParams& g) {
+  double e = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = double(v[j]) - grid.value(grid.code(v[j], g), g);
+    e += imp[j] * d * d;
+  }
+  return e;
+}
+
+namespace {
+
+// Weighted least squares of the scale alone: value = t(q)·scale with t(q) = value(q, scale 1).
+GroupParams refit_scale(const SchemeGrid& grid, const float* v, const float* imp, int64_t n, const GroupParams& g) {
+  double num = 0, den = 0;
+  const GroupParams unit{1.0f, 0.0f};
+  for (int64_t j = 0; j < n; ++j) {
+    const double t = grid.value(grid.code(v[j], g), unit);
+    num += imp[j] * v[j] * t, den += imp[j] * t * t;
+  }
+  if (!(den > 0) || !(num > 0)) return g;
+  return grid.stored({float(num / den), 0.0f});
+}
+
+}  // namespace
+
+namespace {
+
+// The search's inner loops on plain floats (the grid's per-value calls are too slow for 64
+// candidates × every weight): codes by a multiply with the reciprocal, values without the
+// dtype's rounding of the product. They only rank candidates; the winner is re-coded by the grid.
+struct AffineTry {
+  double err, sw, sl, sl2, sx, sxl;
+};
+AffineTry affine_try(const float* v, const float* imp, int64_t n, float s, float b, float nmax) {
+  AffineTry t{0, 0, 0, 0, 0, 0};
+  const float inv = 1.0f / s;
+  for (int64_t j = 0; j < n; ++j) {
+    const float l = std::min(std::max(std::rint((v[j] - b) * inv), 0.0f), nmax);
+    const float d = v[j] - (l * s + b);
+    const double w = imp[j];
+    t.err += w * d * d;
+    t.sw += w, t.sl += w * l, t.sl2 += w * l * l, t.sx += w * v[j], t.sxl += w * v[j] * l;
+  }
+  return t;
+}
+
+GroupParams affine_ls(const SchemeGrid& grid, const AffineTry& t, const GroupParams& fallback) {
+  const double D = t.sw * t.sl2 - t.sl * t.sl;
+  if (!(D > 0)) return fallback;
+  const double s = (t.sw * t.sxl - t.sx * t.sl) / D, b = (t.sl2 * t.sx - t.sl * t.sxl) / D;
+  if (!(std::abs(s) > 0) || !std::isfinite(s) || !std::isfinite(b)) return fallback;
+  return grid.stored({float(s), float(b)});
+}
+
+struct SymTry {
+  double err, num, den;
+};
+// value = q·s, q = clamp(rint(x/s), qmin, qmax)
+SymTry sym_try(const float* v, const float* imp, int64_t n, float s, float qmin, float qmax) {
+  SymTry t{0, 0, 0};
+  const float inv = 1.0f / s;
+  for (int64_t j = 0; j < n; ++j) {
+    const float q = std::min(std::max(std::rint(v[j] * inv), qmin), qmax);
+    const float d = v[j] - q * s;
+    const double w = imp[j];
+    t.err += w * d * d, t.num += w * v[j] * q, t.den += w * q * q;
+  }
+  return t;
+}
+
+}  // namespace
+
+GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* imp, int64_t n) {
+  const std::string& scheme = grid.params().scheme;
+  GroupParams best = grid.stored(grid.fit_rtn(v, n));
+  float lo = v[0], hi = v[0], amax = 0;
+  for (int64_t j = 0; j < n; ++j) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]), amax = std::max(amax, std::abs(v[j]));
+  if (!(hi > lo) || amax == 0) return best;
+  if (scheme == "affine") {
+    const float nmax = float(grid.qmax());
+    double best_err = affine_try(v, imp, n, best.scale, best.bias, nmax).err;
+    auto consider = [&](const GroupParams& g) {
+      const AffineTry t = affine_try(v, imp, n, g.scale, g.bias, nmax);
+      if (t.err < best_err) best_err = t.err, best = g;
+      return t;
+    };
+    consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
+    for (int is = -10; is <= 10; ++is) {  // llama.cpp make_qkx2_quants' grid of step counts
+      const float steps = nmax + 0.1f * float(is);
+      if (steps < 1) continue;
+      const GroupParams g = grid.stored({(hi - lo) / steps, lo});
+      consider(affine_ls(grid, consider(g), g));
+    }
+    for (int k = 0; k < 2; ++k) consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
+  } else if (scheme == "int8" || scheme == "int8_ct" || scheme == "int4") {
+    const float qmin = float(grid.qmin()), qmax = float(grid.qmax());
+    const float top = scheme == "int8" ? 127.0f : scheme == "int8_ct" ? 127.5f : 7.0f;
+    double best_err = sym_try(v, imp, n, best.scale, qmin, qmax).err;
+    auto consider = [&](const GroupParams& g) {
+      const SymTry t = sym_try(v, imp, n, g.scale, qmin, qmax);
+      if (t.err < best_err) best_err = t.err, best = g;
+      return t;
+    };
+    auto refit = [&](const SymTry& t, const GroupParams& g) {
+      return t.num > 0 && t.den > 0 ? grid.stored({float(t.num / t.den), 0.0f}) : g;
+    };
+    for (int k = 70; k <= 110; ++k) {
+      const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
+      consider(refit(consider(g), g));
+    }
+  } else {  // nf4/fp4: table lookups through the grid
+    double best_err = weighted_error(grid, v, imp, n, best);
+    auto consider = [&](const GroupParams& g) {
+      const double e = weighted_error(grid, v, imp, n, g);
+      if (e < best_err) best_err = e, best = g;
+    };
+    for (int k = 70; k <= 110; k += 2) {
+      const GroupParams g = grid.stored({amax * float(k) / 100.0f, 0.0f});
+      consider(g);
+      consider(refit_scale(grid, v, imp, n, g));
+    }
+  }
+  return best;
+}
+
+PackedTensor quantize_weighted(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const float* imp) {
+  std::string why;
+  if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
+  const int64_t gl = grid.group_len(cols), ng = cols / gl;
+  std::vector<GroupParams> params(size_t(rows * ng));
+  std::vector<int16_t> codes(size_t(rows * cols));
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* v = w + r * cols + g * gl;
+      const GroupParams p = fit_weighted(grid, v, imp + g * gl, gl);
+      params[size_t(r * ng + g)] = p;
+      for (int64_t j = 0; j < gl; ++j) codes[size_t(r * cols + g * gl + j)] = int16_t(grid.code(v[j], p));
+    }
+  return grid.pack(codes.data(), params.data(), rows, cols);
+}
+
+}  // namespace qt::calib
