@@ -25,9 +25,23 @@ struct GptqOptions {
   bool weighted_groups = false;
 };
 
-// w [rows, cols] row-major (HF layout); H [cols, cols] = Σ_t x_tᵀ x_t over the layer's inputs
-// (any positive multiple: only its inverse's shape matters; symmetric, consumed). `loss`, when
-// given, receives Σ (w − q)² / [H⁻¹]_jj / 2, AutoGPTQ's reported error.
+// What GPTQ needs of a Hessian, computed once for all the projections that share an input
+// (q/k/v, gate/up): the column order, the dead columns, the diagonal, and U, the upper Cholesky
+// factor of the dampened H's inverse (H⁻¹ = Uᵀ U, AutoGPTQ's cholesky(cholesky_inverse(·), upper)).
+struct GptqHessian {
+  int64_t cols = 0;
+  std::vector<int64_t> perm;  // position -> column
+  std::vector<float> diag;    // H_jj before dampening, by column
+  std::vector<float> U;       // [cols, cols] row-major, in the permuted order
+};
+// H [cols, cols] = Σ_t x_tᵀ x_t over the layer's inputs (any positive multiple; symmetric).
+GptqHessian prepare_gptq_hessian(std::vector<float> H, int64_t cols, const GptqOptions& opt);
+
+// w [rows, cols] row-major (HF layout). `loss`, when given, receives Σ (w − q)² / [H⁻¹]_jj / 2,
+// AutoGPTQ's reported error.
+PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols,
+                           const GptqHessian& h, const GptqOptions& opt, double* loss = nullptr);
+// Both steps.
 PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols,
                            std::vector<float> H, const GptqOptions& opt, double* loss = nullptr);
 

@@ -1,6 +1,5 @@
 #include "calib/sequential.h"
 
-#include <Eigen/Core>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,8 +13,6 @@ namespace qt::calib {
 
 namespace {
 
-using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 const char* const kProjections[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                                     "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
                                     "mlp.down_proj.weight"};
@@ -27,13 +24,16 @@ std::string site_of(const std::string& proj) {
   return proj;
 }
 
-void accumulate(MatF& H, const float* x, int64_t n, int64_t in) {
-  if (H.rows() == 0) H = MatF::Zero(in, in);
-  Eigen::Map<const MatF> X(x, n, in);
-  H.noalias() += X.transpose() * X;
+// H += xᵀx through the dense GEMM: y = a · bᵀ with a = b = xᵀ [in, n].
+void accumulate(std::vector<float>& H, const float* x, int64_t n, int64_t in) {
+  if (H.empty()) H.assign(size_t(in * in), 0.0f);
+  std::vector<float> xt(size_t(in * n)), y(size_t(in * in));
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < in; ++j)
+    for (int64_t t = 0; t < n; ++t) xt[size_t(j * n + t)] = x[t * in + j];
+  make_dense_linear(xt.data(), in, n, nullptr, Compute::F32)->forward(xt.data(), in, y.data());
+  for (size_t i = 0; i < H.size(); ++i) H[i] += y[i];
 }
-
-std::vector<float> to_vec(const MatF& H) { return std::vector<float>(H.data(), H.data() + H.size()); }
 
 }  // namespace
 
@@ -64,15 +64,15 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
   std::map<std::string, PackedTensor> out;
   const bool tty = isatty(2);
   const auto t0 = std::chrono::steady_clock::now();
-  auto quantize_one = [&](const std::string& name, std::vector<float> Hs) {
+  auto quantize_one = [&](const std::string& name, const std::vector<float>& Hs, const std::string& site) {
     const Tensor& w = ck.get(name);
-    PackedTensor p = quantize(name, to_f32(w), w.shape[0], w.shape[1], std::move(Hs));
+    PackedTensor p = quantize(name, to_f32(w), w.shape[0], w.shape[1], Hs, site);
     out.emplace(name, std::move(p));
     return dequantize_weights(out.at(name), name);
   };
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
-    std::map<std::string, MatF> hess;  // by site
+    std::map<std::string, std::vector<float>> hess;  // by site
     bool any = false;
     for (const char* p : kProjections) any |= targets.count(prefix + p) > 0;
     if (any) {
@@ -91,7 +91,7 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
       for (const char* p : kProjections) {
         const std::string name = prefix + p;
         if (!targets.count(name)) continue;
-        const std::vector<float> deq = quantize_one(name, to_vec(hess.at(site_of(p))));
+        const std::vector<float> deq = quantize_one(name, hess.at(site_of(p)), prefix + site_of(p));
         const Tensor& w = ck.get(name);
         const std::string bias_name = name.substr(0, name.size() - 6) + "bias";
         std::vector<float> b;
@@ -111,12 +111,12 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
   }
   if (tty) std::fprintf(stderr, "\n");
   if (targets.count(head)) {
-    MatF Hh;
+    std::vector<float> Hh;
     for (int ci = 0; ci < n; ++ci) {
       model.final_norm(X.data() + int64_t(ci) * opt.ctx * H, opt.ctx, tmp.data());
       accumulate(Hh, tmp.data(), opt.ctx, H);
     }
-    quantize_one(head, to_vec(Hh));
+    quantize_one(head, Hh, "head_in");
   }
   return out;
 }

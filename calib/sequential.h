@@ -25,10 +25,12 @@ struct SequentialOptions {
   int32_t bos_id = -1;  // ≥ 0: each chunk starts with it
 };
 
-// Quantizes the weight `name` (w: [rows, cols] fp32) given the Hessian H [cols, cols] of its
-// input over `tokens` calibration tokens.
+// Quantizes the weight `name` (w: [rows, cols] fp32) given the Hessian H [cols, cols] = Σ xᵀx of
+// its input. Projections reading the same input get the same H and the same `site`
+// ("model.layers.3.attn_in"), so a caller may prepare H once per site.
 using HessianQuantizer = std::function<PackedTensor(const std::string& name, const std::vector<float>& w,
-                                                    int64_t rows, int64_t cols, std::vector<float> H)>;
+                                                    int64_t rows, int64_t cols, const std::vector<float>& H,
+                                                    const std::string& site)>;
 
 // The packed tensors of `targets` (HF weight names) by name. UserError for a target that is not a
 // block projection or the output head, or a text shorter than one chunk.

