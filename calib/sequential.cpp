@@ -70,6 +70,9 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
     out.emplace(name, std::move(p));
     return dequantize_weights(out.at(name), name);
   };
+  double t_fwd = 0, t_q = 0;
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
     std::map<std::string, std::vector<float>> hess;  // by site
@@ -82,12 +85,15 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
           return;  // the same input as q_proj / gate_proj
         accumulate(hess[site_of(proj)], x, nt, in);
       });
+      auto ta = now();
       for (int ci = 0; ci < n; ++ci) {  // inputs from the quantized blocks before; X unchanged
         std::copy_n(X.data() + int64_t(ci) * opt.ctx * H, opt.ctx * H, tmp.data());
         auto cache = model.make_cache(opt.ctx);
         model.forward_layer(l, tmp.data(), opt.ctx, 0, *cache);
       }
       model.set_observer(nullptr);
+      auto tb = now();
+      t_fwd += secs(ta, tb);
       for (const char* p : kProjections) {
         const std::string name = prefix + p;
         if (!targets.count(name)) continue;
@@ -99,14 +105,17 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
         model.set_linear(l, p, make_dense_linear(deq.data(), w.shape[0], w.shape[1], b.empty() ? nullptr : b.data(),
                                                  Compute::F32));
       }
+      t_q += secs(tb, now());
     }
+    auto tc = now();
     for (int ci = 0; ci < n; ++ci) {  // the next block's inputs, through the quantized block
       auto cache = model.make_cache(opt.ctx);
       model.forward_layer(l, X.data() + int64_t(ci) * opt.ctx * H, opt.ctx, 0, *cache);
     }
+    t_fwd += secs(tc, now());
     if (tty) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\rgptq: block %d/%d, %.0f s", l + 1, c.n_layers, s);
+      std::fprintf(stderr, "\rgptq: block %d/%d, %.0f s (forward %.0f s, quantize %.0f s)", l + 1, c.n_layers, s, t_fwd, t_q);
     }
   }
   if (tty) std::fprintf(stderr, "\n");

@@ -6,7 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "calib/act_stats.h"
 #include "calib/gptq.h"
+#include "calib/smoothquant.h"
+#include "formats/checkpoint.h"
+#include "formats/mapped_file.h"
+#include "libquant/model/llama.h"
+#include "tests/support.h"
 #include "calib/weighted_fit.h"
 #include "libquant/schemes/grid.h"
 #include "libquant/schemes/scheme.h"
@@ -151,6 +157,56 @@ TEST(Gptq, BeatsRtnOnTheOutputErrorForEveryScheme) {
                                   << ": rtn " << e_rtn << " gptq " << e_g;
     }
   }
+}
+
+}  // namespace
+}  // namespace qt
+
+namespace qt {
+namespace {
+
+// SmoothQuant rewrites the model exactly: the smoothed SmolLM2 gives the unsmoothed logits up to
+// fp32 rounding, for α at both ends and in between; and the scales are the paper's formula.
+TEST(SmoothQuant, FoldedModelComputesTheSameLogits) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  Checkpoint ck = load_checkpoint(test::model_gguf());
+  const std::string valid = test::data_file("wikitext-2/wiki.valid.tokens.txt");
+  MappedFile mf = map_file(valid);
+  std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), 20000), true);
+  const int ctx = 64;
+  ids.resize(ctx);
+  calib::ActStats stats;
+  {
+    LlamaModel m(ck, Compute::F32);
+    stats = calib::collect_act_stats(m, ids, ctx, 1, ck.tokenizer->bos_id());
+  }
+  EXPECT_EQ(stats.linears.size(), size_t(ck.config.n_layers) * 7 + 1);
+  auto logits_of = [&](const Checkpoint& c) {
+    LlamaModel m(c, Compute::F32);
+    auto cache = m.make_cache(ctx);
+    std::vector<float> out(size_t(ctx) * c.config.vocab);
+    m.forward(ids.data(), ctx, 0, *cache, 0, ctx, out.data());
+    return out;
+  };
+  const std::vector<float> ref = logits_of(ck);
+  for (double alpha : {0.0, 0.5, 0.85}) {
+    Checkpoint sm = load_checkpoint(test::model_gguf());
+    calib::SmoothOptions o;
+    o.alpha = alpha;
+    const auto scales = calib::smooth_checkpoint(sm, stats, o);
+    EXPECT_EQ(scales.size(), size_t(ck.config.n_layers) * 7);
+    const std::vector<float> got = logits_of(sm);
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - ref[i])));
+    EXPECT_LT(worst, 2e-3) << "alpha " << alpha;
+    // Some weights really moved (a no-op rewrite would pass the check above).
+    const auto& s = scales.at("model.layers.5.mlp.down_proj.weight");
+    if (alpha > 0) EXPECT_GT(*std::max_element(s.begin(), s.end()) / *std::min_element(s.begin(), s.end()), 4.0);
+  }
+  const std::vector<float> s = calib::smooth_scales({4.0f, 1.0f, 0.0f}, {0.25f, 1.0f, 2.0f}, 0.5);
+  EXPECT_FLOAT_EQ(s[0], 4.0f);  // √4 / √0.25
+  EXPECT_FLOAT_EQ(s[1], 1.0f);
+  EXPECT_FLOAT_EQ(s[2], 1.0f);  // a silent channel keeps its scale
 }
 
 }  // namespace
