@@ -189,6 +189,18 @@ struct RecipeRule {
   int matched = 0;
 };
 
+// A recipe argument that is no file but a preset's name ("q4-mix") is recipes/NAME.json of the
+// repository the binary was built in, or beside the binary (an installed copy).
+std::string resolve_recipe(const std::string& arg) {
+  if (fs::exists(arg) || arg.find('/') != std::string::npos || arg.find(".json") != std::string::npos) return arg;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (const fs::path& dir : {fs::path(QT_SOURCE_DIR) / "recipes", exe.parent_path() / "recipes",
+                              exe.parent_path().parent_path() / "recipes"})
+    if (fs::is_regular_file(dir / (arg + ".json"))) return (dir / (arg + ".json")).string();
+  user_error("--recipe {}: no such file, nor a preset (recipes/: q4-mix, q3-mix)", arg);
+}
+
 std::vector<RecipeRule> read_recipe(const std::string& path) {
   std::ifstream f(path);
   if (!f) user_error("{}: cannot read recipe", path);
@@ -210,7 +222,7 @@ std::vector<RecipeRule> read_recipe(const std::string& path) {
     RecipeRule rule;
     rule.match = r["match"];
     for (auto& [k, v] : r.items()) {
-      if (k == "match") continue;
+      if (k == "match" || k == "comment") continue;
       if (k == "keep" && v.is_boolean()) rule.keep = v;
       else if (k == "bits" && v.is_number_integer()) rule.bits = v;
       else if (k == "group_size" && v.is_number_integer()) rule.group = v;
@@ -242,7 +254,8 @@ class QuantPlanner {
     for (int b : {a.embedding_bits, a.lm_head_bits})
       if (b >= 0) check_params(with_bits(base_, b), b == a.embedding_bits ? "--embedding-bits" : "--lm-head-bits");
     if (!a.recipe.empty()) {
-      rules_ = read_recipe(a.recipe);
+      a_.recipe = resolve_recipe(a.recipe);
+      rules_ = read_recipe(a_.recipe);
       for (size_t i = 0; i < rules_.size(); ++i) {
         SchemeParams p = base_;
         if (rules_[i].bits >= 0) p.bits = rules_[i].bits;
