@@ -1,7 +1,10 @@
 // Calibrated weight quantization (calib/): the scheme grids against the schemes' own quantize,
 // importance-weighted fits, GPTQ against its definition and a numpy golden, SmoothQuant's
 // folding against the unsmoothed model.
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -11,6 +14,7 @@
 #include "calib/smoothquant.h"
 #include "formats/checkpoint.h"
 #include "formats/mapped_file.h"
+#include "formats/safetensors.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
 #include "calib/weighted_fit.h"
@@ -207,6 +211,105 @@ TEST(SmoothQuant, FoldedModelComputesTheSameLogits) {
   EXPECT_FLOAT_EQ(s[0], 4.0f);  // √4 / √0.25
   EXPECT_FLOAT_EQ(s[1], 1.0f);
   EXPECT_FLOAT_EQ(s[2], 1.0f);  // a silent channel keeps its scale
+}
+
+}  // namespace
+}  // namespace qt
+
+namespace qt {
+namespace {
+
+// Our float32 GPTQ against AutoGPTQ's algorithm restated in numpy float64 on the same layer
+// (tests/golden/make_gptq_golden.py): int4 per-channel, blocks of 32, with and without act-order.
+// Rounding may flip a code whose value sits on a decision boundary, so nearly all codes agree and
+// the output errors agree closely.
+TEST(Gptq, MatchesTheNumpyReference) {
+  SafetensorsFile f = SafetensorsFile::open(test::source_dir() + "/tests/golden/calib/gptq.safetensors");
+  const std::vector<float> W = to_f32(f.get("W")), H = to_f32(f.get("H"));
+  const int64_t rows = 16, cols = 128;
+  SchemeParams p = default_params("int4");
+  p.group_size = 0;
+  const SchemeGrid grid(p);
+  for (bool act_order : {false, true}) {
+    calib::GptqOptions o;
+    o.block = 32;
+    o.act_order = act_order;
+    const PackedTensor t = calib::gptq_quantize(grid, W.data(), rows, cols, H, o);
+    const Tensor& ref = f.get(act_order ? "codes_act_order" : "codes_block32");
+    std::vector<float> golden_w(size_t(rows * cols)), ours = dequantize_weights(t);
+    int same = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      float amax = 0;
+      for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::abs(W[size_t(r * cols + j)]));
+      for (int64_t j = 0; j < cols; ++j) {
+        const int32_t q = ref.as<int32_t>()[r * cols + j];
+        golden_w[size_t(r * cols + j)] = float(q) * (amax / 7.0f);
+        const uint8_t b = t.data.data[(r * cols + j) / 2];
+        const int u = (j % 2 == 0) ? (b >> 4) : (b & 15);
+        same += (u - 8) == q;
+      }
+    }
+    EXPECT_GE(same, int(0.98 * rows * cols)) << "act_order " << act_order;
+    const double e_ref = output_error(W, golden_w, H, rows, cols), e_ours = output_error(W, ours, H, rows, cols);
+    EXPECT_NEAR(e_ours / e_ref, 1.0, 0.02) << "act_order " << act_order;
+    const std::vector<float> rtn = dequantize_weights(quantize_weights(W.data(), rows, cols, p));
+    EXPECT_LT(e_ref, 0.8 * output_error(W, rtn, H, rows, cols));  // the golden itself is GPTQ, not RTN
+  }
+}
+
+std::string ppl_of(const std::string& json_text) {
+  auto p = json_text.find("\"ppl\":");
+  return p == std::string::npos ? "" : json_text.substr(p + 6, json_text.find_first_of(",}", p) - p - 6);
+}
+
+// End to end on SmolLM2: act-stats, then an --imatrix folder that evaluates below RTN's perplexity
+// on the same test chunks and a --gptq --imatrix folder below that; every bad flag exits 2 with one line and writes nothing.
+TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const std::string dir = test::temp_dir("calib-quant"), m = test::model_gguf();
+  const std::string valid = test::data_file("wikitext-2/wiki.valid.tokens.txt"),
+                    test_text = test::data_file("wikitext-2/wiki.test.raw");
+  const std::string bin = test::quanttool_bin();
+  std::string out;
+  ASSERT_EQ(test::run_cmd(bin + " calibrate --method act-stats --model " + m + " --text " + valid +
+                              " --ctx 256 --chunks 2 --out " + dir + "/stats.safetensors", &out), 0) << out;
+  EXPECT_NE(out.find("211 Linear inputs over 512 tokens"), std::string::npos) << out;
+  // The embedding stays unquantized (keeps the test quick: GPTQ of the 49152-row head is the
+  // slowest part); every block projection is 4-bit.
+  std::ofstream(dir + "/keep.json") << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}]})";
+  const std::string base = " --scheme affine --bits 4 --group-size 64 --recipe " + dir + "/keep.json --in " + m;
+  std::map<std::string, double> ppl;
+  for (const std::string& v : {std::string("rtn"), std::string("imatrix"), std::string("gptq")}) {
+    std::string flags = v == "imatrix" ? " --imatrix " + dir + "/stats.safetensors"
+                        : v == "gptq"  ? " --gptq --calib " + valid + " --calib-chunks 4 --imatrix " + dir + "/stats.safetensors"
+                                       : "";
+    ASSERT_EQ(test::run_cmd(bin + " convert" + base + flags + " --out " + dir + "/" + v, &out), 0) << out;
+    ASSERT_EQ(test::run_cmd(bin + " eval-ppl --model " + dir + "/" + v + " --text " + test_text +
+                                " --chunks 2 --json " + dir + "/" + v + ".json", &out), 0) << out;
+    std::ifstream jf(dir + "/" + v + ".json");
+    const std::string j((std::istreambuf_iterator<char>(jf)), {});
+    ppl[v] = std::stod(ppl_of(j));
+  }
+  EXPECT_LT(ppl["imatrix"], ppl["rtn"] * 0.98) << ppl["imatrix"] << " vs " << ppl["rtn"];
+  // GPTQ with the weighted group fits on 4 chunks beats the weighted fits alone.
+  EXPECT_LT(ppl["gptq"], ppl["imatrix"]) << ppl["gptq"] << " vs " << ppl["imatrix"];
+
+  const std::string bad[] = {
+      " --gptq",                                                  // no --calib
+      " --gptq --calib " + test_text,                             // test text
+      " --gptq --calib " + dir + "/nothing.txt",                  // missing
+      " --imatrix " + dir + "/keep.json",                         // not an act-stats file
+      " --smooth " + dir + "/stats.safetensors --alpha 2",        // alpha out of range
+      " --act-order",                                             // needs --gptq
+  };
+  for (const std::string& b : bad) {
+    const std::string o = dir + "/bad";
+    EXPECT_EQ(test::run_cmd(bin + " convert" + base + b + " --out " + o, &out), 2) << b << "\n" << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << b << "\n" << out;
+    EXPECT_FALSE(std::filesystem::exists(o)) << b;
+  }
+  EXPECT_EQ(test::run_cmd(bin + " convert --in " + m + " --out " + dir + "/bad --imatrix " + dir + "/stats.safetensors", &out), 2);
+  EXPECT_NE(out.find("need --scheme"), std::string::npos) << out;
 }
 
 }  // namespace
