@@ -31,12 +31,19 @@ ROWS = {
     "a4-g32-e6-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 4 --group-size 32 --dtype bf16 --embedding-bits 6 --gptq --calib V --imatrix S"),
     "a3-mix-rtn": ("RTN", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix"),
     "a3-mix-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix --gptq --calib V --imatrix S"),
+    "a4-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 4 --group-size 64 --dtype bf16 --gptq --calib V --act-order --imatrix S"),
+    "a3-mix-imat": ("imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix --imatrix S"),
+    "a3-g32-mix-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix --embedding-bits 6 --gptq --calib V --imatrix S"),
+    "w4a8-keepemb-gptq-imat": ("GPTQ+imatrix", "--scheme int4 --group-size 0 --recipe keep-embedding --gptq --calib V --imatrix S"),
+    "w8a8-smooth-0.8": ("SmoothQuant", "--scheme int8 --group-size 0 --smooth S --alpha 0.8"),
+    "w8a8-smooth-gptq": ("SmoothQuant", "--scheme int8 --group-size 0 --smooth S --alpha 0.5 --gptq --calib V"),
     "nf4-gptq-imat": ("GPTQ+imatrix", "--scheme nf4 --group-size 64 --format native --embedding-bits 4 --gptq --calib V --imatrix S"),
 }
 NOTES = {
     "w4a8-g128-gptq-imat": "576 columns do not divide 128: only the MLP's down_proj is grouped, the rest stays float (hence 26.5 bpw)",
     "a4-g32-e6-gptq-imat": "Q4_1-sourced model: group 32 is the source's own 4-bit grid, which the weighted search recovers almost exactly; not a fair 4-bit figure",
     "w8a8-smooth": "α = 0.5 hurts here; see the text",
+    "w4a8-keepemb-gptq-imat": "the tied embedding / head kept bf16 (recipes/keep-embedding.json)",
 }
 # llama.cpp on the same source (issue 17's table and results/llama: llama-cpp-python 0.3.36's
 # sources, llama-imatrix -f wiki.valid.tokens.txt -c 512 --chunks 64, llama-quantize [--imatrix],

@@ -35,6 +35,12 @@ C[a4-mix-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --rec
 C[a4-g32-e6-gptq-imat]="--scheme affine --bits 4 --group-size 32 --dtype bf16 --embedding-bits 6 $G --imatrix $S"
 C[a3-mix-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json $G --imatrix $S"
 C[a3-mix-rtn]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json"
+C[a3-g32-mix-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix.json --embedding-bits 6 $G --imatrix $S"
+C[a3-mix-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --imatrix $S"
+C[a4-gptq-imat-actorder]="--scheme affine --bits 4 --group-size 64 --dtype bf16 $G --act-order --imatrix $S"
+C[w4a8-keepemb-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json $G --imatrix $S"
+C[w8a8-smooth-0.8]="--scheme int8 --group-size 0 --smooth $S --alpha 0.8"
+C[w8a8-smooth-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha 0.5 $G"
 C[nf4-gptq-imat]="--scheme nf4 --group-size 64 --format native --embedding-bits 4 $G --imatrix $S"
 rows=${@:-${!C[@]}}
 mkdir -p rows
