@@ -42,18 +42,35 @@ void check_text(const std::string& text) {
     std::fprintf(stderr, "warning: %s looks like test text; calibrate on wiki.valid.tokens.txt\n", text.c_str());
 }
 
-int run_key_mean(const Options& o) {
-  if (!o.kv.empty() || o.budget > 0 || !o.bits.empty())
-    user_error("--method key-mean takes no --kv, --budget or --bits (they belong to kv-sensitivity)");
+// What the methods that only watch the model run start from: the model and the tokenized text
+// (checked first: a missing text or --out folder fails before the model loads).
+struct Source {
+  std::unique_ptr<LlamaModel> model;
+  std::vector<int32_t> ids;
+  int32_t bos = -1;
+};
+
+Source open_source(const Options& o) {
   check_text(o.text);
   const auto out_dir = std::filesystem::absolute(o.out).parent_path();
   if (!std::filesystem::is_directory(out_dir)) user_error("--out {}: no folder {}", o.out, out_dir.string());
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   MappedFile mf = map_file(o.text);
-  const std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
-  const int32_t bos = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
-  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, {}));
+  Source s;
+  s.ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  s.bos = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+  s.model = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, {}));
+  return s;
+}
+
+int run_key_mean(const Options& o) {
+  if (!o.kv.empty() || o.budget > 0 || !o.bits.empty())
+    user_error("--method key-mean takes no --kv, --budget or --bits (they belong to kv-sensitivity)");
+  Source src = open_source(o);
+  LlamaModel& model = *src.model;
+  const std::vector<int32_t>& ids = src.ids;
+  const int32_t bos = src.bos;
   int64_t used = 0;
   const kv::KeyCenter c = calib::measure_key_mean(model, ids, o.ctx, o.chunks, bos, &used);
   kv::save_key_center(o.out, c, used, std::filesystem::path(o.text).filename().string());
@@ -69,16 +86,9 @@ int run_key_mean(const Options& o) {
 int run_act_stats(const Options& o) {
   if (!o.kv.empty() || o.budget > 0 || !o.bits.empty())
     user_error("--method act-stats takes no --kv, --budget or --bits (they belong to kv-sensitivity)");
-  check_text(o.text);
-  const auto out_dir = std::filesystem::absolute(o.out).parent_path();
-  if (!std::filesystem::is_directory(out_dir)) user_error("--out {}: no folder {}", o.out, out_dir.string());
-  Checkpoint ck = load_checkpoint(o.model);
-  if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
-  MappedFile mf = map_file(o.text);
-  const std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
-  const int32_t bos = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
-  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, {}));
-  calib::ActStats s = calib::collect_act_stats(model, ids, o.ctx, o.chunks, bos);
+  Source src = open_source(o);
+  LlamaModel& model = *src.model;
+  calib::ActStats s = calib::collect_act_stats(model, src.ids, o.ctx, o.chunks, src.bos);
   s.text = std::filesystem::path(o.text).filename().string();
   calib::save_act_stats(o.out, s);
   float top = 0;

@@ -53,6 +53,15 @@ struct OutTensor {
   Tensor finish() { return Tensor::owned_bytes(spec.dtype, spec.shape, std::move(bytes)); }
 };
 
+// torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct).
+inline float dtype_eps(DType t) {
+  switch (t) {
+    case DType::BF16: return 0.0078125f;     // 2^-7
+    case DType::F16: return 0.0009765625f;   // 2^-10
+    default: return 1.1920928955078125e-07f;  // 2^-23
+  }
+}
+
 inline int64_t n_groups(const SchemeParams& p, int64_t cols) {
   return p.group_size == 0 ? 1 : cols / p.group_size;
 }

@@ -24,13 +24,6 @@ using namespace schemes_detail;
 namespace {
 enum Kind { kAffineK = 1, kInt8K, kInt8CtK, kInt4K, kBnb4K };
 
-float dtype_eps(DType t) {  // int8.cpp's: torch.finfo(T).eps
-  switch (t) {
-    case DType::BF16: return 0.0078125f;
-    case DType::F16: return 0.0009765625f;
-    default: return 1.1920928955078125e-07f;
-  }
-}
 }  // namespace
 
 SchemeGrid::SchemeGrid(const SchemeParams& p) : p_(p) {

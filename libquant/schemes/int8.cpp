@@ -108,15 +108,6 @@ void int8_dequantize(const PackedTensor& t, float* out) {
     }
 }
 
-// torch.finfo(T).eps: compressed-tensors' replacement for a zero scale.
-float dtype_eps(DType t) {
-  switch (t) {
-    case DType::BF16: return 0.0078125f;     // 2^-7
-    case DType::F16: return 0.0009765625f;   // 2^-10
-    default: return 1.1920928955078125e-07f;  // 2^-23
-  }
-}
-
 PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
                               const SchemeParams& p) {
   PackedLayout l = int8_ct_layout(p, rows, cols);
