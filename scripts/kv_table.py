@@ -60,6 +60,9 @@ ROWS += [
     # issue 18 part A: TurboQuant V2 (seed 004), fractional turboquant_mse, RaBitQ
     ("affine-4-rotqr", "--kv affine:bits=4,group=32,rot=qr", "seed 004 V2 \"rotated\": QR rotation + affine groups of 32 (r=0)"),
     ("affine-4-rotwht", "--kv affine:bits=4,group=32,rot=wht", "the same with the randomized Hadamard rotation"),
+    ("affine-4-rotqr-g64", "--kv affine:bits=4,group=64,rot=qr", "seed 004's own group size, 64 (one group per head)"),
+    ("affine-4-rotqr-kc", "--kv affine:bits=4,group=32,rot=qr --kv-key-center {key_means}",
+     "rotated 4-bit with the keys centered by their wiki.valid means"),
     ("affine-3-rotqr", "--kv affine:bits=3,group=32,rot=qr", ""),
     ("affine-3-rotqr-qjl", "--kv affine:bits=3,group=32,rot=qr,qjl=1",
      "seed 004 V2 \"rot+QJL\": + 1-bit QJL of the residual (d signs + fp16 γ), keys and values"),
