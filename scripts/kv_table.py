@@ -74,6 +74,8 @@ ROWS += [
     ("turboquant_mse-3.75", "--kv turboquant_mse:bits=3.75", "48 at 4 bits, 16 at 3"),
     ("rabitq1-vtq4", "--kv-k rabitq:bits=1 --kv-v turboquant_mse:bits=4",
      "the seed's pairing: RaBitQ 1-bit keys (signs + fp16 norm and ⟨ō,o⟩), turboquant_mse-4 values"),
+    ("rabitq1-vtq4-kc", "--kv-k rabitq:bits=1 --kv-v turboquant_mse:bits=4 --kv-key-center {key_means}",
+     "the same with RaBitQ's centroid c = the keys' per-head wiki.valid mean"),
     ("rabitq2-vtq4", "--kv-k rabitq:bits=2 --kv-v turboquant_mse:bits=4", "extended RaBitQ 2-bit keys"),
     ("rabitq3-vtq4", "--kv-k rabitq:bits=3 --kv-v turboquant_mse:bits=4", "extended RaBitQ 3-bit keys"),
     ("rabitq4-vtq4", "--kv-k rabitq:bits=4 --kv-v turboquant_mse:bits=4", "extended RaBitQ 4-bit keys"),
