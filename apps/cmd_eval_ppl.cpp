@@ -18,6 +18,7 @@
 #include "libquant/eval/ppl_parts.h"
 #include "libquant/kv/codec.h"
 #include "libquant/kv/key_center.h"
+#include "libquant/kv/kv_stats.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
 
@@ -31,7 +32,7 @@ struct Options {
       kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32", kv_key_center;
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0;
   uint64_t kv_seed = 42;
-  bool running = false, token_stats = false;
+  bool running = false, token_stats = false, kv_stats = false;
   std::vector<std::string> merge;
 };
 
@@ -152,8 +153,15 @@ int run(const Options& o) {
     s.n_layers = cfg.n_layers, s.n_heads = cfg.n_heads, s.n_kv_heads = cfg.n_kv_heads, s.head_dim = cfg.head_dim;
     s.max_ctx = 1, s.scale = 1;
     if (!o.kv_key_center.empty()) po.kv.key_center = kv::load_key_center(o.kv_key_center, s);
+    if (o.kv_stats) {
+      if (!po.kv.uniform_full_precision().empty())
+        user_error("--kv-stats compares a quantized cache with the exact K/V; the cache here is {}",
+                   po.kv.uniform_full_precision());
+      po.kv.stats = std::make_shared<kv::KVStats>(cfg.n_layers);
+    }
     make_kv_cache(po.kv, s);
     make_kv_cache(po.base_kv, s);
+    if (po.kv.stats) po.kv.stats = std::make_shared<kv::KVStats>(cfg.n_layers);  // nothing from the check
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   PackedLinearOptions lo;
@@ -205,6 +213,8 @@ int run(const Options& o) {
   fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", wall, load_s);
   fmt::print("peak RSS       {:.1f} MiB\n", rss_mib);
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));
+  if (po.kv.stats)  // kv_stats.h: what the columns are
+    fmt::print("\nkv stats (encoded vectors against the exact ones; scores against exact keys)\n{}", po.kv.stats->table());
 
   if (!o.json_path.empty()) {
     json j = ppl_result_json(r);
@@ -226,6 +236,7 @@ int run(const Options& o) {
     j["peak_rss_mib"] = rss_mib;
     j["bos_per_chunk"] = po.bos_id >= 0;
     if (!o.kl_base.empty()) j["kl_base_model"] = o.kl_base;
+    if (po.kv.stats) j["kv_stats"] = po.kv.stats->to_json();
     const std::string s = j.dump(2) + "\n";
     write_file_atomic(o.json_path, s.data(), s.size());
   }
@@ -259,6 +270,9 @@ const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a t
                        sub.add_option("--kv-residual", o->kv_residual, "full-precision window of the newest tokens (default: per method)");
                        sub.add_option("--kv-mode", o->kv_mode, "cache (ubatch written, then read) or decode (token-by-token view)")
                            ->check(CLI::IsMember({"cache", "decode"}));
+                       sub.add_flag("--kv-stats", o->kv_stats,
+                                    "per layer: keys' and values' cosine and relative MSE against full precision, and the "
+                                    "attention-score error (keeps an exact copy of the keys; slower)");
                        sub.add_option("--ubatch", o->ubatch, "tokens per forward call (default 512)");
                        sub.add_option("--artifacts", o->artifacts, "precompute folder: rotations, JL matrices, codebooks");
                        sub.add_option("--kv-seed", o->kv_seed, "seed of the rotations and JL matrices (default 42)");

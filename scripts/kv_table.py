@@ -12,6 +12,8 @@
   python3 scripts/kv_table.py run --out /tmp/kv --chunks 0 --rows f16,kivi-4 --suffix full
   python3 scripts/kv_table.py speed --out /tmp/kv --chunks 8 [--llama-bin B --llama-model F32.gguf]
   python3 scripts/kv_table.py table --out /tmp/kv --llama-log q8_0=llama-kv-q8_0.log
+  python3 scripts/kv_table.py run --out results/kv-18a --chunks 16 --kv-stats --rows f16,affine-4-rotqr
+  python3 scripts/kv_table.py stats --out results/kv-18a
 """
 import argparse
 import concurrent.futures
@@ -55,6 +57,28 @@ ROWS += [
      "turboquant_mse-4, keys centered by their wiki.valid means (r=0)"),
     ("turboquant_mse-3-kc", "--kv turboquant_mse:bits=3 --kv-key-center {key_means}", ""),
     ("affine-4-kc", "--kv affine:bits=4,group=32 --kv-key-center {key_means}", ""),
+    # issue 18 part A: TurboQuant V2 (seed 004), fractional turboquant_mse, RaBitQ
+    ("affine-4-rotqr", "--kv affine:bits=4,group=32,rot=qr", "seed 004 V2 \"rotated\": QR rotation + affine groups of 32 (r=0)"),
+    ("affine-4-rotwht", "--kv affine:bits=4,group=32,rot=wht", "the same with the randomized Hadamard rotation"),
+    ("affine-4-rotqr-g64", "--kv affine:bits=4,group=64,rot=qr", "seed 004's own group size, 64 (one group per head)"),
+    ("affine-4-rotqr-kc", "--kv affine:bits=4,group=32,rot=qr --kv-key-center {key_means}",
+     "rotated 4-bit with the keys centered by their wiki.valid means"),
+    ("affine-3-rotqr", "--kv affine:bits=3,group=32,rot=qr", ""),
+    ("affine-3-rotqr-qjl", "--kv affine:bits=3,group=32,rot=qr,qjl=1",
+     "seed 004 V2 \"rot+QJL\": + 1-bit QJL of the residual (d signs + fp16 γ), keys and values"),
+    ("affine-3-rotqr-kqjl", "--kv-k affine:bits=3,group=32,rot=qr,qjl=1 --kv-v affine:bits=3,group=32,rot=qr",
+     "rot+QJL on the keys only (the seed's score correction), values rotated 3-bit"),
+    ("turboquant_mse-2.25", "--kv turboquant_mse:bits=2.25", "16 of 64 rotated coordinates at 3 bits, 48 at 2"),
+    ("turboquant_mse-2.75", "--kv turboquant_mse:bits=2.75", "48 at 3 bits, 16 at 2"),
+    ("turboquant_mse-3.25", "--kv turboquant_mse:bits=3.25", "16 at 4 bits, 48 at 3"),
+    ("turboquant_mse-3.75", "--kv turboquant_mse:bits=3.75", "48 at 4 bits, 16 at 3"),
+    ("rabitq1-vtq4", "--kv-k rabitq:bits=1 --kv-v turboquant_mse:bits=4",
+     "the seed's pairing: RaBitQ 1-bit keys (signs + fp16 norm and ⟨ō,o⟩), turboquant_mse-4 values"),
+    ("rabitq1-vtq4-kc", "--kv-k rabitq:bits=1 --kv-v turboquant_mse:bits=4 --kv-key-center {key_means}",
+     "the same with RaBitQ's centroid c = the keys' per-head wiki.valid mean"),
+    ("rabitq2-vtq4", "--kv-k rabitq:bits=2 --kv-v turboquant_mse:bits=4", "extended RaBitQ 2-bit keys"),
+    ("rabitq3-vtq4", "--kv-k rabitq:bits=3 --kv-v turboquant_mse:bits=4", "extended RaBitQ 3-bit keys"),
+    ("rabitq4-vtq4", "--kv-k rabitq:bits=4 --kv-v turboquant_mse:bits=4", "extended RaBitQ 4-bit keys"),
 ]
 
 # llama.cpp's cache types: bytes per block of 32 values (ggml-common.h: f16 scale + codes)
@@ -99,6 +123,8 @@ def eval_row(a, label, flags, suffix):
         cmd += ["--threads", str(a.threads)]
     if a.artifacts:
         cmd += ["--artifacts", a.artifacts]
+    if a.kv_stats and label != "f16":  # a full-precision cache has nothing to compare
+        cmd += ["--kv-stats"]
     t = time.time()
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
@@ -229,9 +255,27 @@ def cmd_table(a):
               f"{r['same_top']:.2f} | {by} | {tp} | llama-perplexity -ctk {name} -ctv {name} -fa on, KLD vs its f16 cache |")
 
 
+def cmd_stats(a):
+    """The --kv-stats columns (all layers) of the rows run with --kv-stats."""
+    extra = parse_extra(a.extra)
+    print("| cache | text | K cos | K rel MSE | V cos | V rel MSE | score rel err | attn TV |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label in [r[0] for r in ROWS] + list(extra):
+        p = os.path.join(a.out, f"{label}{a.suffix}.json")
+        if not os.path.exists(p):
+            continue
+        j = json.load(open(p))
+        st = j.get("kv_stats", {}).get("all")
+        if not st:
+            continue
+        f = lambda k: f"{st[k]:.4f}" if k in st else "—"
+        print(f"| {label} | {j['chunks']} chunks | {f('k_cos')} | {f('k_rel_mse')} | {f('v_cos')} | {f('v_rel_mse')} | "
+              f"{f('score_rel_err')} | {f('attn_tv')} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["run", "speed", "table"])
+    p.add_argument("what", choices=["run", "speed", "table", "stats"])
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "quanttool"))
     p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--text", default=os.path.join(ROOT, "data", "wikitext-2", "wiki.test.raw"))
@@ -243,12 +287,13 @@ def main():
     p.add_argument("--suffix", default="", help="file suffix for these results (e.g. _full)")
     p.add_argument("--extra", action="append", help="LABEL=FLAGS: a row not in the built-in list")
     p.add_argument("--artifacts")
+    p.add_argument("--kv-stats", action="store_true", help="run: also eval-ppl --kv-stats (its 'all' row goes in the stats table)")
     p.add_argument("--key-means", help="key-mean file of the *-kc rows (default: OUT/key_means.safetensors, made on wiki.valid)")
     p.add_argument("--llama-log", action="append", help="NAME=PATH of a llama-perplexity --kl-divergence log")
     p.add_argument("--llama-bin", help="llama-perplexity: speed also measures its f16, q8_0 and q4_0 caches")
     p.add_argument("--llama-model", help="the GGUF llama-perplexity runs (the same weights, F32)")
     a = p.parse_args()
-    {"run": cmd_run, "speed": cmd_speed, "table": cmd_table}[a.what](a)
+    {"run": cmd_run, "speed": cmd_speed, "table": cmd_table, "stats": cmd_stats}[a.what](a)
 
 
 if __name__ == "__main__":

@@ -483,6 +483,18 @@ TEST(QuantCache, AttentionMatchesScalarReference) {
     }
 }
 
+// Issue 18 part A's codecs (TurboQuant V2 rotated / rot+QJL, fractional turboquant_mse, RaBitQ)
+// through the cache: the same reference over their reconstructions.
+TEST(QuantCache, Issue18PartACodecsMatchScalarReference) {
+  const std::vector<int> ragged = {37, 1, 1, 45, 16};
+  for (auto mode : {KVMode::Cache, KVMode::Decode}) {
+    check_cache_against_reference("affine:bits=3,rot=qr,qjl=1", "affine:bits=4,rot=wht", 0, mode, ragged);
+    check_cache_against_reference("rabitq:bits=1", "turboquant_mse:bits=2.25", 5, mode, ragged);
+    check_cache_against_reference("rabitq:bits=3,rot=qr", "affine:bits=3,rot=wht,qjl=1", 0, mode, ragged);
+    check_cache_against_reference("turboquant_mse:bits=2,n_outlier=8,outlier_bits=4", "rabitq:bits=2", 0, mode, ragged);
+  }
+}
+
 // Windows at their edges: a first batch shorter than R, batches ending exactly on a group (and
 // window) boundary, one position past it, decode batches longer than the window (earlier queries
 // read positions later appends of their batch encoded), R = 0 with groups.

@@ -128,7 +128,49 @@ struct Args {
     return int(g);
   }
   std::string rot() const { return spec.str("rot", "wht"); }
+  // A whole-number parameter in [lo, hi] (UserError naming the flag otherwise).
+  int integer(const std::string& k, int fallback, int lo, int hi) const {
+    const double v = spec.number(k, fallback, what);
+    if (v != std::floor(v) || v < lo || v > hi) user_error("{}: {}={} is not a whole number in {}..{}", what, k, v, lo, hi);
+    return int(v);
+  }
 };
+
+// affine[:rot=qr|wht[,qjl=1]]: without rot (or rot=none) the plain per-token groups, bit for bit
+// as before; with a rotation seed 004's V2 "rotated", with qjl=1 its "rot+QJL".
+std::unique_ptr<Codec> make_affine_row(const Args& a) {
+  const std::string rot = a.spec.str("rot", "none");
+  const int qjl = a.integer("qjl", 0, 0, 1);
+  if (rot == "none") {
+    if (qjl) user_error("{}: qjl=1 corrects a rotated code; give rot=qr or rot=wht", a.what);
+    return make_affine_codec(a.ctx.head_dim, int(a.bits), a.group(32), a.spec.text());
+  }
+  if (rot != "qr" && rot != "dense" && rot != "wht") user_error("{}: rot={} (qr, wht or none)", a.what, rot);
+  return make_affine_rotated_codec(a.ctx, int(a.bits), a.group(32), rot == "wht" ? "wht" : "dense", qjl == 1,
+                                   a.spec.text());
+}
+
+// turboquant_mse: bits=B (1..4, or any fractional B with B·d whole: the first (B − ⌊B⌋)·d rotated
+// coordinates at ⌊B⌋ + 1 bits), or an integer bits=b with n_outlier=N coordinates at
+// outlier_bits=H (default b + 1).
+std::unique_ptr<Codec> make_turboquant_mse_row(const Args& a) {
+  const int d = a.ctx.head_dim;
+  if (!(a.bits >= 1 && a.bits <= 4)) user_error("{}: turboquant_mse has no {}-bit variant (bits: 1..4, fractional ones too, e.g. 2.25)", a.what, a.bits);
+  const int b = int(std::floor(a.bits));
+  if (a.spec.has("n_outlier") || a.spec.has("outlier_bits")) {
+    if (a.bits != b) user_error("{}: with n_outlier, bits is the regular channels' whole width (got {})", a.what, a.bits);
+    if (!a.spec.has("n_outlier")) user_error("{}: outlier_bits needs n_outlier", a.what);
+    const int n = a.integer("n_outlier", 0, 0, d);
+    const int h = a.integer("outlier_bits", std::min(b + 1, 4), 1, 4);
+    return make_turboquant_mse_codec(a.ctx, b, n, h, a.rot(), a.spec.text());
+  }
+  if (a.bits == b) return make_turboquant_mse_codec(a.ctx, b, d, b, a.rot(), a.spec.text());
+  const double n = (a.bits - b) * d;
+  if (std::fabs(n - std::round(n)) > 1e-9)
+    user_error("{}: {} bits is not a whole number of {}-bit coordinates out of {} (a multiple of 1/{})", a.what,
+               a.bits, b + 1, d, d);
+  return make_turboquant_mse_codec(a.ctx, b, int(std::round(n)), b + 1, a.rot(), a.spec.text());
+}
 
 struct Row {
   const char* name;
@@ -137,20 +179,20 @@ struct Row {
   std::set<std::string> params;  // besides bits and r
   std::function<std::unique_ptr<Codec>(const Args&)> make;
   const char* sides = "kv";      // "k": keys only
+  bool any_bits = false;         // `bits` is checked by the constructor (fractional rates), not the list
 };
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
-      {"affine", {2, 3, 4, 8}, 4, {"group"},
-       [](const Args& a) { return make_affine_codec(a.ctx.head_dim, int(a.bits), a.group(32), a.spec.text()); }},
+      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row},
       {"kivi", {2, 3, 4, 8}, 2, {"group"},
        [](const Args& a) {
          const int g = a.group(32);
          return a.side == Side::Key ? make_kivi_key_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text())
                                     : make_affine_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text());
        }},
-      {"turboquant_mse", {1, 2, 2.5, 3, 3.5, 4}, 3, {"rot"},
-       [](const Args& a) { return make_turboquant_mse_codec(a.ctx, a.bits, a.rot(), a.spec.text()); }},
+      {"turboquant_mse", {1, 2, 2.5, 3, 3.5, 4}, 3, {"rot", "n_outlier", "outlier_bits"}, make_turboquant_mse_row,
+       "kv", true},
       {"turboquant_prod", {1, 2, 3, 4}, 3, {"rot"},
        [](const Args& a) { return make_turboquant_prod_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
       {"qjl", {1, 2, 3, 4}, 1, {"m"},
@@ -166,6 +208,12 @@ const std::vector<Row>& table() {
          const std::string rot = a.spec.str("rot", "wht");
          if (rot != "wht" && rot != "dense" && rot != "none") user_error("{}: rot={} (wht, dense or none)", a.what, rot);
          return make_polar_codec(a.ctx, int(a.bits), rot, a.spec.text());
+       }},
+      {"rabitq", {1, 2, 3, 4}, 1, {"rot"},
+       [](const Args& a) {
+         const std::string rot = a.spec.str("rot", "wht");
+         if (rot != "wht" && rot != "dense" && rot != "qr") user_error("{}: rot={} (wht or qr)", a.what, rot);
+         return make_rabitq_codec(a.ctx, int(a.bits), rot == "wht" ? "wht" : "dense", a.spec.text());
        }},
   };
   return rows;
@@ -194,7 +242,7 @@ std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext
     if (k != "bits" && k != "r" && !it->params.count(k))
       user_error("{}: {} has no parameter '{}'", what, spec.method, k);
   const double bits = spec.number("bits", it->default_bits, what);
-  if (std::find(it->bits.begin(), it->bits.end(), bits) == it->bits.end()) {
+  if (!it->any_bits && std::find(it->bits.begin(), it->bits.end(), bits) == it->bits.end()) {
     std::string allowed;
     for (double b : it->bits) allowed += (allowed.empty() ? "" : ", ") + fmt::format("{}", b);
     user_error("{}: {} has no {}-bit variant (bits: {})", what, spec.method, bits, allowed);

@@ -4,9 +4,12 @@
 // centroid of the Lloyd-Max codebook of f_d (one coordinate of a random unit vector in R^d,
 // computed for this head dimension — C.4: it differs from the Gaussian table by up to 3% at
 // d = 64). Domain = the rotated space: decode gives n·c[idx], the query is rotated once.
-// Fractional rates b + 0.5 (§4.3): the first d/2 rotated coordinates at b + 1 bits, the rest at
-// b (the split seed 004 uses; the paper's outlier-channel split needs calibration it does not
-// specify).
+// Fractional rates (§4.3, seed 004's V3 "mixed"): the first N rotated coordinates ("outliers")
+// at H bits, the other d − N at b, each with its own f_d codebook: (N·H + (d − N)·b)/d bits.
+// bits=b.5 is N = d/2, H = b + 1 (the split seed 004 uses; the paper's outlier-channel split
+// needs calibration it does not specify); any bits=B with B·d whole is N = (B − ⌊B⌋)·d,
+// H = ⌊B⌋ + 1, and n_outlier / outlier_bits set N and H directly. The split is fixed: after the
+// rotation every coordinate has the same distribution, so which N carry more bits is arbitrary.
 //
 // turboquant_prod (Algorithm 2): the (b−1)-bit MSE code of y, then the residual r = y − ŷ in
 // the rotated domain, γ = ‖r‖ (fp16) and z = sign(S r) with S a d × d i.i.d. Gaussian matrix
@@ -25,11 +28,11 @@ namespace {
 
 class TurboMse final : public RotatedCodec {
  public:
-  TurboMse(const KVContext& ctx, double bits, const std::string& rot, std::string name)
+  TurboMse(const KVContext& ctx, int bits, int n_hi, int bits_hi, const std::string& rot, std::string name)
       : RotatedCodec(ctx.head_dim, std::move(name), ctx.rotation(rot)) {
-    bl_ = int(std::floor(bits));
-    bh_ = bits == bl_ ? bl_ : bl_ + 1;
-    n_hi_ = bits == bl_ ? d_ : d_ / 2;
+    bl_ = bits;
+    bh_ = bits_hi;
+    n_hi_ = n_hi;
     lo_ = ctx.codebook(Density::Sphere, bl_, d_);
     hi_ = ctx.codebook(Density::Sphere, bh_, d_);
     code_bytes_ = packed_bytes(int64_t(n_hi_) * bh_ + int64_t(d_ - n_hi_) * bl_, 1);
@@ -148,9 +151,9 @@ class TurboProd final : public Codec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_turboquant_mse_codec(const KVContext& ctx, double bits, const std::string& rot,
-                                                 const std::string& name) {
-  return std::make_unique<TurboMse>(ctx, bits, rot, name);
+std::unique_ptr<Codec> make_turboquant_mse_codec(const KVContext& ctx, int bits, int n_outlier, int outlier_bits,
+                                                 const std::string& rot, const std::string& name) {
+  return std::make_unique<TurboMse>(ctx, bits, n_outlier, outlier_bits, rot, name);
 }
 std::unique_ptr<Codec> make_turboquant_prod_codec(const KVContext& ctx, int bits, const std::string& rot,
                                                   const std::string& name) {

@@ -10,9 +10,17 @@ namespace qt::kv {
 
 std::unique_ptr<Codec> make_affine_codec(int d, int bits, int group, const std::string& name);
 std::unique_ptr<Codec> make_kivi_key_codec(int d, int bits, int group, const std::string& name);
-// bits: 1..4, or 2.5 / 3.5 (half the rotated coordinates at one bit more).
-std::unique_ptr<Codec> make_turboquant_mse_codec(const KVContext& ctx, double bits, const std::string& rot,
-                                                 const std::string& name);
+// The first n_outlier rotated coordinates at outlier_bits, the rest at bits (all 1..4);
+// n_outlier = d: every coordinate at outlier_bits.
+std::unique_ptr<Codec> make_turboquant_mse_codec(const KVContext& ctx, int bits, int n_outlier, int outlier_bits,
+                                                 const std::string& rot, const std::string& name);
+// TurboQuant V2 of seed 004: affine groups of the rotated vector (rot "wht" or "dense"), with
+// `qjl` a 1-bit QJL sketch of the residual on top (codec_affine_rot.cpp).
+std::unique_ptr<Codec> make_affine_rotated_codec(const KVContext& ctx, int bits, int group, const std::string& rot,
+                                                 bool qjl, const std::string& name);
+// RaBitQ (and extended RaBitQ at 2–4 bits): sign / grid codes of the rotated unit vector with
+// its norm and ⟨ō, o⟩, scored by the unbiased estimator (codec_rabitq.cpp).
+std::unique_ptr<Codec> make_rabitq_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name);
 // bits b: (b−1)-bit MSE stage + 1-bit QJL of the residual.
 std::unique_ptr<Codec> make_turboquant_prod_codec(const KVContext& ctx, int bits, const std::string& rot,
                                                   const std::string& name);

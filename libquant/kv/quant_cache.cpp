@@ -37,6 +37,7 @@
 #include "libquant/kv/cache.h"
 #include "libquant/kv/codec.h"
 #include "libquant/kv/codecs.h"
+#include "libquant/kv/kv_stats.h"
 #include "libquant/kv/token_ring.h"
 #include "libquant/model/ops.h"
 
@@ -104,6 +105,10 @@ class QuantCache final : public KVCache {
         }
         st.ring = kv::TokenRing(H, D, st.window_cap(cap_), st.round_f16);
       }
+    if (c.stats) {  // the exact keys, for the score error (kv_stats.h)
+      if (c.stats->n_layers() != s.n_layers) throw std::logic_error("kv stats: layer count differs from the cache's");
+      for (auto& L : layers_) L.exact_k.assign(size_t(H) * cap_ * D, 0.0f);
+    }
   }
 
   void clear() override {
@@ -127,11 +132,19 @@ class QuantCache final : public KVCache {
     if (first_pos != L.n || first_pos + n > shape_.max_ctx)
       user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})", first_pos,
                  first_pos + n - 1, layer, L.n, shape_.max_ctx);
+    if (!L.exact_k.empty()) {
+      const int H = shape_.n_kv_heads, D = shape_.head_dim;
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < H; ++h)
+          token(L.k, h, first_pos + t, k, first_pos, L.exact_k.data() + (size_t(h) * cap_ + first_pos + t) * D);
+    }
     for (int side = 0; side < 2; ++side) {
       SideStore& st = side == 0 ? L.k : L.v;
       const float* src = side == 0 ? k : v;
       keep_recent(recent_[side], st, layer, src, n, first_pos);
+      const int64_t before = st.encoded;
       encode_upto(st, st.boundary(first_pos + n), src, first_pos);
+      if (cfg_.stats) reconstruction_stats(layer, side, st, before, src, first_pos);
       st.ring.push(src, n);
     }
     L.n = first_pos + n;
@@ -143,7 +156,31 @@ class QuantCache final : public KVCache {
   struct Layer {
     SideStore k, v;
     int n = 0;
+    std::vector<float> exact_k;  // with stats: every key as the codec saw it, [kv head][cap][D]
   };
+
+  // Stats: cos and squared errors of positions [from, st.encoded) of every kv head against what
+  // was encoded (before the batch enters the ring, as encode_upto reads it).
+  void reconstruction_stats(int layer, int side, const SideStore& st, int64_t from, const float* src, int64_t p0) const {
+    if (!st.codec || st.encoded <= from) return;
+    const int H = shape_.n_kv_heads, D = shape_.head_dim;
+    const size_t gb = st.codec->group_bytes();
+    kv::KVLayerStats acc;
+    std::vector<float> x(D), xr(D);
+    for (int h = 0; h < H; ++h)
+      for (int64_t p = from; p < st.encoded; ++p) {
+        token(st, h, p, src, p0, x.data());
+        st.codec->reconstruct(st.codes.data() + size_t(h) * groups_cap(st) * gb, p, xr.data());
+        double e = 0, n2 = 0, r2 = 0, dot = 0;
+        for (int d = 0; d < D; ++d) {
+          e += double(x[d] - xr[d]) * (x[d] - xr[d]);
+          n2 += double(x[d]) * x[d], r2 += double(xr[d]) * xr[d], dot += double(x[d]) * xr[d];
+        }
+        acc.err2[side] += e, acc.norm2[side] += n2, ++acc.vectors[side];
+        acc.cos_sum[side] += n2 > 0 && r2 > 0 ? dot / std::sqrt(n2 * r2) : (n2 == 0 && r2 == 0 ? 1.0 : 0.0);
+      }
+    cfg_.stats->add(layer, acc);
+  }
 
   int64_t groups_cap(const SideStore& st) const { return (cap_ + st.G - 1) / st.G; }
 
@@ -218,11 +255,51 @@ class QuantCache final : public KVCache {
     for (int i = 0; i < nr; ++i) f(r[i].rows, r[i].first, r[i].n);
   }
 
+  template <class QRow>
+  void score_stats(int layer, int g, int nv, QRow&& qrow, const int* nvis, const int* bk, const float* s_hat,
+                   int64_t sst, float scale) const;
+
   kv::KVConfig cfg_;
   int64_t cap_ = 0;
   std::vector<Layer> layers_;
   Recent recent_[2];  // keys, values
 };
+
+// Stats: the scores attention computed (s_hat, rows sst apart, unscaled) against the exact keys'
+// for each query v of one task: squared error over the encoded keys (j < bk[v]) and the total
+// variation between the two softmaxes over every visible key.
+template <class QRow>
+void QuantCache::score_stats(int layer, int g, int nv, QRow&& qrow, const int* nvis, const int* bk, const float* s_hat,
+                             int64_t sst, float scale) const {
+  const Layer& L = layers_[layer];
+  const int D = shape_.head_dim;
+  kv::KVLayerStats acc;
+  std::vector<double> e, p;
+  for (int v = 0; v < nv; ++v) {
+    const int n = nvis[v];
+    const float* q = qrow(v);
+    const float* sh = s_hat + size_t(v) * sst;
+    e.resize(n), p.resize(n);
+    double me = -1e300, mh = -1e300;
+    for (int j = 0; j < n; ++j) {
+      const float* kj = L.exact_k.data() + (size_t(g) * cap_ + j) * D;
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += double(q[d]) * kj[d];
+      e[j] = dot;
+      if (j < bk[v]) acc.score_err2 += (sh[j] - dot) * (sh[j] - dot), acc.score_ref2 += dot * dot, ++acc.scores;
+      me = std::max(me, dot), mh = std::max(mh, double(sh[j]));
+    }
+    double se = 0, shs = 0;
+    for (int j = 0; j < n; ++j) {
+      e[j] = std::exp((e[j] - me) * scale), p[j] = std::exp((double(sh[j]) - mh) * scale);
+      se += e[j], shs += p[j];
+    }
+    double tv = 0;
+    for (int j = 0; j < n; ++j) tv += std::fabs(p[j] / shs - e[j] / se);
+    acc.tv_sum += 0.5 * tv, ++acc.queries;
+  }
+  cfg_.stats->add(layer, acc);
+}
 
 void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float* out) const {
   const Layer& L = layers_.at(layer);
@@ -301,6 +378,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       window_rows(SK, recent_[0], layer, g, BK[v], NVIS[v], [&](const float* rows, int64_t first, int n) {
         K.dot_rows(qrow(v), rows, D, n, D, S.data() + size_t(v) * sst + first);
       });
+    if (cfg_.stats) score_stats(layer, g, nv, qrow, NVIS.data(), BK.data(), S.data(), sst, scale);
     // 3. softmax over the visible keys
     std::vector<float> inv(nv);
     for (int v = 0; v < nv; ++v) {
