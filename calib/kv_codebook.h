@@ -8,7 +8,7 @@
 // several methods and precompute's tables).
 //   vecinfer  keys: λ_i = √max|K[:,i]|, k̃ = H(k/λ)/√d, k-means (kmeans.h, 256 centroids) per
 //             sub-space of 8/B dims; values: k-means on the raw sub-vectors.
-//   spectral  mean, covariance (double), eigenvectors by Eigen (descending eigenvalue, each
+//   spectral  mean, covariance (double; each sequence's first position weighs 128), eigenvectors by Eigen (descending eigenvalue, each
 //             vector's largest-magnitude entry made positive so the sign is fixed), greedy bit
 //             allocation under d·B bits, empirical Lloyd-Max per bit width (lloyd_max_empirical.h).
 // Seeds: every k-means gets its own seed from --kv-seed, the layer, side, head and sub-space, so
@@ -28,6 +28,7 @@ namespace qt::calib {
 struct KvSamples {
   int layers = 0, heads = 0, dim = 0;
   int64_t n = 0;
+  int ctx = 0;  // tokens per chunk: position t % ctx == 0 starts a sequence (0: no chunk structure)
   std::vector<std::vector<float>> k, v;  // [layer * heads + head] → n × dim
   const std::vector<float>& at(bool key, int layer, int head) const { return (key ? k : v)[size_t(layer) * heads + head]; }
 };

@@ -55,6 +55,15 @@ ROWS += [
      "turboquant_mse-4, keys centered by their wiki.valid means (r=0)"),
     ("turboquant_mse-3-kc", "--kv turboquant_mse:bits=3 --kv-key-center {key_means}", ""),
     ("affine-4-kc", "--kv affine:bits=4,group=32 --kv-key-center {key_means}", ""),
+    # calibrated methods (issue 18): tables from calibrate --method kv-codebook, passed with --artifacts
+    ("vecinfer2-ktq4", "--kv-k vecinfer:bits=2 --kv-v turboquant_mse:bits=4",
+     "keys VecInfer-2 (calibrated PQ, 4-dim sub-vectors, 256 centroids), values turboquant_mse-4"),
+    ("vecinfer1-ktq4", "--kv-k vecinfer:bits=1 --kv-v turboquant_mse:bits=4", "keys VecInfer-1 (8-dim sub-vectors)"),
+    ("kivi2-ktq4", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4 --kv-residual 0",
+     "keys KIVI-2 (G=32, r=0), values turboquant_mse-4"),
+    ("kivi2-ktq4-r128", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4", "keys KIVI-2 with its R=128 window"),
+    ("spectral-3", "--kv spectral:bits=3", "calibrated PCA rotation, greedy bits, empirical Lloyd-Max"),
+    ("spectral3-ktq3", "--kv-k spectral:bits=3 --kv-v turboquant_mse:bits=3", "keys SpectralQuant-3, values turboquant_mse-3"),
 ]
 
 # llama.cpp's cache types: bytes per block of 32 values (ggml-common.h: f16 scale + codes)

@@ -313,17 +313,23 @@ struct SpectralRef {
   std::vector<float> U, mean, scale, bits;
   std::map<int, std::vector<float>> c, t;
   std::vector<double> recon(const float* x, std::vector<int>* codes = nullptr) const {
-    std::vector<double> out(mean.begin(), mean.end());
+    std::vector<double> out(mean.begin(), mean.end()), w(kD);
+    double ss = 0;
     for (int i = 0; i < kD; ++i) {
       double z = 0;
       for (int j = 0; j < kD; ++j) z += double(U[size_t(i) * kD + j]) * (double(x[j]) - mean[size_t(j)]);
+      w[size_t(i)] = z / scale[size_t(i)];
+      ss += w[size_t(i)] * w[size_t(i)];
+    }
+    const double r = round_half(float(std::sqrt(ss / kD)));  // the token's RMS, stored as fp16
+    for (int i = 0; i < kD; ++i) {
       const int b = int(bits[size_t(i)]);
       if (!b) continue;
-      const float zs = float(z) / scale[size_t(i)];
+      const float zs = float(w[size_t(i)] / r);
       int idx = 0;
       for (float th : t.at(b)) idx += zs > th;
       if (codes) codes->push_back(idx);
-      for (int j = 0; j < kD; ++j) out[size_t(j)] += double(U[size_t(i) * kD + j]) * scale[size_t(i)] * c.at(b)[size_t(idx)];
+      for (int j = 0; j < kD; ++j) out[size_t(j)] += double(U[size_t(i) * kD + j]) * r * scale[size_t(i)] * c.at(b)[size_t(idx)];
     }
     return out;
   }
@@ -350,8 +356,10 @@ TEST(Spectral, TablesAreARotationAndABudget) {
       double sum = 0;
       for (int i = 0; i < kD; ++i) {
         sum += r.bits[size_t(i)];
-        if (i) EXPECT_LE(r.bits[size_t(i)], r.bits[size_t(i) - 1]);  // descending eigenvalue, non-increasing bits
-        if (i) EXPECT_LE(r.scale[size_t(i)], r.scale[size_t(i) - 1]);
+        if (i) {  // descending eigenvalue, non-increasing bits
+          EXPECT_LE(r.bits[size_t(i)], r.bits[size_t(i) - 1]);
+          EXPECT_LE(r.scale[size_t(i)], r.scale[size_t(i) - 1]);
+        }
         for (int j = 0; j < kD; ++j) {
           double dot = 0;
           for (int e = 0; e < kD; ++e) dot += double(r.U[size_t(i) * kD + e]) * r.U[size_t(j) * kD + e];
@@ -370,7 +378,7 @@ TEST(Spectral, EncodeDecodeScoreMatchScalarReferenceAndBeatTurboQuant) {
     for (Side side : {Side::Key, Side::Value}) {
       const KVContext c = ctx_for(layer);
       const auto codec = make_codec(parse_kv_spec("spectral:bits=3", "t"), side, c);
-      EXPECT_EQ(codec->bits_per_element(), 3.0);
+      EXPECT_EQ(codec->bits_per_element(), 3.0 + 16.0 / kD);  // codes and the token's fp16 RMS
       KVContext plain;
       plain.head_dim = kD;
       const auto tq = make_codec(parse_kv_spec("turboquant_mse:bits=3", "t"), Side::Value, plain);
