@@ -4,6 +4,7 @@
 // per-head tables) against attention computed from those references.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -419,12 +420,13 @@ TEST(Spectral, EncodeDecodeScoreMatchScalarReferenceAndBeatTurboQuant) {
 
 // ---- the quantized cache with calibrated methods ----------------------------------------------
 
-// Attention through the cache (vecinfer keys scored by lookup tables, spectral values, two kv
+// Attention through the cache (vecinfer keys scored by lookup tables from 256 keys on, by decoded
+// tiles before; spectral values; two kv
 // heads with their own tables, decode mode, no window) against softmax over the references'
 // reconstructions of the fp16-rounded inputs.
 TEST(CalibratedCache, AttentionMatchesReference) {
   KVShape sh;
-  sh.n_layers = kLayers, sh.n_heads = 4, sh.n_kv_heads = kHeads, sh.head_dim = kD, sh.max_ctx = 64;
+  sh.n_layers = kLayers, sh.n_heads = 4, sh.n_kv_heads = kHeads, sh.head_dim = kD, sh.max_ctx = 320;
   sh.scale = 0.25f;
   KVConfig cfg = uniform_kv_config(kLayers, parse_kv_spec("vecinfer:bits=2", "t"), parse_kv_spec("spectral:bits=3", "t"));
   cfg.residual = 0;
@@ -434,7 +436,7 @@ TEST(CalibratedCache, AttentionMatchesReference) {
   auto cache = make_kv_cache(cfg, sh);
   std::mt19937 g(44);
   std::normal_distribution<float> nd;
-  const int n = 40, HD = kHeads * kD, QD = 4 * kD;
+  const int n = 300, HD = kHeads * kD, QD = 4 * kD;  // past 256 keys: lookup tables and decoded tiles both run
   for (int layer = 0; layer < kLayers; ++layer) {
     std::vector<float> k(size_t(n) * HD), v(size_t(n) * HD), q(size_t(n) * QD), out(size_t(n) * QD);
     for (int t = 0; t < n; ++t)
@@ -487,6 +489,33 @@ TEST(CalibratedCache, AttentionMatchesReference) {
         }
     }
   }
+}
+
+// ---- the command line: bad options are one line, exit 2 -----------------------------------------
+
+TEST(CliKvCodebook, BadOptionsAreOneLineExit2) {
+  auto run = [](const std::string& args, std::string* out) {
+    return test::run_cmd(test::quanttool_bin() + " calibrate --method kv-codebook " + args, out);
+  };
+  auto lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
+  const std::string valid = test::data_file("wikitext-2/wiki.valid.tokens.txt");
+  std::string out;
+  EXPECT_EQ(run("--kv turboquant_mse:bits=3 --model M --text " + valid + " --out /tmp/x", &out), 2) << out;
+  EXPECT_EQ(lines(out), 1) << out;
+  EXPECT_NE(out.find("needs no calibration"), std::string::npos) << out;
+  EXPECT_EQ(run("--kv vecinfer:bits=2 --kv-sides all --model M --text " + valid + " --out /tmp/x", &out), 2) << out;
+  EXPECT_NE(out.find("--kv-sides all"), std::string::npos) << out;
+  EXPECT_EQ(run("--model M --text " + valid + " --out /tmp/x", &out), 2) << out;  // no --kv
+  EXPECT_NE(out.find("give --kv"), std::string::npos) << out;
+  // a calibrated method without its tables: eval-ppl refuses before any work, naming the command
+  const std::string model = test::model_gguf();
+  QT_REQUIRE_FILE(model);
+  EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " eval-ppl --model " + model + " --text " + valid +
+                              " --chunks 1 --kv-k vecinfer:bits=2 --kv-v f16",
+                          &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("calibrate --method kv-codebook --kv vecinfer:bits=2"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ class PerHeadCodec final : public Codec {
   void queries_to_domain(const float* q, int n, float* out) const override { heads_[0]->queries_to_domain(q, n, out); }
   void domain_to_head(const float* acc, float* out) const override { heads_[0]->domain_to_head(acc, out); }
   int table_dim() const override { return heads_[0]->table_dim(); }
+  int table_min_keys() const override { return heads_[0]->table_min_keys(); }
   void query_table(const float* qd, float* t) const override { heads_[0]->query_table(qd, t); }
   void score_codes(const float* t, const uint8_t* c, int64_t j0, int n, float* out) const override {
     heads_[0]->score_codes(t, c, j0, n, out);

@@ -83,6 +83,8 @@ class Codec {
   // then score_codes(table, …)[i] = ⟨query_to_domain(q), decode(j0 + i)⟩ for i < n. 0: the cache
   // decodes tiles instead.
   virtual int table_dim() const { return 0; }
+  // Below this many keys the cache decodes tiles instead (a table costs more than it saves).
+  virtual int table_min_keys() const { return 0; }
   virtual void query_table(const float* qd, float* table) const;
   virtual void score_codes(const float* table, const uint8_t* codes, int64_t j0, int n, float* out) const;
 

@@ -19,6 +19,7 @@
 // b_i, packed LSB first in coordinate order, then r. Domain = d + 1: decode gives
 // [r·s_i·c_{b_i}[code_i] ; 1]; the query becomes
 // [U q ; q·μ] (so the score is q·x̂), and values map back as Uᵀ acc[:d] + μ·acc[d] (acc[d] = Σ p_j).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -53,6 +54,16 @@ class SpectralHead final : public Codec {
     }
     code_bytes_ = packed_bytes(total, 1);
     bytes_ = code_bytes_ + 2;
+    // flat per-coordinate tables for the hot loops: bit offset, s_i·centroids, thresholds
+    int64_t bit = 0;
+    for (int i = 0; i < d; ++i) {
+      off_.push_back(bit), tab_off_.push_back(int(tab_.size()));
+      if (bits_[i] == 0) continue;
+      const Cb& cb = cb_.at(bits_[i]);
+      for (float c : cb.c) tab_.push_back(scale_[i] * c);
+      thr_.push_back(&cb.t);
+      bit += bits_[i];
+    }
   }
   int domain_dim() const override { return d_ + 1; }
   size_t group_bytes() const override { return bytes_; }
@@ -71,13 +82,13 @@ class SpectralHead final : public Codec {
     store_half(out + code_bytes_, r);
     if (r == 0) return;
     const float inv = 1.0f / r;
-    int64_t bit = 0;
-    for (int i = 0; i < d_; ++i) {
+    for (int i = 0, k = 0; i < d_; ++i) {
       const int b = bits_[i];
       if (b == 0) continue;
-      const auto& cb = cb_.at(b);
-      put_bits_at(out, bit, b, uint32_t(codebook_index(cb.t.data(), int(cb.t.size()), z[i] * inv)));
-      bit += b;
+      // the cell: #{thresholds < x}, as codebook_index counts them, by bisection
+      const std::vector<float>& t = *thr_[size_t(k++)];
+      const uint32_t idx = uint32_t(std::lower_bound(t.begin(), t.end(), z[i] * inv) - t.begin());
+      put_bits_at(out, off_[i], b, idx);
     }
   }
 
@@ -86,15 +97,9 @@ class SpectralHead final : public Codec {
       const uint8_t* p = codes + (j0 + t) * bytes_;
       float* o = out + int64_t(t) * (d_ + 1);
       const float r = load_half(p + code_bytes_);
-      int64_t bit = 0;
       for (int i = 0; i < d_; ++i) {
         const int b = bits_[i];
-        if (b == 0) {
-          o[i] = 0.0f;
-          continue;
-        }
-        o[i] = r * scale_[i] * cb_.at(b).c[get_bits_at(p, bit, b)];
-        bit += b;
+        o[i] = b ? r * tab_[size_t(tab_off_[i]) + get_bits_at(p, off_[i], b)] : 0.0f;
       }
       o[d_] = 1.0f;
     }
@@ -119,6 +124,10 @@ class SpectralHead final : public Codec {
   std::vector<float> U_, Ut_, mean_, scale_;
   std::vector<int> bits_;
   std::map<int, Cb> cb_;
+  std::vector<int64_t> off_;                // bit offset of coordinate i's code
+  std::vector<int> tab_off_;                // coordinate i's entries in tab_
+  std::vector<float> tab_;                  // s_i · c_{b_i}[·], coordinate after coordinate
+  std::vector<const std::vector<float>*> thr_;  // thresholds of the coded coordinates, in order
   size_t code_bytes_ = 0, bytes_ = 0;
 };
 

@@ -24,6 +24,40 @@ namespace {
 
 constexpr int kCentroids = 256;
 
+// The two loops over all 256 centroids (per sub-space, centroid-major ct[s][i][c], ‖c‖² in cn),
+// compiled for AVX2 and the baseline and picked at load (they run across the centroids in SIMD
+// lanes; multiply and add stay separate instructions, so both versions give the same floats).
+__attribute__((target_clones("avx2", "default")))
+void nearest_codes(const float* y, const float* ct, const float* cn, int m, int v, uint8_t* out) {
+  float dist[kCentroids];
+  for (int s = 0; s < m; ++s) {
+    const float* c2 = cn + size_t(s) * kCentroids;
+    for (int c = 0; c < kCentroids; ++c) dist[c] = c2[c];
+    for (int i = 0; i < v; ++i) {
+      const float xi = -2.0f * y[s * v + i];
+      const float* row = ct + (size_t(s) * v + i) * kCentroids;
+      for (int c = 0; c < kCentroids; ++c) dist[c] += xi * row[c];
+    }
+    int best = 0;
+    for (int c = 1; c < kCentroids; ++c)
+      if (dist[c] < dist[best]) best = c;
+    out[s] = uint8_t(best);
+  }
+}
+
+__attribute__((target_clones("avx2", "default")))
+void build_table(const float* qd, const float* ct, int m, int v, float* table) {
+  for (int s = 0; s < m; ++s) {
+    float* t = table + size_t(s) * kCentroids;
+    for (int c = 0; c < kCentroids; ++c) t[c] = 0.0f;
+    for (int i = 0; i < v; ++i) {
+      const float qi = qd[s * v + i];
+      const float* row = ct + (size_t(s) * v + i) * kCentroids;
+      for (int c = 0; c < kCentroids; ++c) t[c] += qi * row[c];
+    }
+  }
+}
+
 class VecInferHead final : public Codec {
  public:
   VecInferHead(int d, int v, bool key, std::vector<float> lambda, const std::vector<float>& cb, std::string name)
@@ -54,21 +88,9 @@ class VecInferHead final : public Codec {
   }
 
   void encode(const float* x, int64_t, uint8_t* out) const override {
-    float y[1024], dist[kCentroids];
+    float y[1024];
     transform(x, y);
-    for (int s = 0; s < m_; ++s) {
-      const float* cn = cn_.data() + size_t(s) * kCentroids;
-      for (int c = 0; c < kCentroids; ++c) dist[c] = cn[c];
-      for (int i = 0; i < v_; ++i) {
-        const float xi = -2.0f * y[s * v_ + i];
-        const float* row = ct_.data() + (size_t(s) * v_ + i) * kCentroids;
-        for (int c = 0; c < kCentroids; ++c) dist[c] += xi * row[c];
-      }
-      int best = 0;
-      for (int c = 1; c < kCentroids; ++c)
-        if (dist[c] < dist[best]) best = c;
-      out[s] = uint8_t(best);
-    }
+    nearest_codes(y, ct_.data(), cn_.data(), m_, v_, out);
   }
 
   void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
@@ -89,17 +111,9 @@ class VecInferHead final : public Codec {
   }
 
   int table_dim() const override { return key_ ? m_ * kCentroids : 0; }
-  void query_table(const float* qd, float* table) const override {
-    for (int s = 0; s < m_; ++s) {
-      float* t = table + size_t(s) * kCentroids;
-      for (int c = 0; c < kCentroids; ++c) t[c] = 0.0f;
-      for (int i = 0; i < v_; ++i) {
-        const float qi = qd[s * v_ + i];
-        const float* row = ct_.data() + (size_t(s) * v_ + i) * kCentroids;
-        for (int c = 0; c < kCentroids; ++c) t[c] += qi * row[c];
-      }
-    }
-  }
+  // A table costs 256·d multiply-adds, scoring a decoded key d: tables pay from 256 keys on.
+  int table_min_keys() const override { return kCentroids; }
+  void query_table(const float* qd, float* table) const override { build_table(qd, ct_.data(), m_, v_, table); }
   void score_codes(const float* table, const uint8_t* codes, int64_t j0, int n, float* out) const override {
     const uint8_t* p = codes + j0 * m_;
     for (int t = 0; t < n; ++t, p += m_) {

@@ -238,7 +238,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
   const int64_t tasks = int64_t(nb) * KH;
   const SideStore &SK = L.k, &SV = L.v;
   const int dtk = SK.codec ? SK.codec->domain_dim() : 0, dtv = SV.codec ? SV.codec->domain_dim() : 0;
-  const int ltk = SK.codec ? SK.codec->table_dim() : 0;  // > 0: keys scored by lookup tables
+  const int ltk0 = SK.codec ? SK.codec->table_dim() : 0;  // > 0: keys may be scored by lookup tables
 
 #pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
@@ -264,6 +264,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       }
       kenc = std::max(kenc, bk), venc = std::max(venc, bv);
     }
+    const int ltk = ltk0 > 0 && kenc >= SK.codec->table_min_keys() ? ltk0 : 0;  // tables, when they pay
     const Codec* CK = SK.codec ? &SK.codec->for_head(g) : nullptr;  // this kv head's codecs
     const Codec* CV = SV.codec ? &SV.codec->for_head(g) : nullptr;
     auto qrow = [&](int v) { return q + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
