@@ -420,8 +420,7 @@ TEST(Spectral, EncodeDecodeScoreMatchScalarReferenceAndBeatTurboQuant) {
 
 // ---- the quantized cache with calibrated methods ----------------------------------------------
 
-// Attention through the cache (vecinfer keys scored by lookup tables from 256 keys on, by decoded
-// tiles before; spectral values; two kv
+// Attention through the cache (vecinfer keys scored by lookup tables; spectral values; two kv
 // heads with their own tables, decode mode, no window) against softmax over the references'
 // reconstructions of the fp16-rounded inputs.
 TEST(CalibratedCache, AttentionMatchesReference) {
@@ -436,7 +435,7 @@ TEST(CalibratedCache, AttentionMatchesReference) {
   auto cache = make_kv_cache(cfg, sh);
   std::mt19937 g(44);
   std::normal_distribution<float> nd;
-  const int n = 300, HD = kHeads * kD, QD = 4 * kD;  // past 256 keys: lookup tables and decoded tiles both run
+  const int n = 300, HD = kHeads * kD, QD = 4 * kD;
   for (int layer = 0; layer < kLayers; ++layer) {
     std::vector<float> k(size_t(n) * HD), v(size_t(n) * HD), q(size_t(n) * QD), out(size_t(n) * QD);
     for (int t = 0; t < n; ++t)

@@ -111,12 +111,21 @@ class VecInferHead final : public Codec {
   }
 
   int table_dim() const override { return key_ ? m_ * kCentroids : 0; }
-  // A table costs 256·d multiply-adds, scoring a decoded key d: tables pay from 256 keys on.
-  int table_min_keys() const override { return kCentroids; }
   void query_table(const float* qd, float* table) const override { build_table(qd, ct_.data(), m_, v_, table); }
+  // Four keys at a time: four independent chains of table reads and adds (one key's sum is a
+  // chain of d/v dependent adds, latency-bound alone); each key's sum keeps its order.
   void score_codes(const float* table, const uint8_t* codes, int64_t j0, int n, float* out) const override {
     const uint8_t* p = codes + j0 * m_;
-    for (int t = 0; t < n; ++t, p += m_) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4, p += 4 * m_) {
+      float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+      for (int s = 0; s < m_; ++s) {
+        const float* row = table + size_t(s) * kCentroids;
+        a0 += row[p[s]], a1 += row[p[m_ + s]], a2 += row[p[2 * m_ + s]], a3 += row[p[3 * m_ + s]];
+      }
+      out[t] = a0, out[t + 1] = a1, out[t + 2] = a2, out[t + 3] = a3;
+    }
+    for (; t < n; ++t, p += m_) {
       float acc = 0.0f;
       for (int s = 0; s < m_; ++s) acc += table[size_t(s) * kCentroids + p[s]];
       out[t] = acc;
