@@ -6,6 +6,9 @@
 // quanttool calibrate --method key-mean --model M --text wiki.valid.tokens.txt --out means.safetensors
 // Averages every key per layer and kv head (calib/key_mean.h) into the file eval-ppl
 // --kv-key-center takes.
+// quanttool calibrate --method kv-codebook --kv METHOD[:bits=B] --model M --text wiki.valid.tokens.txt --out DIR
+// Trains the tables of a calibrated KV method (calib/kv_codebook.h) into the artifacts folder
+// eval-ppl --artifacts takes (apps/cmd_calibrate_kv_codebook.cpp).
 #include <unistd.h>
 
 #include <cmath>
@@ -26,6 +29,10 @@
 #include "libquant/parallel.h"
 
 namespace qt {
+
+int run_kv_codebook(const std::string& kv, const std::string& model, const std::string& text, const std::string& out,
+                    int ctx, int chunks, uint64_t seed, const std::string& sides);  // cmd_calibrate_kv_codebook.cpp
+
 namespace {
 
 struct Options {
@@ -34,6 +41,7 @@ struct Options {
   std::vector<int> bits;
   int ctx = 512, chunks = -1, threads = 0, kv_residual = -1;
   uint64_t kv_seed = 42;
+  std::string kv_sides = "both";
 };
 
 void check_text(const std::string& text) {
@@ -109,12 +117,18 @@ int run_act_stats(const Options& o) {
 
 int run(Options o) {
   if (o.threads > 0) set_threads(o.threads);
-  if (o.chunks < 0) o.chunks = o.method == "act-stats" ? 64 : 2;
+  if (o.chunks < 0) o.chunks = o.method == "act-stats" ? 64 : o.method == "kv-codebook" ? 16 : 2;
   if (o.chunks <= 0) user_error("--chunks: must be positive, got {}", o.chunks);
   if (o.ctx <= 0) user_error("--ctx: must be positive, got {}", o.ctx);
   if (o.method == "key-mean") return run_key_mean(o);
   if (o.method == "act-stats") return run_act_stats(o);
-  if (o.method != "kv-sensitivity") user_error("--method {}: not one of kv-sensitivity, key-mean, act-stats", o.method);
+  if (o.method == "kv-codebook") {
+    if (o.budget > 0 || !o.bits.empty() || !o.artifacts.empty())
+      user_error("--method kv-codebook takes no --budget, --bits or --artifacts (give the bits in --kv METHOD:bits=B)");
+    return run_kv_codebook(o.kv, o.model, o.text, o.out, o.ctx, o.chunks, o.kv_seed, o.kv_sides);
+  }
+  if (o.method != "kv-sensitivity")
+    user_error("--method {}: not one of kv-sensitivity, key-mean, act-stats, kv-codebook", o.method);
   if (o.kv.empty()) user_error("--method kv-sensitivity: give --kv METHOD[:bits=B]");
   kv::KVSpec ref = kv::parse_kv_spec(o.kv, "--kv");
   if (ref.full_precision()) user_error("--kv {}: give a quantized method to measure with", o.kv);
@@ -205,20 +219,21 @@ int run(Options o) {
 const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets, key means",
                      [](CLI::App& sub) -> std::function<int()> {
                        auto o = std::make_shared<Options>();
-                       sub.add_option("--method", o->method, "kv-sensitivity, key-mean or act-stats")->required();
+                       sub.add_option("--method", o->method, "kv-sensitivity, key-mean, act-stats or kv-codebook")->required();
                        sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
                        sub.add_option("--text", o->text, "calibration text (wiki.valid.tokens.txt; never the test text)")->required();
-                       sub.add_option("--kv", o->kv, "kv-sensitivity: KV method measured with, METHOD[:bits=B,...]");
+                       sub.add_option("--kv", o->kv, "kv-sensitivity: KV method measured with, METHOD[:bits=B,...]; kv-codebook: the method to train");
                        sub.add_option("--budget", o->budget, "kv-sensitivity: average bits per layer and side");
                        sub.add_option("--bits", o->bits, "bit widths to allocate from (default: the method's 1..4)");
                        sub.add_option("--beta", o->beta, "distortion decay per bit (default 4)");
                        sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
-                       sub.add_option("--chunks", o->chunks, "chunks measured (default 2; act-stats 64)");
+                       sub.add_option("--chunks", o->chunks, "chunks measured (default 2; act-stats 64; kv-codebook 16)");
                        sub.add_option("--threads", o->threads, "threads (default: all cores)");
                        sub.add_option("--kv-residual", o->kv_residual, "full-precision window, as eval-ppl");
                        sub.add_option("--kv-seed", o->kv_seed, "seed of rotations and JL matrices");
                        sub.add_option("--artifacts", o->artifacts, "precompute folder");
-                       sub.add_option("--out", o->out, "recipe JSON (kv-sensitivity) or key-mean safetensors to write")->required();
+                       sub.add_option("--kv-sides", o->kv_sides, "kv-codebook: train keys, values or both (default both)");
+                       sub.add_option("--out", o->out, "recipe JSON (kv-sensitivity), key-mean safetensors or artifacts folder (kv-codebook) to write")->required();
                        sub.add_option("--json", o->json_path, "also write the sensitivities as JSON");
                        return [o] { return run(*o); };
                      }}};

@@ -79,6 +79,15 @@ ROWS += [
     ("rabitq2-vtq4", "--kv-k rabitq:bits=2 --kv-v turboquant_mse:bits=4", "extended RaBitQ 2-bit keys"),
     ("rabitq3-vtq4", "--kv-k rabitq:bits=3 --kv-v turboquant_mse:bits=4", "extended RaBitQ 3-bit keys"),
     ("rabitq4-vtq4", "--kv-k rabitq:bits=4 --kv-v turboquant_mse:bits=4", "extended RaBitQ 4-bit keys"),
+    # calibrated methods (issue 18): tables from calibrate --method kv-codebook, passed with --artifacts
+    ("vecinfer2-ktq4", "--kv-k vecinfer:bits=2 --kv-v turboquant_mse:bits=4",
+     "keys VecInfer-2 (calibrated PQ, 4-dim sub-vectors, 256 centroids), values turboquant_mse-4"),
+    ("vecinfer1-ktq4", "--kv-k vecinfer:bits=1 --kv-v turboquant_mse:bits=4", "keys VecInfer-1 (8-dim sub-vectors)"),
+    ("kivi2-ktq4", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4 --kv-residual 0",
+     "keys KIVI-2 (G=32, r=0), values turboquant_mse-4"),
+    ("kivi2-ktq4-r128", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4", "keys KIVI-2 with its R=128 window"),
+    ("spectral-3", "--kv spectral:bits=3", "calibrated PCA rotation, greedy bits, empirical Lloyd-Max"),
+    ("spectral3-ktq3", "--kv-k spectral:bits=3 --kv-v turboquant_mse:bits=3", "keys SpectralQuant-3, values turboquant_mse-3"),
 ]
 
 # llama.cpp's cache types: bytes per block of 32 values (ggml-common.h: f16 scale + codes)

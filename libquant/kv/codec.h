@@ -35,6 +35,7 @@ struct KVContext {
   int head_dim = 0;
   uint64_t seed = 42;
   std::shared_ptr<const Artifacts> artifacts;
+  int layer = 0;  // the layer the codec is for: calibrated methods read their tables per layer
 
   // Centroids and thresholds as floats (the values the codecs use).
   struct FloatCodebook {
@@ -70,6 +71,22 @@ class Codec {
   virtual void queries_to_domain(const float* q, int n, float* out) const;
   // Values: out += the head-space vector of a domain accumulator.
   virtual void domain_to_head(const float* acc, float* out) const;
+
+  // Calibrated methods (calibrated.h) keep their tables per kv head: the codec of kv head h. The
+  // others have one codec for every head (itself). The cache calls every method through it.
+  virtual const Codec& for_head(int h) const {
+    (void)h;
+    return *this;
+  }
+  // Keys scored straight from the codes by a per-query lookup table (asymmetric distance
+  // computation, VecInfer): table_dim() > 0 floats built once per query from its domain vector,
+  // then score_codes(table, …)[i] = ⟨query_to_domain(q), decode(j0 + i)⟩ for i < n. 0: the cache
+  // decodes tiles instead.
+  virtual int table_dim() const { return 0; }
+  // Below this many keys the cache decodes tiles instead (a table costs more than it saves).
+  virtual int table_min_keys() const { return 0; }
+  virtual void query_table(const float* qd, float* table) const;
+  virtual void score_codes(const float* table, const uint8_t* codes, int64_t j0, int n, float* out) const;
 
   // The reconstruction of position j in head space (tests, calibration): domain_to_head(decode).
   void reconstruct(const uint8_t* codes, int64_t j, float* out) const;

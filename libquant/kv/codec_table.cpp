@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 
 #include "formats/error.h"
 #include "formats/tensor.h"
@@ -31,6 +32,10 @@ float round_half(float v) { return f16_to_f32(f32_to_f16(v)); }
 void Codec::query_to_domain(const float* q, float* out) const { std::memcpy(out, q, sizeof(float) * d_); }
 void Codec::queries_to_domain(const float* q, int n, float* out) const {
   for (int v = 0; v < n; ++v) query_to_domain(q + int64_t(v) * d_, out + int64_t(v) * domain_dim());
+}
+void Codec::query_table(const float*, float*) const { throw std::logic_error(name_ + ": no lookup-table scoring"); }
+void Codec::score_codes(const float*, const uint8_t*, int64_t, int, float*) const {
+  throw std::logic_error(name_ + ": no lookup-table scoring");
 }
 void Codec::domain_to_head(const float* acc, float* out) const {
   for (int i = 0; i < d_; ++i) out[i] += acc[i];
@@ -215,6 +220,11 @@ const std::vector<Row>& table() {
          if (rot != "wht" && rot != "dense" && rot != "qr") user_error("{}: rot={} (wht or qr)", a.what, rot);
          return make_rabitq_codec(a.ctx, int(a.bits), rot == "wht" ? "wht" : "dense", a.spec.text());
        }},
+      // calibrated (calibrated.h): tables per layer, side and kv head from calibrate --method kv-codebook
+      {"vecinfer", {1, 2, 4}, 2, {},
+       [](const Args& a) { return make_vecinfer_codec(a.ctx, int(a.bits), a.side, a.spec.text()); }},
+      {"spectral", {1, 2, 3, 4}, 3, {},
+       [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); }},
   };
   return rows;
 }

@@ -31,6 +31,12 @@ std::unique_ptr<Codec> make_rvq_codec(const KVContext& ctx, int bits, const std:
 // Level-1 angles at `bits`, levels 2–4 at max(1, bits − 2), one fp16 radius per 16 coordinates.
 std::unique_ptr<Codec> make_polar_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name);
 
+// Calibrated methods (calibrated.h: their tables come from calibrate --method kv-codebook).
+// VecInfer: product VQ of 8/bits-dim sub-vectors with 256 centroids; keys smoothed and Hadamard-rotated.
+std::unique_ptr<Codec> make_vecinfer_codec(const KVContext& ctx, int bits, Side side, const std::string& name);
+// SpectralQuant: calibrated eigenvector rotation, per-coordinate widths averaging `bits`.
+std::unique_ptr<Codec> make_spectral_codec(const KVContext& ctx, double bits, Side side, const std::string& name);
+
 // Codecs whose domain is the rotated head space (TurboQuant, RVQ, PolarQuant): queries are
 // rotated once, value accumulators rotated back once. A default-constructed rotation (dim 0)
 // is the identity (polar rot=none).

@@ -90,6 +90,7 @@ class QuantCache final : public KVCache {
         SideStore& st = side == 0 ? layers_[l].k : layers_[l].v;
         st.round_f16 = spec.method != "f32";
         if (!spec.full_precision()) {
+          ctx.layer = l;
           st.codec = kv::make_codec(spec, side == 0 ? kv::Side::Key : kv::Side::Value, ctx);
           st.G = st.codec->token_group();
           const double r = spec.number("r", spec.method == "kivi" && c.residual < 0 ? 128 : std::max(0, c.residual),
@@ -235,7 +236,7 @@ class QuantCache final : public KVCache {
         thread_local std::vector<float> x;
         x.resize(size_t(st.G) * D);
         for (int t = 0; t < st.G; ++t) token(st, h, g * st.G + t, src, p0, x.data() + size_t(t) * D);
-        st.codec->encode(x.data(), D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
+        st.codec->for_head(h).encode(x.data(), D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
       }
     st.encoded = g1 * st.G;
   }
@@ -314,6 +315,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
   const int64_t tasks = int64_t(nb) * KH;
   const SideStore &SK = L.k, &SV = L.v;
   const int dtk = SK.codec ? SK.codec->domain_dim() : 0, dtv = SV.codec ? SV.codec->domain_dim() : 0;
+  const int ltk0 = SK.codec ? SK.codec->table_dim() : 0;  // > 0: keys may be scored by lookup tables
 
 #pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
@@ -339,6 +341,9 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       }
       kenc = std::max(kenc, bk), venc = std::max(venc, bv);
     }
+    const int ltk = ltk0 > 0 && kenc >= SK.codec->table_min_keys() ? ltk0 : 0;  // tables, when they pay
+    const Codec* CK = SK.codec ? &SK.codec->for_head(g) : nullptr;  // this kv head's codecs
+    const Codec* CV = SV.codec ? &SV.codec->for_head(g) : nullptr;
     auto qrow = [&](int v) { return q + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
     auto orow = [&](int v) { return out + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
 
@@ -349,12 +354,20 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       TT.assign(size_t(kv::kTile) * dtk, 0.0f);
       QH.resize(size_t(nv) * D);
       for (int v = 0; v < nv; ++v) std::memcpy(QH.data() + size_t(v) * D, qrow(v), sizeof(float) * D);
-      SK.codec->queries_to_domain(QH.data(), nv, QT.data());
+      CK->queries_to_domain(QH.data(), nv, QT.data());
       const uint8_t* codes = SK.codes.data() + size_t(g) * groups_cap(SK) * SK.codec->group_bytes();
       float s[kv::kTile], s2[kv::kTile];
-      for (int j0 = 0; j0 < kenc; j0 += kv::kTile) {
+      if (ltk > 0) {  // lookup tables: one per query, then a table read per code, no decoded tile
+        TILE.resize(size_t(ltk));
+        for (int v = 0; v < nv; ++v)
+          if (BK[v] > 0) {
+            CK->query_table(QT.data() + size_t(v) * dtk, TILE.data());
+            CK->score_codes(TILE.data(), codes, 0, BK[v], S.data() + size_t(v) * sst);
+          }
+      }
+      for (int j0 = 0; ltk == 0 && j0 < kenc; j0 += kv::kTile) {
         const int nj = std::min(kv::kTile, kenc - j0);
-        SK.codec->decode(codes, j0, nj, TILE.data());
+        CK->decode(codes, j0, nj, TILE.data());
         if (nj < kv::kTile) std::fill(TT.begin(), TT.end(), 0.0f);
         for (int j = 0; j < nj; ++j)
           for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
@@ -400,13 +413,13 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       const uint8_t* codes = SV.codes.data() + size_t(g) * groups_cap(SV) * SV.codec->group_bytes();
       for (int j0 = 0; j0 < venc; j0 += kv::kTile) {
         const int nj = std::min(kv::kTile, venc - j0);
-        SV.codec->decode(codes, j0, nj, TILE.data());
+        CV->decode(codes, j0, nj, TILE.data());
         for (int v = 0; v < nv; ++v) {
           const int n = std::min(nj, BV[v] - j0);
           if (n > 0) K.mix_rows(S.data() + size_t(v) * sst + j0, TILE.data(), dtv, n, dtv, ACC.data() + size_t(v) * dtv);
         }
       }
-      for (int v = 0; v < nv; ++v) SV.codec->domain_to_head(ACC.data() + size_t(v) * dtv, orow(v));
+      for (int v = 0; v < nv; ++v) CV->domain_to_head(ACC.data() + size_t(v) * dtv, orow(v));
     }
     for (int v = 0; v < nv; ++v) {
       // in position order: runs split at the ring's wrap add in the same order as one run
