@@ -82,11 +82,7 @@ class AffineRotated final : public RotatedCodec {
   }
   void domain_to_head(const float* acc, float* out) const override {
     if (!qjl_) return RotatedCodec::domain_to_head(acc, out);
-    float y[1024];
-    for (int i = 0; i < d_; ++i) y[i] = acc[i];
-    attend_kernels().mix_rows(acc + d_, S_.data(), d_, d_, d_, y);  // + Sᵀ acc[d:]
-    rot_.inverse(y, y);
-    for (int i = 0; i < d_; ++i) out[i] += y[i];
+    qjl_domain_to_head(rot_, acc, S_.data(), d_, out);
   }
 
  private:

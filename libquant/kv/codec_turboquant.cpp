@@ -24,6 +24,15 @@
 #include "libquant/kv/codecs.h"
 
 namespace qt::kv {
+
+void qjl_domain_to_head(const Rotation& rot, const float* acc, const float* S, int d, float* out) {
+  float y[1024];
+  for (int i = 0; i < d; ++i) y[i] = acc[i];
+  attend_kernels().mix_rows(acc + d, S, d, d, d, y);  // + Sᵀ acc[d:]
+  rot.inverse(y, y);
+  for (int i = 0; i < d; ++i) out[i] += y[i];
+}
+
 namespace {
 
 class TurboMse final : public RotatedCodec {
@@ -134,11 +143,7 @@ class TurboProd final : public Codec {
     attend_kernels().project_rows(out, 2 * d_, n, St_.data(), d_, d_, out + d_, 2 * d_);
   }
   void domain_to_head(const float* acc, float* out) const override {
-    float y[1024];
-    for (int i = 0; i < d_; ++i) y[i] = acc[i];
-    attend_kernels().mix_rows(acc + d_, S_.data(), d_, d_, d_, y);  // + Sᵀ acc[d:]
-    rot_.inverse(y, y);
-    for (int i = 0; i < d_; ++i) out[i] += y[i];
+    qjl_domain_to_head(rot_, acc, S_.data(), d_, out);
   }
 
  private:

@@ -50,6 +50,10 @@ class RotatedCodec : public Codec {
   Rotation rot_;
 };
 
+// For a domain of 2d (the rotated head, then a QJL sketch S·x): out += Πᵀ(acc[0:d] + Sᵀ acc[d:2d]),
+// S d × d. TurboQuant_prod and affine rot+QJL (defined in codec_turboquant.cpp).
+void qjl_domain_to_head(const Rotation& rot, const float* acc, const float* S, int d, float* out);
+
 // ‖x‖ over d floats, summed in double.
 float l2_norm(const float* x, int d);
 
