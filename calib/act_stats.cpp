@@ -32,14 +32,18 @@ ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens
   const int n = int(std::min<int64_t>(chunks, int64_t(tokens.size()) / ctx));
   if (n <= 0) user_error("calibrate: the text has fewer than {} tokens, one chunk", ctx);
   std::map<std::string, Accum> acc;
-  // q/k/v (gate/up) see the same input: the first of them records it, the others copy at the end.
-  std::map<const float*, std::string> first_of_input;
+  // q/k/v (gate/up) read the same input: q_proj (gate_proj) of the layer records it, the others
+  // copy its figures at the end. (By name: every layer passes the same scratch buffer.)
   std::map<std::string, std::string> same_as;
   model.set_observer([&](const std::string& name, const float* x, int64_t nt, int64_t in) {
-    auto [it, fresh] = first_of_input.emplace(x, name);
-    if (!fresh && it->second != name) {
-      same_as[name] = it->second;
-      return;
+    for (auto [from, to] : {std::pair{"self_attn.k_proj.weight", "self_attn.q_proj.weight"},
+                                   std::pair{"self_attn.v_proj.weight", "self_attn.q_proj.weight"},
+                                   std::pair{"mlp.up_proj.weight", "mlp.gate_proj.weight"}}) {
+      const std::string f = from;
+      if (name.size() > f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) {
+        same_as[name] = name.substr(0, name.size() - f.size()) + to;
+        return;
+      }
     }
     Accum& a = acc[name];
     if (a.absmax.empty()) a.absmax.assign(size_t(in), 0.0f), a.sumsq.assign(size_t(in), 0.0);
@@ -74,7 +78,6 @@ ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens
     // the observer sees the head only when it runs).
     logits.resize(size_t(ctx) * model.config().vocab);
     model.output_head(h, ctx, logits.data());
-    first_of_input.clear();
     if (tty) std::fprintf(stderr, "\ract-stats: chunk %d/%d", ci + 1, n);
   }
   if (tty) std::fprintf(stderr, "\n");

@@ -185,6 +185,13 @@ TEST(SmoothQuant, FoldedModelComputesTheSameLogits) {
     stats = calib::collect_act_stats(m, ids, ctx, 1, ck.tokenizer->bos_id());
   }
   EXPECT_EQ(stats.linears.size(), size_t(ck.config.n_layers) * 7 + 1);
+  // Each layer's own inputs (every layer passes the same scratch buffer), shared only within a layer.
+  const auto& L = stats.linears;
+  EXPECT_EQ(L.at("model.layers.3.self_attn.k_proj.weight").sqmean, L.at("model.layers.3.self_attn.q_proj.weight").sqmean);
+  EXPECT_EQ(L.at("model.layers.3.mlp.up_proj.weight").sqmean, L.at("model.layers.3.mlp.gate_proj.weight").sqmean);
+  EXPECT_NE(L.at("model.layers.3.self_attn.q_proj.weight").sqmean, L.at("model.layers.0.self_attn.q_proj.weight").sqmean);
+  EXPECT_NE(L.at("model.layers.3.mlp.gate_proj.weight").sqmean, L.at("model.layers.3.self_attn.q_proj.weight").sqmean);
+  EXPECT_NE(L.at("model.layers.3.mlp.down_proj.weight").absmax, L.at("model.layers.0.mlp.down_proj.weight").absmax);
   auto logits_of = [&](const Checkpoint& c) {
     LlamaModel m(c, Compute::F32);
     auto cache = m.make_cache(ctx);
