@@ -42,7 +42,6 @@ ROWS = {
 NOTES = {
     "w4a8-g128-gptq-imat": "576 columns do not divide 128: only the MLP's down_proj is grouped, the rest stays float (hence 26.5 bpw)",
     "a4-g32-e6-gptq-imat": "Q4_1-sourced model: group 32 is the source's own 4-bit grid, which the weighted search recovers almost exactly; not a fair 4-bit figure",
-    "w8a8-smooth": "α = 0.5 hurts here; see the text",
     "w4a8-keepemb-gptq-imat": "the tied embedding / head kept bf16 (recipes/keep-embedding.json)",
 }
 # llama.cpp on the same source (issue 17's table and results/llama: llama-cpp-python 0.3.36's
