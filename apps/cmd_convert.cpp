@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -233,11 +234,47 @@ std::vector<RecipeRule> read_recipe(const std::string& path) {
   return rules;
 }
 
+// One weight's quantization, shared by its stored tensors (codes, scales, biases): whichever the
+// writer makes first runs it; each takes its part, and the packed result is dropped once all
+// have. Only the writer's current batch of weights is ever held quantized.
+class PackJob {
+ public:
+  PackJob(std::string name, Tensor source, SchemeParams p, const calib::WeightCalibration& calib, int parts)
+      : name_(std::move(name)), source_(std::move(source)), p_(std::move(p)), calib_(calib), left_(parts) {}
+
+  // Part 0: codes, 1: scales, 2: biases.
+  Tensor take(int part) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!packed_) {
+      const int64_t rows = source_.shape[0], cols = source_.shape[1];
+      std::vector<float> w = to_f32(source_);
+      release_pages(source_);
+      std::optional<PackedTensor> c = calib_.quantize(name_, w.data(), rows, cols, p_);
+      packed_ = c ? std::move(*c) : quantize_weights(w.data(), rows, cols, p_, name_);
+      source_ = Tensor{};  // a deferred source (GGUF) is made once
+    }
+    Tensor& slot = part == 0 ? packed_->data : part == 1 ? packed_->scales : packed_->biases;
+    Tensor r = std::move(slot);
+    slot = Tensor{};
+    if (--left_ == 0) packed_.reset();
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string name_;
+  Tensor source_;
+  SchemeParams p_;
+  const calib::WeightCalibration& calib_;
+  int left_;
+  std::optional<PackedTensor> packed_;
+};
+
 bool in(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 class QuantPlanner {
  public:
-  QuantPlanner(const QuantArgs& a, const std::string& format, DType dtype) : a_(a) {
+  QuantPlanner(const QuantArgs& a, const std::string& format) : a_(a) {
     if (a.scheme.empty()) {
       if (a.bits >= 0 || a.group >= 0 || a.embedding_bits >= 0 || a.lm_head_bits >= 0 || !a.recipe.empty() ||
           a.strict || a.untie)
@@ -247,7 +284,6 @@ class QuantPlanner {
     }
     find_scheme(a.scheme);  // unknown scheme: one line listing the known ones
     base_ = default_params(scheme_row_for(a.scheme, format));
-    base_.dtype = dtype;
     if (a.bits >= 0) base_.bits = a.bits;
     if (a.group >= 0) base_.group_size = a.group;
     check_params(base_, "--bits/--group-size");
@@ -266,6 +302,8 @@ class QuantPlanner {
     active_ = true;
   }
   bool active() const { return active_; }
+  // The dtype of the source weights and of the scales the layouts store in it (--dtype).
+  void set_dtype(DType d) { base_.dtype = d; }
 
   // The packed checkpoint the writer takes: quantized weights under the layout's names, the
   // rest as loaded, and the normalized description in `quantization`.
@@ -333,44 +371,32 @@ class QuantPlanner {
                                               : format == "bnb"                ? bnb_tensor_names
                                                                                : native_tensor_names;
     nlohmann::json desc = {{"format", format}, {"tensors", nlohmann::json::object()}, {"skipped", skipped}};
-    std::vector<std::string> order;
-    for (auto& [name, p] : plan) order.push_back(name);
-    std::vector<PackedTensor> packed(order.size());
-    // One tensor per thread: quantize_weights is serial and the tensors are many.
-    std::vector<std::exception_ptr> errors(order.size());
-#pragma omp parallel for schedule(dynamic, 1)
-    for (size_t k = 0; k < order.size(); ++k) {
-      try {
-        const Tensor& t = ck.tensors.at(order[k]);
-        std::vector<float> w = to_f32(t);
-        std::optional<PackedTensor> c = calib.quantize(order[k], w.data(), t.shape[0], t.shape[1], *plan[order[k]]);
-        packed[k] = c ? std::move(*c) : quantize_weights(w.data(), t.shape[0], t.shape[1], *plan[order[k]], order[k]);
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-    }
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
     std::map<std::string, int> by_params;
-    for (size_t k = 0; k < order.size(); ++k) {
-      const PackedTensor& pt = packed[k];
-      QuantEntry q = names(order[k]);
-      q.scheme = pt.params.scheme;
-      q.bits = pt.params.bits;
-      q.group_size = pt.params.group_size;
-      q.dtype = pt.params.dtype;
-      q.rows = pt.rows;
-      q.cols = pt.cols;
-      if (!pt.biases.data) q.biases.clear();
-      ck.tensors.erase(order[k]);
-      ck.tensors[q.data] = pt.data;
-      ck.tensors[q.scales] = pt.scales;
-      if (!q.biases.empty()) ck.tensors[q.biases] = pt.biases;
+    for (auto& [name, p] : plan) {
+      const Tensor& t = ck.tensors.at(name);
+      QuantEntry q = names(name);
+      q.scheme = p->scheme;
+      q.bits = p->bits;
+      q.group_size = p->group_size;
+      q.dtype = p->dtype;
+      q.rows = t.shape[0];
+      q.cols = t.shape[1];
+      const PackedLayout lay = packed_layout(*p, q.rows, q.cols);
+      if (!lay.biases) q.biases.clear();
+      // Deferred: the weight is quantized when the writer reaches the first of its stored tensors.
+      auto job = std::make_shared<PackJob>(name, t, *p, calib, lay.biases ? 3 : 2);
+      ck.tensors.erase(name);
+      auto part = [&](const TensorSpec& spec, int k) {
+        return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
+      };
+      ck.tensors[q.data] = part(lay.data, 0);
+      ck.tensors[q.scales] = part(lay.scales, 1);
+      if (lay.biases) ck.tensors[q.biases] = part(*lay.biases, 2);
       if (format == "bnb") {  // the code table travels with every weight
         auto table = bnb_code_table(q.scheme);
         ck.tensors[q.data + ".quant_map"] = Tensor::from_f32({table.begin(), table.end()}, {16});
       }
-      desc["tensors"][order[k]] = quant_entry_json(q);
+      desc["tensors"][name] = quant_entry_json(q);
       ++by_params[fmt::format("{} {}-bit group {}", q.scheme, q.bits, q.group_size)];
     }
     ck.quantization = desc;
@@ -399,6 +425,19 @@ class QuantPlanner {
   bool active_ = false;
 };
 
+// --dtype's default: the output follows the source, as mlx_lm and llm-compressor write bf16 scales
+// and unquantized tensors from a bf16 model. The embedding's stored dtype (F64: F32); a GGUF's
+// F16/BF16 embedding gives F16/BF16, any quantized or F32 one F32 (what dequantization yields).
+DType source_dtype(const Checkpoint& ck) {
+  if (ck.source_kind == "gguf") {
+    const std::string type =
+        ck.quantization["tensors"].value("model.embed_tokens.weight", nlohmann::json::object()).value("ggml_type", "");
+    return type == "F16" ? DType::F16 : type == "BF16" ? DType::BF16 : DType::F32;
+  }
+  const DType d = ck.get("model.embed_tokens.weight").dtype;
+  return d == DType::F16 || d == DType::BF16 ? d : DType::F32;
+}
+
 bool is_nonempty(const fs::path& p) {
   if (!fs::exists(fs::symlink_status(p))) return false;
   if (!fs::is_directory(p)) return true;
@@ -406,7 +445,7 @@ bool is_nonempty(const fs::path& p) {
 }
 
 struct Args {
-  std::string in, out, format, dtype = "f32", max_shard = "5GB";
+  std::string in, out, format, dtype, max_shard = "5GB";
   bool force = false;
   int threads = 0;
   QuantArgs q;
@@ -417,7 +456,6 @@ int run(const Args& a) {
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
   ConvertOptions opt;
-  opt.dtype = kDTypes.at(a.dtype);
   opt.max_shard_bytes = parse_size(a.max_shard);
   // Every flag is checked before anything is read or written.
   const std::string format = a.format.empty() ? default_format(a.q.scheme) : a.format;
@@ -425,7 +463,7 @@ int run(const Args& a) {
   for (auto& l : kLayouts)
     if (format == l.name) layout = &l;
   if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb)", format);
-  QuantPlanner planner(a.q, format, opt.dtype);
+  QuantPlanner planner(a.q, format);
   calib::WeightCalibration calib(a.c);
   if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq: need --scheme");
 
@@ -438,10 +476,15 @@ int run(const Args& a) {
   if (is_nonempty(out) && !a.force)
     user_error("{}: already exists and is not empty (use --force to replace it)", a.out);
 
-  Checkpoint ck = load_checkpoint(a.in);
+  Checkpoint ck = load_checkpoint(a.in, LoadMode::Deferred);
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  opt.dtype = a.dtype.empty() ? source_dtype(ck) : kDTypes.at(a.dtype);
+  planner.set_dtype(opt.dtype);
+  // Calibration reads whole models (GPTQ runs the network): a deferred GGUF is made up front then.
+  if (calib.active())
+    for (auto& [name, t] : ck.tensors) t = materialize(t);
   calib.prepare(ck);
   if (planner.active()) ck = planner.quantize(std::move(ck), format, calib);
   auto t1 = std::chrono::steady_clock::now();
@@ -480,7 +523,7 @@ int run(const Args& a) {
   }
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   std::printf("converted %s -> %s (%s, %s): %zu tensors, %d files, %.1f MB; load %.2f s, write %.2f s\n",
-              a.in.c_str(), a.out.c_str(), layout->name, a.dtype.c_str(), ck.tensors.size(), files,
+              a.in.c_str(), a.out.c_str(), layout->name, dtype_name(opt.dtype), ck.tensors.size(), files,
               bytes / 1e6, secs(t0, t1), secs(t1, t2));
   return 0;
 }
@@ -493,9 +536,8 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                        sub.add_option("--format", a->format,
                                       "output layout (default hf; with --scheme: affine mlx, int8 "
                                       "compressed-tensors, int4 native, nf4/fp4 bnb)");
-                       sub.add_option("--dtype", a->dtype, "dtype of float tensors")
-                           ->check(CLI::IsMember({"bf16", "f16", "f32"}))
-                           ->capture_default_str();
+                       sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
+                           ->check(CLI::IsMember({"bf16", "f16", "f32"}));
                        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")
                            ->capture_default_str();
                        sub.add_flag("--force", a->force, "replace an existing non-empty --out");

@@ -2,6 +2,7 @@
 // Exit codes: 0 ok, 2 bad input (UserError or a flag CLI11 rejects), 1 a bug.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -28,6 +29,9 @@ static void choose_omp_wait_policy(char** argv) {
 
 int main(int argc, char** argv) {
   choose_omp_wait_policy(argv);
+  // A file-size limit (ulimit -f) reached while writing must be an ordinary write error (EFBIG:
+  // one line, exit 2, the temporary output removed), not a kill by SIGXFSZ that leaves it behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"quanttool: quantize language models and measure what it costs"};
   app.require_subcommand(1);
   std::map<std::string, std::function<int()>> runs;

@@ -105,8 +105,9 @@ json read_json_file(const std::string& path) {
 
 // ---------------------------------------------------------------------------------------- GGUF
 
-Checkpoint load_gguf(const std::string& path) {
-  GgufFile g = GgufFile::open(path);
+Checkpoint load_gguf(const std::string& path, LoadMode mode) {
+  auto gp = std::make_shared<const GgufFile>(GgufFile::open(path));
+  const GgufFile& g = *gp;
   Checkpoint ck;
   ck.path = path;
   ck.source_kind = "gguf";
@@ -138,31 +139,38 @@ Checkpoint load_gguf(const std::string& path) {
   }
   check_tensor_set(path, c, shapes);
 
+  auto dequantize = [gp](const Job& j) {
+    std::vector<int64_t> shape = j.info->torch_shape();
+    std::vector<float> v = gp->dequantize(*j.info);
+    if (j.permute_heads) {
+      int64_t rows = shape[0], cols = int64_t(v.size()) / std::max<int64_t>(rows, 1);
+      v = gguf_unpermute_rows(v.data(), rows, cols, j.permute_heads);
+    }
+    return Tensor::from_f32(std::move(v), std::move(shape));
+  };
+  if (mode == LoadMode::Deferred) {
+    for (const Job& j : jobs)
+      ck.tensors.emplace(j.hf, deferred_tensor(DType::F32, j.info->torch_shape(), [dequantize, j] { return dequantize(j); }));
+  }
   // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
   // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
     return a.info->numel() > b.info->numel();
   });
-  std::vector<Tensor> out(jobs.size());
-  std::vector<std::exception_ptr> errors(jobs.size());
+  const size_t n_eager = mode == LoadMode::Deferred ? 0 : jobs.size();
+  std::vector<Tensor> out(n_eager);
+  std::vector<std::exception_ptr> errors(n_eager);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t k = 0; k < jobs.size(); ++k) {
+  for (size_t k = 0; k < n_eager; ++k) {
     try {
-      const Job& j = jobs[k];
-      std::vector<int64_t> shape = j.info->torch_shape();
-      std::vector<float> v = g.dequantize(*j.info);
-      if (j.permute_heads) {
-        int64_t rows = shape[0], cols = int64_t(v.size()) / std::max<int64_t>(rows, 1);
-        v = gguf_unpermute_rows(v.data(), rows, cols, j.permute_heads);
-      }
-      out[k] = Tensor::from_f32(std::move(v), std::move(shape));
+      out[k] = dequantize(jobs[k]);
     } catch (...) {
       errors[k] = std::current_exception();
     }
   }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  for (size_t k = 0; k < jobs.size(); ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
+  for (size_t k = 0; k < n_eager; ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
 
   ck.quantization = {{"format", "gguf"},
                      {"version", g.version()},
@@ -323,7 +331,7 @@ std::vector<float> gguf_permute_rows(const float* src, int64_t rows, int64_t col
   return move_qk_rows(src, rows, cols, n_heads, /*to_hf=*/false);
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
+Checkpoint load_checkpoint(const std::string& path, LoadMode mode) {
   std::error_code ec;
   auto st = fs::status(path, ec);
   if (ec || !fs::exists(st)) user_error("{}: no such file or folder", path);
@@ -331,7 +339,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (!fs::is_regular_file(st)) user_error("{}: not a file or folder", path);
   // Sniff the magic rather than trust the extension; a .gguf with the wrong magic goes to the
   // GGUF reader, whose error says what is wrong.
-  if (has_gguf_magic(path) || fs::path(path).extension() == ".gguf") return load_gguf(path);
+  if (has_gguf_magic(path) || fs::path(path).extension() == ".gguf") return load_gguf(path, mode);
   user_error("{}: not a GGUF file or a Hugging Face folder", path);
 }
 

@@ -35,7 +35,11 @@ struct Checkpoint {
 // null when the source has none (a GGUF without tokenizer.ggml.model, a folder without
 // tokenizer.json). Every tensor of expected_tensor_shapes() must be present with its shape;
 // any other tensor is refused.
-Checkpoint load_checkpoint(const std::string& path);
+// Deferred: GGUF tensors stay deferred (formats/tensor.h) and are dequantized when materialized,
+// so that convert holds one tensor's fp32 copy at a time rather than the whole model's; HF folder
+// tensors are mapped views either way.
+enum class LoadMode { Eager, Deferred };
+Checkpoint load_checkpoint(const std::string& path, LoadMode mode = LoadMode::Eager);
 
 // GGUF tensor name -> HF tensor name ("" when the tensor has no HF counterpart, e.g. rope_freqs).
 std::string gguf_to_hf_name(const std::string& gguf_name);

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -368,7 +369,7 @@ std::string build_header(const NamedTensors& tensors, const std::map<std::string
     if (t.nbytes != need)
       user_error("{}: tensor {}: {} bytes, but dtype {} shape {} needs {}", path, q(name), t.nbytes,
                  dtype_name(t.dtype), shape_str(t.shape), need);
-    if (t.nbytes && !t.data) user_error("{}: tensor {}: no data", path, q(name));
+    if (t.nbytes && !t.data && !t.deferred()) user_error("{}: tensor {}: no data", path, q(name));
   }
   // prepare(): dtype rank descending, then name ascending (byte order, as Rust's String Ord).
   order->resize(tensors.size());
@@ -431,7 +432,9 @@ fs::path write_temp(const std::string& path, const NamedTensors& tensors,
                                                g_tmp_counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) user_error("{}: cannot create {}: {}", path, tmp.string(), std::strerror(errno));
+  bool open_fd = true;
   auto fail = [&](const char* what, int e) {
+    open_fd = false;
     ::close(fd);
     std::error_code ec;
     fs::remove(tmp, ec);
@@ -449,7 +452,47 @@ fs::path write_temp(const std::string& path, const NamedTensors& tensors,
     }
   };
   put(reinterpret_cast<const uint8_t*>(header.data()), header.size());
-  for (size_t i : order) put(tensors[i].second.data, tensors[i].second.nbytes);
+  // Deferred tensors (convert's quantized and cast ones) are made a batch at a time in file
+  // order, one tensor per thread, written, and dropped: the process holds at most about
+  // kBatchBytes of output plus each thread's working set, never the whole file. A batch of one
+  // tensor is made outside the parallel loop so that the producer's own loops get every thread.
+  constexpr uint64_t kBatchBytes = 256ull << 20;
+  try {
+    for (size_t i = 0; i < order.size();) {
+      size_t j = i;
+      uint64_t bytes = 0;
+      while (j < order.size() && (j == i || bytes + tensors[order[j]].second.nbytes <= kBatchBytes))
+        bytes += tensors[order[j++]].second.nbytes;
+      std::vector<Tensor> made(j - i);
+      if (j - i == 1) {
+        made[0] = materialize(tensors[order[i]].second);
+      } else {
+        std::vector<std::exception_ptr> errors(j - i);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (size_t k = 0; k < j - i; ++k) {
+          try {
+            made[k] = materialize(tensors[order[i + k]].second);
+          } catch (...) {
+            errors[k] = std::current_exception();
+          }
+        }
+        for (auto& e : errors)
+          if (e) std::rethrow_exception(e);
+      }
+      for (const Tensor& t : made) {
+        put(t.data, t.nbytes);
+        release_pages(t);  // a tensor written straight from the source mapping
+      }
+      i = j;
+    }
+  } catch (...) {
+    if (open_fd) {
+      ::close(fd);
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    throw;
+  }
   if (::fsync(fd) != 0) fail("fsync failed", errno);
   if (::close(fd) != 0) {
     int e = errno;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "formats/error.h"
 
@@ -125,7 +126,25 @@ uint16_t f32_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
+Tensor materialize(const Tensor& t) {
+  if (!t.deferred()) return t;
+  Tensor r = (*t.produce)();
+  if (r.dtype != t.dtype || r.shape != t.shape || r.nbytes != t.nbytes || (!r.data && r.nbytes))
+    throw std::logic_error("a deferred tensor's producer made a tensor other than the one promised");
+  return r;
+}
+
+Tensor deferred_tensor(DType dtype, std::vector<int64_t> shape, std::function<Tensor()> produce) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.nbytes = size_t((t.numel() * dtype_bits(dtype) + 7) / 8);
+  t.produce = std::make_shared<const std::function<Tensor()>>(std::move(produce));
+  return t;
+}
+
 void to_f32_range(const Tensor& t, size_t first, size_t n, float* out) {
+  if (t.deferred()) return to_f32_range(materialize(t), first, n, out);
   if (first + n > size_t(t.numel()))
     user_error("values {}..{} outside a tensor of {}", first, first + n, t.numel());
   switch (t.dtype) {
@@ -151,6 +170,7 @@ void to_f32_range(const Tensor& t, size_t first, size_t n, float* out) {
 
 std::vector<float> to_f32(const Tensor& t) {
   if (!is_float(t.dtype)) user_error("cannot convert a {} tensor to f32", dtype_name(t.dtype));
+  if (t.deferred()) return to_f32(materialize(t));
   std::vector<float> out(size_t(t.numel()));
   to_f32_range(t, 0, out.size(), out.data());
   return out;

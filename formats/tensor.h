@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -32,6 +33,12 @@ struct Tensor {
   size_t nbytes = 0;
   std::shared_ptr<const void> owner;  // keeps `data` alive (an mmap or an owned buffer)
   bool mapped = false;                // `data` lies in a read-only file mapping (release_pages)
+  // A deferred tensor: dtype, shape and nbytes are known, `data` is null, and `produce` makes the
+  // bytes when asked (materialize). Convert's streaming writer uses this so that a quantized or
+  // cast tensor exists only while its part of a shard is written, never the whole model at once.
+  std::shared_ptr<const std::function<Tensor()>> produce;
+
+  bool deferred() const { return !data && produce; }
 
   int64_t numel() const {
     return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
@@ -43,13 +50,19 @@ struct Tensor {
   static Tensor owned_bytes(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
 };
 
+// The tensor with its bytes: `t` itself unless deferred, else what its producer makes (checked
+// against the promised dtype, shape and nbytes: a mismatch is a bug, std::logic_error).
+Tensor materialize(const Tensor& t);
+// A deferred tensor of `dtype` and `shape` whose bytes `produce` makes.
+Tensor deferred_tensor(DType dtype, std::vector<int64_t> shape, std::function<Tensor()> produce);
+
 // A mapped tensor's pages leave this process's resident set (madvise MADV_DONTNEED on the whole
 // pages inside its bytes); the data stays valid and is read from the page cache again if touched.
 // For a loader that has copied or repacked the tensor: without this, the source pages it read stay
 // resident beside the copy until the file is unmapped. No effect on owned tensors.
 void release_pages(const Tensor& t);
 
-// Convert any float tensor (F32/F16/BF16/F64) to a vector of float.
+// Convert any float tensor (F32/F16/BF16/F64) to a vector of float (a deferred one is made first).
 std::vector<float> to_f32(const Tensor& t);
 // Values [first, first + n) of a float tensor as fp32 into `out` (one row, one panel's rows).
 void to_f32_range(const Tensor& t, size_t first, size_t n, float* out);

@@ -51,6 +51,18 @@ Tensor cast(const Tensor& t, DType to) {
   return Tensor::owned_bytes(to, t.shape, std::move(bytes));
 }
 
+// `t` as `to`, made only when its shard is written (safetensors' writer materializes it): the
+// cast copy of a tensor exists while its batch is written, not for the whole model.
+Tensor deferred_cast(const Tensor& t, DType to) {
+  if (t.dtype == to) return t;
+  return deferred_tensor(to, t.shape, [t, to] {
+    Tensor src = materialize(t);
+    Tensor r = cast(src, to);
+    release_pages(src);
+    return r;
+  });
+}
+
 // Natural order: embedding, layers 0, 1, ..., 10 (not 0, 1, 10, 2), final norm, lm_head;
 // shards then hold whole layers in sequence, as transformers writes them.
 std::pair<int, std::string> order_key(const std::string& name) {
@@ -87,7 +99,7 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   tensors.reserve(names.size());
   for (auto& name : names) {
     const Tensor& t = all.at(name);
-    tensors.emplace_back(name, is_float(t.dtype) && !opt.keep_dtype.count(name) ? cast(t, opt.dtype) : t);
+    tensors.emplace_back(name, is_float(t.dtype) && !opt.keep_dtype.count(name) ? deferred_cast(t, opt.dtype) : t);
   }
   write_safetensors_sharded(dir, tensors, opt.metadata, opt.max_shard_bytes);
 
