@@ -247,10 +247,15 @@ class PackJob {
     std::lock_guard<std::mutex> lock(mu_);
     if (!packed_) {
       const int64_t rows = source_.shape[0], cols = source_.shape[1];
-      std::vector<float> w = to_f32(source_);
+      // The fp32 copy goes into this thread's buffer, kept between weights (a fresh one per
+      // weight spent a fifth of convert's time in page faults) unless it grew past 256 MB.
+      thread_local std::vector<float> w;
+      w.resize(size_t(rows * cols));
+      to_f32_range(source_, 0, w.size(), w.data());
       release_pages(source_);
       std::optional<PackedTensor> c = calib_.quantize(name_, w.data(), rows, cols, p_);
       packed_ = c ? std::move(*c) : quantize_weights(w.data(), rows, cols, p_, name_);
+      if (w.capacity() > (size_t(256) << 20) / sizeof(float)) std::vector<float>().swap(w);
       source_ = Tensor{};  // a deferred source (GGUF) is made once
     }
     Tensor& slot = part == 0 ? packed_->data : part == 1 ? packed_->scales : packed_->biases;

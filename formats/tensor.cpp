@@ -118,13 +118,6 @@ uint16_t f32_to_f16(float f) {
   return uint16_t(sign | h);
 }
 
-uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fff + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
 
 Tensor materialize(const Tensor& t) {
   if (!t.deferred()) return t;

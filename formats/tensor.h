@@ -76,6 +76,13 @@ inline float bf16_to_f32(uint16_t h) {
   __builtin_memcpy(&f, &u, 4);
   return f;
 }
-uint16_t f32_to_bf16(float f);
+// Inline: the quantizers round every weight through it (it vectorizes where inlined).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
 
 }  // namespace qt

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "libquant/schemes/detail.h"
@@ -43,52 +44,82 @@ PackedLayout affine_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   return l;
 }
 
+// n codes of `bits` bits as one LSB-first bit stream (element j at bits [j·bits, (j+1)·bits)),
+// n·bits a multiple of 8. The common widths without the bit accumulator.
+void pack_lsb_first(const uint8_t* q, int n, int bits, uint8_t* dst) {
+  if (bits == 8) {
+    std::memcpy(dst, q, size_t(n));
+  } else if (bits == 4) {
+    for (int i = 0; i < n / 2; ++i) dst[i] = uint8_t(q[2 * i] | q[2 * i + 1] << 4);
+  } else if (bits == 2) {
+    for (int i = 0; i < n / 4; ++i)
+      dst[i] = uint8_t(q[4 * i] | q[4 * i + 1] << 2 | q[4 * i + 2] << 4 | q[4 * i + 3] << 6);
+  } else {
+    uint64_t acc = 0;
+    int nacc = 0;
+    for (int j = 0; j < n; ++j) {
+      acc |= uint64_t(q[j]) << nacc;
+      nacc += bits;
+      while (nacc >= 8) {
+        *dst++ = uint8_t(acc & 0xff);
+        acc >>= 8;
+        nacc -= 8;
+      }
+    }
+  }
+}
+
+// One group: its scale and bias (the rule above) and its codes. Cloned for AVX2 (the library is
+// built for the baseline ISA; convert runs this over every weight): the same IEEE operations in
+// the same order, so both clones give the same bits.
+__attribute__((target_clones("avx2", "default")))
+void affine_group(const float* v, int g, float n_bins, uint8_t* codes, float* scale_out, float* bias_out) {
+  const float eps = 1e-7f;
+  float w_min = std::numeric_limits<float>::infinity();
+  float w_max = -w_min;
+  // Any order of the reduction gives the same extremes (a ±0 extreme's sign changes nothing below).
+#pragma omp simd reduction(max : w_max) reduction(min : w_min)
+  for (int j = 0; j < g; ++j) {
+    w_max = v[j] > w_max ? v[j] : w_max;
+    w_min = v[j] < w_min ? v[j] : w_min;
+  }
+  bool neg = std::abs(w_min) > std::abs(w_max);
+  float scale = std::max((w_max - w_min) / n_bins, eps);
+  scale = neg ? scale : -scale;
+  float edge = neg ? w_min : w_max;
+  float q0 = std::rint(edge / scale);
+  float bias = 0;
+  if (q0 != 0) {
+    scale = edge / q0;
+    bias = edge;
+  }
+  for (int j = 0; j < g; ++j) {
+    float q = std::rint((v[j] - bias) / scale);
+    q = q < 0.0f ? 0.0f : q;
+    q = q > n_bins ? n_bins : q;
+    codes[j] = uint8_t(q);
+  }
+  *scale_out = scale;
+  *bias_out = bias;
+}
+
 PackedTensor affine_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = affine_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales), biases(*l.biases);
   const float n_bins = float((1 << p.bits) - 1);
-  const float eps = 1e-7f;
   const int g = p.group_size;
   const int64_t groups = cols / g;
   const size_t row_bytes = size_t(cols) * size_t(p.bits) / 8;
   uint8_t* out = data.as<uint8_t>();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
+    uint8_t codes[128];  // group sizes 32, 64, 128
     uint8_t* row_out = out + size_t(r) * row_bytes;
     for (int64_t gi = 0; gi < groups; ++gi) {
       const float* v = w + r * cols + gi * g;
-      float w_min = std::numeric_limits<float>::infinity();
-      float w_max = -w_min;
-      for (int j = 0; j < g; ++j) {
-        w_max = std::max(w_max, v[j]);
-        w_min = std::min(w_min, v[j]);
-      }
-      bool neg = std::abs(w_min) > std::abs(w_max);
-      float scale = std::max((w_max - w_min) / n_bins, eps);
-      scale = neg ? scale : -scale;
-      float edge = neg ? w_min : w_max;
-      float q0 = std::rint(edge / scale);
-      float bias = 0;
-      if (q0 != 0) {
-        scale = edge / q0;
-        bias = edge;
-      }
-      // Codes of this group into the row's bit stream; a group is always a whole number of
-      // bytes (32·bits bits at least), so groups never share a byte.
-      uint64_t acc = 0;
-      int nacc = 0;
-      uint8_t* dst = row_out + size_t(gi) * size_t(g) * size_t(p.bits) / 8;
-      for (int j = 0; j < g; ++j) {
-        float q = std::rint((v[j] - bias) / scale);
-        q = std::min(std::max(q, 0.0f), n_bins);
-        acc |= uint64_t(q) << nacc;
-        nacc += p.bits;
-        while (nacc >= 8) {
-          *dst++ = uint8_t(acc & 0xff);
-          acc >>= 8;
-          nacc -= 8;
-        }
-      }
+      float scale, bias;
+      affine_group(v, g, n_bins, codes, &scale, &bias);
+      pack_lsb_first(codes, g, p.bits, row_out + size_t(gi) * size_t(g) * size_t(p.bits) / 8);
       size_t si = size_t(r * groups + gi);
       scales.store_float(si, scale);
       biases.store_float(si, bias);

@@ -29,6 +29,44 @@ PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   return l;
 }
 
+// Cloned for AVX2 (the library is built for the baseline ISA; convert runs these over every
+// weight): the same IEEE operations per element, so both clones give the same bits.
+__attribute__((target_clones("avx2", "default")))
+float block_absmax(const float* w, int64_t len) {
+  float am = 0.0f;
+#pragma omp simd reduction(max : am)
+  for (int64_t i = 0; i < len; ++i) {
+    const float a = std::abs(w[i]);
+    am = a > am ? a : am;
+  }
+  return am;
+}
+
+// Codes of one block: x = w / absmax (a partial block divides, a full one multiplies by the
+// reciprocal, as bitsandbytes' CPU kernel does), clamped to [-1, 1]; its code is order[#{i :
+// mid[i] < x}], which is std::lower_bound's position over the sorted midpoints (ties stay with
+// the lower code) counted without branches.
+__attribute__((target_clones("avx2", "default")))
+void bnb4_block_codes(const float* w, int64_t len, bool partial, float clamped, float inv, const float* mid,
+                      const uint8_t* order, uint8_t* codes) {
+  float x[4096];
+  if (partial)
+    for (int64_t i = 0; i < len; ++i) x[i] = w[i] / clamped;
+  else
+    for (int64_t i = 0; i < len; ++i) x[i] = w[i] * inv;
+  float m[15];
+  for (int k = 0; k < 15; ++k) m[k] = mid[k];
+  for (int64_t i = 0; i < len; ++i) {
+    float v = x[i] < -1.0f ? -1.0f : x[i];
+    v = v > 1.0f ? 1.0f : v;
+    int c = 0;
+#pragma GCC unroll 15
+    for (int k = 0; k < 15; ++k) c += m[k] < v ? 1 : 0;
+    codes[i] = uint8_t(c);
+  }
+  for (int64_t i = 0; i < len; ++i) codes[i] = order[codes[i]];
+}
+
 PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
                            const float* table, const uint8_t* order) {
   PackedLayout l = bnb4_layout(p, rows, cols);
@@ -41,7 +79,6 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   uint8_t* out = data.as<uint8_t>();
   float* absmax = scales.as<float>();
   const float tiny = 1e-38f;
-  // #{i : mid[i] < x}: the first midpoint not below x (ties stay with the lower code).
   auto code_of = [&](float x) { return order[std::lower_bound(mid, mid + 15, x) - mid]; };
   if (n % 2) out[n / 2] = code_of(0.0f);  // the low nibble of the last byte
   const int64_t nblocks = (n + bs - 1) / bs;
@@ -50,19 +87,16 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t b0 = blk * bs;
     const int64_t len = std::min(bs, n - b0);
-    float am = 0.0f;
-    for (int64_t i = 0; i < len; ++i) am = std::max(am, std::abs(w[b0 + i]));
+    const float am = block_absmax(w + b0, len);
     const bool partial = b0 >= full;
     const float clamped = std::max(am, tiny);
-    const float inv = 1.0f / clamped;
     absmax[blk] = partial ? clamped : am;
-    for (int64_t i = 0; i < len; ++i) {
-      float x = partial ? w[b0 + i] / clamped : w[b0 + i] * inv;
-      x = std::min(std::max(x, -1.0f), 1.0f);
-      const uint8_t code = code_of(x);
-      const int64_t k = b0 + i;
-      out[k / 2] |= (k % 2 == 0) ? uint8_t(code << 4) : code;
-    }
+    uint8_t codes[4096];  // blocksize ≤ 4096 (bitsandbytes' largest)
+    bnb4_block_codes(w + b0, len, partial, clamped, 1.0f / clamped, mid, order, codes);
+    uint8_t* dst = out + b0 / 2;  // b0 is even
+    int64_t i = 0;
+    for (; i + 1 < len; i += 2) dst[i / 2] = uint8_t(codes[i] << 4 | codes[i + 1]);
+    if (i < len) dst[i / 2] |= uint8_t(codes[i] << 4);  // odd n: the low nibble is set above
   }
   PackedTensor t;
   t.params = p;

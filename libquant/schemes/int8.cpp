@@ -56,10 +56,44 @@ PackedLayout int8_ct_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   return l;
 }
 
+// The per-group loops below are cloned for AVX2 (the library is built for the baseline ISA and
+// convert runs them over every weight): the same IEEE operations per element, so both clones
+// give the same bits; any order of the max reduction gives the same maximum.
+__attribute__((target_clones("avx2", "default")))
 float group_absmax(const float* v, int64_t n) {
   float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(v[i]));
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::abs(v[i]);
+    m = a > m ? a : m;
+  }
   return m;
+}
+
+// Cider: q = clamp(rint(v / s), -128, 127).
+__attribute__((target_clones("avx2", "default")))
+void int8_codes(const float* v, int64_t n, float s, int8_t* q) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = std::rint(v[i] / s);
+    x = x < -128.0f ? -128.0f : x;
+    q[i] = int8_t(x > 127.0f ? 127.0f : x);
+  }
+}
+
+// compressed-tensors: q = rint(clamp(T(v / s), -128, 127)), the quotient rounded to T first.
+__attribute__((target_clones("avx2", "default")))
+void int8_ct_codes(const float* v, int64_t n, float s, DType T, int8_t* q) {
+  auto code = [](float x) {
+    x = x < -128.0f ? -128.0f : x;
+    return int8_t(std::rint(x > 127.0f ? 127.0f : x));
+  };
+  if (T == DType::BF16) {
+    for (int64_t i = 0; i < n; ++i) q[i] = code(bf16_to_f32(f32_to_bf16(v[i] / s)));
+  } else if (T == DType::F32) {
+    for (int64_t i = 0; i < n; ++i) q[i] = code(v[i] / s);
+  } else {
+    for (int64_t i = 0; i < n; ++i) q[i] = code(round_to(T, v[i] / s));
+  }
 }
 
 PackedTensor finish(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data,
@@ -85,10 +119,7 @@ PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const Sch
       const float* v = w + r * cols + g * gl;
       float s = group_absmax(v, gl) / 127.0f;
       if (s == 0.0f) s = 1.0f;
-      for (int64_t i = 0; i < gl; ++i) {
-        float x = std::rint(v[i] / s);
-        q[r * cols + g * gl + i] = int8_t(std::min(std::max(x, -128.0f), 127.0f));
-      }
+      int8_codes(v, gl, s, q + r * cols + g * gl);
       sc[r * ng + g] = s;
     }
   return finish(p, rows, cols, data, scales);
@@ -121,11 +152,7 @@ PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
       const float* v = w + r * cols + g * gl;
       float s = round_to(T, group_absmax(v, gl) / 127.5f);
       if (s == 0.0f) s = dtype_eps(T);
-      for (int64_t i = 0; i < gl; ++i) {
-        float x = round_to(T, v[i] / s);
-        x = std::rint(std::min(std::max(x, -128.0f), 127.0f));
-        q[r * cols + g * gl + i] = int8_t(x);
-      }
+      int8_ct_codes(v, gl, s, T, q + r * cols + g * gl);
       scales.store_float(size_t(r * ng + g), s);
     }
   return finish(p, rows, cols, data, scales);

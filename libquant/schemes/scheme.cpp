@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -118,12 +119,23 @@ PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const 
                               std::string_view what) {
   validate_scheme(p, rows, cols, what);
   size_t n = size_t(rows) * size_t(cols);
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(w[i]))
-      user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i],
-                 i / size_t(cols), i % size_t(cols));
+  // One branch-free pass (it vectorizes; convert runs it over every weight of the model): any
+  // non-finite value, and any value that is not already a bf16 (then the rounded copy below).
+  uint32_t all_exp = 0, any_low = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &w[i], 4);
+    all_exp |= uint32_t((u & 0x7f800000u) == 0x7f800000u);
+    any_low |= u & 0xffffu;
+  }
+  if (all_exp)
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(w[i]))
+        user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i],
+                   i / size_t(cols), i % size_t(cols));
   const Scheme& s = find_scheme(p.scheme);
-  if (p.dtype == DType::F32) return s.quantize(w, rows, cols, p);
+  // Weights that came from a bf16 tensor are their own bf16 rounding: no copy to round.
+  if (p.dtype == DType::F32 || (p.dtype == DType::BF16 && !any_low)) return s.quantize(w, rows, cols, p);
   std::vector<float> rounded(w, w + n);
   for (float& v : rounded) {
     v = round_to(p.dtype, v);
