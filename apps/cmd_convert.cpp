@@ -2,7 +2,9 @@
 //                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
 //                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
-// writes it in an output layout. The output is built in a temporary
+// writes it in an output layout. Quantized and cast tensors are deferred: the writer makes them
+// a batch at a time as it writes each shard (README "Streaming convert"), so memory does not grow
+// with the model. --dtype defaults to the source's. The output is built in a temporary
 // sibling folder and renamed into place at the end, so --out is either absent, the old
 // contents (on error), or complete.
 #include <unistd.h>

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "formats/tensor.h"
+#include "libquant/schemes/buffer_pool.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::schemes_detail {
@@ -39,9 +40,9 @@ inline float load_float(const Tensor& t, size_t i) {
 // A tensor being filled: bytes for `spec`, zeroed; finish() hands it over as a Tensor.
 struct OutTensor {
   TensorSpec spec;
-  std::vector<uint8_t> bytes;
-  explicit OutTensor(const TensorSpec& s) : spec(s), bytes(s.nbytes(), 0) {}
-  template <typename T> T* as() { return reinterpret_cast<T*>(bytes.data()); }
+  std::shared_ptr<std::vector<uint8_t>> bytes;
+  explicit OutTensor(const TensorSpec& s) : spec(s), bytes(pooled_zero_buffer(s.nbytes())) {}
+  template <typename T> T* as() { return reinterpret_cast<T*>(bytes->data()); }
   // Store fp32 v rounded to the spec's float dtype at element i.
   void store_float(size_t i, float v) {
     switch (spec.dtype) {
@@ -50,7 +51,15 @@ struct OutTensor {
       default: as<float>()[i] = v; break;
     }
   }
-  Tensor finish() { return Tensor::owned_bytes(spec.dtype, spec.shape, std::move(bytes)); }
+  Tensor finish() {
+    Tensor t;
+    t.dtype = spec.dtype;
+    t.shape = spec.shape;
+    t.data = bytes->data();
+    t.nbytes = bytes->size();
+    t.owner = std::move(bytes);
+    return t;
+  }
 };
 
 // torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct).

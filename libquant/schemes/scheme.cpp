@@ -115,12 +115,11 @@ double scheme_bits_per_weight(const SchemeParams& p, int64_t rows, int64_t cols)
   return 8.0 * double(bytes) / double(rows * cols);
 }
 
-PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
-                              std::string_view what) {
-  validate_scheme(p, rows, cols, what);
-  size_t n = size_t(rows) * size_t(cols);
-  // One branch-free pass (it vectorizes; convert runs it over every weight of the model): any
-  // non-finite value, and any value that is not already a bf16 (then the rounded copy below).
+namespace {
+// Whether any of w[0, n) is Inf/NaN; *low gets the OR of the low 16 bits of every value (0: all
+// are bf16 values). Cloned for AVX2: the library is built for the baseline ISA.
+__attribute__((target_clones("avx2", "default")))
+bool any_non_finite(const float* w, size_t n, uint32_t* low) {
   uint32_t all_exp = 0, any_low = 0;
   for (size_t i = 0; i < n; ++i) {
     uint32_t u;
@@ -128,7 +127,19 @@ PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const 
     all_exp |= uint32_t((u & 0x7f800000u) == 0x7f800000u);
     any_low |= u & 0xffffu;
   }
-  if (all_exp)
+  *low = any_low;
+  return all_exp != 0;
+}
+}  // namespace
+
+PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
+                              std::string_view what) {
+  validate_scheme(p, rows, cols, what);
+  size_t n = size_t(rows) * size_t(cols);
+  // One branch-free pass (it vectorizes; convert runs it over every weight of the model): any
+  // non-finite value, and any value that is not already a bf16 (then the rounded copy below).
+  uint32_t any_low = 0;
+  if (any_non_finite(w, n, &any_low))
     for (size_t i = 0; i < n; ++i)
       if (!std::isfinite(w[i]))
         user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i],
