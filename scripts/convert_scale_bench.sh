@@ -20,7 +20,7 @@ declare -A FLAGS=(
 )
 cat "$SRC"/* > /dev/null  # the source in the page cache for every run alike
 for shard in $SHARDS; do
-  for row in affine4-mlx int8-ct nf4-bnb; do
+  for row in ${ROWS:-affine4-mlx int8-ct nf4-bnb}; do
     rm -rf "$WORK/copy" "$WORK/out"
     $PY scripts/peak_mem.py --json "$WORK/cp.json" -- cp -r "$SRC" "$WORK/copy"
     rm -rf "$WORK/copy"
