@@ -1,13 +1,16 @@
 // A barrier for the threads of one OpenMP team that meet many times a millisecond (the decode
-// step: ~4 barriers per layer, a few to tens of microseconds apart). It spins briefly, then
-// sleeps (std::atomic::wait, a futex). OpenMP's own barrier under OMP_WAIT_POLICY=passive (which
-// quanttool sets, apps/main.cpp) sleeps at once, so every meeting pays a kernel wake-up of tens of
-// microseconds; the spin is bounded, so a partner that lost its core on a shared machine costs
-// at most kSpinMicros of spinning before this thread yields the core too.
+// step: ~4 barriers per layer, tens of microseconds apart). OpenMP's own barrier under
+// OMP_WAIT_POLICY=passive (which quanttool sets, apps/main.cpp) sleeps at once, so every meeting
+// pays a kernel wake-up; spinning instead pays off only while the partner is on a core: on a shared
+// machine a partner that lost its core keeps the spinner waiting for a whole time slice, and the
+// spinning takes a core from whoever else would run. So the spin is adaptive, per thread: it
+// covers twice the waits that ended within kMaxSpin (the partner was running), halves after a
+// wait that did not (it was not), and past the budget the thread sleeps (std::atomic::wait, a
+// futex).
 #pragma once
 #include <immintrin.h>
-#include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -17,8 +20,7 @@ namespace qt {
 
 class TeamBarrier {
  public:
-  static inline bool kYield = std::getenv("QT_SPIN_YIELD") != nullptr;
-  static inline int kSpinMicros = std::getenv("QT_SPIN_US") ? std::atoi(std::getenv("QT_SPIN_US")) : 100;
+  static inline int64_t kMaxSpinNs = std::getenv("QT_SPIN_NS") ? std::atoll(std::getenv("QT_SPIN_NS")) : 100'000;
 
   // Every one of the team's n threads calls wait(n); returns once all n have.
   void wait(int n) {
@@ -26,19 +28,31 @@ class TeamBarrier {
     const uint32_t gen = gen_.load(std::memory_order_acquire);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
       arrived_.store(0, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_seq_cst);  // seq_cst with the sleepers_ load: a sleeper is seen, or it sees gen move
+      // seq_cst with the sleepers_ load: either a sleeper is counted here or it sees gen move.
+      gen_.fetch_add(1, std::memory_order_seq_cst);
       if (sleepers_.load(std::memory_order_seq_cst) > 0) gen_.notify_all();
       return;
     }
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+    using clock = std::chrono::steady_clock;
+    thread_local int64_t budget_ns = kMaxSpinNs;
+    const auto t0 = clock::now();
+    const auto until = t0 + std::chrono::nanoseconds(budget_ns);
+    bool done = false;
     for (int i = 0;; ++i) {
-      if (gen_.load(std::memory_order_acquire) != gen) return;
-      if (kYield) sched_yield(); else _mm_pause();
-      if ((kYield || (i & 63) == 63) && std::chrono::steady_clock::now() > until) break;
+      if (gen_.load(std::memory_order_acquire) != gen) {
+        done = true;
+        break;
+      }
+      _mm_pause();
+      if ((i & 31) == 31 && clock::now() >= until) break;
     }
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    while (gen_.load(std::memory_order_seq_cst) == gen) gen_.wait(gen, std::memory_order_seq_cst);
-    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (!done) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      while (gen_.load(std::memory_order_seq_cst) == gen) gen_.wait(gen, std::memory_order_seq_cst);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    const int64_t waited = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
+    budget_ns = waited <= kMaxSpinNs ? std::min(kMaxSpinNs, std::max(budget_ns, 2 * waited)) : budget_ns / 2;
   }
 
  private:

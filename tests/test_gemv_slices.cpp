@@ -5,7 +5,8 @@
 //    the integer schemes (kernels/int8_gemv_avx2.cpp, the VNNI tiles), which equal reference_gemm,
 //    the scalar spec;
 //  * the model's decode step (one OpenMP team, slices and barriers) gives the logits of the
-//    per-Linear path bit for bit, on 1, 2 and 3 threads, f32 and W8A8 with an int8 head.
+//    per-Linear path bit for bit, on 1, 2 and 3 threads, f32 and W8A8 with an int8 head, with the
+//    dense f16 cache (attention shared by the team) and a quantized one (one thread attends).
 #include <omp.h>
 
 #include <algorithm>
@@ -134,11 +135,12 @@ LinearFactory int8_factory() {
 
 // Logits of `steps` single tokens after a prompt; `per_linear` takes the per-Linear path (an
 // observer turns the decode step off).
-std::vector<float> step_logits(LlamaModel& model, const std::vector<int32_t>& prompt, int steps, bool per_linear) {
+std::vector<float> step_logits(LlamaModel& model, const std::vector<int32_t>& prompt, int steps, bool per_linear,
+                               const std::string& kv) {
   model.set_observer(per_linear ? LinearObserver([](const std::string&, const float*, int64_t, int64_t) {})
                                 : LinearObserver());
   const int vocab = int(model.config().vocab);
-  auto cache = model.make_cache(int(prompt.size()) + steps, "f16");
+  auto cache = model.make_cache(int(prompt.size()) + steps, kv);
   std::vector<float> out(size_t(steps) * vocab);
   std::vector<float> row(static_cast<size_t>(vocab));
   model.forward(prompt.data(), int(prompt.size()), 0, *cache, int(prompt.size()) - 1, 1, row.data());
@@ -158,14 +160,17 @@ TEST(DecodeStep, EqualsPerLinearPathBitForBit) {
     Checkpoint ck = load_checkpoint(test::model_gguf());
     const std::vector<int32_t> prompt = ck.tokenizer->encode("The history of the city begins", true);
     LlamaModel model(std::move(ck), int8 ? int8_factory() : dense_linear_factory(Compute::F32));
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      const auto want = step_logits(model, prompt, 4, true);
-      const auto got = step_logits(model, prompt, 4, false);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], want[i]) << (int8 ? "w8a8" : "f32") << " threads " << threads << " at " << i;
-    }
+    // f16: every thread attends to its own heads; kivi (a quantized cache): thread 0 alone.
+    for (const char* kv : {"f16", "kivi:bits=4"})
+      for (int threads : {1, 2, 3}) {
+        if (std::string(kv) != "f16" && threads != 2) continue;
+        omp_set_num_threads(threads);
+        const auto want = step_logits(model, prompt, 4, true, kv);
+        const auto got = step_logits(model, prompt, 4, false, kv);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << (int8 ? "w8a8" : "f32") << " " << kv << " threads " << threads << " at " << i;
+      }
   }
   omp_set_num_threads(saved);
 }

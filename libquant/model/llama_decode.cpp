@@ -4,7 +4,8 @@
 // SmolLM2), and at one token a fork's wake-ups cost as much as a small projection's arithmetic.
 // Per layer, thread t of T:
 //   own RMSNorm of x (a private copy: cheaper than a barrier) → its q, k, v rows       | barrier
-//   thread 0: q/k norm, RoPE, cache append, attention (the KVCache runs all heads)     | barrier
+//   thread 0: q/k norm, RoPE, cache append                                             | barrier
+//   its heads of the attention (dense caches; a quantized one: thread 0, all heads)    | barrier
 //   its o rows, added into x                                                           | barrier
 //   own RMSNorm → its gate and up rows (the same slices) → SwiGLU of those rows        | barrier
 //   its down rows, added into x                                                        | barrier
@@ -55,70 +56,91 @@ void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* lo
   // barrier (skipping the work), and it is rethrown after the team ends.
   std::exception_ptr error;
   std::atomic<bool> failed{false};
-#pragma omp parallel num_threads(num_threads())
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    thread_local std::vector<float> xn_buf;
-    xn_buf.resize(size_t(H));
-    float* xn = xn_buf.data();
-    auto step = [&](auto&& work) {
-      if (failed.load(std::memory_order_relaxed)) return;
-      try {
-        work();
-      } catch (...) {
+  auto step = [&](auto&& work) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    try {
+      work();
+    } catch (...) {
 #pragma omp critical(qt_decode_error)
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    };
-    auto sync = [&] { barrier.wait(T); };
-    // y[rows of this thread's slice] += delta (the residual add, x shared by the team).
-    auto add_rows = [&](float* y, const float* delta, RowSlice rs) {
-      for (int64_t i = rs.r0; i < rs.r1; ++i) y[i] += delta[i];
-    };
-
-    for (const auto& Lp : layers_) {
-      const Layer& L = *Lp;
-      const int l = int(&Lp - layers_.data());
-      step([&] {
-        ops::rmsnorm(x, H, L.attn_norm.data(), xn, H, 1, H, c.rms_eps);
-        L.wq->gemv_slice(xn, t, T, q);
-        L.wk->gemv_slice(xn, t, T, k);
-        L.wv->gemv_slice(xn, t, T, v);
-      });
-      sync();
-      if (t == 0)
-        step([&] {
-          if (c.qk_norm) {
-            ops::rmsnorm(q, D, L.q_norm.data(), q, D, c.n_heads, D, c.rms_eps);
-            ops::rmsnorm(k, D, L.k_norm.data(), k, D, c.n_kv_heads, D, c.rms_eps);
-          }
-          ops::rope(q, Q, 1, c.n_heads, D, pos, rope_);
-          ops::rope(k, KV, 1, c.n_kv_heads, D, pos, rope_);
-          cache.append(l, k, v, 1, pos);
-          cache.attend(l, q, 1, pos, att);
-        });
-      sync();
-      step([&] { add_rows(x, xb, L.wo->gemv_slice(att, t, T, xb)); });
-      sync();
-      step([&] {
-        ops::rmsnorm(x, H, L.ffn_norm.data(), xn, H, 1, H, c.rms_eps);
-        const RowSlice g = L.gate->gemv_slice(xn, t, T, hb);
-        const RowSlice u = L.up->gemv_slice(xn, t, T, hb2);
-        if (g.r0 != u.r0 || g.r1 != u.r1 || (g.r0 % kSwigluAlign && g.r0 != g.r1))
-          throw std::logic_error("decode step: gate and up slices differ or are not aligned");
-        ops::swiglu(hb + g.r0, hb2 + g.r0, hb + g.r0, 1, g.r1 - g.r0);
-      });
-      sync();
-      step([&] { add_rows(x, xb, L.down->gemv_slice(hb, t, T, xb)); });
-      sync();
+      if (!error) error = std::current_exception();
+      failed = true;
     }
+  };
+  // y[rows of this thread's slice] += delta (the residual add, x shared by the team).
+  auto add_rows = [](float* y, const float* delta, RowSlice rs) {
+    for (int64_t i = rs.r0; i < rs.r1; ++i) y[i] += delta[i];
+  };
+  // The phases of layer l on thread t of T; xn is the thread's own normed copy of x.
+  auto before_attention = [&](int l, int t, int T, float* xn) {
+    const Layer& L = *layers_[size_t(l)];
+    step([&] {
+      ops::rmsnorm(x, H, L.attn_norm.data(), xn, H, 1, H, c.rms_eps);
+      L.wq->gemv_slice(xn, t, T, q);
+      L.wk->gemv_slice(xn, t, T, k);
+      L.wv->gemv_slice(xn, t, T, v);
+    });
+    barrier.wait(T);
+    if (t == 0)
+      step([&] {
+        if (c.qk_norm) {
+          ops::rmsnorm(q, D, L.q_norm.data(), q, D, c.n_heads, D, c.rms_eps);
+          ops::rmsnorm(k, D, L.k_norm.data(), k, D, c.n_kv_heads, D, c.rms_eps);
+        }
+        ops::rope(q, Q, 1, c.n_heads, D, pos, rope_);
+        ops::rope(k, KV, 1, c.n_kv_heads, D, pos, rope_);
+        cache.append(l, k, v, 1, pos);
+      });
+  };
+  auto after_attention = [&](int l, int t, int T, float* xn) {
+    const Layer& L = *layers_[size_t(l)];
+    step([&] { add_rows(x, xb, L.wo->gemv_slice(att, t, T, xb)); });
+    barrier.wait(T);
+    step([&] {
+      ops::rmsnorm(x, H, L.ffn_norm.data(), xn, H, 1, H, c.rms_eps);
+      const RowSlice g = L.gate->gemv_slice(xn, t, T, hb);
+      const RowSlice u = L.up->gemv_slice(xn, t, T, hb2);
+      if (g.r0 != u.r0 || g.r1 != u.r1 || (g.r0 % kSwigluAlign && g.r0 != g.r1))
+        throw std::logic_error("decode step: gate and up slices differ or are not aligned");
+      ops::swiglu(hb + g.r0, hb2 + g.r0, hb + g.r0, 1, g.r1 - g.r0);
+    });
+    barrier.wait(T);
+    step([&] { add_rows(x, xb, L.down->gemv_slice(hb, t, T, xb)); });
+    barrier.wait(T);
+  };
+  auto head = [&](int t, int T, float* xn) {
     if (logits)
       step([&] {
         ops::rmsnorm(x, H, final_norm_.data(), xn, H, 1, H, c.rms_eps);
         lm_head_->gemv_slice(xn, t, T, logits);
       });
-  }
+  };
+  // body(t, T, xn) on every thread of one team.
+  auto team = [&](auto&& body) {
+#pragma omp parallel num_threads(num_threads())
+    {
+      thread_local std::vector<float> xn;
+      xn.resize(size_t(H));
+      body(omp_get_thread_num(), omp_get_num_threads(), xn.data());
+    }
+  };
+  // The dense caches' attend only reads the cache (ops::attention), so every thread may call it
+  // for its own heads; a quantized cache may keep scratch state, so one thread runs it whole.
+  const bool shared_attend = cache.name() == "f16" || cache.name() == "f32";
+  team([&](int t, int T, float* xn) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      before_attention(l, t, T, xn);
+      barrier.wait(T);
+      if (shared_attend) {
+        ops::ShareAttention share(t, T);
+        step([&] { cache.attend(l, q, 1, pos, att); });
+      } else if (t == 0) {
+        step([&] { cache.attend(l, q, 1, pos, att); });
+      }
+      barrier.wait(T);
+      after_attention(l, t, T, xn);
+    }
+    head(t, T, xn);
+  });
   if (error) std::rethrow_exception(error);
 }
 
