@@ -12,6 +12,11 @@ namespace {
 
 #define QT_AVX2 __attribute__((target("avx2")))
 
+// Each 64-byte line of the rows kPrefetch blocks of 4 rows ahead is asked for while this block
+// runs: a thread's rows are one sequential stream, yet on the device machine's Xeon (AVX2 level,
+// 2 threads) SmolLM2's W8A8 decode went from 60-71 to 91-118 tok/s (1, 2 and 4 blocks alike).
+constexpr int64_t kPrefetch = 2;
+
 // Σ of each of four int32 ymm: lane r of the result is row r's sum (exact: int32 adds).
 QT_AVX2 inline __m128i hsum4_epi32(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
   const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
@@ -32,6 +37,8 @@ QT_AVX2 void rows(const int8_t* q, const float* s, int64_t k, int64_t gl, const 
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
     for (int64_t kk = g * gl; kk < (g + 1) * gl; kk += 32) {
       const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kk));
+      if (((kk - g * gl) & 63) == 0)
+        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetch * 4 * k + kk), _MM_HINT_T0);
       for (int r = 0; r < R; ++r) {
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + kk));
         const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(av, w));
