@@ -1,15 +1,17 @@
 // A barrier for the threads of one OpenMP team that meet many times a millisecond (the decode
-// step: ~4 barriers per layer, tens of microseconds apart). OpenMP's own barrier under
+// step: 5 barriers a layer, tens of microseconds apart). OpenMP's own barrier under
 // OMP_WAIT_POLICY=passive (which quanttool sets, apps/main.cpp) sleeps at once, so every meeting
-// pays a kernel wake-up; spinning instead pays off only while the partner is on a core: on a shared
+// pays a kernel wake-up; spinning pays off only while the partner is on a core: on a shared
 // machine a partner that lost its core keeps the spinner waiting for a whole time slice, and the
 // spinning takes a core from whoever else would run. So the spin is adaptive, per thread: it
 // covers twice the waits that ended within kMaxSpinNs (the partner was running), halves after a
-// wait that did not (it was not), and past the budget the thread sleeps on a futex. Not
-// std::atomic::wait: libstdc++'s spins with sched_yield first, and on a loaded machine each yield
-// hands the core to another process for a time slice while the partner may already have arrived
-// (measured: 1 tok/s against 10 for the per-Linear forks at a load of 12 on 2 cores). 30 us: on this 2-core machine under other engineers' load, 100 us of spinning made the
-// decode step 12% slower than sleeping at once, 30 us was as fast (medians of 5 alternated runs).
+// wait that did not (it was not), and past the budget the thread sleeps on a futex.
+// 30 us: on this 2-core machine under other engineers' load, 100 us of spinning made the decode
+// step 12% slower than sleeping at once, 30 us was as fast (medians of 5 alternated runs).
+// Not std::atomic::wait: libstdc++'s spins with sched_yield first, and on a loaded machine each
+// yield hands the core to another process for a time slice while the partner may already have
+// arrived (measured: 1-2 tok/s against 10 for the per-Linear forks at a load of 12 on 2 cores;
+// 21 with the futex).
 #pragma once
 #include <immintrin.h>
 #include <linux/futex.h>
