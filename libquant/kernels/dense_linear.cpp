@@ -138,6 +138,34 @@ class DenseLinear final : public Linear {
     }
   }
 
+  // One token over whole panels [p0, p1): the family's tile at one row is already a GEMV that
+  // streams each panel once (k-major, NR features per load), so the decode step needs no other
+  // kernel — what it saves is the fork and the shared work counter of forward().
+  bool has_gemv_slices() const override { return fam_ != nullptr; }
+  RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
+    const Family& f = *fam_;
+    const int64_t panels = (n_ + f.nr - 1) / f.nr;
+    const int64_t p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
+    if (p0 >= p1) return {std::min(n_, p0 * f.nr), std::min(n_, p0 * f.nr)};
+    const auto& tune = kernels::tuning();
+    Plan pl;
+    pl.kp = f.k_padded(k_);
+    pl.kc = tune.kc ? tune.kc : f.kc;
+    pl.a = x;
+    pl.lda = k_;
+    if (f.convert_a) {
+      void* a = scratch().reserve(size_t(pl.kp) * size_t(f.a_bytes));
+      f.convert_rows(x, 1, k_, a);
+      pl.a = a;
+      pl.lda = pl.kp;
+    }
+    pl.m = 1;
+    pl.rblocks = 1;
+    pl.mcb = 1;
+    run_tiles(f, pl, p0, p1, y, bias_.empty() ? nullptr : bias_.data());
+    return {p0 * f.nr, std::min(n_, p1 * f.nr)};
+  }
+
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
   size_t weight_bytes() const override {

@@ -135,6 +135,16 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_row_u8(const float* x,
 
 }  // namespace
 
+void quantize_token_u8_vnni(const float* x, int64_t k, uint8_t* au, float* sx) { quantize_row_u8(x, k, au, sx); }
+
+void gemv_u8_vnni(const Int8Vnni& w, const uint8_t* au, float sx, int64_t p0, int64_t p1, float* y) {
+  for (int64_t p = p0; p < p1; p += kNP) {
+    const int panels = int(std::min<int64_t>(kNP, p1 - p));
+    const int cols = int(std::min<int64_t>(16, w.n - (p + panels - 1) * 16));
+    kTiles[1][panels](w, p, au, w.k, &sx, y, w.n, __mmask16((1u << cols) - 1));
+  }
+}
+
 void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y) {
   thread_local std::vector<uint8_t> au;
   thread_local std::vector<float> sx;

@@ -32,4 +32,10 @@ void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y);
 // The GEMM on quantized activations: au = the codes + 128 as bytes, sx their scales.
 void gemm_u8_vnni(const Int8Vnni& w, const uint8_t* au, const float* sx, int64_t m, float* y);
 
+// The decode step's pieces, single-threaded: one token's codes + 128 (quantize_activations_int8's
+// bytes, flipped) and its scale; then y over panels [p0, p1) by the GEMM's own tiles at one row
+// (the same bits as gemm_u8_vnni).
+void quantize_token_u8_vnni(const float* x, int64_t k, uint8_t* au, float* sx);
+void gemv_u8_vnni(const Int8Vnni& w, const uint8_t* au, float sx, int64_t p0, int64_t p1, float* y);
+
 }  // namespace qt::kernels

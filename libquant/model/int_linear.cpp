@@ -20,6 +20,7 @@
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/int8_avx2.h"
+#include "libquant/kernels/int8_gemv_avx2.h"
 #include "libquant/kernels/int8_vnni.h"
 #include "libquant/model/packed_linear.h"
 #include "libquant/parallel.h"
@@ -87,6 +88,39 @@ class IntLinear final : public Linear {
     if (!bias_.empty())
       for (int64_t t = 0; t < m; ++t)
         for (int64_t n = 0; n < n_; ++n) y[t * n_ + n] += bias_[size_t(n)];
+  }
+
+  // The decode step's slice (linear.h): the token quantized on this thread (a few hundred values,
+  // cheaper than sharing it), then the VNNI tiles over whole panels or the AVX2 GEMV over rows —
+  // the kernels forward() would pick, at one token.
+  bool has_gemv_slices() const override {
+    return act_ != ActMode::None &&
+           (!vnni_.panels.empty() || (kernel_level() >= KernelLevel::AVX2 && kernels::int8_avx2_supports(gl_)));
+  }
+  RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
+    RowSlice rs;
+    if (!vnni_.panels.empty()) {
+      thread_local std::vector<uint8_t> au;
+      au.resize(size_t(k_));
+      float sx;
+      kernels::quantize_token_u8_vnni(x, k_, au.data(), &sx);
+      const int64_t p0 = vnni_.n_panels * part / parts, p1 = vnni_.n_panels * (part + 1) / parts;
+      kernels::gemv_u8_vnni(vnni_, au.data(), sx, p0, p1, y);
+      rs = {std::min(n_, p0 * 16), std::min(n_, p1 * 16)};
+    } else {
+      thread_local std::vector<int8_t> a;
+      a.resize(size_t(k_));
+      float sx;
+      kernels::quantize_activations_int8_avx2(x, 1, k_, a.data(), &sx);
+      // Slices of whole 16-row blocks (the last ends at n): the SwiGLU after gate/up runs on
+      // each thread's own rows and takes the whole row's path from a multiple of 16.
+      const int64_t blocks = (n_ + 15) / 16;
+      rs = {std::min(n_, blocks * part / parts * 16), std::min(n_, blocks * (part + 1) / parts * 16)};
+      kernels::gemv_s8s8_avx2(q_.data(), s_.data(), k_, gl_, a.data(), sx, rs.r0, rs.r1, y);
+    }
+    if (!bias_.empty())
+      for (int64_t n = rs.r0; n < rs.r1; ++n) y[n] += bias_[size_t(n)];
+    return rs;
   }
 
   // Row r as dequantize_weights gives it (an int8/int4 embedding table tied to the output head).

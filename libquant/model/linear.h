@@ -12,6 +12,11 @@ namespace qt {
 
 enum class Compute { F32, BF16 };
 
+// Output rows [r0, r1) of a Linear.
+struct RowSlice {
+  int64_t r0 = 0, r1 = 0;
+};
+
 class Linear {
  public:
   virtual ~Linear() = default;
@@ -29,6 +34,16 @@ class Linear {
   // Linears compute from the stored codes); false when it made its own copy (dense panels, the
   // integer kernels' repacked codes), so a loader may release the source (release_pages).
   virtual bool borrows_weights() const { return false; }
+
+  // One token, one slice of the output rows: the M = 1 step of a decode team (llama_decode.cpp),
+  // where every thread of an OpenMP team the caller already holds computes its own slice — no
+  // Linear forks threads of its own, and there is no fork per Linear. The rows are cut into
+  // `parts` slices the kernel can compute alone (dense: whole panels); slice `part` is written
+  // into y (the whole output vector; other rows untouched, bias included) and returned. The same
+  // shape and `parts` always give the same slices. Single-threaded; the same bits as forward().
+  // Linears without such a kernel return false from has_gemv_slices (gemv_slice then throws).
+  virtual bool has_gemv_slices() const { return false; }
+  virtual RowSlice gemv_slice(const float* x, int part, int parts, float* y) const;
 };
 
 // Dense weights w: [out, in] row-major fp32 (HF layout), packed for the fastest kernel of the

@@ -6,15 +6,10 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "libquant/model/llama_layer.h"
 #include "libquant/schemes/packed_io.h"
 
 namespace qt {
-
-struct LlamaModel::Layer {
-  std::string prefix;  // "model.layers.N."
-  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;
-  std::unique_ptr<Linear> wq, wk, wv, wo, gate, up, down;
-};
 
 LinearFactory dense_linear_factory(Compute compute) {
   return [compute](const std::string& name, const Tensor& w, const Tensor* bias) {
@@ -208,6 +203,7 @@ void LlamaModel::forward(const int32_t* tokens, int n, int pos0, KVCache& cache,
                          int n_out, float* logits) {
   if (out_first < 0 || n_out < 0 || out_first + n_out > n)
     user_error("forward: output rows {}..{} outside the batch of {}", out_first, out_first + n_out, n);
+  if (n == 1 && decode_ready()) return forward_token(tokens[0], pos0, cache, n_out == 1 ? logits : nullptr);
   const float* h = forward_hidden(tokens, n, pos0, cache);
   if (n_out > 0) output_head(h + int64_t(out_first) * cfg_.hidden, n_out, logits);
 }

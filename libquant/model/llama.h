@@ -101,6 +101,11 @@ class LlamaModel {
               int64_t n, float* y);
   void embed(const int32_t* tokens, int n, float* x) const;
   void ensure_scratch(int n);
+  // The decode step (llama_decode.cpp): one token in one OpenMP team, every Linear's rows cut
+  // between the threads (Linear::gemv_slice). Used by forward() for a single token when every
+  // Linear has slices and no observer is set; logits may be null (no output head).
+  bool decode_ready() const;
+  void forward_token(int32_t token, int pos, KVCache& cache, float* logits);
 
   ModelConfig cfg_;
   Tensor embedding_;  // [vocab, hidden], any float dtype, shared with the checkpoint; or, when

@@ -15,6 +15,12 @@
 
 namespace qt::ops {
 
+// The task slice of the calling thread when a ShareAttention is alive (parts 0: none).
+struct AttentionShare {
+  int part = 0, parts = 0;
+};
+inline thread_local AttentionShare attention_share;
+
 // All standard headers are included above: the target pragmas below must only apply to the
 // functions of ops_impl.inc.
 namespace lvl_scalar {
@@ -142,6 +148,9 @@ double kl_row(const float* base, double lse_base, const float* test, double lse_
 }
 
 void exp_inplace(float* x, int64_t n) { QT_OPS_DISPATCH(exp_span(x, n)); }
+
+ShareAttention::ShareAttention(int part, int parts) { attention_share = {part, parts}; }
+ShareAttention::~ShareAttention() { attention_share = {}; }
 
 void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
                int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,

@@ -91,6 +91,19 @@ void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_h
                int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
                int64_t out_stride);
 
+// For a team that already holds the threads (the decode step, llama_decode.cpp): while a
+// ShareAttention lives on a thread, attention() called on that thread computes only slice `part`
+// of `parts` of its (head, row block) tasks, on that thread, instead of forking a team over all
+// of them; each thread of the team calls it with its own part, and together they write every
+// head once. The same bits per head as the forking call.
+class ShareAttention {
+ public:
+  ShareAttention(int part, int parts);
+  ~ShareAttention();
+  ShareAttention(const ShareAttention&) = delete;
+  ShareAttention& operator=(const ShareAttention&) = delete;
+};
+
 // Scalar reference of the same computation (double accumulation, std::exp): the spec the
 // vectorized kernels are tested against.
 void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,

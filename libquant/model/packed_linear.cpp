@@ -11,6 +11,10 @@ void Linear::dequantize_row(int64_t, float*) const {
   throw std::logic_error("dequantize_row is not implemented for a " + kind() + " Linear");
 }
 
+RowSlice Linear::gemv_slice(const float*, int, int, float*) const {
+  throw std::logic_error("gemv_slice is not implemented for a " + kind() + " Linear");
+}
+
 std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias,
                                            const PackedLinearOptions& opt) {
   check_packed(w, "packed weight");
