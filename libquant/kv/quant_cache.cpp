@@ -81,6 +81,7 @@ class QuantCache final : public KVCache {
     ctx.head_dim = s.head_dim;
     ctx.seed = c.seed;
     if (!c.artifacts.empty()) ctx.artifacts = kv::Artifacts::load(c.artifacts, s.head_dim, c.seed);
+    if (int(s.rope_inv_freq.size()) * 2 == s.head_dim) ctx.rope = kv::RopeAngles::make(s.rope_inv_freq, s.max_ctx);
     cap_ = s.max_ctx;
     const int H = s.n_kv_heads, D = s.head_dim;
     layers_.resize(s.n_layers);
@@ -236,7 +237,7 @@ class QuantCache final : public KVCache {
         thread_local std::vector<float> x;
         x.resize(size_t(st.G) * D);
         for (int t = 0; t < st.G; ++t) token(st, h, g * st.G + t, src, p0, x.data() + size_t(t) * D);
-        st.codec->for_head(h).encode(x.data(), D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
+        st.codec->for_head(h).encode_at(x.data(), D, g * st.G, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
       }
     st.encoded = g1 * st.G;
   }
