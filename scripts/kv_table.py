@@ -86,6 +86,15 @@ ROWS += [
     ("kivi2-ktq4", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4 --kv-residual 0",
      "keys KIVI-2 (G=32, r=0), values turboquant_mse-4"),
     ("kivi2-ktq4-r128", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4", "keys KIVI-2 with its R=128 window"),
+    # CommVQ (issue 18 part B): residual VQ of the pre-RoPE keys, RoPE-commuting codeword pairs
+    ("commvq2-ktq4", "--kv-k commvq:bits=2 --kv-v turboquant_mse:bits=4",
+     "keys CommVQ-2 (16 stages of 256 codewords, pre-RoPE, RoPE at score time), values turboquant_mse-4"),
+    ("commvq3-ktq4", "--kv-k commvq:bits=3 --kv-v turboquant_mse:bits=4",
+     "keys CommVQ-3 (24 stages: KIVI-2 keys' bytes), values turboquant_mse-4"),
+    ("commvq2free-ktq4", "--kv-k commvq:bits=2,comm=0 --kv-v turboquant_mse:bits=4",
+     "CommVQ-2 keys without the RoPE-commuting projection (ablation)"),
+    ("commvq0.25-ktq4", "--kv-k commvq:bits=0.25 --kv-v turboquant_mse:bits=4",
+     "the seed's 64x keys at d = 64: 2 stages of 256 codewords (16 bits per key)"),
     ("spectral-3", "--kv spectral:bits=3", "calibrated PCA rotation, greedy bits, empirical Lloyd-Max"),
     ("spectral3-ktq3", "--kv-k spectral:bits=3 --kv-v turboquant_mse:bits=3", "keys SpectralQuant-3, values turboquant_mse-3"),
 ]

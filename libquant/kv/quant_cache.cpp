@@ -172,7 +172,7 @@ class QuantCache final : public KVCache {
     for (int h = 0; h < H; ++h)
       for (int64_t p = from; p < st.encoded; ++p) {
         token(st, h, p, src, p0, x.data());
-        st.codec->reconstruct(st.codes.data() + size_t(h) * groups_cap(st) * gb, p, xr.data());
+        st.codec->for_head(h).reconstruct(st.codes.data() + size_t(h) * groups_cap(st) * gb, p, xr.data());
         double e = 0, n2 = 0, r2 = 0, dot = 0;
         for (int d = 0; d < D; ++d) {
           e += double(x[d] - xr[d]) * (x[d] - xr[d]);
