@@ -79,6 +79,12 @@ class Codec {
     (void)pos;
     encode(x, stride, out);
   }
+  // Per-token codecs (token_group() == 1): n tokens at positions pos0 …, rows d floats apart, into
+  // n · group_bytes() bytes; the same bytes as encode_at token by token (codecs that share work
+  // across tokens — CommVQ's codebook passes — override it).
+  virtual void encode_tokens_at(const float* x, int n, int64_t pos0, uint8_t* out) const {
+    for (int t = 0; t < n; ++t) encode_at(x + int64_t(t) * d_, d_, pos0 + t, out + size_t(t) * group_bytes());
+  }
   // Decodes positions j0 … j0+n−1 of one head's code array (groups back to back) into domain
   // vectors: out[i * domain_dim() + c].
   virtual void decode(const uint8_t* codes, int64_t j0, int n, float* out) const = 0;

@@ -22,6 +22,7 @@
 // of a 512-token chunk, so keys are decoded (the arithmetic is the same up to rounding order).
 // Values: the paper's learned value encoder is not built; commvq encodes keys only (pair it with
 // another method for values, e.g. --kv-v turboquant_mse:bits=4).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -75,6 +76,42 @@ int nearest_codeword(const float* r, const float* ct, const float* cn, int k, in
   return best;
 }
 
+// The nearest codeword (ties to the lowest index) of kRows residual rows among k (a multiple of
+// 16; centroid-major ct[i·k + c], ‖c‖² in cn), given m2[t·d + i] = −2·r_t[i]: dist = ‖c‖² +
+// Σ_i m2_i·c_i, the same sums in the same order as nearest_codeword, 16 codewords × kRows rows
+// held in registers while the dims stream by (a stage's codebook is read once per kRows rows).
+constexpr int kRows = 6;
+typedef float v8 __attribute__((vector_size(32)));
+
+__attribute__((target_clones("avx2", "default")))
+void nearest_rows(const float* m2, int d, const float* ct, const float* cn, int k, int* best) {
+  float bestd[kRows];
+  for (int t = 0; t < kRows; ++t) best[t] = 0, bestd[t] = INFINITY;
+  for (int c0 = 0; c0 < k; c0 += 16) {
+    v8 a[kRows][2];
+    v8 n0, n1;
+    __builtin_memcpy(&n0, cn + c0, 32);
+    __builtin_memcpy(&n1, cn + c0 + 8, 32);
+    for (int t = 0; t < kRows; ++t) a[t][0] = n0, a[t][1] = n1;
+    for (int i = 0; i < d; ++i) {
+      v8 w0, w1;
+      __builtin_memcpy(&w0, ct + size_t(i) * k + c0, 32);
+      __builtin_memcpy(&w1, ct + size_t(i) * k + c0 + 8, 32);
+      for (int t = 0; t < kRows; ++t) {
+        const float x = m2[size_t(t) * d + i];
+        const v8 xv = {x, x, x, x, x, x, x, x};
+        a[t][0] += xv * w0;
+        a[t][1] += xv * w1;
+      }
+    }
+    for (int t = 0; t < kRows; ++t)
+      for (int j = 0; j < 16; ++j) {
+        const float v = a[t][j >> 3][j & 7];
+        if (v < bestd[t]) bestd[t] = v, best[t] = c0 + j;
+      }
+  }
+}
+
 class CommVQHead final : public Codec {
  public:
   CommVQHead(int d, int n, int cb, std::vector<float> codebooks, std::shared_ptr<const RopeAngles> rope, std::string name)
@@ -94,25 +131,46 @@ class CommVQHead final : public Codec {
   void encode(const float*, int64_t, uint8_t*) const override {
     throw std::logic_error(name_ + ": encodes at a position (encode_at): keys are stored before RoPE");
   }
-  // The pre-RoPE key's codes: stage by stage, the nearest codeword of the residual.
-  void encode_pre(const float* x, uint8_t* codes) const {
-    float r[1024], dist[256];
-    std::memcpy(r, x, sizeof(float) * d_);
+  // n pre-RoPE keys (rows d apart, overwritten by their final residuals) into codes[t·n_ + s]:
+  // stage by stage, each row's nearest codeword of its running residual.
+  void encode_pre(float* R, int n, uint8_t* codes) const {
+    float dist[256], m2[kRows * 1024];
     for (int s = 0; s < n_; ++s) {
-      const int c = nearest_codeword(r, ct_.data() + size_t(s) * d_ * k_, cn_.data() + size_t(s) * k_, k_, d_, dist);
-      codes[s] = uint8_t(c);
-      const float* w = C_.data() + (size_t(s) * k_ + c) * d_;
-      for (int i = 0; i < d_; ++i) r[i] -= w[i];
+      const float* ct = ct_.data() + size_t(s) * d_ * k_;
+      const float* cn = cn_.data() + size_t(s) * k_;
+      for (int t0 = 0; t0 < n; t0 += kRows) {
+        const int nt = std::min(kRows, n - t0);
+        int best[kRows];
+        if (k_ % 16 == 0) {  // a short last block repeats its first row
+          for (int t = 0; t < kRows; ++t) {
+            const float* r = R + size_t(t0 + (t < nt ? t : 0)) * d_;
+            for (int i = 0; i < d_; ++i) m2[size_t(t) * d_ + i] = -2.0f * r[i];
+          }
+          nearest_rows(m2, d_, ct, cn, k_, best);
+        } else {
+          for (int t = 0; t < nt; ++t) best[t] = nearest_codeword(R + size_t(t0 + t) * d_, ct, cn, k_, d_, dist);
+        }
+        for (int t = 0; t < nt; ++t) {
+          codes[size_t(t0 + t) * n_ + s] = uint8_t(best[t]);
+          const float* w = C_.data() + (size_t(s) * k_ + best[t]) * d_;
+          float* r = R + size_t(t0 + t) * d_;
+          for (int i = 0; i < d_; ++i) r[i] -= w[i];
+        }
+      }
     }
   }
-  void encode_at(const float* x, int64_t, int64_t pos, uint8_t* out) const override {
-    float pre[1024];
-    rope_->rotate(x, pos, pre, /*inverse=*/true);
-    uint8_t codes[256];
-    encode_pre(pre, codes);
-    std::memset(out, 0, group_bytes());
-    pack_codes(out, 0, n_, cb_, codes);
+  void encode_tokens_at(const float* x, int n, int64_t pos0, uint8_t* out) const override {
+    thread_local std::vector<float> R;
+    thread_local std::vector<uint8_t> codes;
+    R.resize(size_t(n) * d_);
+    codes.resize(size_t(n) * n_);
+    for (int t = 0; t < n; ++t) rope_->rotate(x + size_t(t) * d_, pos0 + t, R.data() + size_t(t) * d_, /*inverse=*/true);
+    encode_pre(R.data(), n, codes.data());
+    const size_t gb = group_bytes();
+    std::memset(out, 0, size_t(n) * gb);
+    for (int t = 0; t < n; ++t) pack_codes(out + size_t(t) * gb, 0, n_, cb_, codes.data() + size_t(t) * n_);
   }
+  void encode_at(const float* x, int64_t, int64_t pos, uint8_t* out) const override { encode_tokens_at(x, 1, pos, out); }
   // The pre-RoPE reconstruction Σ_s C_s[code_s] of one token's codes.
   void sum_codewords(const uint8_t* p, float* y) const {
     uint8_t codes[256];

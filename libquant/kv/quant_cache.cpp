@@ -231,6 +231,21 @@ class QuantCache final : public KVCache {
     const int H = shape_.n_kv_heads, D = shape_.head_dim;
     const size_t gb = st.codec->group_bytes();
     const int64_t g0 = st.encoded / st.G, g1 = b / st.G;
+    if (st.G == 1) {  // per-token codecs: runs of up to 64 tokens per call (codecs may share work across them)
+      constexpr int64_t kRun = 64;
+      const int64_t runs = (g1 - g0 + kRun - 1) / kRun;
+#pragma omp parallel for schedule(static) collapse(2) if ((g1 - g0) * H > 8)
+      for (int h = 0; h < H; ++h)
+        for (int64_t r = 0; r < runs; ++r) {
+          const int64_t a = g0 + r * kRun, n = std::min(kRun, g1 - a);
+          thread_local std::vector<float> x;
+          x.resize(size_t(n) * D);
+          for (int64_t t = 0; t < n; ++t) token(st, h, a + t, src, p0, x.data() + size_t(t) * D);
+          st.codec->for_head(h).encode_tokens_at(x.data(), int(n), a, st.codes.data() + (size_t(h) * groups_cap(st) + a) * gb);
+        }
+      st.encoded = g1;
+      return;
+    }
 #pragma omp parallel for schedule(static) collapse(2) if ((g1 - g0) * H > 8)
     for (int h = 0; h < H; ++h)
       for (int64_t g = g0; g < g1; ++g) {
