@@ -93,6 +93,8 @@ ROWS += [
      "keys CommVQ-3 (24 stages: KIVI-2 keys' bytes), values turboquant_mse-4"),
     ("commvq2c4-ktq4", "--kv-k commvq:bits=2,cb=4 --kv-v turboquant_mse:bits=4",
      "keys CommVQ-2 with 4-bit codebooks (32 stages of 16 codewords: an 8x cheaper encoder)"),
+    ("commvq2c4free-ktq4", "--kv-k commvq:bits=2,cb=4,comm=0 --kv-v turboquant_mse:bits=4",
+     "CommVQ-2 cb=4 keys without the RoPE-commuting projection (ablation)"),
     ("commvq2free-ktq4", "--kv-k commvq:bits=2,comm=0 --kv-v turboquant_mse:bits=4",
      "CommVQ-2 keys without the RoPE-commuting projection (ablation)"),
     ("commvq0.25-ktq4", "--kv-k commvq:bits=0.25 --kv-v turboquant_mse:bits=4",
