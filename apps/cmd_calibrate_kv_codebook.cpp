@@ -12,18 +12,23 @@
 #include "formats/mapped_file.h"
 #include "libquant/kv/calibrated.h"
 #include "libquant/kv/codec.h"
+#include "libquant/kv/codecs.h"
 #include "libquant/model/llama.h"
 
 namespace qt {
 
 int run_kv_codebook(const std::string& kv_text, const std::string& model_path, const std::string& text, const std::string& out,
                     int ctx, int chunks, uint64_t seed, const std::string& sides_text) {
-  const int sides = sides_text == "keys" ? 1 : sides_text == "values" ? 2 : sides_text == "both" ? 3 : 0;
+  int sides = sides_text == "keys" ? 1 : sides_text == "values" ? 2 : sides_text == "both" ? 3 : 0;
   if (!sides) user_error("--kv-sides {}: not one of keys, values, both", sides_text);
   if (kv_text.empty()) user_error("--method kv-codebook: give --kv METHOD[:bits=B] ({})", calib::calibrated_kv_methods());
   const kv::KVSpec spec = kv::parse_kv_spec(kv_text, "--kv");
-  if (spec.method != "vecinfer" && spec.method != "spectral")
+  if (spec.method != "vecinfer" && spec.method != "spectral" && spec.method != "commvq")
     user_error("--kv {}: {} needs no calibration (calibrated methods: {})", kv_text, spec.method, calib::calibrated_kv_methods());
+  if (spec.method == "commvq") {
+    if (sides == 3) sides = 1;  // the default "both": CommVQ has keys only
+    calib::check_commvq_options(spec, sides);
+  }
   if (!std::filesystem::is_regular_file(text)) user_error("{}: no such file", text);
   if (text.find("test") != std::string::npos)
     std::fprintf(stderr, "warning: %s looks like test text; calibrate on wiki.valid.tokens.txt\n", text.c_str());
@@ -49,11 +54,14 @@ int run_kv_codebook(const std::string& kv_text, const std::string& model_path, c
     last = pct;
     if (tty && d == t) std::fputc('\n', stderr);
   });
-  const double bits = spec.number("bits", spec.method == "vecinfer" ? 2 : 3, "--kv");
-  const std::string prefix = kv::calibrated_prefix(spec.method, bits);
+  const double bits = spec.number("bits", spec.method == "spectral" ? 3 : 2, "--kv");
+  const std::string prefix =
+      spec.method == "commvq"
+          ? kv::calibrated_prefix(kv::commvq_table_method(int(spec.number("cb", 8, "--kv")), spec.number("comm", 1, "--kv") != 0), bits)
+          : kv::calibrated_prefix(spec.method, bits);
   calib::write_calibrated_artifacts(out, prefix, tables, s.dim, seed,
                                     {{"method", fmt::format("{}:bits={}", spec.method, bits)},
-                                     {"sides", sides_text},
+                                     {"sides", sides == 1 ? "keys" : sides == 2 ? "values" : "both"},
                                      {"model", std::filesystem::path(model_path).filename().string()},
                                      {"text", std::filesystem::path(text).filename().string()},
                                      {"chunks", std::to_string(chunks)},

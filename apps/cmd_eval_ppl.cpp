@@ -20,6 +20,7 @@
 #include "libquant/kv/key_center.h"
 #include "libquant/kv/kv_stats.h"
 #include "libquant/model/llama.h"
+#include "libquant/model/ops.h"
 #include "libquant/parallel.h"
 
 namespace qt {
@@ -152,6 +153,7 @@ int run(const Options& o) {
     KVShape s;
     s.n_layers = cfg.n_layers, s.n_heads = cfg.n_heads, s.n_kv_heads = cfg.n_kv_heads, s.head_dim = cfg.head_dim;
     s.max_ctx = 1, s.scale = 1;
+    s.rope_inv_freq = ops::RopeTable(cfg).inv_freq();  // codecs of pre-RoPE keys (commvq) need it
     if (!o.kv_key_center.empty()) po.kv.key_center = kv::load_key_center(o.kv_key_center, s);
     if (o.kv_stats) {
       if (!po.kv.uniform_full_precision().empty())

@@ -54,7 +54,7 @@ void assign_all(const float* x, int64_t n, int dim, const std::vector<float>& c,
 
 }  // namespace
 
-KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, int max_iter) {
+KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, int max_iter, const CentreProjection& project) {
   if (k < 1 || n < k || dim < 1) user_error("k-means: {} centroids from {} points of dimension {}", k, n, dim);
   kv::Rng rng(seed);
   KMeansResult r;
@@ -92,6 +92,11 @@ KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, in
     for (int64_t i = 0; i < n; ++i) dmin[size_t(i)] = std::min(dmin[size_t(i)], sqdist(x + i * dim, c, dim));
   }
 
+  if (project) {
+    const std::vector<int64_t> ones(static_cast<size_t>(k), 1);
+    project(r.centroids.data(), ones.data());
+  }
+
   // Lloyd
   r.assign.assign(size_t(n), -1);
   std::vector<int32_t> a(static_cast<size_t>(n));
@@ -124,6 +129,7 @@ KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, in
     for (int j = 0; j < k; ++j)
       if (cnt[size_t(j)] > 0)
         for (int t = 0; t < dim; ++t) r.centroids[size_t(j) * dim + t] = float(sum[size_t(j) * dim + t] / double(cnt[size_t(j)]));
+    if (project) project(r.centroids.data(), cnt.data());
   }
   // the final assignment and inertia against the final centres
   assign_all(x, n, dim, r.centroids, k, r.assign, dist);

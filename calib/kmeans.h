@@ -15,6 +15,7 @@
 // tests/golden/make_kmeans_golden.py implements the same in numpy (the golden test_kv_vq checks).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace qt::calib {
@@ -27,6 +28,11 @@ struct KMeansResult {
 };
 
 // x: n × dim, row-major. k ≤ n. Deterministic: the same input and seed give the same bytes.
-KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, int max_iter = 25);
+// `project`, when given, is called on the centres (k × dim) after the k-means++ init (counts all
+// 1) and after every M-step (counts: the points each centre got) — a constrained codebook's
+// projection (CommVQ's RoPE-commuting form); the assignments then use the projected centres.
+using CentreProjection = std::function<void(float* centres, const int64_t* counts)>;
+KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, int max_iter = 25,
+                    const CentreProjection& project = nullptr);
 
 }  // namespace qt::calib

@@ -138,6 +138,79 @@ void train_vecinfer(const KvSamples& s, int bits, uint64_t seed, int sides, Name
                                        bits, side == 0 ? "keys  " : "values", m, v, kCentroids, se[side] / std::max(ss[side], 1e-30)));
 }
 
+}  // namespace
+
+void commvq_project(float* C, const int64_t* counts, int k, int d) {
+  const int h = d / 2;
+  for (int g = 0; g + 1 < k; g += 2) {
+    double w0 = double(counts[g]), w1 = double(counts[g + 1]);
+    if (w0 + w1 <= 0) w0 = w1 = 1;
+    float* c0 = C + size_t(g) * d;
+    float* c1 = c0 + d;
+    for (int i = 0; i < h; ++i) {
+      // Jᵀ(a, b) = (b, −a); J(a, b) = (−b, a) on the plane (i, i + h)
+      const double ua = (w0 * c0[i] + w1 * c1[i + h]) / (w0 + w1);
+      const double ub = (w0 * c0[i + h] - w1 * c1[i]) / (w0 + w1);
+      c0[i] = float(ua), c0[i + h] = float(ub);
+      c1[i] = -float(ub), c1[i + h] = float(ua);
+    }
+  }
+}
+
+namespace {
+
+void train_commvq(const KvSamples& s, double bits, int cb, bool comm, int iters, uint64_t seed, NamedFloats& out,
+                  KvCodebookReport* rep, const std::function<void(int, int)>& progress) {
+  const int d = s.dim, k = 1 << cb;
+  const int n = int(std::lround(bits * d / cb));
+  const std::string prefix = kv::calibrated_prefix(kv::commvq_table_method(cb, comm), bits);
+  if (int(s.rope_inv_freq.size()) * 2 != d) user_error("--kv commvq: the model's RoPE is unknown");
+  if (s.n < k) user_error("--kv commvq: {} calibration tokens, fewer than its {} codewords; give more --chunks", s.n, k);
+  const int ctx = s.ctx > 0 ? s.ctx : int(s.n);
+  const auto rope = kv::RopeAngles::make(s.rope_inv_freq, ctx);
+  const size_t LH = size_t(s.layers) * s.heads;
+  std::vector<std::vector<float>> cbs(LH);
+  std::vector<double> err(LH), norm(LH);
+  int done = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t lh = 0; lh < LH; ++lh) {
+    const int l = int(lh / s.heads), h = int(lh % s.heads);
+    const std::vector<float>& K = s.k[lh];
+    std::vector<float> R(K.size());  // the pre-RoPE keys, then their residuals
+    for (int64_t t = 0; t < s.n; ++t) rope->rotate(K.data() + size_t(t) * d, t % ctx, R.data() + size_t(t) * d, true);
+    for (float x : R) norm[lh] += double(x) * x;
+    std::vector<float>& all = cbs[lh];
+    all.reserve(size_t(n) * k * d);
+    for (int st = 0; st < n; ++st) {
+      const uint64_t sd = mix(mix(mix(mix(seed, uint64_t(l)), 0), uint64_t(h)), uint64_t(st));
+      KMeansResult r = kmeans(R.data(), s.n, d, k, sd, iters,
+                              comm ? CentreProjection([&](float* c, const int64_t* cnt) { commvq_project(c, cnt, k, d); })
+                                   : CentreProjection());
+      for (int64_t t = 0; t < s.n; ++t) {
+        const float* c = r.centroids.data() + size_t(r.assign[size_t(t)]) * d;
+        float* x = R.data() + size_t(t) * d;
+        for (int i = 0; i < d; ++i) x[i] -= c[i];
+      }
+      all.insert(all.end(), r.centroids.begin(), r.centroids.end());
+    }
+    for (float x : R) err[lh] += double(x) * x;
+#pragma omp critical
+    if (progress) progress(++done, int(LH));
+  }
+  for (int l = 0; l < s.layers; ++l)
+    for (int h = 0; h < s.heads; ++h) {
+      out.emplace_back(kv::calibrated_name(prefix, l, kv::Side::Key, h, "present"), std::vector<float>{1.0f});
+      out.emplace_back(kv::calibrated_name(prefix, l, kv::Side::Key, h, "codebooks"), cbs[size_t(l) * s.heads + h]);
+    }
+  if (rep) {
+    double e = 0, t = 0;
+    for (size_t lh = 0; lh < LH; ++lh) e += err[lh], t += norm[lh];
+    rep->lines.push_back(fmt::format("commvq:bits={} keys  : {} residual stages of {} codewords ({}-bit codes{}) per layer and head, "
+                                     "{} Lloyd iterations at most; relative MSE on the calibration keys (pre-RoPE, as trained) {:.4f}",
+                                     bits, n, k, cb, comm ? ", RoPE-commuting pairs" : ", unprojected", iters, e / std::max(t, 1e-30)));
+  }
+}
+
 // Gaussian Lloyd-Max MSE at b bits (unit variance; Max 1960, b ≥ 5 from the 4^−b asymptote):
 // what greedy allocation trades.
 double gaussian_mse(int b) {
@@ -291,7 +364,20 @@ void train_spectral(const KvSamples& s, double bits, int sides, NamedFloats& out
 
 }  // namespace
 
-const char* calibrated_kv_methods() { return "vecinfer, spectral"; }
+void check_commvq_options(const kv::KVSpec& spec, int sides) {
+  for (auto& [k, v] : spec.params)
+    if (k != "bits" && k != "cb" && k != "comm" && k != "iters")
+      user_error("--kv {}: commvq calibration takes bits=B, cb=2|4|8, comm=0|1, iters=N (not {})", spec.text(), k);
+  if (sides & 2) user_error("--kv {}: CommVQ encodes keys only (--kv-sides keys)", spec.text());
+  const double bits = spec.number("bits", 2, "--kv");
+  const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"), iters = spec.number("iters", 10, "--kv");
+  if (!(bits > 0 && bits <= 8)) user_error("--kv {}: bits={} is not a rate in (0, 8] bits per element", spec.text(), bits);
+  if (cbv != 2 && cbv != 4 && cbv != 8) user_error("--kv {}: cb={} is not a codebook width of 2, 4 or 8 bits", spec.text(), cbv);
+  if (comm != 0 && comm != 1) user_error("--kv {}: comm={} is not 0 or 1", spec.text(), comm);
+  if (iters < 1 || iters > 1000 || iters != std::floor(iters)) user_error("--kv {}: iters={} is not a count in 1..1000", spec.text(), iters);
+}
+
+const char* calibrated_kv_methods() { return "vecinfer, spectral, commvq"; }
 
 KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id) {
   const int n = int(std::min<int64_t>(chunks, int64_t(tokens.size()) / ctx));
@@ -313,14 +399,26 @@ KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& toke
   }
   s.n = int64_t(n) * ctx;
   s.ctx = ctx;
+  s.rope_inv_freq = shape.rope_inv_freq;
   return s;
 }
 
 NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint64_t seed, int sides, KvCodebookReport* report,
                                const std::function<void(int, int)>& progress) {
+  const auto allowed = kv::kv_method_bits(spec.method);  // UserError for an unknown method
+  if (spec.method == "commvq") {
+    check_commvq_options(spec, sides);
+    const double bits = spec.number("bits", 2, "--kv");
+    const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"), iters = spec.number("iters", 10, "--kv");
+    const double nd = bits * s.dim / cbv;
+    if (!(bits > 0) || nd < 1 || nd > 256 || std::fabs(nd - std::round(nd)) > 1e-9)
+      user_error("--kv {}: {} bits per element is not a whole number of {}-bit codes per {}-dim key", spec.text(), bits, cbv, s.dim);
+    NamedFloats out;
+    train_commvq(s, bits, int(cbv), comm == 1, int(iters), seed, out, report, progress);
+    return out;
+  }
   for (auto& [k, v] : spec.params)
     if (k != "bits") user_error("--kv {}: calibration takes only bits=B (not {})", spec.text(), k);
-  const auto allowed = kv::kv_method_bits(spec.method);  // UserError for an unknown method
   const double bits = spec.number("bits", spec.method == "vecinfer" ? 2 : 3, "--kv");
   if (std::find(allowed.begin(), allowed.end(), bits) == allowed.end())
     user_error("--kv {}: {} has no {}-bit variant", spec.text(), spec.method, bits);

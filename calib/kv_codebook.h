@@ -8,6 +8,9 @@
 // several methods and precompute's tables).
 //   vecinfer  keys: λ_i = √max|K[:,i]|, k̃ = H(k/λ)/√d, k-means (kmeans.h, 256 centroids) per
 //             sub-space of 8/B dims; values: k-means on the raw sub-vectors.
+//   commvq    keys only, taken back before RoPE (R(t mod ctx)ᵀ k, t the sample's position in its
+//             chunk): n = bits·d/cb residual stages, each a k-means (kmeans.h, 2^cb centres, iters
+//             Lloyd iterations) on the residual with commvq_project after the init and every M-step.
 //   spectral  mean, covariance (double; each sequence's first position weighs 128), eigenvectors by Eigen (descending eigenvalue, each
 //             vector's largest-magnitude entry made positive so the sign is fixed), greedy bit
 //             allocation under d·B bits, empirical Lloyd-Max per bit width (lloyd_max_empirical.h).
@@ -29,6 +32,7 @@ struct KvSamples {
   int layers = 0, heads = 0, dim = 0;
   int64_t n = 0;
   int ctx = 0;  // tokens per chunk: position t % ctx == 0 starts a sequence (0: no chunk structure)
+  std::vector<float> rope_inv_freq;  // the model's RoPE (CommVQ takes the keys back before it)
   std::vector<std::vector<float>> k, v;  // [layer * heads + head] → n × dim
   const std::vector<float>& at(bool key, int layer, int head) const { return (key ? k : v)[size_t(layer) * heads + head]; }
 };
@@ -51,6 +55,14 @@ NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint6
 // the manifest's "calibrated" entry for the prefix.
 void write_calibrated_artifacts(const std::string& dir, const std::string& prefix, const NamedFloats& tables,
                                 int head_dim, uint64_t seed, const std::vector<std::pair<std::string, std::string>>& info);
+
+// CommVQ's projection of a stage's k codewords (k × dim, dims (i, i + dim/2) a RoPE plane) onto
+// the RoPE-commuting form: codeword 2g+1 = J·codeword 2g (J a 90° turn in every plane), the
+// weighted least-squares fit u = (w₀c₀ + w₁Jᵀc₁)/(w₀ + w₁), w the counts (equal when both 0).
+void commvq_project(float* centres, const int64_t* counts, int k, int dim);
+
+// UserError for commvq options calibration does not take (cheap: before the model is run).
+void check_commvq_options(const kv::KVSpec& spec, int sides);
 
 // The methods train_kv_codebooks knows, for messages.
 const char* calibrated_kv_methods();

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "libquant/kv/spec.h"
 
@@ -27,6 +28,7 @@ struct KVShape {
   int head_dim = 0;
   int max_ctx = 0;     // positions the cache must hold
   float scale = 0;     // score scale, 1/sqrt(head_dim) for the Llama family
+  std::vector<float> rope_inv_freq;  // RoPE frequencies (head_dim/2), for codecs of pre-RoPE keys
 };
 
 class KVCache {

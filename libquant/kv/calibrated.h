@@ -43,6 +43,12 @@ class PerHeadCodec final : public Codec {
   int token_group() const override { return heads_[0]->token_group(); }
   size_t group_bytes() const override { return heads_[0]->group_bytes(); }
   void encode(const float* x, int64_t stride, uint8_t* out) const override { heads_[0]->encode(x, stride, out); }
+  void encode_at(const float* x, int64_t stride, int64_t pos, uint8_t* out) const override {
+    heads_[0]->encode_at(x, stride, pos, out);
+  }
+  void encode_tokens_at(const float* x, int n, int64_t pos0, uint8_t* out) const override {
+    heads_[0]->encode_tokens_at(x, n, pos0, out);
+  }
   void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override { heads_[0]->decode(codes, j0, n, out); }
   void query_to_domain(const float* q, float* out) const override { heads_[0]->query_to_domain(q, out); }
   void queries_to_domain(const float* q, int n, float* out) const override { heads_[0]->queries_to_domain(q, n, out); }

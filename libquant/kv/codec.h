@@ -28,6 +28,17 @@ const char* side_name(Side s);
 
 class Artifacts;
 
+// The model's RoPE (rotate-half layout: pairs (i, i + d/2) of each head) at positions
+// [0, n_pos): cos/sin of angle float(pos)·inv_freq[i] in float, as ops::RopeTable computes them.
+// Codecs that store pre-RoPE keys (CommVQ) rotate with it at score time.
+struct RopeAngles {
+  int half = 0, n_pos = 0;
+  std::vector<float> cos, sin;  // [pos][half]
+  static std::shared_ptr<const RopeAngles> make(const std::vector<float>& inv_freq, int n_pos);
+  // y = R(pos) x (inverse: R(pos)ᵀ x = R(−pos) x); x and y of 2·half floats, may be the same.
+  void rotate(const float* x, int64_t pos, float* y, bool inverse = false) const;
+};
+
 // What codecs share: the head dimension, the seed and, when given, precomputed artifacts.
 // Codebooks and matrices come from the artifacts when loaded, else are computed (and kept for
 // the process): the two paths give identical floats.
@@ -36,6 +47,7 @@ struct KVContext {
   uint64_t seed = 42;
   std::shared_ptr<const Artifacts> artifacts;
   int layer = 0;  // the layer the codec is for: calibrated methods read their tables per layer
+  std::shared_ptr<const RopeAngles> rope;  // the model's RoPE at the cache's positions (null: unknown)
 
   // Centroids and thresholds as floats (the values the codecs use).
   struct FloatCodebook {
@@ -61,6 +73,18 @@ class Codec {
 
   // Encodes token_group() vectors, rows `stride` floats apart, into group_bytes() bytes.
   virtual void encode(const float* x, int64_t stride, uint8_t* out) const = 0;
+  // The same for the group whose first token is at position `pos` (the cache calls this one):
+  // codecs of pre-RoPE keys (CommVQ) undo RoPE there. decode(codes, j0, …) is at positions j0 ….
+  virtual void encode_at(const float* x, int64_t stride, int64_t pos, uint8_t* out) const {
+    (void)pos;
+    encode(x, stride, out);
+  }
+  // Per-token codecs (token_group() == 1): n tokens at positions pos0 …, rows d floats apart, into
+  // n · group_bytes() bytes; the same bytes as encode_at token by token (codecs that share work
+  // across tokens — CommVQ's codebook passes — override it).
+  virtual void encode_tokens_at(const float* x, int n, int64_t pos0, uint8_t* out) const {
+    for (int t = 0; t < n; ++t) encode_at(x + int64_t(t) * d_, d_, pos0 + t, out + size_t(t) * group_bytes());
+  }
   // Decodes positions j0 … j0+n−1 of one head's code array (groups back to back) into domain
   // vectors: out[i * domain_dim() + c].
   virtual void decode(const uint8_t* codes, int64_t j0, int n, float* out) const = 0;

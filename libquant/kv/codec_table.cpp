@@ -225,6 +225,16 @@ const std::vector<Row>& table() {
        [](const Args& a) { return make_vecinfer_codec(a.ctx, int(a.bits), a.side, a.spec.text()); }},
       {"spectral", {1, 2, 3, 4}, 3, {},
        [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); }},
+      // bits per element = n·cb/d: n residual stages of 2^cb codewords (cb 2, 4 or 8); comm=0 the
+      // unprojected ablation. 0.25 at d = 64 is the seed's 64× (d = 128, 4 stages of 8 bits).
+      {"commvq", {0.25, 0.5, 1, 2, 3}, 2, {"cb", "comm"},
+       [](const Args& a) {
+         const int cb = a.integer("cb", 8, 2, 8);
+         if (cb != 2 && cb != 4 && cb != 8) user_error("{}: cb={} is not a codebook width of 2, 4 or 8 bits", a.what, cb);
+         if (!(a.bits > 0 && a.bits <= 8)) user_error("{}: bits={} is not a rate in (0, 8] bits per element", a.what, a.bits);
+         return make_commvq_codec(a.ctx, a.bits, cb, a.integer("comm", 1, 0, 1) == 1, a.side, a.spec.text());
+       },
+       "k", true},
   };
   return rows;
 }

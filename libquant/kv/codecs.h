@@ -37,6 +37,12 @@ std::unique_ptr<Codec> make_vecinfer_codec(const KVContext& ctx, int bits, Side 
 // SpectralQuant: calibrated eigenvector rotation, per-coordinate widths averaging `bits`.
 std::unique_ptr<Codec> make_spectral_codec(const KVContext& ctx, double bits, Side side, const std::string& name);
 
+// CommVQ: residual VQ of the pre-RoPE key, n = bits·d/cb stages of 2^cb codewords (codebooks
+// RoPE-commutative unless comm = false), RoPE applied at score time from the stored positions.
+// Keys only. Its tables' method name in the artifacts: commvq_table_method(cb, comm).
+std::unique_ptr<Codec> make_commvq_codec(const KVContext& ctx, double bits, int cb, bool comm, Side side, const std::string& name);
+std::string commvq_table_method(int cb, bool comm);
+
 // Codecs whose domain is the rotated head space (TurboQuant, RVQ, PolarQuant): queries are
 // rotated once, value accumulators rotated back once. A default-constructed rotation (dim 0)
 // is the identity (polar rot=none).

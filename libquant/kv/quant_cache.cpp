@@ -81,6 +81,7 @@ class QuantCache final : public KVCache {
     ctx.head_dim = s.head_dim;
     ctx.seed = c.seed;
     if (!c.artifacts.empty()) ctx.artifacts = kv::Artifacts::load(c.artifacts, s.head_dim, c.seed);
+    if (int(s.rope_inv_freq.size()) * 2 == s.head_dim) ctx.rope = kv::RopeAngles::make(s.rope_inv_freq, s.max_ctx);
     cap_ = s.max_ctx;
     const int H = s.n_kv_heads, D = s.head_dim;
     layers_.resize(s.n_layers);
@@ -171,7 +172,7 @@ class QuantCache final : public KVCache {
     for (int h = 0; h < H; ++h)
       for (int64_t p = from; p < st.encoded; ++p) {
         token(st, h, p, src, p0, x.data());
-        st.codec->reconstruct(st.codes.data() + size_t(h) * groups_cap(st) * gb, p, xr.data());
+        st.codec->for_head(h).reconstruct(st.codes.data() + size_t(h) * groups_cap(st) * gb, p, xr.data());
         double e = 0, n2 = 0, r2 = 0, dot = 0;
         for (int d = 0; d < D; ++d) {
           e += double(x[d] - xr[d]) * (x[d] - xr[d]);
@@ -230,13 +231,28 @@ class QuantCache final : public KVCache {
     const int H = shape_.n_kv_heads, D = shape_.head_dim;
     const size_t gb = st.codec->group_bytes();
     const int64_t g0 = st.encoded / st.G, g1 = b / st.G;
+    if (st.G == 1) {  // per-token codecs: runs of up to 64 tokens per call (codecs may share work across them)
+      constexpr int64_t kRun = 64;
+      const int64_t runs = (g1 - g0 + kRun - 1) / kRun;
+#pragma omp parallel for schedule(static) collapse(2) if ((g1 - g0) * H > 8)
+      for (int h = 0; h < H; ++h)
+        for (int64_t r = 0; r < runs; ++r) {
+          const int64_t a = g0 + r * kRun, n = std::min(kRun, g1 - a);
+          thread_local std::vector<float> x;
+          x.resize(size_t(n) * D);
+          for (int64_t t = 0; t < n; ++t) token(st, h, a + t, src, p0, x.data() + size_t(t) * D);
+          st.codec->for_head(h).encode_tokens_at(x.data(), int(n), a, st.codes.data() + (size_t(h) * groups_cap(st) + a) * gb);
+        }
+      st.encoded = g1;
+      return;
+    }
 #pragma omp parallel for schedule(static) collapse(2) if ((g1 - g0) * H > 8)
     for (int h = 0; h < H; ++h)
       for (int64_t g = g0; g < g1; ++g) {
         thread_local std::vector<float> x;
         x.resize(size_t(st.G) * D);
         for (int t = 0; t < st.G; ++t) token(st, h, g * st.G + t, src, p0, x.data() + size_t(t) * D);
-        st.codec->for_head(h).encode(x.data(), D, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
+        st.codec->for_head(h).encode_at(x.data(), D, g * st.G, st.codes.data() + (size_t(h) * groups_cap(st) + g) * gb);
       }
     st.encoded = g1 * st.G;
   }

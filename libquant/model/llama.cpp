@@ -137,6 +137,7 @@ KVShape LlamaModel::kv_shape(int max_ctx) const {
   s.head_dim = cfg_.head_dim;
   s.max_ctx = max_ctx;
   s.scale = 1.0f / std::sqrt(float(cfg_.head_dim));
+  s.rope_inv_freq = rope_.inv_freq();
   return s;
 }
 
