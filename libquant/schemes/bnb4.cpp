@@ -29,19 +29,8 @@ PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   return l;
 }
 
-// Cloned for AVX2 (the library is built for the baseline ISA; convert runs these over every
+// Cloned for AVX2 (the library is built for the baseline ISA; convert runs this over every
 // weight): the same IEEE operations per element, so both clones give the same bits.
-__attribute__((target_clones("avx2", "default")))
-float block_absmax(const float* w, int64_t len) {
-  float am = 0.0f;
-#pragma omp simd reduction(max : am)
-  for (int64_t i = 0; i < len; ++i) {
-    const float a = std::abs(w[i]);
-    am = a > am ? a : am;
-  }
-  return am;
-}
-
 // Codes of one block: x = w / absmax (a partial block divides, a full one multiplies by the
 // reciprocal, as bitsandbytes' CPU kernel does), clamped to [-1, 1]; its code is order[#{i :
 // mid[i] < x}], which is std::lower_bound's position over the sorted midpoints (ties stay with
@@ -87,7 +76,7 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t b0 = blk * bs;
     const int64_t len = std::min(bs, n - b0);
-    const float am = block_absmax(w + b0, len);
+    const float am = span_absmax(w + b0, len);
     const bool partial = b0 >= full;
     const float clamped = std::max(am, tiny);
     absmax[blk] = partial ? clamped : am;

@@ -37,6 +37,9 @@ inline float load_float(const Tensor& t, size_t i) {
   }
 }
 
+// max |v[i]| over n values (0 for n = 0); vectorized (an AVX2 clone), exact in any order.
+float span_absmax(const float* v, int64_t n);
+
 // A tensor being filled: bytes for `spec`, zeroed; finish() hands it over as a Tensor.
 struct OutTensor {
   TensorSpec spec;

@@ -58,17 +58,7 @@ PackedLayout int8_ct_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
 
 // The per-group loops below are cloned for AVX2 (the library is built for the baseline ISA and
 // convert runs them over every weight): the same IEEE operations per element, so both clones
-// give the same bits; any order of the max reduction gives the same maximum.
-__attribute__((target_clones("avx2", "default")))
-float group_absmax(const float* v, int64_t n) {
-  float m = 0.0f;
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::abs(v[i]);
-    m = a > m ? a : m;
-  }
-  return m;
-}
+// give the same bits.
 
 // Cider: q = clamp(rint(v / s), -128, 127).
 __attribute__((target_clones("avx2", "default")))
@@ -117,7 +107,7 @@ PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
-      float s = group_absmax(v, gl) / 127.0f;
+      float s = span_absmax(v, gl) / 127.0f;
       if (s == 0.0f) s = 1.0f;
       int8_codes(v, gl, s, q + r * cols + g * gl);
       sc[r * ng + g] = s;
@@ -150,7 +140,7 @@ PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
-      float s = round_to(T, group_absmax(v, gl) / 127.5f);
+      float s = round_to(T, span_absmax(v, gl) / 127.5f);
       if (s == 0.0f) s = dtype_eps(T);
       int8_ct_codes(v, gl, s, T, q + r * cols + g * gl);
       scales.store_float(size_t(r * ng + g), s);

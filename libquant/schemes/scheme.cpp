@@ -132,6 +132,19 @@ bool any_non_finite(const float* w, size_t n, uint32_t* low) {
 }
 }  // namespace
 
+namespace schemes_detail {
+__attribute__((target_clones("avx2", "default")))
+float span_absmax(const float* v, int64_t n) {
+  float m = 0.0f;
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::abs(v[i]);
+    m = a > m ? a : m;
+  }
+  return m;
+}
+}  // namespace schemes_detail
+
 PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
                               std::string_view what) {
   validate_scheme(p, rows, cols, what);
