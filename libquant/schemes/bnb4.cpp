@@ -53,7 +53,8 @@ void bnb4_block_codes(const float* w, int64_t len, bool partial, float clamped, 
     for (int k = 0; k < 15; ++k) c += m[k] < v ? 1 : 0;
     codes[i] = uint8_t(c);
   }
-  for (int64_t i = 0; i < len; ++i) codes[i] = order[codes[i]];
+  if (order)  // nullptr: the table is sorted (nf4), the position is the code
+    for (int64_t i = 0; i < len; ++i) codes[i] = order[codes[i]];
 }
 
 PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
@@ -71,6 +72,8 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   auto code_of = [&](float x) { return order[std::lower_bound(mid, mid + 15, x) - mid]; };
   if (n % 2) out[n / 2] = code_of(0.0f);  // the low nibble of the last byte
   const int64_t nblocks = (n + bs - 1) / bs;
+  bool sorted = true;
+  for (int i = 0; i < 16; ++i) sorted &= order[i] == i;
   // Blocks are independent and even-sized, so no two blocks share a byte.
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -81,7 +84,7 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
     const float clamped = std::max(am, tiny);
     absmax[blk] = partial ? clamped : am;
     uint8_t codes[4096];  // blocksize ≤ 4096 (bitsandbytes' largest)
-    bnb4_block_codes(w + b0, len, partial, clamped, 1.0f / clamped, mid, order, codes);
+    bnb4_block_codes(w + b0, len, partial, clamped, 1.0f / clamped, mid, sorted ? nullptr : order, codes);
     uint8_t* dst = out + b0 / 2;  // b0 is even
     int64_t i = 0;
     for (; i + 1 < len; i += 2) dst[i / 2] = uint8_t(codes[i] << 4 | codes[i + 1]);
