@@ -151,26 +151,26 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   if (mode == LoadMode::Deferred) {
     for (const Job& j : jobs)
       ck.tensors.emplace(j.hf, deferred_tensor(DType::F32, j.info->torch_shape(), [dequantize, j] { return dequantize(j); }));
-  }
-  // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
-  // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
-  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
-    return a.info->numel() > b.info->numel();
-  });
-  const size_t n_eager = mode == LoadMode::Deferred ? 0 : jobs.size();
-  std::vector<Tensor> out(n_eager);
-  std::vector<std::exception_ptr> errors(n_eager);
+  } else {
+    // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
+    // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return a.info->numel() > b.info->numel();
+    });
+    std::vector<Tensor> out(jobs.size());
+    std::vector<std::exception_ptr> errors(jobs.size());
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t k = 0; k < n_eager; ++k) {
-    try {
-      out[k] = dequantize(jobs[k]);
-    } catch (...) {
-      errors[k] = std::current_exception();
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      try {
+        out[k] = dequantize(jobs[k]);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
     }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (size_t k = 0; k < jobs.size(); ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
   }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  for (size_t k = 0; k < n_eager; ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
 
   ck.quantization = {{"format", "gguf"},
                      {"version", g.version()},

@@ -118,16 +118,12 @@ uint16_t f32_to_f16(float f) {
   return uint16_t(sign | h);
 }
 
-
 namespace {
 // Cloned for AVX2: the library is built for the baseline ISA, and convert and the model loaders
 // widen every bf16 weight through this. An exact conversion: the same values either way.
 __attribute__((target_clones("avx2", "default")))
 void widen_bf16(const uint16_t* s, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
-}
-void widen_f16(const uint16_t* s, size_t n, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);
 }
 }  // namespace
 
@@ -154,7 +150,11 @@ void to_f32_range(const Tensor& t, size_t first, size_t n, float* out) {
     user_error("values {}..{} outside a tensor of {}", first, first + n, t.numel());
   switch (t.dtype) {
     case DType::F32: if (n) std::memcpy(out, t.as<float>() + first, n * 4); break;
-    case DType::F16: widen_f16(t.as<uint16_t>() + first, n, out); break;
+    case DType::F16: {
+      const uint16_t* s = t.as<uint16_t>() + first;
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);
+      break;
+    }
     case DType::BF16: widen_bf16(t.as<uint16_t>() + first, n, out); break;
     case DType::F64: {
       const double* s = t.as<double>() + first;
@@ -167,7 +167,6 @@ void to_f32_range(const Tensor& t, size_t first, size_t n, float* out) {
 
 std::vector<float> to_f32(const Tensor& t) {
   if (!is_float(t.dtype)) user_error("cannot convert a {} tensor to f32", dtype_name(t.dtype));
-  if (t.deferred()) return to_f32(materialize(t));
   std::vector<float> out(size_t(t.numel()));
   to_f32_range(t, 0, out.size(), out.data());
   return out;
