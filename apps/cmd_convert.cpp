@@ -499,7 +499,6 @@ int run_gguf(const Args& a) {
     user_error("{}: no such folder", out.parent_path().string());
 
   Checkpoint ck = load_checkpoint(a.in, LoadMode::Deferred);
-  if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
   GgufExportOptions opt;
@@ -509,6 +508,8 @@ int run_gguf(const Args& a) {
   auto t1 = std::chrono::steady_clock::now();
   write_gguf_file(ck, out.string(), opt);
   auto t2 = std::chrono::steady_clock::now();
+  // After the write, so that a refused export prints its one error line only.
+  if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the GGUF has none\n", a.in.c_str());
   auto secs = [](auto x, auto y) { return std::chrono::duration<double>(y - x).count(); };
   std::printf("converted %s -> %s (gguf, %s): %.1f MB; load %.2f s, write %.2f s\n", a.in.c_str(), a.out.c_str(),
               type_name.c_str(), fs::file_size(out) / 1e6, secs(t0, t1), secs(t1, t2));
