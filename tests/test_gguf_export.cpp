@@ -7,7 +7,12 @@
 //    bytes; Q/K permuted, rope_freqs for llama3);
 //  - SmolLM2 (GGUF source, and its HF export as source): tokenizer.ggml.* and the architecture
 //    keys equal the source GGUF's, which convert_hf_to_gguf.py wrote;
-//  - bad input: exit 2, one line, nothing written.
+//  - streaming: converting SmolLM2 to a 540 MB F32 GGUF peaks below 0.75x of the output (a writer
+//    holding the output would be above 1x);
+//  - bad input and a disk that fills: exit 2, one line, nothing written.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -190,6 +195,34 @@ TEST(GgufExport, BadInputExit2NothingWritten) {
   std::string log;
   EXPECT_EQ(qt_run("convert --out " + out + " --in " + tiny("tiny-llama3") + " --gguf-type q8_0", &log), 2) << log;
   EXPECT_NE(log.find("needs --format gguf"), std::string::npos) << log;
+}
+
+TEST(GgufExport, FullDiskExit2LeavingNothing) {
+  const std::string tmp = test::temp_dir("gguf_export_full");
+  std::string log;
+  // ulimit -f (KiB): the 47 KB f16 file cannot be written; the writer sees EFBIG.
+  const int rc = test::run_cmd("bash -c 'ulimit -f 16; " + test::quanttool_bin() + " convert --in " + tiny("tiny-llama3") +
+                                   " --out " + tmp + "/o.gguf --format gguf --gguf-type f16'",
+                               &log);
+  EXPECT_EQ(rc, 2) << log;
+  EXPECT_NE(log.find("File too large"), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_TRUE(fs::is_empty(tmp)) << "left behind in " << tmp;
+}
+
+TEST(GgufExport, PeakMemoryIsAFractionOfTheOutput) {
+  const std::string model = test::model_gguf();
+  QT_REQUIRE_FILE(model);
+  const std::string tmp = test::temp_dir("gguf_export_mem"), out = tmp + "/f32.gguf";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type f32 --threads 2", &log), 0)
+      << log;
+  rusage ru{};
+  getrusage(RUSAGE_CHILDREN, &ru);  // the largest child's peak (this test's only convert)
+  const double peak = double(ru.ru_maxrss) * 1024, out_bytes = double(fs::file_size(out));
+  std::printf("f32 GGUF %.0f MB: peak RSS %.0f MB\n", out_bytes / 1e6, peak / 1e6);
+  EXPECT_LT(peak, 0.75 * out_bytes);  // the largest tensor (embedding, 113 MB) is held twice at most
+  fs::remove_all(tmp);
 }
 
 }  // namespace
