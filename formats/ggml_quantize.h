@@ -2,7 +2,8 @@
 // The legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) are ggml's reference quantizers
 // (ggml-quants.c quantize_row_*_ref: what llama-quantize runs for them without an imatrix), so
 // our bytes equal llama-quantize's; gguf-py's numpy quantizers (gguf/quants.py) compute the same
-// and make the goldens (tests/golden/make_gguf_export_goldens.py).
+// and make the goldens (tests/golden/make_gguf_export_goldens.py). IQ4_NL is our own rounding
+// (a scale search; ggml_quantize.cpp says which), not llama-quantize's bytes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace qt {
 
-// Whether ggml_quantize can write `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1).
+// Whether ggml_quantize can write `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
 bool ggml_can_quantize(GgmlType type);
 
 // Bytes of `n` elements of `type` (n a multiple of the block size).

@@ -1,4 +1,5 @@
 // GGUF export against gguf-py (tests/golden/make_gguf_export_goldens.py):
+//  - IQ4_NL (our scale search): never worse than round-to-nearest per block;
 //  - ggml_quantize's bytes equal gguf.quants.quantize's (ggml's reference quantizers, what
 //    llama-quantize runs for these types without an imatrix) for every type, on random rows and
 //    hand-made blocks (ties at .5, zero and constant blocks, negative absmax, subnormal scales);
@@ -11,6 +12,8 @@
 //    holding the output would be above 1x);
 //  - bad input and a disk that fills: exit 2, one line, nothing written.
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -59,6 +62,31 @@ TEST(GgufExport, RtnBytesEqualGgufPy) {
     ++checked;
   }
   EXPECT_EQ(checked, 7);
+}
+
+// IQ4_NL is our scale search, not llama.cpp's: per block its squared error is at most the
+// round-to-nearest rule's (gguf-py's table, the golden "iq4_nl_rtn"), and well below it overall.
+TEST(GgufExport, Iq4NlSearchBeatsRoundToNearest) {
+  GgufFile g = GgufFile::open(golden("rtn.gguf"));
+  const std::vector<float> x = g.dequantize(*g.find_tensor("x"));
+  const std::vector<float> rtn = g.dequantize(*g.find_tensor("iq4_nl_rtn"));
+  std::vector<uint8_t> q(ggml_nbytes(GgmlType::IQ4_NL, x.size()));
+  ggml_quantize(GgmlType::IQ4_NL, x.data(), x.size(), q.data());
+  std::vector<float> ours(x.size());
+  ggml_dequantize(*ggml_type_row(uint32_t(GgmlType::IQ4_NL)), q.data(), ours.data(), x.size() / 32);
+  double total_ours = 0, total_rtn = 0;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    double eo = 0, er = 0;
+    for (size_t j = b * 32; j < b * 32 + 32; ++j) {
+      eo += double(x[j] - ours[j]) * (x[j] - ours[j]);
+      er += double(x[j] - rtn[j]) * (x[j] - rtn[j]);
+    }
+    EXPECT_LE(eo, er * (1 + 1e-6) + 1e-30) << "block " << b;
+    total_ours += eo, total_rtn += er;
+  }
+  std::printf("IQ4_NL squared error: ours %.6g, round-to-nearest %.6g (%.3fx)\n", total_ours, total_rtn,
+              total_ours / total_rtn);
+  EXPECT_LT(total_ours, 0.95 * total_rtn);
 }
 
 // Every key of `want` in `got` with the same type and value (float arrays exactly).
@@ -179,6 +207,7 @@ TEST(GgufExport, BadInputExit2NothingWritten) {
   };
   const Case cases[] = {
       {"--in " + tiny("tiny-llama3") + " --gguf-type q3_k", "unknown type 'q3_k'"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type iq4_nl --imatrix x.safetensors", "--imatrix"},
       {"--in " + tiny("tiny-qwen2") + " --gguf-type q8_0", "model.embed_tokens.weight"},
       {"--in " + tiny("tiny-llama3") + " --scheme nf4", "closest GGUF type is --gguf-type iq4_nl"},
       {"--in " + tiny("tiny-llama3") + " --scheme int8", "closest GGUF type is --gguf-type q8_0"},
@@ -214,11 +243,20 @@ TEST(GgufExport, PeakMemoryIsAFractionOfTheOutput) {
   const std::string model = test::model_gguf();
   QT_REQUIRE_FILE(model);
   const std::string tmp = test::temp_dir("gguf_export_mem"), out = tmp + "/f32.gguf";
-  std::string log;
-  ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type f32 --threads 2", &log), 0)
-      << log;
+  // wait4: this child's own peak (getrusage(RUSAGE_CHILDREN) would include earlier tests' children
+  // when the whole executable runs in one process).
+  const std::string cmd = "exec " + test::quanttool_bin() + " convert --in " + model + " --out " + out +
+                          " --format gguf --gguf-type f32 --threads 2 > /dev/null";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
   rusage ru{};
-  getrusage(RUSAGE_CHILDREN, &ru);  // the largest child's peak (this test's only convert)
+  ASSERT_EQ(wait4(pid, &status, 0, &ru), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd;
   const double peak = double(ru.ru_maxrss) * 1024, out_bytes = double(fs::file_size(out));
   std::printf("f32 GGUF %.0f MB: peak RSS %.0f MB\n", out_bytes / 1e6, peak / 1e6);
   EXPECT_LT(peak, 0.75 * out_bytes);  // the largest tensor (embedding, 113 MB) is held twice at most

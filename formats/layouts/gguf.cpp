@@ -30,7 +30,7 @@ struct TypeRow {
 constexpr TypeRow kTypes[] = {
     {"f32", GgmlType::F32, 0},   {"f16", GgmlType::F16, 1},   {"bf16", GgmlType::BF16, 32},
     {"q8_0", GgmlType::Q8_0, 7}, {"q4_0", GgmlType::Q4_0, 2}, {"q4_1", GgmlType::Q4_1, 3},
-    {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9},
+    {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9}, {"iq4_nl", GgmlType::IQ4_NL, 25},
 };
 
 const TypeRow& type_row(GgmlType t) {
@@ -95,7 +95,7 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
 
 }  // namespace
 
-const char* const kGgufExportTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1";
+const char* const kGgufExportTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl";
 
 std::optional<GgmlType> gguf_export_type(const std::string& name) {
   for (auto& r : kTypes)

@@ -17,7 +17,7 @@ struct GgufExportOptions {
   std::string name;  // general.name
 };
 
-// --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1") -> type;
+// --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl") -> type;
 // nullopt when unknown. kGgufExportTypes lists the names for messages.
 std::optional<GgmlType> gguf_export_type(const std::string& name);
 extern const char* const kGgufExportTypes;

@@ -10,6 +10,9 @@ tests/golden/gguf_export/rtn.gguf
     f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 a tensor named T holding gguf.quants.quantize(x, T).
     gguf-py's quantizers restate ggml-quants.c's quantize_row_*_ref (what llama-quantize runs for
     these types without an imatrix), so our bytes must equal these exactly.
+    "iq4_nl_rtn": IQ4_NL by the round-to-nearest rule (d = signed absmax / -127 stored as f16, every
+    element coded to the nearest of gguf-py's IQ4_NL.kvalues): gguf-py has no IQ4_NL quantizer, and
+    ours is a scale search, so the test asserts that our error is no larger than this one's per block.
 
 tests/golden/gguf_export/<model>.<type>.gguf
     What convert_hf_to_gguf.py would write for the tiny test models tests/golden/logits/<model>
@@ -76,10 +79,25 @@ def write_rtn():
     w.add_tensor("x", x)
     for name in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"):
         add_quantized(w, name, x, name)
+    w.add_tensor("iq4_nl_rtn", iq4_nl_rtn(x), raw_dtype=T.IQ4_NL)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def iq4_nl_rtn(x):
+    kv = np.array(gguf.quants.IQ4_NL.kvalues, dtype=np.float32)
+    b = x.reshape(-1, 32).astype(np.float32)
+    imax = np.abs(b).argmax(axis=-1, keepdims=True)
+    d = (np.take_along_axis(b, imax, axis=-1) / np.float32(-127)).astype(np.float16)
+    d32 = d.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(d32 == 0, 0, b / d32)
+    q = np.abs(v[..., None] - kv).argmin(axis=-1).astype(np.uint8)  # first (lower) on ties
+    qs = q[:, :16] | (q[:, 16:] << np.uint8(4))
+    out = np.concatenate([d.view(np.uint8), qs], axis=-1)
+    return out.reshape(x.shape[0], -1)
 
 
 # ------------------------------------------------------------------------------ tiny models
