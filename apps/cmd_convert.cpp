@@ -481,11 +481,15 @@ int run_gguf(const Args& a) {
       a.q.strict || a.q.untie)
     user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
-  if (!a.c.smooth.empty() || !a.c.imatrix.empty() || a.c.gptq)
-    user_error("--smooth, --imatrix, --gptq: not supported with --format gguf yet");
+  if (!a.c.smooth.empty() || a.c.gptq) user_error("--smooth, --gptq: not supported with --format gguf yet");
   const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, kGgufExportTypes);
+  if (!a.c.imatrix.empty() && (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
+    user_error("--imatrix: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)", type_name);
+  // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
+  std::shared_ptr<calib::ActStats> stats;
+  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
   set_threads(a.threads);
 
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -503,6 +507,14 @@ int run_gguf(const Args& a) {
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
   GgufExportOptions opt;
   opt.type = *type;
+  if (stats)
+    opt.importance = [stats, path = a.c.imatrix](const std::string& name, int64_t cols) -> const float* {
+      const calib::ChannelStats* st = stats->find(name);
+      if (!st) return nullptr;
+      if (int64_t(st->sqmean.size()) != cols)
+        user_error("{}: {} has {} channels, the weight {} columns", path, name, st->sqmean.size(), cols);
+      return st->sqmean.data();
+    };
   opt.name = fs::path(a.in).filename().empty() ? fs::path(a.in).parent_path().filename().string()
                                                : fs::path(a.in).stem().string();
   auto t1 = std::chrono::steady_clock::now();

@@ -141,20 +141,21 @@ inline int iq4_nearest(float v) {
   return n;
 }
 
-// Error of the block under fp16-rounded scale d when coded to the nearest values; codes out.
-inline double iq4_code(const float* x, float d, uint8_t* q) {
+// Weighted error of the block under fp16-rounded scale d when coded to the nearest values (w null:
+// all weights 1); codes out.
+inline double iq4_code(const float* x, const float* w, float d, uint8_t* q) {
   const float d16 = f16_to_f32(f32_to_f16(d));
   const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
   double err = 0;
   for (int j = 0; j < QK; ++j) {
     q[j] = uint8_t(iq4_nearest(x[j] * id));
-    const double e = double(x[j]) - double(d16) * kIq4nl[q[j]];
-    err += e * e;
+    const double e = double(x[j]) - double(d16 * float(kIq4nl[q[j]]));
+    err += (w ? double(w[j]) : 1.0) * e * e;
   }
   return err;
 }
 
-void iq4_nl(const float* x, uint8_t* y) {
+void iq4_nl_weighted(const float* x, const float* w, uint8_t* y) {
   const float max = signed_absmax(x);
   uint8_t best_q[QK] = {}, q[QK];
   float best_d = 0.0f;
@@ -163,11 +164,14 @@ void iq4_nl(const float* x, uint8_t* y) {
     for (int k = -5; k <= 5; ++k) {
       float d = (1.0f + 0.02f * k) * max / -127.0f;
       for (int pass = 0; pass < 2; ++pass) {
-        const double err = iq4_code(x, d, q);
+        const double err = iq4_code(x, w, d, q);
         if (err < best_err) best_err = err, best_d = d, std::memcpy(best_q, q, QK);
         if (pass == 1) break;
-        double sxv = 0, svv = 0;  // least-squares scale for these codes
-        for (int j = 0; j < QK; ++j) sxv += double(x[j]) * kIq4nl[q[j]], svv += double(kIq4nl[q[j]]) * kIq4nl[q[j]];
+        double sxv = 0, svv = 0;  // (weighted) least-squares scale for these codes
+        for (int j = 0; j < QK; ++j) {
+          const double wj = w ? w[j] : 1.0, v = kIq4nl[q[j]];
+          sxv += wj * x[j] * v, svv += wj * v * v;
+        }
         if (svv == 0) break;
         d = float(sxv / svv);
       }
@@ -176,6 +180,8 @@ void iq4_nl(const float* x, uint8_t* y) {
   put_f16(y, best_d);
   for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t(best_q[j] | (best_q[j + QK / 2] << 4));
 }
+
+void iq4_nl(const float* x, uint8_t* y) { iq4_nl_weighted(x, nullptr, y); }
 
 using BlockFn = void (*)(const float*, uint8_t*);
 
@@ -188,6 +194,120 @@ BlockFn block_fn(GgmlType t) {
     case GgmlType::Q5_1: return q5_1;
     case GgmlType::IQ4_NL: return iq4_nl;
     default: return nullptr;
+  }
+}
+
+// ------------------------------------------------------------------ importance-weighted (--imatrix)
+//
+// For the legacy types, a block's parameters chosen to minimise sum_j w_j (x_j - stored_j)^2, w_j
+// the importance of the block's input channel j (mean x_j^2 over calibration text, what llama.cpp's
+// imatrix holds), instead of the reference rule's absmax / min-max. Candidates (all scored on the
+// bytes as stored, decoded by ggml_blocks' dequantizer; the reference block is always one, so the
+// weighted error never exceeds RTN's):
+//   symmetric (q8_0, q4_0, q5_0): d = s * (reference d), s in {0.80, 0.82, ..., 1.20}, each coded to
+//     nearest and then refit by weighted least squares (d = sum w x q / sum w q^2) and re-coded;
+//   affine (q4_1, q5_1): d = (max - min) / (n + delta), m = min, delta in {-1, -0.9, ..., +1}
+//     (llama.cpp make_qkx2_quants' grid), each refit by weighted least squares of (d, m) given its
+//     codes and re-coded.
+// Not byte-compatible with llama-quantize --imatrix (its search differs); the output is an
+// ordinary block of the type.
+
+struct SymSpec {
+  int lo, hi;  // code range
+  int offset;  // stored nibble/byte = q + offset
+  int bits;    // 4, 5, 8
+};
+
+// Codes of x under fp16-stored d (nearest, clamped), packed into y.
+void sym_encode(const float* x, float d, const SymSpec& sp, uint8_t* y, int* q) {
+  put_f16(y, d);
+  const float d16 = f16_to_f32(f32_to_f16(d));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  for (int j = 0; j < QK; ++j) q[j] = std::clamp(int(std::lround(x[j] * id)), sp.lo, sp.hi);
+  if (sp.bits == 8) {
+    for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int8_t(q[j]));
+  } else if (sp.bits == 4) {
+    for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t((q[j] + sp.offset) | ((q[j + QK / 2] + sp.offset) << 4));
+  } else {
+    uint8_t u[QK];
+    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j] + sp.offset);
+    pack5(u, y + 2, y + 6);
+  }
+}
+
+void aff_encode(const float* x, float d, float m, int nmax, int bits, uint8_t* y, int* q) {
+  put_f16(y, d);
+  put_f16(y + 2, m);
+  const float d16 = f16_to_f32(f32_to_f16(d)), m16 = f16_to_f32(f32_to_f16(m));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  for (int j = 0; j < QK; ++j) q[j] = std::clamp(int(std::lround((x[j] - m16) * id)), 0, nmax);
+  if (bits == 4) {
+    for (int j = 0; j < QK / 2; ++j) y[4 + j] = uint8_t(q[j] | (q[j + QK / 2] << 4));
+  } else {
+    uint8_t u[QK];
+    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j]);
+    pack5(u, y + 4, y + 8);
+  }
+}
+
+double block_error(const GgmlTypeRow& row, const uint8_t* y, const float* x, const float* w) {
+  float v[QK];
+  row.to_float(y, v, 1);
+  double e = 0;
+  for (int j = 0; j < QK; ++j) e += double(w[j]) * (double(x[j]) - v[j]) * (double(x[j]) - v[j]);
+  return e;
+}
+
+void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
+  const GgmlTypeRow& row = *ggml_type_row(uint32_t(t));
+  const size_t bytes = size_t(row.type_size);
+  block_fn(t)(x, y);  // the reference block
+  double best = block_error(row, y, x, w);
+  uint8_t cand[34];
+  int q[QK];
+  auto consider = [&] {
+    const double e = block_error(row, cand, x, w);
+    if (e < best) best = e, std::memcpy(y, cand, bytes);
+  };
+  if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
+    const int nmax = t == GgmlType::Q4_1 ? 15 : 31, bits = t == GgmlType::Q4_1 ? 4 : 5;
+    float mn, mx;
+    min_max(x, &mn, &mx);
+    if (mx == mn) return;
+    for (int k = -10; k <= 10; ++k) {
+      aff_encode(x, (mx - mn) / (nmax + 0.1f * k), mn, nmax, bits, cand, q);
+      consider();
+      double sw = 0, swq = 0, swqq = 0, swx = 0, swxq = 0;
+      for (int j = 0; j < QK; ++j) {
+        const double wj = w[j];
+        sw += wj, swq += wj * q[j], swqq += wj * q[j] * q[j], swx += wj * x[j], swxq += wj * x[j] * q[j];
+      }
+      const double det = sw * swqq - swq * swq;
+      if (det <= 0) continue;
+      const double d = (sw * swxq - swq * swx) / det, m = (swqq * swx - swq * swxq) / det;
+      if (!(d > 0)) continue;
+      aff_encode(x, float(d), float(m), nmax, bits, cand, q);
+      consider();
+    }
+    return;
+  }
+  const SymSpec sp = t == GgmlType::Q8_0 ? SymSpec{-127, 127, 0, 8}
+                     : t == GgmlType::Q4_0 ? SymSpec{-8, 7, 8, 4}
+                                           : SymSpec{-16, 15, 16, 5};
+  const float d_ref = t == GgmlType::Q8_0 ? [&] {
+    float a = 0;
+    for (int j = 0; j < QK; ++j) a = std::max(a, std::fabs(x[j]));
+    return a / 127.0f;
+  }() : signed_absmax(x) / float(sp.lo);
+  if (d_ref == 0.0f) return;
+  for (int k = -10; k <= 10; ++k) {
+    sym_encode(x, d_ref * (1.0f + 0.02f * k), sp, cand, q);
+    consider();
+    double sxq = 0, sqq = 0;
+    for (int j = 0; j < QK; ++j) sxq += double(w[j]) * x[j] * q[j], sqq += double(w[j]) * q[j] * q[j];
+    if (sqq <= 0) continue;
+    sym_encode(x, float(sxq / sqq), sp, cand, q);
+    consider();
   }
 }
 
@@ -229,6 +349,24 @@ void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst) {
   const int64_t nb = N / QK;
 #pragma omp parallel for schedule(static) if (nb > 4096)
   for (int64_t b = 0; b < nb; ++b) fn(src + b * QK, dst + size_t(b) * bytes);
+}
+
+void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
+                            uint8_t* dst) {
+  if (!imp || !block_fn(type)) {
+    ggml_quantize(type, src, size_t(rows * cols), dst);
+    return;
+  }
+  const size_t bytes = size_t(ggml_type_row(uint32_t(type))->type_size);
+  const int64_t per_row = cols / QK, nb = rows * per_row;
+#pragma omp parallel for schedule(static) if (nb > 1024)
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* x = src + b * QK;
+    const float* w = imp + (b % per_row) * QK;
+    uint8_t* y = dst + size_t(b) * bytes;
+    if (type == GgmlType::IQ4_NL) iq4_nl_weighted(x, w, y);
+    else weighted_block(type, x, w, y);
+  }
 }
 
 }  // namespace qt

@@ -24,4 +24,12 @@ size_t ggml_nbytes(GgmlType type, size_t n);
 // Precondition: ggml_can_quantize(type).
 void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst);
 
+// Importance-weighted (`convert --format gguf --imatrix`): a [rows, cols] matrix whose column j
+// has importance imp[j] (cols entries; imp null: ggml_quantize). Each block's parameters minimise
+// the importance-weighted squared error among candidates that include the reference rule's, so
+// the weighted error never exceeds ggml_quantize's (ggml_quantize.cpp says which candidates).
+// F32/F16/BF16 ignore imp.
+void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
+                            uint8_t* dst);
+
 }  // namespace qt

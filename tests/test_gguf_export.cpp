@@ -1,5 +1,6 @@
 // GGUF export against gguf-py (tests/golden/make_gguf_export_goldens.py):
-//  - IQ4_NL (our scale search): never worse than round-to-nearest per block;
+//  - IQ4_NL (our scale search): never worse than round-to-nearest per block; with --imatrix's
+//    importance, every block type's weighted error never worse than the reference block's;
 //  - ggml_quantize's bytes equal gguf.quants.quantize's (ggml's reference quantizers, what
 //    llama-quantize runs for these types without an imatrix) for every type, on random rows and
 //    hand-made blocks (ties at .5, zero and constant blocks, negative absmax, subnormal scales);
@@ -87,6 +88,39 @@ TEST(GgufExport, Iq4NlSearchBeatsRoundToNearest) {
   std::printf("IQ4_NL squared error: ours %.6g, round-to-nearest %.6g (%.3fx)\n", total_ours, total_rtn,
               total_ours / total_rtn);
   EXPECT_LT(total_ours, 0.95 * total_rtn);
+}
+
+// --imatrix: per block, the importance-weighted error of ggml_quantize_weighted is at most that of
+// the reference blocks (gguf-py's bytes; for IQ4_NL round-to-nearest), and clearly below overall.
+TEST(GgufExport, ImatrixWeightedErrorBelowReference) {
+  GgufFile g = GgufFile::open(golden("rtn.gguf"));
+  const GgufTensorInfo* xi = g.find_tensor("x");
+  const std::vector<float> x = g.dequantize(*xi), imp = g.dequantize(*g.find_tensor("imp"));
+  const int64_t rows = xi->ne[1], cols = xi->ne[0];
+  ASSERT_EQ(int64_t(imp.size()), cols);
+  for (const char* name : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl_rtn"}) {
+    const GgufTensorInfo* ref = g.find_tensor(name);
+    ASSERT_TRUE(ref) << name;
+    const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref->type));
+    const std::vector<float> r = g.dequantize(*ref);
+    std::vector<uint8_t> q(ref->nbytes);
+    ggml_quantize_weighted(ref->type, x.data(), rows, cols, imp.data(), q.data());
+    std::vector<float> ours(x.size());
+    ggml_dequantize(row, q.data(), ours.data(), x.size() / 32);
+    double tot_o = 0, tot_r = 0;
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+      double eo = 0, er = 0;
+      for (size_t j = b * 32; j < b * 32 + 32; ++j) {
+        const double w = imp[j % size_t(cols)];
+        eo += w * (x[j] - ours[j]) * (x[j] - ours[j]);
+        er += w * (x[j] - r[j]) * (x[j] - r[j]);
+      }
+      EXPECT_LE(eo, er * (1 + 1e-9) + 1e-30) << name << " block " << b;
+      tot_o += eo, tot_r += er;
+    }
+    std::printf("%s: weighted error %.4g vs reference %.4g (%.3fx)\n", name, tot_o, tot_r, tot_o / tot_r);
+    EXPECT_LT(tot_o, 0.9 * tot_r) << name;
+  }
 }
 
 // Every key of `want` in `got` with the same type and value (float arrays exactly).
@@ -207,7 +241,8 @@ TEST(GgufExport, BadInputExit2NothingWritten) {
   };
   const Case cases[] = {
       {"--in " + tiny("tiny-llama3") + " --gguf-type q3_k", "unknown type 'q3_k'"},
-      {"--in " + tiny("tiny-llama3") + " --gguf-type iq4_nl --imatrix x.safetensors", "--imatrix"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type f16 --imatrix x.safetensors", "is not quantized"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type q4_0 --gptq", "--gptq"},
       {"--in " + tiny("tiny-qwen2") + " --gguf-type q8_0", "model.embed_tokens.weight"},
       {"--in " + tiny("tiny-llama3") + " --scheme nf4", "closest GGUF type is --gguf-type iq4_nl"},
       {"--in " + tiny("tiny-llama3") + " --scheme int8", "closest GGUF type is --gguf-type q8_0"},

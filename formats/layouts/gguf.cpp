@@ -11,6 +11,7 @@
 #include "formats/layouts/gguf.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -162,6 +163,7 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
   if (block.block_size > 1) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   write_tokenizer(ck, &w);
 
+  int weighted = 0;
   for (const Item& it : items) {
     if (it.gguf == "rope_freqs.weight") {
       std::vector<double> f = llama3_rope_factors(c.rope_scaling, c.rope_theta, c.head_dim);
@@ -175,7 +177,12 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
     }
     const Tensor& t = ck.tensors.at(it.hf);
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
-    w.add_tensor(it.gguf, ne, it.type, [t, it] {
+    const float* imp = nullptr;
+    if (opt.importance && t.shape.size() == 2 && block.block_size > 1) {
+      imp = opt.importance(it.hf, t.shape[1]);
+      if (imp) ++weighted;
+    }
+    w.add_tensor(it.gguf, ne, it.type, [t, it, imp] {
       // Made now, when its turn comes: one tensor's fp32 copy at a time.
       Tensor src = materialize(t);
       std::vector<float> v = to_f32(src);
@@ -186,11 +193,13 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
         v = gguf_permute_rows(v.data(), rows, cols, it.permute_heads);
       }
       std::vector<uint8_t> out(ggml_nbytes(it.type, v.size()));
-      ggml_quantize(it.type, v.data(), v.size(), out.data());
+      if (imp) ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());
+      else ggml_quantize(it.type, v.data(), v.size(), out.data());
       return out;
     });
   }
   w.write(path);
+  if (opt.importance) std::printf("imatrix: %d weights quantized with importance weights\n", weighted);
 }
 
 }  // namespace qt

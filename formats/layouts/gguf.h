@@ -2,6 +2,7 @@
 // the metadata convert_hf_to_gguf.py writes, Q/K rows permuted for llama/mistral, tokenizer.ggml.*
 // from the tokenizer). README "GGUF export".
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -15,6 +16,9 @@ struct GgufExportOptions {
   // 1-D tensors (norms, biases, rope_freqs) are always F32, as llama-quantize keeps them.
   GgmlType type = GgmlType::F16;
   std::string name;  // general.name
+  // --imatrix: the importance of each input channel of a 2-D weight (HF name, `cols` values), or
+  // null for a weight without statistics; block types then use ggml_quantize_weighted.
+  std::function<const float*(const std::string& hf_name, int64_t cols)> importance;
 };
 
 // --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl") -> type;

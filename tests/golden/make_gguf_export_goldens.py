@@ -13,6 +13,9 @@ tests/golden/gguf_export/rtn.gguf
     "iq4_nl_rtn": IQ4_NL by the round-to-nearest rule (d = signed absmax / -127 stored as f16, every
     element coded to the nearest of gguf-py's IQ4_NL.kvalues): gguf-py has no IQ4_NL quantizer, and
     ours is a scale search, so the test asserts that our error is no larger than this one's per block.
+    "imp" (F32 [256]): per-column importance (log-normal, a few channels 100x heavier, as act-stats
+    mean squares are): `--imatrix` quantization must have an importance-weighted error no larger
+    than the reference blocks' above, per block.
 
 tests/golden/gguf_export/<model>.<type>.gguf
     What convert_hf_to_gguf.py would write for the tiny test models tests/golden/logits/<model>
@@ -80,6 +83,9 @@ def write_rtn():
     for name in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"):
         add_quantized(w, name, x, name)
     w.add_tensor("iq4_nl_rtn", iq4_nl_rtn(x), raw_dtype=T.IQ4_NL)
+    imp = np.exp(rng.standard_normal(256)).astype(np.float32)
+    imp[rng.choice(256, 8, replace=False)] *= 100
+    w.add_tensor("imp", imp)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
