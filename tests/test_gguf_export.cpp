@@ -25,6 +25,7 @@
 
 #include "formats/ggml_quantize.h"
 #include "formats/gguf.h"
+#include "formats/tokenizer/tokenizer.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -184,6 +185,62 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
     // The tiny models have no tokenizer: no key beyond the golden's.
     EXPECT_EQ(got.metadata().size(), want.metadata().size()) << what;
     expect_same_tensors(got, want, what);
+  }
+}
+
+// tokenizer_to_gguf gives back the tokenizer.ggml.* that llama.cpp's own vocabulary files hold
+// (data/tokenizer-vectors, written by convert_hf_to_gguf.py): SentencePiece (llama-spm, phi-3) and
+// byte-level BPE of several pre-tokenizers.
+TEST(GgufExport, TokenizerKeysEqualLlamaCppVocabFiles) {
+  for (const char* name : {"llama-spm", "phi-3", "gpt-2", "falcon", "deepseek-coder", "mpt", "refact", "starcoder"}) {
+    const std::string path = test::data_file(std::string("tokenizer-vectors/ggml-vocab-") + name + ".gguf");
+    QT_REQUIRE_FILE(path);
+    GgufFile g = GgufFile::open(path);
+    const GgufTokenizerMeta m = tokenizer_to_gguf(*tokenizer_from_gguf(g));
+    EXPECT_EQ(m.model, g.get_string("tokenizer.ggml.model")) << name;
+    EXPECT_EQ(m.pre, g.get_string_or("tokenizer.ggml.pre", "default")) << name;
+    const auto& tokens = g.get_string_array("tokenizer.ggml.tokens");
+    ASSERT_EQ(m.tokens.size(), tokens.size()) << name;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (!tokens[i].empty()) {
+        ASSERT_EQ(m.tokens[i], tokens[i]) << name << " token " << i;
+      }
+    }
+    if (g.has("tokenizer.ggml.token_type")) {
+      const auto& tt = g.get_int_array("tokenizer.ggml.token_type");
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tt[i] >= 1 && tt[i] <= 6) {
+          ASSERT_EQ(m.token_type[i], tt[i]) << name << " type " << i;
+        }
+      }
+    }
+    if (g.has("tokenizer.ggml.scores")) {
+      const auto& sc = g.get_float_array("tokenizer.ggml.scores");
+      ASSERT_EQ(m.scores.size(), sc.size()) << name;
+      for (size_t i = 0; i < sc.size(); ++i) ASSERT_EQ(m.scores[i], float(sc[i])) << name << " score " << i;
+    }
+    if (g.has("tokenizer.ggml.merges")) {
+      const auto& mg = g.get_string_array("tokenizer.ggml.merges");
+      ASSERT_EQ(m.merges.size(), mg.size()) << name;
+      for (size_t i = 0; i < mg.size(); ++i) {
+        if (mg[i].find(' ', 1) != std::string::npos) {
+          ASSERT_EQ(m.merges[i], mg[i]) << name << " merge " << i;
+        }
+      }
+    }
+    for (auto [key, v] : {std::pair<const char*, int32_t>{"tokenizer.ggml.bos_token_id", m.bos},
+                          {"tokenizer.ggml.eos_token_id", m.eos}, {"tokenizer.ggml.unknown_token_id", m.unk},
+                          {"tokenizer.ggml.padding_token_id", m.pad}}) {
+      if (g.has(key) && g.get_int(key) < int64_t(tokens.size())) {
+        EXPECT_EQ(v, g.get_int(key)) << name << " " << key;
+      }
+    }
+    if (g.has("tokenizer.ggml.add_bos_token")) {
+      EXPECT_EQ(m.add_bos, g.get_bool("tokenizer.ggml.add_bos_token")) << name;
+    }
+    if (g.has("tokenizer.ggml.add_space_prefix")) {
+      EXPECT_EQ(m.add_space_prefix, g.get_bool("tokenizer.ggml.add_space_prefix") ? 1 : 0) << name;
+    }
   }
 }
 

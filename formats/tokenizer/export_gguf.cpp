@@ -6,7 +6,8 @@
 //    tokenizer.ggml.pre. A GGUF source keeps its pre name; for a tokenizer.json the name is the
 //    llama.cpp family whose regexes are the file's pre-tokenizer (convert_hf_to_gguf.py finds it
 //    by hashing a tokenization instead; the regex list is what that hash stands for).
-//  - SentencePiece (a GGUF `llama` source): tokens, scores, types and add_space_prefix as read.
+//  - SentencePiece (a GGUF `llama` source): tokens, scores, types and add_space_prefix as read,
+//    pre "default".
 #include "formats/error.h"
 #include "formats/tokenizer/bpe.h"
 #include "formats/tokenizer/spm.h"
@@ -67,6 +68,7 @@ GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t) {
   }
   if (auto* s = dynamic_cast<const tok::SpmTokenizer*>(&t)) {
     m.model = "llama";
+    m.pre = "default";  // convert_hf_to_gguf.py writes it for SentencePiece models too (llama.cpp ignores it)
     common(*s, &m);
     m.scores.reserve(size_t(s->vocab.size()));
     for (auto& ti : s->vocab.tokens) m.scores.push_back(ti.score);

@@ -41,7 +41,7 @@ class Tokenizer {
 // (formats/tokenizer/export_gguf.cpp). `scores` empty: not written (BPE), as convert_hf_to_gguf.
 struct GgufTokenizerMeta {
   std::string model;  // "gpt2" (byte-level BPE) or "llama" (SentencePiece)
-  std::string pre;    // tokenizer.ggml.pre ("" for "llama")
+  std::string pre;    // tokenizer.ggml.pre ("default" for "llama")
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> token_type;
