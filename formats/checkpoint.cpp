@@ -284,7 +284,11 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     m[p + "input_layernorm.weight"] = {h};
-    m[p + "post_attention_layernorm.weight"] = {h};
+    m[p + "post_attention_layernorm.weight"] = {h};  // gemma: after attention; others: before the MLP
+    if (c.gemma) {
+      m[p + "pre_feedforward_layernorm.weight"] = {h};
+      m[p + "post_feedforward_layernorm.weight"] = {h};
+    }
     m[p + "self_attn.q_proj.weight"] = {q, h};
     m[p + "self_attn.k_proj.weight"] = {kv, h};
     m[p + "self_attn.v_proj.weight"] = {kv, h};

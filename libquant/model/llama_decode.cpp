@@ -26,7 +26,8 @@
 namespace qt {
 
 bool LlamaModel::decode_ready() const {
-  if (observer_ || !lm_head_->has_gemv_slices()) return false;
+  // Gemma's block is not in the decode step: it runs the batch forward at one token.
+  if (cfg_.gemma || observer_ || !lm_head_->has_gemv_slices()) return false;
   for (const auto& L : layers_)
     for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(),
                             L->down.get()})
