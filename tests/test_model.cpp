@@ -21,6 +21,7 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
+#include "libquant/eval/perplexity.h"
 #include "libquant/kv/cache.h"
 #include "libquant/model/llama.h"
 #include "libquant/model/ops.h"
@@ -592,6 +593,28 @@ TEST_P(TinyGemma, KvMethodsAtHeadDim256) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyGemma, ::testing::Values("gemma2", "gemma3"));
+
+// eval-ppl's evaluation at ctx 8 (chunks longer than the windows of 4 and 5) = the mean NLL of
+// transformers' logits on the same chunks (ppl_chunks_ctx8), whole chunks and in ubatches of 3.
+class TinyPpl : public ::testing::TestWithParam<std::string> {};
+TEST_P(TinyPpl, ChunksLongerThanTheWindowMatchTransformers) {
+  const std::string dir = test::source_dir() + "/tests/golden/logits/tiny-" + GetParam();
+  const json g = load_json(dir + "/logits.json");
+  Checkpoint ck = load_checkpoint(dir);
+  LlamaModel m(ck, Compute::F32);
+  const auto ids = g["ids"].get<std::vector<int32_t>>();
+  for (int ubatch : {0, 3}) {
+    SCOPED_TRACE(ubatch);
+    PplOptions o;
+    o.method = PplMethod::Chunks;
+    o.ctx = 8;
+    o.ubatch = ubatch;
+    PplResult r = evaluate_perplexity(m, ids, o);
+    EXPECT_EQ(r.tokens_scored, 14);
+    EXPECT_NEAR(r.mean_nll, g["ppl_chunks_ctx8"].get<double>(), 1e-5);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Archs, TinyPpl, ::testing::Values("gemma2", "gemma3", "falcon3"));
 
 TEST(Model, RefusesUnsupportedArchitecture) {
   Checkpoint ck;

@@ -17,7 +17,9 @@ Writes tests/golden/logits/tiny-<name>/{config.json, model.safetensors, logits.j
            and a linear RoPE scaling (factor 8) on the global layer only
   falcon3  LlamaForCausalLM as Falcon3 configures it: explicit head_dim 256 (≠ hidden/heads
            here), rope_theta 1000042, GQA, untied head
-Each sequence has 16 tokens, longer than every sliding window.
+Each sequence has 16 tokens, longer than every sliding window. logits.json also holds
+ppl_chunks_ctx8: the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (two chunks of 8 tokens,
+each from an empty cache, every token but a chunk's first scored), from transformers' logits.
 """
 import json
 import os
@@ -68,6 +70,12 @@ for name, cfg in TINY.items():
     ids = torch.randint(0, cfg.vocab_size, (N,), generator=g)
     with torch.no_grad():
         lg = m(ids[None], use_cache=False).logits[0].float().numpy()
+        nll = []
+        for c0 in range(0, N, 8):
+            chunk = ids[c0:c0 + 8]
+            lc = m(chunk[None], use_cache=False).logits[0].double()
+            lp = torch.log_softmax(lc, dim=-1)
+            nll += [float(-lp[p, chunk[p + 1]]) for p in range(7)]
     d = os.path.join(HERE, "logits", "tiny-" + name)
     m.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     for extra in ("generation_config.json",):
@@ -76,6 +84,6 @@ for name, cfg in TINY.items():
     with open(os.path.join(d, "logits.json"), "w") as fh:
         json.dump({"made_by": "tests/golden/make_arch_logits_golden.py", "arch": cfg.model_type,
                    "transformers": transformers.__version__, "torch": torch.__version__,
-                   "ids": [int(i) for i in ids], "logits": [float(x) for x in lg.reshape(-1)]},
+                   "ids": [int(i) for i in ids], "ppl_chunks_ctx8": sum(nll) / len(nll), "logits": [float(x) for x in lg.reshape(-1)]},
                   fh, separators=(",", ":"))
     print("wrote", d, "logit range", float(lg.min()), float(lg.max()))
