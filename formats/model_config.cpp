@@ -35,6 +35,7 @@ constexpr ArchRow kArchs[] = {
     {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, false, true, false, false},
     {"gemma2", "Gemma2ForCausalLM", "", 8192, false, false, true, true},
     {"gemma3_text", "Gemma3ForCausalLM", "", 131072, false, true, true, true},
+    {"phi3", "Phi3ForCausalLM", "", 4096, false, false, false, false},  // GGUF "phi3" not read
 };
 
 const ArchRow* arch_by_model_type(const std::string& t) {
@@ -53,7 +54,7 @@ const ArchRow* arch_by_gguf(const std::string& a) {
   return nullptr;
 }
 
-const char* kSupported = "llama, mistral, qwen2, qwen3, gemma2, gemma3_text";
+const char* kSupported = "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3";
 
 // A float as JSON: the shortest decimal that round-trips the float, so 1e-5f is written 1e-05,
 // not 9.999999747378752e-06.
@@ -370,9 +371,18 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
     auto rs = j.find("rope_scaling");
     if (rs != j.end()) c.rope_scaling = parse_rope_scaling(*rs, j, path);
   }
-  if (num_field_or(j, "partial_rotary_factor", 1.0, path) != 1.0)
-    user_error("{}: partial_rotary_factor is not supported", path);
+  const double partial = rp != j.end() && rp->is_object() && rp->contains("partial_rotary_factor")
+                             ? num_field_or(*rp, "partial_rotary_factor", 1.0, path)
+                             : num_field_or(j, "partial_rotary_factor", 1.0, path);
+  if (partial != 1.0) user_error("{}: partial_rotary_factor {} is not supported (only 1.0)", path, partial);
   if (row->gemma) read_gemma_fields(j, path, &c);
+  if (c.arch == "phi3") {
+    c.fused_proj = true;
+    // Phi3Config: a sliding_window (Phi-3-mini-4k: 2047) masks every layer; null: none.
+    c.sliding_window = int(int_field_or(j, "sliding_window", 0, path));
+    if (c.sliding_window < 0) user_error("{}: sliding_window must be positive, got {}", path, c.sliding_window);
+    if (c.sliding_window > 0) c.sliding.assign(size_t(c.n_layers), 1);
+  }
   validate(c, path);
   return c;
 }
@@ -498,6 +508,10 @@ nlohmann::json ModelConfig::to_hf_json() const {
       for (int i = 0; i < n_layers; ++i) periodic &= is_sliding(i) == ((i + 1) % period != 0);
       if (periodic) j["sliding_window_pattern"] = period;
     }
+  } else if (arch == "phi3") {
+    j["attention_bias"] = false;
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["original_max_position_embeddings"] = max_position;
   } else {  // qwen2, qwen3
     if (arch == "qwen3") j["attention_bias"] = false;
     j["use_sliding_window"] = false;

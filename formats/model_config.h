@@ -1,5 +1,5 @@
 // ModelConfig: one struct for every supported Llama-family decoder (llama, mistral, qwen2, qwen3,
-// gemma2, gemma3_text), read from a Hugging Face config.json or from GGUF metadata.
+// gemma2, gemma3_text, phi3), read from a Hugging Face config.json or from GGUF metadata.
 // FORMATS.md 2.7, 2.13, 6.
 #pragma once
 #include <string>
@@ -54,6 +54,11 @@ struct ModelConfig {
   float rope_local_theta = 0;       // gemma3: the sliding layers' RoPE base (no scaling); 0 = same
   bool is_sliding(int layer) const { return !sliding.empty() && sliding[size_t(layer)]; }
   float attn_scale() const;         // the score scale of every layer
+
+  // Phi-3: HF stores self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj (rows gate, up);
+  // the loader splits them into the per-projection tensors every scheme quantizes, the hf
+  // writer fuses them back (formats/fused_proj.h). Its sliding_window (when set) covers every layer.
+  bool fused_proj = false;
 
   // Parse an HF config.json object; `path` names the file in errors. Refuses unsupported
   // architectures with a UserError naming them.

@@ -196,7 +196,7 @@ TEST(CliConvert, BadInput) {
   const Case cases[] = {
       {"convert --in " + in + "noconfig" + out, in + "noconfig: no config.json"},
       {"convert --in " + in + "arch" + out, in + "arch/config.json: unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, "
-                                              "gemma2, gemma3_text)"},
+                                              "gemma2, gemma3_text, phi3)"},
       {"convert --in " + in + "badjson" + out, in + "badjson/config.json: invalid JSON"},
       {"convert --in " + in + "trunc.gguf" + out, in + "trunc.gguf: "},
       {"convert --in " + in + "header.gguf" + out, in + "header.gguf: "},

@@ -488,7 +488,7 @@ TEST_P(TinyModel, LogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyModel,
-                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3"));
+                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3", "phi3"));
 
 // ------------------------------------------------ Gemma: sliding window, soft-caps, KV methods
 // tests/golden/make_arch_logits_golden.py: 16 tokens, windows of 4 (gemma2) and 5 (gemma3).
@@ -614,7 +614,23 @@ TEST_P(TinyPpl, ChunksLongerThanTheWindowMatchTransformers) {
     EXPECT_NEAR(r.mean_nll, g["ppl_chunks_ctx8"].get<double>(), 1e-5);
   }
 }
-INSTANTIATE_TEST_SUITE_P(Archs, TinyPpl, ::testing::Values("gemma2", "gemma3", "falcon3"));
+INSTANTIATE_TEST_SUITE_P(Archs, TinyPpl, ::testing::Values("gemma2", "gemma3", "falcon3", "phi3"));
+
+// Phi-3: the fused tensors split at load into views of the file's rows; the sliding window
+// (6 here) matters, token by token too (the batch path runs single tokens of windowed models).
+TEST(TinyPhi3, SplitAtLoadAndWindowed) {
+  TinyGolden g = tiny_golden("phi3");
+  const ModelConfig& c = g.ck.config;
+  EXPECT_TRUE(c.fused_proj);
+  EXPECT_TRUE(g.ck.has("model.layers.1.self_attn.k_proj.weight"));
+  EXPECT_TRUE(g.ck.has("model.layers.1.mlp.up_proj.weight"));
+  EXPECT_FALSE(g.ck.has("model.layers.1.self_attn.qkv_proj.weight"));
+  EXPECT_EQ(g.ck.get("model.layers.0.self_attn.k_proj.weight").shape,
+            (std::vector<int64_t>{int64_t(c.n_kv_heads) * c.head_dim, c.hidden}));
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "f32", true), 1e-4);
+  g.ck.config.sliding.clear();
+  EXPECT_GT(worst_diff(g.ck, g.ids, g.logits), 1e-2);
+}
 
 TEST(Model, RefusesUnsupportedArchitecture) {
   Checkpoint ck;

@@ -156,12 +156,16 @@ TEST(ModelConfig, BadConfigs) {
   };
   const Case cases[] = {
       {R"({"model_type": "gpt_neox", )" + base + "}",
-       "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text)"},
+       "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3)"},
       {R"({"model_type": "gemma3", "text_config": {}})", "Gemma3ForConditionalGeneration"},
       {R"({"model_type": "gemma2", )" + base + R"(, "hidden_activation": "gelu"})", "hidden_activation 'gelu'"},
       {R"({"model_type": "gemma2", )" + base + R"(, "layer_types": ["full_attention", "x"]})", "layer_types"},
       {R"({"model_type": "gemma3_text", )" + base + R"(, "use_bidirectional_attention": true})", "bidirectional"},
-      {R"({"architectures": ["Phi3ForCausalLM"], )" + base + "}", "'Phi3ForCausalLM'"},
+      {R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}", "'GPT2LMHeadModel'"},
+      {R"({"model_type": "phi3", )" + base + R"(, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}})",
+       "rope scaling type 'longrope'"},
+      {R"({"model_type": "phi3", )" + base + R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}})",
+       "partial_rotary_factor 0.75"},
       {R"({"hidden_size": 64})", "no 'model_type' or 'architectures'"},
       {R"({"model_type": "llama", "hidden_size": 64})", "missing 'intermediate_size'"},
       {R"({"model_type": "llama", )" + base + R"(, "num_key_value_heads": 3})", "not a multiple of 3"},

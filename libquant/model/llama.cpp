@@ -48,8 +48,9 @@ std::vector<float> vec_of(const Checkpoint& ck, const std::string& name, int64_t
 LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume)
     : cfg_(ck.config) {
   const ModelConfig& c = cfg_;
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && !c.gemma)
-    user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text)",
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" &&
+      !c.gemma)
+    user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3)",
                ck.path, c.arch);
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 ||
       c.hidden <= 0 || c.vocab <= 0 || c.n_layers <= 0)
@@ -154,10 +155,9 @@ KVShape LlamaModel::kv_shape(int max_ctx) const {
   s.scale = cfg_.attn_scale();
   // Key codecs that undo RoPE need one table for every layer: gemma3's two bases have none.
   if (cfg_.rope_local_theta <= 0 || rope_local_.inv_freq() == rope_.inv_freq()) s.rope_inv_freq = rope_.inv_freq();
-  if (cfg_.gemma) {
-    s.softcap = cfg_.attn_softcap;
+  s.softcap = cfg_.attn_softcap;
+  if (!cfg_.sliding.empty())  // gemma, phi3
     for (int l = 0; l < cfg_.n_layers; ++l) s.window.push_back(cfg_.is_sliding(l) ? cfg_.sliding_window : 0);
-  }
   return s;
 }
 

@@ -17,6 +17,8 @@ Writes tests/golden/logits/tiny-<name>/{config.json, model.safetensors, logits.j
            and a linear RoPE scaling (factor 8) on the global layer only
   falcon3  LlamaForCausalLM as Falcon3 configures it: explicit head_dim 256 (≠ hidden/heads
            here), rope_theta 1000042, GQA, untied head
+  phi3     Phi3ForCausalLM: fused qkv_proj (GQA: 4 heads, 2 kv heads) and gate_up_proj, a
+           sliding_window of 6 on every layer (Phi-3-mini-4k has 2047), untied head
 Each sequence has 16 tokens, longer than every sliding window. logits.json also holds
 ppl_chunks_ctx8: the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (two chunks of 8 tokens,
 each from an empty cache, every token but a chunk's first scored), from transformers' logits.
@@ -26,7 +28,7 @@ import os
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig
+from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, Phi3Config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 16
@@ -50,6 +52,11 @@ TINY = {
                            num_attention_heads=2, num_key_value_heads=1, head_dim=256,
                            max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=False,
                            rope_parameters={"rope_type": "default", "rope_theta": 1000042.0}),
+    "phi3": Phi3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                       original_max_position_embeddings=512, rms_norm_eps=1e-5, sliding_window=6,
+                       tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
 }
 
 torch.manual_seed(0)
