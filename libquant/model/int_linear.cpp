@@ -43,28 +43,36 @@ class IntLinear final : public Linear {
     s_.resize(size_t(n_ * ng_));
     for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
     const bool vnni = kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0;
-    if (vnni && params_.scheme != "int4") {  // int8 codes are stored as the kernel reads them: no copy
-      vnni_ = kernels::pack_int8_vnni(reinterpret_cast<const int8_t*>(w.data.data), s_.data(), n_, k_, gl_);
+    if (params_.scheme != "int4") {
+      if (vnni) {  // packed for VPDPBUSD straight from the stored bytes
+        vnni_ = kernels::pack_int8_vnni(reinterpret_cast<const int8_t*>(w.data.data), s_.data(), n_, k_, gl_);
+        return;
+      }
+      // Row-major signed codes are what the AVX2 and scalar kernels read: use the stored (mapped)
+      // bytes in place. A copy would cost a fresh page per 4 KiB — at 8 GB, mostly the kernel
+      // zeroing pages — and hold both copies until the source's pages were released.
+      w_ = std::move(w);
+      qp_ = reinterpret_cast<const int8_t*>(w_.data.data);
       return;
     }
+    // int4: one signed byte per code, so that W4A8 shares every int8 kernel.
     q_.resize(size_t(n_ * k_));
-    if (params_.scheme == "int4") {
-      for (int64_t n = 0; n < n_; ++n) {
-        const uint8_t* row = w.data.data + n * (k_ / 2);
-        for (int64_t j = 0; j < k_; j += 2) {
-          q_[size_t(n * k_ + j)] = int8_t(int(row[j / 2] >> 4) - 8);
-          q_[size_t(n * k_ + j + 1)] = int8_t(int(row[j / 2] & 0x0f) - 8);
-        }
+    for (int64_t n = 0; n < n_; ++n) {
+      const uint8_t* row = w.data.data + n * (k_ / 2);
+      for (int64_t j = 0; j < k_; j += 2) {
+        q_[size_t(n * k_ + j)] = int8_t(int(row[j / 2] >> 4) - 8);
+        q_[size_t(n * k_ + j + 1)] = int8_t(int(row[j / 2] & 0x0f) - 8);
       }
-    } else {
-      std::memcpy(q_.data(), w.data.data, q_.size());
     }
     if (vnni) {
       vnni_ = kernels::pack_int8_vnni(q_.data(), s_.data(), n_, k_, gl_);
       q_.clear();
       q_.shrink_to_fit();
     }
+    qp_ = q_.data();
   }
+
+  bool borrows_weights() const override { return w_.data.data != nullptr; }
 
   void forward(const float* x, int64_t m, float* y) const override {
     if (m <= 0) return;
@@ -79,7 +87,7 @@ class IntLinear final : public Linear {
       sx.resize(size_t(m));
       if (kernel_level() >= KernelLevel::AVX2 && kernels::int8_avx2_supports(gl_)) {
         kernels::quantize_activations_int8_avx2(x, m, k_, a.data(), sx.data());
-        kernels::gemm_s8s8_avx2(q_.data(), s_.data(), n_, k_, gl_, a.data(), sx.data(), m, y);
+        kernels::gemm_s8s8_avx2(qp_, s_.data(), n_, k_, gl_, a.data(), sx.data(), m, y);
       } else {
         quantize_activations_int8(x, m, k_, a.data(), sx.data());
         forward_scalar(a.data(), sx.data(), m, y);
@@ -116,7 +124,7 @@ class IntLinear final : public Linear {
       // each thread's own rows and takes the whole row's path from a multiple of 16.
       const int64_t blocks = (n_ + 15) / 16;
       rs = {std::min(n_, blocks * part / parts * 16), std::min(n_, blocks * (part + 1) / parts * 16)};
-      kernels::gemv_s8s8_avx2(q_.data(), s_.data(), k_, gl_, a.data(), sx, rs.r0, rs.r1, y);
+      kernels::gemv_s8s8_avx2(qp_, s_.data(), k_, gl_, a.data(), sx, rs.r0, rs.r1, y);
     }
     if (!bias_.empty())
       for (int64_t n = rs.r0; n < rs.r1; ++n) y[n] += bias_[size_t(n)];
@@ -136,7 +144,7 @@ class IntLinear final : public Linear {
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
   size_t weight_bytes() const override {
-    return vnni_.panels.empty() ? q_.size() + s_.size() * 4 : vnni_.bytes();
+    return vnni_.panels.empty() ? size_t(n_ * k_) + s_.size() * 4 : vnni_.bytes();
   }
   std::string kind() const override {
     std::string k = params_.scheme == "int4" ? "w4a8" : "w8a8";
@@ -146,7 +154,7 @@ class IntLinear final : public Linear {
 
  private:
   int8_t code(int64_t n, int64_t k) const {
-    return vnni_.panels.empty() ? q_[size_t(n * k_ + k)] : vnni_.code(n, k);
+    return vnni_.panels.empty() ? qp_[n * k_ + k] : vnni_.code(n, k);
   }
   float scale(int64_t n, int64_t g) const { return s_[size_t(n * ng_ + g)]; }
 
@@ -154,7 +162,7 @@ class IntLinear final : public Linear {
   void forward_scalar(const int8_t* a, const float* sx, int64_t m, float* y) const {
 #pragma omp parallel for schedule(dynamic, 16) if (m * n_ * k_ > (1 << 17))
     for (int64_t n = 0; n < n_; ++n) {
-      const int8_t* qn = q_.data() + n * k_;
+      const int8_t* qn = qp_ + n * k_;
       for (int64_t t = 0; t < m; ++t) {
         const int8_t* at = a + t * k_;
         float sum = 0.0f;
@@ -187,7 +195,9 @@ class IntLinear final : public Linear {
   SchemeParams params_;
   ActMode act_;
   std::vector<float> bias_;
-  std::vector<int8_t> q_;  // [n, k] signed codes (scalar path)
+  PackedTensor w_;               // the stored tensor, when its int8 codes are used in place
+  std::vector<int8_t> q_;        // [n, k] signed codes made at load (int4 unpacked)
+  const int8_t* qp_ = nullptr;   // the [n, k] codes the AVX2/scalar kernels read: w_'s or q_'s
   std::vector<float> s_;   // [n, ng] fp32 scales
   kernels::Int8Vnni vnni_;
 };
