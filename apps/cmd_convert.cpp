@@ -247,6 +247,11 @@ class PackJob {
   // Part 0: codes, 1: scales, 2: biases.
   Tensor take(int part) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!packed_ && !calib_.active()) {
+      packed_ = quantize_tensor(source_, p_, name_);  // chunk by chunk, no fp32 copy of the whole
+      release_pages(source_);
+      source_ = Tensor{};
+    }
     if (!packed_) {
       const int64_t rows = source_.shape[0], cols = source_.shape[1];
       // The fp32 copy goes into this thread's buffer, kept between weights (a fresh one per

@@ -14,6 +14,8 @@
   python3 scripts/kv_table.py table --out /tmp/kv --llama-log q8_0=llama-kv-q8_0.log
   python3 scripts/kv_table.py run --out results/kv-18a --chunks 16 --kv-stats --rows f16,affine-4-rotqr
   python3 scripts/kv_table.py stats --out results/kv-18a
+  plot   KLD (log) against bytes per token of every --chunks row in the --out folders, as a PNG:
+  /work/venv/bin/python scripts/kv_table.py plot --out results/kv,results/kv-18a-64 --png results/kv/kld_vs_bytes.png
 """
 import argparse
 import concurrent.futures
@@ -295,9 +297,66 @@ def cmd_stats(a):
               f"{f('score_rel_err')} | {f('attn_tv')} |")
 
 
+def family(label):
+    """The method a row belongs to, for the plot's markers: the label up to its first digit or '-'."""
+    import re
+    m = re.match(r"[a-z_]+", label)
+    f = m.group(0) if m else label
+    return {"tq": "turboquant_mse", "k": "affine K + turboquant V"}.get(f, f)
+
+
+def cmd_plot(a):
+    """KLD (log) against KV bytes per token for every 64-chunk row of the --out folders (several
+    may be given as OUT1,OUT2: rows of a later folder replace same-named ones), one marker per method
+    family, the Pareto frontier drawn through the best rows. Needs matplotlib."""
+    import glob
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = {}
+    for d in a.out.split(","):
+        for path in sorted(glob.glob(os.path.join(d, "*.json"))):
+            label = os.path.basename(path)[:-5]
+            try:
+                j = json.load(open(path))
+            except (ValueError, OSError):
+                continue
+            k = j.get("kld")
+            if not isinstance(k, dict) or j.get("chunks") != a.chunks or label == "f16":
+                continue
+            rows[label] = (j["kv_bytes_per_token"], k["kld_mean"])
+    if not rows:
+        sys.exit(f"plot: no {a.chunks}-chunk rows with a KLD in {a.out}")
+    fig, ax = plt.subplots(figsize=(9, 6))
+    fams = sorted({family(l) for l in rows})
+    markers = "osD^v<>pP*XhH8d"
+    for i, f in enumerate(fams):
+        pts = [(l, b, k) for l, (b, k) in rows.items() if family(l) == f]
+        ax.scatter([b for _, b, _ in pts], [max(k, 1e-5) for _, _, k in pts], marker=markers[i % len(markers)], s=45, label=f)
+        for l, b, k in pts:
+            ax.annotate(l, (b, max(k, 1e-5)), fontsize=6.5, xytext=(4, 3), textcoords="offset points")
+    front, best = [], float("inf")
+    for l, (b, k) in sorted(rows.items(), key=lambda r: r[1][0]):
+        if k < best:
+            front.append((b, max(k, 1e-5)))
+            best = k
+    ax.step([b for b, _ in front], [k for _, k in front], where="post", color="k", alpha=0.35, lw=1, label="frontier")
+    ax.axvline(23040, color="grey", ls=":", lw=1)
+    ax.annotate("f16 cache: 23040 B/token", (23040, ax.get_ylim()[1]), fontsize=7, ha="right", va="top", rotation=90)
+    ax.set_yscale("log")
+    ax.set_xlabel("KV cache bytes per token (all layers, keys + values)")
+    ax.set_ylabel(f"KLD vs the fp16 cache ({a.chunks} chunks of 512, wiki.test.raw)")
+    ax.set_title("SmolLM2-135M-Instruct: KV-cache quantization, KLD against size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(a.png, dpi=110)
+    print(f"{len(rows)} rows -> {a.png}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["run", "speed", "table", "stats"])
+    p.add_argument("what", choices=["run", "speed", "table", "stats", "plot"])
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "quanttool"))
     p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--text", default=os.path.join(ROOT, "data", "wikitext-2", "wiki.test.raw"))
@@ -314,8 +373,9 @@ def main():
     p.add_argument("--llama-log", action="append", help="NAME=PATH of a llama-perplexity --kl-divergence log")
     p.add_argument("--llama-bin", help="llama-perplexity: speed also measures its f16, q8_0 and q4_0 caches")
     p.add_argument("--llama-model", help="the GGUF llama-perplexity runs (the same weights, F32)")
+    p.add_argument("--png", default=os.path.join(ROOT, "results", "kv", "kld_vs_bytes.png"), help="plot: the PNG to write")
     a = p.parse_args()
-    {"run": cmd_run, "speed": cmd_speed, "table": cmd_table, "stats": cmd_stats}[a.what](a)
+    {"run": cmd_run, "speed": cmd_speed, "table": cmd_table, "stats": cmd_stats, "plot": cmd_plot}[a.what](a)
 
 
 if __name__ == "__main__":

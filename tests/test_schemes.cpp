@@ -9,6 +9,7 @@
 // dequantized weights (weight-only: summation error only; int8 activations: within the bound
 // the activation rounding allows, and tightly against the same product with the quantized
 // activations dequantized).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -18,6 +19,8 @@
 
 #include "formats/error.h"
 #include "formats/safetensors.h"
+#include "libquant/cpu_features.h"
+#include "libquant/schemes/detail.h"
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 
@@ -353,6 +356,85 @@ TEST(Schemes, MalformedPackedTensorsAreUserErrors) {
   bad = p;
   bad.data.dtype = DType::I32;
   expect_user_error([&] { qt::dequantize_weights(bad, "x"); }, {"codes", "I32", "U32"});
+}
+
+
+// nf4/fp4 at every kernel level give the scalar level's bytes (the goldens above pin the level
+// this CPU runs at; this pins the others), on values that stress the code choice: exactly on
+// every midpoint (ties go to the lower code), ±1, signed zeros, a partial
+// last block, at both block sizes.
+TEST(Schemes, Bnb4CodesAreTheSameAtEveryKernelLevel) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const char* scheme : {"nf4", "fp4"})
+    for (int bs : {64, 128}) {
+      const int64_t rows = 3, cols = 4096 + 96;
+      std::vector<float> w(size_t(rows * cols));
+      for (float& v : w) v = nd(rng);
+      // Each block: absmax 4 (a power of two, so x · (1/4) is exact), then every midpoint of the
+      // sorted table times 4, ±1 after scaling, and both zeros.
+      const float* tab = std::string(scheme) == "nf4" ? qt::schemes_detail::nf4_table() : qt::schemes_detail::fp4_table();
+      std::vector<float> sorted(tab, tab + 16);
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<float> special = {4.0f, -0.0f, 0.0f, -4.0f};
+      for (int i = 0; i < 15; ++i) special.push_back(4.0f * ((sorted[size_t(i)] + sorted[size_t(i + 1)]) / 2.0f));
+      for (int64_t b0 = 0; b0 + bs <= int64_t(w.size()); b0 += bs)
+        for (size_t i = 0; i < special.size() && int64_t(i) < bs; ++i) w[size_t(b0) + i] = special[i];
+      std::vector<std::vector<uint8_t>> got;
+      for (qt::KernelLevel level : qt::available_kernel_levels()) {
+        qt::set_kernel_level(level);
+        PackedTensor t = qt::quantize_weights(w.data(), rows, cols, params(scheme, 4, bs, DType::F32));
+        got.emplace_back(t.data.data, t.data.data + t.data.nbytes);
+      }
+      qt::set_kernel_level(qt::max_kernel_level());
+      for (size_t l = 1; l < got.size(); ++l)
+        EXPECT_EQ(got[l], got[0]) << scheme << " block " << bs << " level " << l;
+    }
+}
+
+
+// quantize_tensor (convert's path: widened and quantized a chunk of rows at a time, in parallel)
+// gives quantize_weights' bytes on the whole fp32 copy, for every scheme, from bf16 and f32
+// sources, deferred too, over several chunks; nf4/fp4 with rows that do not hold whole blocks and
+// an odd count (the partial block and the pad nibble fall in the last chunk).
+TEST(Schemes, QuantizeTensorEqualsQuantizeWeights) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  struct Shape { int64_t rows, cols; };
+  for (const char* scheme : {"affine", "int8", "int8_ct", "int4", "nf4", "fp4"})
+    for (Shape sh : {Shape{301, 576}, Shape{1001, 129}})
+      for (DType src : {DType::BF16, DType::F32}) {
+        SchemeParams p = qt::default_params(scheme);
+        p.dtype = src;
+        if (!qt::scheme_fits(p, sh.rows, sh.cols)) continue;
+        std::vector<float> w(size_t(sh.rows * sh.cols));
+        for (float& v : w) v = nd(rng);
+        qt::Tensor t = qt::Tensor::from_f32(w, {sh.rows, sh.cols});
+        if (src == DType::BF16) {
+          std::vector<uint8_t> b(w.size() * 2);
+          for (size_t i = 0; i < w.size(); ++i) {
+            const uint16_t h = qt::f32_to_bf16(w[i]);
+            std::memcpy(&b[2 * i], &h, 2);
+          }
+          t = qt::Tensor::owned_bytes(DType::BF16, {sh.rows, sh.cols}, std::move(b));
+        }
+        const std::vector<float> wide = qt::to_f32(t);
+        const PackedTensor want = qt::quantize_weights(wide.data(), sh.rows, sh.cols, p);
+        const qt::Tensor deferred = qt::deferred_tensor(t.dtype, t.shape, [t] { return t; });
+        for (const qt::Tensor& in : {t, deferred}) {
+          const PackedTensor got = qt::quantize_tensor(in, p);
+          const std::string what = std::string(scheme) + " " + std::to_string(sh.rows) + "x" +
+                                   std::to_string(sh.cols) + " " + qt::dtype_name(src) + (in.deferred() ? " deferred" : "");
+          expect_same_tensor(got.data, want.data, what + " codes");
+          expect_same_tensor(got.scales, want.scales, what + " scales");
+          if (want.biases.data) expect_same_tensor(got.biases, want.biases, what + " biases");
+        }
+      }
+  // A non-finite weight far into the tensor is named by its row in the whole weight.
+  std::vector<float> w(size_t(700 * 576), 0.01f);
+  w[size_t(650 * 576 + 3)] = NAN;
+  expect_user_error([&] { qt::quantize_tensor(qt::Tensor::from_f32(w, {700, 576}), qt::default_params("affine"), "layer.w"); },
+                    {"layer.w", "[650, 3]"});
 }
 
 }  // namespace

@@ -12,10 +12,13 @@
 // tile by tile and mixed like the other methods' values.
 // Encoding: nearest centroid by ‖c‖² − 2⟨x, c⟩ (ties to the lowest index), the rule k-means
 // trained with up to the rounding of the expansion.
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstring>
 
 #include "formats/error.h"
+#include "libquant/cpu_features.h"
 #include "libquant/kv/calibrated.h"
 #include "libquant/kv/codecs.h"
 
@@ -27,35 +30,74 @@ constexpr int kCentroids = 256;
 // The two loops over all 256 centroids (per sub-space, centroid-major ct[s][i][c], ‖c‖² in cn),
 // compiled for AVX2 and the baseline and picked at load (they run across the centroids in SIMD
 // lanes; multiply and add stay separate instructions, so both versions give the same floats).
-__attribute__((target_clones("avx2", "default")))
+// Both run over the centroids in blocks of 32, the block's sums held in registers across the v
+// products (the compiler's version of these loops kept them in memory and cleared them with
+// `rep stos`), each sum in the same order — start, then the v products in turn, multiply and add
+// rounded separately — so the AVX2 version (picked by kernel level) and the scalar one give the
+// same floats.
+constexpr int kBlock = 32;
+
+// dist[c0..c0+32) = start[...] + Σ_i x[i] · row_i[...], rows kCentroids apart.
+void block_sums_scalar(const float* start, const float* x, const float* rows, int v, float* out) {
+  for (int c = 0; c < kBlock; ++c) out[c] = start ? start[c] : 0.0f;
+  for (int i = 0; i < v; ++i)
+    for (int c = 0; c < kBlock; ++c) out[c] += x[i] * rows[size_t(i) * kCentroids + c];
+}
+
+__attribute__((target("avx2")))
+void block_sums_avx2(const float* start, const float* x, const float* rows, int v, float* out) {
+  __m256 a0, a1, a2, a3;
+  if (start) {
+    a0 = _mm256_loadu_ps(start), a1 = _mm256_loadu_ps(start + 8);
+    a2 = _mm256_loadu_ps(start + 16), a3 = _mm256_loadu_ps(start + 24);
+  } else {
+    a0 = a1 = a2 = a3 = _mm256_setzero_ps();
+  }
+  for (int i = 0; i < v; ++i) {
+    const __m256 xi = _mm256_set1_ps(x[i]);
+    const float* r = rows + size_t(i) * kCentroids;
+    a0 = _mm256_add_ps(a0, _mm256_mul_ps(xi, _mm256_loadu_ps(r)));
+    a1 = _mm256_add_ps(a1, _mm256_mul_ps(xi, _mm256_loadu_ps(r + 8)));
+    a2 = _mm256_add_ps(a2, _mm256_mul_ps(xi, _mm256_loadu_ps(r + 16)));
+    a3 = _mm256_add_ps(a3, _mm256_mul_ps(xi, _mm256_loadu_ps(r + 24)));
+  }
+  _mm256_storeu_ps(out, a0), _mm256_storeu_ps(out + 8, a1);
+  _mm256_storeu_ps(out + 16, a2), _mm256_storeu_ps(out + 24, a3);
+}
+
+using BlockSums = void (*)(const float*, const float*, const float*, int, float*);
+BlockSums block_sums() { return kernel_level() >= KernelLevel::AVX2 ? block_sums_avx2 : block_sums_scalar; }
+
 void nearest_codes(const float* y, const float* ct, const float* cn, int m, int v, uint8_t* out) {
-  float dist[kCentroids];
+  const BlockSums sums = block_sums();
+  float x[8];  // v ≤ 8
   for (int s = 0; s < m; ++s) {
-    const float* c2 = cn + size_t(s) * kCentroids;
-    for (int c = 0; c < kCentroids; ++c) dist[c] = c2[c];
-    for (int i = 0; i < v; ++i) {
-      const float xi = -2.0f * y[s * v + i];
-      const float* row = ct + (size_t(s) * v + i) * kCentroids;
-      for (int c = 0; c < kCentroids; ++c) dist[c] += xi * row[c];
+    for (int i = 0; i < v; ++i) x[i] = -2.0f * y[s * v + i];
+    // Lane-wise first minimum over the blocks, then the lowest index among the lanes holding the
+    // smallest distance: the first minimum of the whole scan (ties to the lowest index).
+    float best[kBlock];
+    int at[kBlock];
+    for (int c0 = 0; c0 < kCentroids; c0 += kBlock) {
+      float dist[kBlock];
+      sums(cn + size_t(s) * kCentroids + c0, x, ct + size_t(s) * v * kCentroids + c0, v, dist);
+      for (int c = 0; c < kBlock; ++c) {
+        const bool take = c0 == 0 || dist[c] < best[c];
+        best[c] = take ? dist[c] : best[c];
+        at[c] = take ? c0 + c : at[c];
+      }
     }
-    int best = 0;
-    for (int c = 1; c < kCentroids; ++c)
-      if (dist[c] < dist[best]) best = c;
-    out[s] = uint8_t(best);
+    int b = 0;
+    for (int c = 1; c < kBlock; ++c)
+      if (best[c] < best[b] || (best[c] == best[b] && at[c] < at[b])) b = c;
+    out[s] = uint8_t(at[b]);
   }
 }
 
-__attribute__((target_clones("avx2", "default")))
 void build_table(const float* qd, const float* ct, int m, int v, float* table) {
-  for (int s = 0; s < m; ++s) {
-    float* t = table + size_t(s) * kCentroids;
-    for (int c = 0; c < kCentroids; ++c) t[c] = 0.0f;
-    for (int i = 0; i < v; ++i) {
-      const float qi = qd[s * v + i];
-      const float* row = ct + (size_t(s) * v + i) * kCentroids;
-      for (int c = 0; c < kCentroids; ++c) t[c] += qi * row[c];
-    }
-  }
+  const BlockSums sums = block_sums();
+  for (int s = 0; s < m; ++s)
+    for (int c0 = 0; c0 < kCentroids; c0 += kBlock)
+      sums(nullptr, qd + s * v, ct + size_t(s) * v * kCentroids + c0, v, table + size_t(s) * kCentroids + c0);
 }
 
 class VecInferHead final : public Codec {

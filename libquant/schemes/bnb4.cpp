@@ -14,9 +14,12 @@
 //         the code of the value 0.0 (bitsandbytes pads `scaled` with a zero before bucketize):
 //         7 for NF4, 0 for FP4 — not with code 0.
 //   dequantize: table[code] · absmax[block] in fp32, then cast to the weights' dtype.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "libquant/cpu_features.h"
 #include "libquant/schemes/detail.h"
 
 namespace qt::schemes_detail {
@@ -57,6 +60,40 @@ void bnb4_block_codes(const float* w, int64_t len, bool partial, float clamped, 
     for (int64_t i = 0; i < len; ++i) codes[i] = order[codes[i]];
 }
 
+// The same codes for a full block (len a multiple of 32), packed straight into bytes: AVX2
+// intrinsics, because the compiler's clone of the loop above leaves the 15 compares per value
+// scalar-ish and the nibble packing scalar (perf: 40% of an 8B nf4 convert). Same IEEE operations
+// per element (multiply by the reciprocal, clamp, 15 ordered compares), so the same bits;
+// tests/test_schemes.cpp compares it with the loop above at every kernel level.
+__attribute__((target("avx2")))
+void bnb4_full_block_avx2(const float* w, int64_t len, float inv, const float* mid, const uint8_t* order,
+                          uint8_t* dst) {
+  __m256 m[15];
+  for (int k = 0; k < 15; ++k) m[k] = _mm256_set1_ps(mid[k]);
+  const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-1.0f), hi = _mm256_set1_ps(1.0f);
+  const __m256i fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the packs' lane interleave
+  const __m256i table = order ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(order)))
+                              : _mm256_setzero_si256();
+  const __m256i hi_lo = _mm256_set1_epi16(0x0110);  // byte pair (16, 1): 16·code[2i] + code[2i+1]
+  for (int64_t i = 0; i < len; i += 32) {
+    // Four independent counts, midpoint-major: each compare chain is 15 deep, so they interleave.
+    __m256 v[4];
+    __m256i c[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(w + i + 8 * j), vinv), lo), hi);
+      c[j] = _mm256_setzero_si256();
+    }
+    for (int k = 0; k < 15; ++k)
+      for (int j = 0; j < 4; ++j) c[j] = _mm256_sub_epi32(c[j], _mm256_castps_si256(_mm256_cmp_ps(m[k], v[j], _CMP_LT_OQ)));
+    __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    b = _mm256_permutevar8x32_epi32(b, fix);  // 32 codes, one byte each, in order
+    if (order) b = _mm256_shuffle_epi8(table, b);
+    const __m256i pairs = _mm256_maddubs_epi16(b, hi_lo);
+    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 2), _mm256_castsi256_si128(bytes));
+  }
+}
+
 PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
                            const float* table, const uint8_t* order) {
   PackedLayout l = bnb4_layout(p, rows, cols);
@@ -74,6 +111,7 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   const int64_t nblocks = (n + bs - 1) / bs;
   bool sorted = true;
   for (int i = 0; i < 16; ++i) sorted &= order[i] == i;
+  const bool avx2 = kernel_level() >= KernelLevel::AVX2 && bs % 32 == 0;
   // Blocks are independent and even-sized, so no two blocks share a byte.
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -83,6 +121,10 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
     const bool partial = b0 >= full;
     const float clamped = std::max(am, tiny);
     absmax[blk] = partial ? clamped : am;
+    if (avx2 && !partial) {
+      bnb4_full_block_avx2(w + b0, len, 1.0f / clamped, mid, sorted ? nullptr : order, out + b0 / 2);
+      continue;
+    }
     uint8_t codes[4096];  // blocksize ≤ 4096 (bitsandbytes' largest)
     bnb4_block_codes(w + b0, len, partial, clamped, 1.0f / clamped, mid, sorted ? nullptr : order, codes);
     uint8_t* dst = out + b0 / 2;  // b0 is even

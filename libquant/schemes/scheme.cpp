@@ -5,11 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "formats/error.h"
+#include "formats/tensor.h"
 #include "libquant/schemes/detail.h"
 
 namespace qt {
@@ -145,9 +150,10 @@ float span_absmax(const float* v, int64_t n) {
 }
 }  // namespace schemes_detail
 
-PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
-                              std::string_view what) {
-  validate_scheme(p, rows, cols, what);
+namespace {
+// quantize_weights of rows [row0, row0 + rows) of a weight: errors name the whole weight's row.
+PackedTensor quantize_rows(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, std::string_view what,
+                           int64_t row0) {
   size_t n = size_t(rows) * size_t(cols);
   // One branch-free pass (it vectorizes; convert runs it over every weight of the model): any
   // non-finite value, and any value that is not already a bf16 (then the rounded copy below).
@@ -156,7 +162,7 @@ PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const 
     for (size_t i = 0; i < n; ++i)
       if (!std::isfinite(w[i]))
         user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i],
-                   i / size_t(cols), i % size_t(cols));
+                   size_t(row0) + i / size_t(cols), i % size_t(cols));
   const Scheme& s = find_scheme(p.scheme);
   // Weights that came from a bf16 tensor are their own bf16 rounding: no copy to round.
   if (p.dtype == DType::F32 || (p.dtype == DType::BF16 && !any_low)) return s.quantize(w, rows, cols, p);
@@ -167,6 +173,69 @@ PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const 
       user_error("{}: weight overflows {}; cannot quantize", what, dtype_name(p.dtype));
   }
   return s.quantize(rounded.data(), rows, cols, p);
+}
+}  // namespace
+
+PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
+                              std::string_view what) {
+  validate_scheme(p, rows, cols, what);
+  return quantize_rows(w, rows, cols, p, what, 0);
+}
+
+PackedTensor quantize_tensor(const Tensor& source, const SchemeParams& p, std::string_view what) {
+  if (source.shape.size() != 2) user_error("{}: cannot quantize a tensor of {} dimensions", what, source.shape.size());
+  const int64_t rows = source.shape[0], cols = source.shape[1];
+  validate_scheme(p, rows, cols, what);
+  const Tensor src = source.deferred() ? materialize(source) : source;  // a GGUF tensor is made once
+  const Scheme& s = find_scheme(p.scheme);
+  // Rows per chunk: about 64 K values (256 KB of fp32, which stays in L2 from widening to
+  // quantizing), a whole number of blocks where blocks run over the flattened tensor, so that every
+  // chunk but the last packs to the same number of bytes and the last holds any partial block.
+  const int64_t step = s.flat_blocks ? p.group_size / std::gcd(cols, int64_t(p.group_size)) : 1;
+  const int64_t per = std::max(step, std::max<int64_t>(1, (int64_t(1) << 16) / cols) / step * step);
+  const int64_t chunks = (rows + per - 1) / per;
+  thread_local std::vector<float> buf;
+  if (chunks == 1) {
+    buf.resize(size_t(rows * cols));
+    to_f32_range(src, 0, buf.size(), buf.data());
+    return quantize_rows(buf.data(), rows, cols, p, what, 0);
+  }
+  const PackedLayout whole = s.layout(p, rows, cols), one = s.layout(p, per, cols);
+  OutTensor data(whole.data), scales(whole.scales);
+  std::optional<OutTensor> biases;
+  if (whole.biases) biases.emplace(*whole.biases);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    try {
+      const int64_t r0 = c * per, r = std::min(per, rows - r0);
+      thread_local std::vector<float> w;
+      w.resize(size_t(r * cols));
+      to_f32_range(src, size_t(r0 * cols), w.size(), w.data());
+      const PackedTensor t = quantize_rows(w.data(), r, cols, p, what, r0);
+      auto put = [&](OutTensor& out, const Tensor& part, const TensorSpec& full_chunk) {
+        const size_t at = size_t(c) * full_chunk.nbytes();
+        if (at + part.nbytes > out.bytes->size() || (c == chunks - 1 && at + part.nbytes != out.bytes->size()))
+          throw std::logic_error(fmt::format("{}: chunk {} of {} does not tile the packed tensor", what, c, chunks));
+        std::memcpy(out.bytes->data() + at, part.data, part.nbytes);
+      };
+      put(data, t.data, one.data);
+      put(scales, t.scales, one.scales);
+      if (biases) put(*biases, t.biases, *one.biases);
+    } catch (...) {
+      errors[size_t(c)] = std::current_exception();
+    }
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  PackedTensor t;
+  t.params = p;
+  t.rows = rows;
+  t.cols = cols;
+  t.data = data.finish();
+  t.scales = scales.finish();
+  if (biases) t.biases = biases->finish();
+  return t;
 }
 
 void check_packed(const PackedTensor& t, std::string_view what) {

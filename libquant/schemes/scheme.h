@@ -124,6 +124,10 @@ double scheme_bits_per_weight(const SchemeParams& p, int64_t rows, int64_t cols)
 // a non-finite weight.
 PackedTensor quantize_weights(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
                               std::string_view what = "weight");
+// quantize_weights of a stored 2-D tensor (any float dtype, mapped or deferred), widened and
+// quantized a chunk of rows at a time (in parallel) instead of through one fp32 copy of the whole:
+// the same bytes, without three passes over a buffer of 4 bytes a weight (convert's hot path).
+PackedTensor quantize_tensor(const Tensor& source, const SchemeParams& p, std::string_view what = "weight");
 // Dequantize to rows*cols floats exactly as the format's library dequantizes (then widened to
 // fp32). UserError naming `what` when the tensors do not match packed_layout (a malformed file).
 std::vector<float> dequantize_weights(const PackedTensor& t, std::string_view what = "weight");
