@@ -1,6 +1,8 @@
 // quanttool convert --in MODEL --out DIR [--format hf|mlx|native] [--dtype bf16|f16|f32]
 //                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
 //                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
+// quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
+//                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
 // writes it in an output layout. Quantized and cast tensors are deferred: the writer makes them
 // a batch at a time as it writes each shard (README "Streaming convert"), so memory does not grow
@@ -28,6 +30,7 @@
 #include "formats/error.h"
 #include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
+#include "formats/layouts/gguf.h"
 #include "formats/layouts/hf.h"
 #include "formats/layouts/mlx.h"
 #include "formats/layouts/native.h"
@@ -457,14 +460,84 @@ bool is_nonempty(const fs::path& p) {
 }
 
 struct Args {
-  std::string in, out, format, dtype, max_shard = "5GB";
+  std::string in, out, format, dtype, max_shard = "5GB", gguf_type;
   bool force = false;
   int threads = 0;
   QuantArgs q;
   calib::WeightCalibArgs c;
 };
 
+// The GGUF type nearest to what a quanttool scheme stores (GGUF holds weights only: no
+// per-token activation quantization, and a non-uniform 4-bit code table only as iq4_nl).
+const char* closest_gguf_type(const std::string& scheme, int bits) {
+  if (scheme == "int8" || scheme == "int8_ct") return "q8_0";
+  if (scheme == "int4") return "q4_0";
+  if (scheme == "affine") return bits == 8 ? "q8_0" : bits == 5 ? "q5_1" : "q4_1";
+  if (scheme == "nf4" || scheme == "fp4") return "iq4_nl";
+  return "q8_0";
+}
+
+// --format gguf: one .gguf file at --out (README "GGUF export"). Its own path through run():
+// the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
+int run_gguf(const Args& a) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (!a.q.scheme.empty())
+    user_error("--scheme {}: GGUF cannot store quanttool's {} layout; the closest GGUF type is --gguf-type {}",
+               a.q.scheme, a.q.scheme, closest_gguf_type(a.q.scheme, a.q.bits));
+  if (a.q.bits >= 0 || a.q.group >= 0 || a.q.embedding_bits >= 0 || a.q.lm_head_bits >= 0 || !a.q.recipe.empty() ||
+      a.q.strict || a.q.untie)
+    user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
+  if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
+  if (!a.c.smooth.empty() || a.c.gptq) user_error("--smooth, --gptq: not supported with --format gguf yet");
+  const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
+  const std::optional<GgmlType> type = gguf_export_type(type_name);
+  if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, kGgufExportTypes);
+  if (!a.c.imatrix.empty() && (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
+    user_error("--imatrix: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)", type_name);
+  // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
+  std::shared_ptr<calib::ActStats> stats;
+  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
+  set_threads(a.threads);
+
+  fs::path out = fs::absolute(a.out).lexically_normal();
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) user_error("{}: is a folder; --format gguf writes one file", a.out);
+  if (fs::exists(a.in, ec) && fs::exists(out, ec) && fs::equivalent(a.in, out, ec))
+    user_error("{}: --out is the input itself", a.out);
+  if (fs::exists(fs::symlink_status(out)) && !a.force)
+    user_error("{}: already exists (use --force to replace it)", a.out);
+  if (!out.parent_path().empty() && !fs::is_directory(out.parent_path(), ec))
+    user_error("{}: no such folder", out.parent_path().string());
+
+  Checkpoint ck = load_checkpoint(a.in, LoadMode::Deferred);
+  if (ck.quantization.is_object() && ck.source_kind != "gguf")
+    user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  GgufExportOptions opt;
+  opt.type = *type;
+  if (stats)
+    opt.importance = [stats, path = a.c.imatrix](const std::string& name, int64_t cols) -> const float* {
+      const calib::ChannelStats* st = stats->find(name);
+      if (!st) return nullptr;
+      if (int64_t(st->sqmean.size()) != cols)
+        user_error("{}: {} has {} channels, the weight {} columns", path, name, st->sqmean.size(), cols);
+      return st->sqmean.data();
+    };
+  opt.name = fs::path(a.in).filename().empty() ? fs::path(a.in).parent_path().filename().string()
+                                               : fs::path(a.in).stem().string();
+  auto t1 = std::chrono::steady_clock::now();
+  write_gguf_file(ck, out.string(), opt);
+  auto t2 = std::chrono::steady_clock::now();
+  // After the write, so that a refused export prints its one error line only.
+  if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the GGUF has none\n", a.in.c_str());
+  auto secs = [](auto x, auto y) { return std::chrono::duration<double>(y - x).count(); };
+  std::printf("converted %s -> %s (gguf, %s): %.1f MB; load %.2f s, write %.2f s\n", a.in.c_str(), a.out.c_str(),
+              type_name.c_str(), fs::file_size(out) / 1e6, secs(t0, t1), secs(t1, t2));
+  return 0;
+}
+
 int run(const Args& a) {
+  if (a.format == "gguf") return run_gguf(a);
+  if (!a.gguf_type.empty()) user_error("--gguf-type: needs --format gguf");
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
   ConvertOptions opt;
@@ -474,7 +547,7 @@ int run(const Args& a) {
   const OutputLayout* layout = nullptr;
   for (auto& l : kLayouts)
     if (format == l.name) layout = &l;
-  if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb)", format);
+  if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb, gguf)", format);
   QuantPlanner planner(a.q, format);
   calib::WeightCalibration calib(a.c);
   if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq: need --scheme");
@@ -547,10 +620,13 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                      [](CLI::App& sub) -> std::function<int()> {
                        auto a = std::make_shared<Args>();
                        sub.add_option("--in", a->in, "input: a .gguf file or a Hugging Face folder")->required();
-                       sub.add_option("--out", a->out, "output folder")->required();
+                       sub.add_option("--out", a->out, "output folder (--format gguf: output file)")->required();
                        sub.add_option("--format", a->format,
                                       "output layout (default hf; with --scheme: affine mlx, int8 "
-                                      "compressed-tensors, int4 native, nf4/fp4 bnb)");
+                                      "compressed-tensors, int4 native, nf4/fp4 bnb; gguf: one .gguf file)");
+                       sub.add_option("--gguf-type", a->gguf_type,
+                                      "--format gguf: type of the 2-D weights (f32, f16, bf16, q8_0, q4_0, "
+                                      "q4_1, q5_0, q5_1, iq4_nl; default f16)");
                        sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
                            ->check(CLI::IsMember({"bf16", "f16", "f32"}));
                        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")

@@ -203,7 +203,7 @@ TEST(CliConvert, BadInput) {
       {"convert --in " + in + "magic.gguf" + out, in + "magic.gguf: not a GGUF file"},
       {"convert --in " + in + "missing.gguf" + out, in + "missing.gguf: "},
       {"convert --in " + good + out + " --dtype f8", "--dtype"},
-      {"convert --in " + good + out + " --format gguf", "--format"},
+      {"convert --in " + good + out + " --format onnx", "unknown output layout 'onnx'"},
       {"convert --in " + good + out + " --max-shard-size lots", "--max-shard-size: 'lots'"},
       {"convert --in " + good + " --out " + tmp + "/taken", tmp + "/taken: already exists"},
       {"inspect " + in + "noconfig", in + "noconfig: no config.json"},

@@ -37,6 +37,24 @@ class Tokenizer {
   virtual nlohmann::json to_hf_tokenizer_config() const = 0;
 };
 
+// The tokenizer.ggml.* metadata llama.cpp's llama_vocab::load reads, for the GGUF writer
+// (formats/tokenizer/export_gguf.cpp). `scores` empty: not written (BPE), as convert_hf_to_gguf.
+struct GgufTokenizerMeta {
+  std::string model;  // "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+  std::string pre;    // tokenizer.ggml.pre ("default" for "llama")
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> token_type;
+  std::vector<std::string> merges;  // "left right"
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+  bool add_bos = false, add_eos = false;
+  int add_space_prefix = -1;  // -1: not written; 0/1 (SentencePiece)
+  std::string chat_template;
+};
+// UserError when the tokenizer has no GGUF form llama.cpp would read the same way (a
+// SentencePiece-style tokenizer.json, a pre-tokenizer llama.cpp has no name for).
+GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t);
+
 // From GGUF metadata (tokenizer.ggml.*), as llama.cpp's llama_vocab::load reads it. UserError on
 // a missing/ill-typed key or an unsupported tokenizer.ggml.model / tokenizer.ggml.pre.
 std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g);

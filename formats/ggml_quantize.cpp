@@ -1,0 +1,372 @@
+// ggml's reference quantizers, restated (not copied) from what ggml-quants.c computes:
+// per block of 32, one scale (and a minimum for the _1 types) stored as fp16, the codes from
+// x * (1/d) rounded as the C code rounds (roundf for Q8_0, truncation of x*id + 8.5 / 16.5 / 0.5
+// for the 4- and 5-bit types). The arithmetic order matters for byte equality: the scale is
+// computed in fp32, its reciprocal taken in fp32, and every code from the fp32 product.
+// No FMA contraction: gguf-py's numpy (our golden reference) never fuses, and a fused
+// (x - min) * id + 0.5 can round differently at a .5 boundary.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "formats/ggml_quantize.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "formats/tensor.h"
+
+namespace qt {
+
+namespace {
+
+constexpr int QK = 32;
+
+inline void put_f16(uint8_t* p, float f) {
+  const uint16_t h = f32_to_f16(f);
+  p[0] = uint8_t(h & 0xff);
+  p[1] = uint8_t(h >> 8);
+}
+
+// Value of largest magnitude (the first one on ties), signed: Q4_0 / Q5_0 scale by it so that it
+// maps to the code range's end (-8 / -16) exactly.
+inline float signed_absmax(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < QK; ++j)
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+  return max;
+}
+
+inline void min_max(const float* x, float* mn, float* mx) {
+  float lo = FLT_MAX, hi = -FLT_MAX;
+  for (int j = 0; j < QK; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  *mn = lo, *mx = hi;
+}
+
+// Block layouts (ggml-common.h): q8_0 {f16 d; i8 qs[32]} = 34 bytes; q4_0 {f16 d; u8 qs[16]} = 18;
+// q4_1 {f16 d, m; u8 qs[16]} = 20; q5_0 {f16 d; u8 qh[4]; u8 qs[16]} = 22; q5_1 {f16 d, m; qh; qs} = 24.
+// Nibbles: element j in the low half of qs[j], element j + 16 in the high half.
+
+void q8_0(const float* x, uint8_t* y) {
+  float amax = 0.0f;
+  for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int8_t(std::roundf(x[j] * id)));
+}
+
+void q4_0(const float* x, uint8_t* y) {
+  const float d = signed_absmax(x) / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  for (int j = 0; j < QK / 2; ++j) {
+    const uint8_t a = uint8_t(std::min(15, int(int8_t(x[j] * id + 8.5f))));
+    const uint8_t b = uint8_t(std::min(15, int(int8_t(x[j + QK / 2] * id + 8.5f))));
+    y[2 + j] = uint8_t(a | (b << 4));
+  }
+}
+
+void q4_1(const float* x, uint8_t* y) {
+  float mn, mx;
+  min_max(x, &mn, &mx);
+  const float d = (mx - mn) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  put_f16(y + 2, mn);
+  for (int j = 0; j < QK / 2; ++j) {
+    const uint8_t a = uint8_t(std::min(15, int(int8_t((x[j] - mn) * id + 0.5f))));
+    const uint8_t b = uint8_t(std::min(15, int(int8_t((x[j + QK / 2] - mn) * id + 0.5f))));
+    y[4 + j] = uint8_t(a | (b << 4));
+  }
+}
+
+// The fifth bits of the 32 codes go to qh: bit j for element j, bit j + 16 for element j + 16.
+inline void pack5(const uint8_t* q, uint8_t* qh, uint8_t* qs) {
+  uint32_t h = 0;
+  for (int j = 0; j < QK / 2; ++j) {
+    qs[j] = uint8_t((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
+    h |= uint32_t((q[j] >> 4) & 1) << j;
+    h |= uint32_t((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
+  }
+  for (int k = 0; k < 4; ++k) qh[k] = uint8_t(h >> (8 * k));
+}
+
+void q5_0(const float* x, uint8_t* y) {
+  const float d = signed_absmax(x) / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  uint8_t q[QK];
+  for (int j = 0; j < QK; ++j) q[j] = uint8_t(std::min(31, int(int8_t(x[j] * id + 16.5f))));
+  pack5(q, y + 2, y + 6);
+}
+
+void q5_1(const float* x, uint8_t* y) {
+  float mn, mx;
+  min_max(x, &mn, &mx);
+  const float d = (mx - mn) / 31.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  put_f16(y + 2, mn);
+  uint8_t q[QK];
+  // ggml does not clamp here: (mx - mn) * id + 0.5 stays below 32.
+  for (int j = 0; j < QK; ++j) q[j] = uint8_t((x[j] - mn) * id + 0.5f);
+  pack5(q, y + 4, y + 8);
+}
+
+// IQ4_NL (ggml-common.h block_iq4_nl {f16 d; u8 qs[16]} = 18 bytes, nibbles as q4_0): value
+// d * kIq4nl[code], a non-uniform table. llama.cpp's quantize_row_iq4_nl_impl is a search with
+// its own weights (x², or the imatrix); ours, not byte-compatible with it and not meant to be:
+// for each candidate scale d = s * max / -127, s in {0.90, 0.92, ..., 1.10} (s = 1 maps the
+// value of largest magnitude onto the table's end, -127), code every element to the nearest
+// table value of x / d, refit d by least squares given those codes (sum x*v / sum v*v), re-code,
+// and keep the candidate whose error sum (x - d16 * v)^2 is smallest with d rounded to fp16 as
+// stored. s = 1 alone is the RTN rule; the search never does worse than it.
+constexpr int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// Index of the table value nearest to v (ties: the lower): how many midpoints between
+// neighbours lie strictly below v. Branch-free, so the per-element loop vectorizes.
+constexpr float kIq4Mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                               7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+inline int iq4_nearest(float v) {
+  int n = 0;
+  for (float m : kIq4Mid) n += v > m;
+  return n;
+}
+
+// Weighted error of the block under fp16-rounded scale d when coded to the nearest values (w null:
+// all weights 1); codes out.
+inline double iq4_code(const float* x, const float* w, float d, uint8_t* q) {
+  const float d16 = f16_to_f32(f32_to_f16(d));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  double err = 0;
+  for (int j = 0; j < QK; ++j) {
+    q[j] = uint8_t(iq4_nearest(x[j] * id));
+    const double e = double(x[j]) - double(d16 * float(kIq4nl[q[j]]));
+    err += (w ? double(w[j]) : 1.0) * e * e;
+  }
+  return err;
+}
+
+void iq4_nl_weighted(const float* x, const float* w, uint8_t* y) {
+  const float max = signed_absmax(x);
+  uint8_t best_q[QK] = {}, q[QK];
+  float best_d = 0.0f;
+  if (max != 0.0f) {
+    double best_err = 1e300;
+    for (int k = -5; k <= 5; ++k) {
+      float d = (1.0f + 0.02f * k) * max / -127.0f;
+      for (int pass = 0; pass < 2; ++pass) {
+        const double err = iq4_code(x, w, d, q);
+        if (err < best_err) best_err = err, best_d = d, std::memcpy(best_q, q, QK);
+        if (pass == 1) break;
+        double sxv = 0, svv = 0;  // (weighted) least-squares scale for these codes
+        for (int j = 0; j < QK; ++j) {
+          const double wj = w ? w[j] : 1.0, v = kIq4nl[q[j]];
+          sxv += wj * x[j] * v, svv += wj * v * v;
+        }
+        if (svv == 0) break;
+        d = float(sxv / svv);
+      }
+    }
+  }
+  put_f16(y, best_d);
+  for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t(best_q[j] | (best_q[j + QK / 2] << 4));
+}
+
+void iq4_nl(const float* x, uint8_t* y) { iq4_nl_weighted(x, nullptr, y); }
+
+using BlockFn = void (*)(const float*, uint8_t*);
+
+BlockFn block_fn(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return q8_0;
+    case GgmlType::Q4_0: return q4_0;
+    case GgmlType::Q4_1: return q4_1;
+    case GgmlType::Q5_0: return q5_0;
+    case GgmlType::Q5_1: return q5_1;
+    case GgmlType::IQ4_NL: return iq4_nl;
+    default: return nullptr;
+  }
+}
+
+// ------------------------------------------------------------------ importance-weighted (--imatrix)
+//
+// For the legacy types, a block's parameters chosen to minimise sum_j w_j (x_j - stored_j)^2, w_j
+// the importance of the block's input channel j (mean x_j^2 over calibration text, what llama.cpp's
+// imatrix holds), instead of the reference rule's absmax / min-max. Candidates (all scored on the
+// bytes as stored, decoded by ggml_blocks' dequantizer; the reference block is always one, so the
+// weighted error never exceeds RTN's):
+//   symmetric (q8_0, q4_0, q5_0): d = s * (reference d), s in {0.80, 0.82, ..., 1.20}, each coded to
+//     nearest and then refit by weighted least squares (d = sum w x q / sum w q^2) and re-coded;
+//   affine (q4_1, q5_1): d = (max - min) / (n + delta), m = min, delta in {-1, -0.9, ..., +1}
+//     (llama.cpp make_qkx2_quants' grid), each refit by weighted least squares of (d, m) given its
+//     codes and re-coded.
+// Not byte-compatible with llama-quantize --imatrix (its search differs); the output is an
+// ordinary block of the type.
+
+struct SymSpec {
+  int lo, hi;  // code range
+  int offset;  // stored nibble/byte = q + offset
+  int bits;    // 4, 5, 8
+};
+
+// Codes of x under fp16-stored d (nearest, clamped), packed into y.
+void sym_encode(const float* x, float d, const SymSpec& sp, uint8_t* y, int* q) {
+  put_f16(y, d);
+  const float d16 = f16_to_f32(f32_to_f16(d));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  for (int j = 0; j < QK; ++j) q[j] = std::clamp(int(std::lround(x[j] * id)), sp.lo, sp.hi);
+  if (sp.bits == 8) {
+    for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int8_t(q[j]));
+  } else if (sp.bits == 4) {
+    for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t((q[j] + sp.offset) | ((q[j + QK / 2] + sp.offset) << 4));
+  } else {
+    uint8_t u[QK];
+    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j] + sp.offset);
+    pack5(u, y + 2, y + 6);
+  }
+}
+
+void aff_encode(const float* x, float d, float m, int nmax, int bits, uint8_t* y, int* q) {
+  put_f16(y, d);
+  put_f16(y + 2, m);
+  const float d16 = f16_to_f32(f32_to_f16(d)), m16 = f16_to_f32(f32_to_f16(m));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  for (int j = 0; j < QK; ++j) q[j] = std::clamp(int(std::lround((x[j] - m16) * id)), 0, nmax);
+  if (bits == 4) {
+    for (int j = 0; j < QK / 2; ++j) y[4 + j] = uint8_t(q[j] | (q[j + QK / 2] << 4));
+  } else {
+    uint8_t u[QK];
+    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j]);
+    pack5(u, y + 4, y + 8);
+  }
+}
+
+double block_error(const GgmlTypeRow& row, const uint8_t* y, const float* x, const float* w) {
+  float v[QK];
+  row.to_float(y, v, 1);
+  double e = 0;
+  for (int j = 0; j < QK; ++j) e += double(w[j]) * (double(x[j]) - v[j]) * (double(x[j]) - v[j]);
+  return e;
+}
+
+void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
+  const GgmlTypeRow& row = *ggml_type_row(uint32_t(t));
+  const size_t bytes = size_t(row.type_size);
+  block_fn(t)(x, y);  // the reference block
+  double best = block_error(row, y, x, w);
+  uint8_t cand[34];
+  int q[QK];
+  auto consider = [&] {
+    const double e = block_error(row, cand, x, w);
+    if (e < best) best = e, std::memcpy(y, cand, bytes);
+  };
+  if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
+    const int nmax = t == GgmlType::Q4_1 ? 15 : 31, bits = t == GgmlType::Q4_1 ? 4 : 5;
+    float mn, mx;
+    min_max(x, &mn, &mx);
+    if (mx == mn) return;
+    for (int k = -10; k <= 10; ++k) {
+      aff_encode(x, (mx - mn) / (nmax + 0.1f * k), mn, nmax, bits, cand, q);
+      consider();
+      double sw = 0, swq = 0, swqq = 0, swx = 0, swxq = 0;
+      for (int j = 0; j < QK; ++j) {
+        const double wj = w[j];
+        sw += wj, swq += wj * q[j], swqq += wj * q[j] * q[j], swx += wj * x[j], swxq += wj * x[j] * q[j];
+      }
+      const double det = sw * swqq - swq * swq;
+      if (det <= 0) continue;
+      const double d = (sw * swxq - swq * swx) / det, m = (swqq * swx - swq * swxq) / det;
+      if (!(d > 0)) continue;
+      aff_encode(x, float(d), float(m), nmax, bits, cand, q);
+      consider();
+    }
+    return;
+  }
+  const SymSpec sp = t == GgmlType::Q8_0 ? SymSpec{-127, 127, 0, 8}
+                     : t == GgmlType::Q4_0 ? SymSpec{-8, 7, 8, 4}
+                                           : SymSpec{-16, 15, 16, 5};
+  const float d_ref = t == GgmlType::Q8_0 ? [&] {
+    float a = 0;
+    for (int j = 0; j < QK; ++j) a = std::max(a, std::fabs(x[j]));
+    return a / 127.0f;
+  }() : signed_absmax(x) / float(sp.lo);
+  if (d_ref == 0.0f) return;
+  for (int k = -10; k <= 10; ++k) {
+    sym_encode(x, d_ref * (1.0f + 0.02f * k), sp, cand, q);
+    consider();
+    double sxq = 0, sqq = 0;
+    for (int j = 0; j < QK; ++j) sxq += double(w[j]) * x[j] * q[j], sqq += double(w[j]) * q[j] * q[j];
+    if (sqq <= 0) continue;
+    sym_encode(x, float(sxq / sqq), sp, cand, q);
+    consider();
+  }
+}
+
+}  // namespace
+
+bool ggml_can_quantize(GgmlType type) {
+  return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || block_fn(type) != nullptr;
+}
+
+size_t ggml_nbytes(GgmlType type, size_t n) {
+  const GgmlTypeRow* row = ggml_type_row(uint32_t(type));
+  return n / size_t(row->block_size) * size_t(row->type_size);
+}
+
+void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst) {
+  const int64_t N = int64_t(n);
+  switch (type) {
+    case GgmlType::F32:
+      if (n) std::memcpy(dst, src, n * 4);
+      return;
+    case GgmlType::F16:
+#pragma omp parallel for schedule(static) if (N > (1 << 16))
+      for (int64_t i = 0; i < N; ++i) {
+        const uint16_t h = f32_to_f16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case GgmlType::BF16:
+#pragma omp parallel for schedule(static) if (N > (1 << 16))
+      for (int64_t i = 0; i < N; ++i) {
+        const uint16_t h = f32_to_bf16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    default: break;
+  }
+  const BlockFn fn = block_fn(type);
+  const size_t bytes = size_t(ggml_type_row(uint32_t(type))->type_size);
+  const int64_t nb = N / QK;
+#pragma omp parallel for schedule(static) if (nb > 4096)
+  for (int64_t b = 0; b < nb; ++b) fn(src + b * QK, dst + size_t(b) * bytes);
+}
+
+void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
+                            uint8_t* dst) {
+  if (!imp || !block_fn(type)) {
+    ggml_quantize(type, src, size_t(rows * cols), dst);
+    return;
+  }
+  const size_t bytes = size_t(ggml_type_row(uint32_t(type))->type_size);
+  const int64_t per_row = cols / QK, nb = rows * per_row;
+#pragma omp parallel for schedule(static) if (nb > 1024)
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* x = src + b * QK;
+    const float* w = imp + (b % per_row) * QK;
+    uint8_t* y = dst + size_t(b) * bytes;
+    if (type == GgmlType::IQ4_NL) iq4_nl_weighted(x, w, y);
+    else weighted_block(type, x, w, y);
+  }
+}
+
+}  // namespace qt

@@ -1,0 +1,35 @@
+// fp32 -> ggml block types, for the GGUF writer. The reverse of formats/ggml_blocks.h.
+// The legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) are ggml's reference quantizers
+// (ggml-quants.c quantize_row_*_ref: what llama-quantize runs for them without an imatrix), so
+// our bytes equal llama-quantize's; gguf-py's numpy quantizers (gguf/quants.py) compute the same
+// and make the goldens (tests/golden/make_gguf_export_goldens.py). IQ4_NL is our own rounding
+// (a scale search; ggml_quantize.cpp says which), not llama-quantize's bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "formats/ggml_blocks.h"
+
+namespace qt {
+
+// Whether ggml_quantize can write `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
+bool ggml_can_quantize(GgmlType type);
+
+// Bytes of `n` elements of `type` (n a multiple of the block size).
+size_t ggml_nbytes(GgmlType type, size_t n);
+
+// Quantize `n` floats (a multiple of the type's block size; rows are whole blocks, so a matrix
+// is one call) into `dst` (ggml_nbytes(type, n) bytes). Parallel over blocks for large inputs.
+// Precondition: ggml_can_quantize(type).
+void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst);
+
+// Importance-weighted (`convert --format gguf --imatrix`): a [rows, cols] matrix whose column j
+// has importance imp[j] (cols entries; imp null: ggml_quantize). Each block's parameters minimise
+// the importance-weighted squared error among candidates that include the reference rule's, so
+// the weighted error never exceeds ggml_quantize's (ggml_quantize.cpp says which candidates).
+// F32/F16/BF16 ignore imp.
+void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
+                            uint8_t* dst);
+
+}  // namespace qt

@@ -1,0 +1,205 @@
+// GGUF export. Which metadata, names and transforms, and where each comes from:
+//  - architecture keys: convert_hf_to_gguf.py TextModel.set_gguf_parameters (+ LlamaModel's
+//    rope.dimension_count); attention.key_length / value_length only when head_dim is not
+//    hidden / heads (llama.cpp's default otherwise);
+//  - rope scaling: llama3 -> rope_freqs.weight (F32 divisors, LlamaModel.generate_extra_tensors),
+//    linear -> rope.scaling.type/factor;
+//  - names: checkpoint.cpp's table (hf_to_gguf_name); a tied model has no output.weight;
+//  - Q/K rows: llama and mistral permuted into llama.cpp's interleaved RoPE order (LlamaModel.permute);
+//  - types: 1-D tensors F32 (llama-quantize never quantizes them), 2-D the --gguf-type;
+//  - general.file_type: llama.cpp's llama_ftype for the type (LLAMA_FTYPE_*).
+#include "formats/layouts/gguf.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "formats/error.h"
+#include "formats/ggml_quantize.h"
+#include "formats/gguf_writer.h"
+
+namespace qt {
+
+namespace {
+
+struct TypeRow {
+  const char* name;
+  GgmlType type;
+  uint32_t ftype;  // llama_ftype
+};
+constexpr TypeRow kTypes[] = {
+    {"f32", GgmlType::F32, 0},   {"f16", GgmlType::F16, 1},   {"bf16", GgmlType::BF16, 32},
+    {"q8_0", GgmlType::Q8_0, 7}, {"q4_0", GgmlType::Q4_0, 2}, {"q4_1", GgmlType::Q4_1, 3},
+    {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9}, {"iq4_nl", GgmlType::IQ4_NL, 25},
+};
+
+const TypeRow& type_row(GgmlType t) {
+  for (auto& r : kTypes)
+    if (r.type == t) return r;
+  throw std::logic_error("gguf export: type without a row");
+}
+
+// Our arch -> llama.cpp's general.architecture.
+const char* gguf_arch(const std::string& arch) {
+  if (arch == "llama" || arch == "mistral") return "llama";  // convert_hf_to_gguf: MistralModel is llama
+  if (arch == "qwen2") return "qwen2";
+  if (arch == "qwen3") return "qwen3";
+  return nullptr;
+}
+
+// Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
+// output_norm, output.
+std::pair<int, int> order_key(const std::string& gguf) {
+  static const char* kLayer[] = {"attn_norm.weight", "attn_q.weight",  "attn_q.bias",       "attn_k.weight",
+                                 "attn_k.bias",      "attn_v.weight",  "attn_v.bias",       "attn_q_norm.weight",
+                                 "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                                 "ffn_up.weight",    "ffn_down.weight"};
+  if (gguf == "token_embd.weight") return {-2, 0};
+  if (gguf == "rope_freqs.weight") return {-1, 0};
+  if (gguf == "output_norm.weight") return {1 << 30, 0};
+  if (gguf == "output.weight") return {1 << 30, 1};
+  const size_t dot = gguf.find('.', 4);
+  const int layer = std::stoi(gguf.substr(4, dot - 4));
+  const std::string rest = gguf.substr(dot + 1);
+  for (int i = 0; i < int(std::size(kLayer)); ++i)
+    if (rest == kLayer[i]) return {layer, i};
+  return {layer, 100};
+}
+
+void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
+  if (!ck.tokenizer) return;  // a bare source: weights only (llama.cpp then needs --vocab-only elsewhere)
+  GgufTokenizerMeta t = tokenizer_to_gguf(*ck.tokenizer);
+  // convert_hf_to_gguf pads the token list to the config's vocab_size (embedding rows).
+  for (int32_t i = int32_t(t.tokens.size()); i < ck.config.vocab; ++i) {
+    t.tokens.push_back("[PAD" + std::to_string(i) + "]");
+    t.token_type.push_back(5);  // UNUSED
+    if (!t.scores.empty()) t.scores.push_back(-1000.0f);
+  }
+  if (int(t.tokens.size()) != ck.config.vocab)
+    user_error("{}: the tokenizer has {} tokens, the embedding {} rows", ck.path, t.tokens.size(), ck.config.vocab);
+  w->add_string("tokenizer.ggml.model", t.model);
+  if (!t.pre.empty()) w->add_string("tokenizer.ggml.pre", t.pre);
+  w->add_string_array("tokenizer.ggml.tokens", t.tokens);
+  if (!t.scores.empty()) w->add_f32_array("tokenizer.ggml.scores", t.scores);
+  w->add_i32_array("tokenizer.ggml.token_type", t.token_type);
+  if (!t.merges.empty()) w->add_string_array("tokenizer.ggml.merges", t.merges);
+  if (t.bos >= 0) w->add_u32("tokenizer.ggml.bos_token_id", uint32_t(t.bos));
+  if (t.eos >= 0) w->add_u32("tokenizer.ggml.eos_token_id", uint32_t(t.eos));
+  if (t.unk >= 0) w->add_u32("tokenizer.ggml.unknown_token_id", uint32_t(t.unk));
+  if (t.pad >= 0) w->add_u32("tokenizer.ggml.padding_token_id", uint32_t(t.pad));
+  w->add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
+  w->add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (t.add_space_prefix >= 0) w->add_bool("tokenizer.ggml.add_space_prefix", t.add_space_prefix == 1);
+  if (!t.chat_template.empty()) w->add_string("tokenizer.chat_template", t.chat_template);
+}
+
+}  // namespace
+
+const char* const kGgufExportTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl";
+
+std::optional<GgmlType> gguf_export_type(const std::string& name) {
+  for (auto& r : kTypes)
+    if (name == r.name) return r.type;
+  return std::nullopt;
+}
+
+void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt) {
+  const ModelConfig& c = ck.config;
+  const char* arch = gguf_arch(c.arch);
+  if (!arch) user_error("{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3)",
+                        ck.path, c.arch);
+  const TypeRow& tr = type_row(opt.type);
+  const GgmlTypeRow& block = *ggml_type_row(uint32_t(opt.type));
+
+  // Every tensor's name, type and transform first: a bad shape is refused before writing.
+  struct Item {
+    std::string gguf, hf;
+    GgmlType type;
+    int permute_heads;
+  };
+  std::vector<Item> items;
+  for (auto& [hf, t] : ck.tensors) {
+    if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;
+    const std::string g = hf_to_gguf_name(hf);
+    if (g.empty()) user_error("{}: tensor {} has no GGUF name", ck.path, hf);
+    if (!is_float(t.dtype)) user_error("{}: tensor {} is {}, not a float tensor", ck.path, hf, dtype_name(t.dtype));
+    Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : opt.type, 0};
+    if (t.shape.size() == 2 && t.shape[1] % block.block_size != 0)
+      user_error("{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
+                 "would store it as f16; convert it with --gguf-type f16 or f32)",
+                 ck.path, hf, g, t.shape[1], tr.name, block.block_size);
+    if (c.gguf_permutes_qk() && hf.find(".self_attn.q_proj.") != std::string::npos) it.permute_heads = c.n_heads;
+    if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
+    items.push_back(it);
+  }
+  if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return order_key(a.gguf) < order_key(b.gguf); });
+
+  GgufWriter w;
+  w.add_string("general.architecture", arch);
+  w.add_string("general.name", opt.name);
+  const std::string a = arch;
+  w.add_u32(a + ".vocab_size", uint32_t(c.vocab));
+  w.add_u32(a + ".context_length", uint32_t(c.max_position));
+  w.add_u32(a + ".embedding_length", uint32_t(c.hidden));
+  w.add_u32(a + ".block_count", uint32_t(c.n_layers));
+  w.add_u32(a + ".feed_forward_length", uint32_t(c.intermediate));
+  w.add_u32(a + ".attention.head_count", uint32_t(c.n_heads));
+  w.add_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w.add_f32(a + ".rope.freq_base", c.rope_theta);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.head_dim != c.hidden / c.n_heads) {
+    w.add_u32(a + ".attention.key_length", uint32_t(c.head_dim));
+    w.add_u32(a + ".attention.value_length", uint32_t(c.head_dim));
+  }
+  w.add_u32(a + ".rope.dimension_count", uint32_t(c.head_dim));
+  if (c.rope_scaling.type == "linear") {
+    w.add_string(a + ".rope.scaling.type", "linear");
+    w.add_f32(a + ".rope.scaling.factor", c.rope_scaling.factor);
+  }
+  w.add_u32("general.file_type", tr.ftype);
+  if (block.block_size > 1) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
+  write_tokenizer(ck, &w);
+
+  int weighted = 0;
+  for (const Item& it : items) {
+    if (it.gguf == "rope_freqs.weight") {
+      std::vector<double> f = llama3_rope_factors(c.rope_scaling, c.rope_theta, c.head_dim);
+      std::vector<float> ff(f.begin(), f.end());
+      w.add_tensor(it.gguf, {int64_t(ff.size())}, GgmlType::F32, [ff] {
+        std::vector<uint8_t> b(ff.size() * 4);
+        std::memcpy(b.data(), ff.data(), b.size());
+        return b;
+      });
+      continue;
+    }
+    const Tensor& t = ck.tensors.at(it.hf);
+    std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    const float* imp = nullptr;
+    if (opt.importance && t.shape.size() == 2 && block.block_size > 1) {
+      imp = opt.importance(it.hf, t.shape[1]);
+      if (imp) ++weighted;
+    }
+    w.add_tensor(it.gguf, ne, it.type, [t, it, imp] {
+      // Made now, when its turn comes: one tensor's fp32 copy at a time.
+      Tensor src = materialize(t);
+      std::vector<float> v = to_f32(src);
+      release_pages(src);
+      src = Tensor{};
+      if (it.permute_heads) {
+        const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+        v = gguf_permute_rows(v.data(), rows, cols, it.permute_heads);
+      }
+      std::vector<uint8_t> out(ggml_nbytes(it.type, v.size()));
+      if (imp) ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());
+      else ggml_quantize(it.type, v.data(), v.size(), out.data());
+      return out;
+    });
+  }
+  w.write(path);
+  if (opt.importance) std::printf("imatrix: %d weights quantized with importance weights\n", weighted);
+}
+
+}  // namespace qt

@@ -1,0 +1,35 @@
+// GGUF export: Checkpoint -> one .gguf file llama.cpp loads (GGUF v3, llama.cpp tensor names,
+// the metadata convert_hf_to_gguf.py writes, Q/K rows permuted for llama/mistral, tokenizer.ggml.*
+// from the tokenizer). README "GGUF export".
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "formats/checkpoint.h"
+#include "formats/ggml_blocks.h"
+
+namespace qt {
+
+struct GgufExportOptions {
+  // The type of every 2-D weight (embedding and output included, as `llama-quantize --pure`);
+  // 1-D tensors (norms, biases, rope_freqs) are always F32, as llama-quantize keeps them.
+  GgmlType type = GgmlType::F16;
+  std::string name;  // general.name
+  // --imatrix: the importance of each input channel of a 2-D weight (HF name, `cols` values), or
+  // null for a weight without statistics; block types then use ggml_quantize_weighted.
+  std::function<const float*(const std::string& hf_name, int64_t cols)> importance;
+};
+
+// --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl") -> type;
+// nullopt when unknown. kGgufExportTypes lists the names for messages.
+std::optional<GgmlType> gguf_export_type(const std::string& name);
+extern const char* const kGgufExportTypes;
+
+// Write `ck` to `path` (a temporary beside it, renamed at the end; nothing left on error).
+// Tensors are made one at a time as they are written. UserError: an architecture GGUF export
+// does not support, a tensor whose rows the block size does not divide (named), a tokenizer
+// with no GGUF form.
+void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt);
+
+}  // namespace qt

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Goldens for the GGUF writer (tests/test_gguf_export.cpp), made by the `gguf` PyPI package
+(gguf-py, the library that defines the format) and numpy only.
+
+Run:  /work/venv/bin/python tests/golden/make_gguf_export_goldens.py   (gguf 0.19.0, numpy)
+
+tests/golden/gguf_export/rtn.gguf
+    "x" (F32 [8, 256]): random rows of several scales plus hand-made blocks (all zero, one
+    non-zero, exact .5 ties for every type, a negative absmax, constant); and for each type T of
+    f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 a tensor named T holding gguf.quants.quantize(x, T).
+    gguf-py's quantizers restate ggml-quants.c's quantize_row_*_ref (what llama-quantize runs for
+    these types without an imatrix), so our bytes must equal these exactly.
+    "iq4_nl_rtn": IQ4_NL by the round-to-nearest rule (d = signed absmax / -127 stored as f16, every
+    element coded to the nearest of gguf-py's IQ4_NL.kvalues): gguf-py has no IQ4_NL quantizer, and
+    ours is a scale search, so the test asserts that our error is no larger than this one's per block.
+    "imp" (F32 [256]): per-column importance (log-normal, a few channels 100x heavier, as act-stats
+    mean squares are): `--imatrix` quantization must have an importance-weighted error no larger
+    than the reference blocks' above, per block.
+
+tests/golden/gguf_export/<model>.<type>.gguf
+    What convert_hf_to_gguf.py would write for the tiny test models tests/golden/logits/<model>
+    (their bf16 safetensors read as f32), with gguf.GGUFWriter: the architecture keys, llama's
+    Q/K permutation (LlamaModel.permute, restated below), llama3's rope_freqs.weight, 1-D
+    tensors F32, 2-D tensors quantized by gguf.quants.quantize. Our `convert --format gguf` of
+    the same folder must give the same tensors (names, shapes, types, bytes) and the same values
+    for these keys. (general.name is the folder's name, as our convert writes it.)
+"""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "gguf_export")
+rng = np.random.default_rng(20261125)
+
+TYPES = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1,
+         "q5_0": T.Q5_0, "q5_1": T.Q5_1}
+# llama.cpp's llama_ftype of each (general.file_type).
+FTYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8, "q5_1": 9}
+
+
+def add_quantized(w, tensor_name, x, name):
+    """gguf.quants.quantize gives f16 as a float16 array (GGUFWriter types it itself), the other
+    types as uint8 block bytes (raw_dtype tells the writer the type and the element shape)."""
+    q = gguf.quants.quantize(x.astype(np.float32), TYPES[name])
+    if name == "f16":
+        w.add_tensor(tensor_name, q)
+    else:
+        w.add_tensor(tensor_name, q, raw_dtype=TYPES[name])
+
+
+def rtn_input():
+    x = (rng.standard_normal((8, 256)) * rng.choice([1e-3, 0.02, 1.0, 30.0], (8, 1))).astype(np.float32)
+    b = x.reshape(-1, 32)  # blocks of 32 (a view)
+    b[0] = 0.0
+    b[1] = 0.0
+    b[1, 5] = -0.75
+    # Exact ties: q8_0 with absmax 127 -> id = 1, codes k + 0.5 round away from zero.
+    b[2] = np.arange(32, dtype=np.float32) - 15.5
+    b[2, 0] = 127.0
+    # q4_0 / q5_0: max -8 / -16 -> id = 1: x + 8.5 / 16.5 lands on .0 boundaries and halves.
+    b[3] = np.linspace(-8, 7.5, 32, dtype=np.float32)
+    b[4] = np.linspace(-16, 15.5, 32, dtype=np.float32)
+    # q4_1 / q5_1: min 0, max 15 / 31 -> d = 1: (x - min) + 0.5 ties.
+    b[5] = np.linspace(0, 15, 32, dtype=np.float32)
+    b[6] = np.linspace(0, 31, 32, dtype=np.float32)
+    b[7] = 3.25  # constant block: q4_1's d = 0
+    b[8] = -b[8] - 5.0  # negative absmax
+    b[9, 3] = 1e-8  # tiny values, subnormal halves
+    b[9] *= 1e-4
+    return x
+
+
+def write_rtn():
+    x = rtn_input()
+    w = gguf.GGUFWriter(os.path.join(OUT, "rtn.gguf"), arch="test")
+    w.add_tensor("x", x)
+    for name in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"):
+        add_quantized(w, name, x, name)
+    w.add_tensor("iq4_nl_rtn", iq4_nl_rtn(x), raw_dtype=T.IQ4_NL)
+    imp = np.exp(rng.standard_normal(256)).astype(np.float32)
+    imp[rng.choice(256, 8, replace=False)] *= 100
+    w.add_tensor("imp", imp)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def iq4_nl_rtn(x):
+    kv = np.array(gguf.quants.IQ4_NL.kvalues, dtype=np.float32)
+    b = x.reshape(-1, 32).astype(np.float32)
+    imax = np.abs(b).argmax(axis=-1, keepdims=True)
+    d = (np.take_along_axis(b, imax, axis=-1) / np.float32(-127)).astype(np.float16)
+    d32 = d.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(d32 == 0, 0, b / d32)
+    q = np.abs(v[..., None] - kv).argmin(axis=-1).astype(np.uint8)  # first (lower) on ties
+    qs = q[:, :16] | (q[:, 16:] << np.uint8(4))
+    out = np.concatenate([d.view(np.uint8), qs], axis=-1)
+    return out.reshape(x.shape[0], -1)
+
+
+# ------------------------------------------------------------------------------ tiny models
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in head.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        raw = np.frombuffer(data[a:b], dtype=np.uint8)
+        if info["dtype"] == "BF16":
+            v = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] == "F32":
+            v = raw.view(np.float32)
+        elif info["dtype"] == "F16":
+            v = raw.view(np.float16).astype(np.float32)
+        else:
+            raise SystemExit(f"{path}: {name}: dtype {info['dtype']}")
+        out[name] = v.reshape(info["shape"]).copy()
+    return out
+
+
+def permute(w, n_head, n_head_kv):
+    """convert_hf_to_gguf.py LlamaModel.permute."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+LAYER = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+         "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+         "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+         "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+         "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+         "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+         "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+          "lm_head.weight": "output.weight"}
+
+
+def gguf_name(hf):
+    if hf in GLOBAL:
+        return GLOBAL[hf]
+    p = hf.split(".")
+    return f"blk.{p[2]}." + LAYER[".".join(p[3:])]
+
+
+def llama3_factors(cfg, dim):
+    """LlamaModel.generate_extra_tensors, in float64 (convert_hf_to_gguf.py computes freqs in
+    torch float32; the test allows the last-bit difference this makes)."""
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    base = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    factor, lo, hi = rp.get("factor", 8.0), rp.get("low_freq_factor", 1.0), rp.get("high_freq_factor", 4.0)
+    old = rp.get("original_max_position_embeddings", 8192)
+    out = []
+    for i in range(0, dim, 2):
+        freq = 1.0 / base ** (i / dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / hi:
+            out.append(1.0)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            s = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - s) / factor + s))
+    return np.array(out, dtype=np.float32)
+
+
+def write_model(model, tname):
+    d = os.path.join(HERE, "logits", model)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    tensors = read_safetensors(os.path.join(d, "model.safetensors"))
+    mt = cfg["model_type"]
+    arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[mt]
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hidden = cfg["hidden_size"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    rp = cfg.get("rope_parameters") or {}
+    theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+
+    w = gguf.GGUFWriter(os.path.join(OUT, f"{model}.{tname}.gguf"), arch=arch)
+    w.add_name(model)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(hidden)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    if head_dim != hidden // heads:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_file_type(FTYPE[tname])
+    if tname not in ("f32", "f16", "bf16"):
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    if rp.get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_factors(cfg, head_dim))
+    for hf, v in tensors.items():
+        if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+            continue
+        if arch == "llama" and hf.endswith("self_attn.q_proj.weight"):
+            v = permute(v, heads, heads)
+        if arch == "llama" and hf.endswith("self_attn.k_proj.weight"):
+            v = permute(v, heads, kv)
+        name = gguf_name(hf)
+        if v.ndim == 1 or tname == "f32":
+            w.add_tensor(name, v.astype(np.float32))
+        else:
+            add_quantized(w, name, v, tname)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    write_rtn()
+    for tname in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"):
+        write_model("tiny-llama3", tname)
+    # tiny-qwen2's hidden size (48) is no multiple of the 32-blocks: float types only (its q8_0
+    # export is the bad-shape test).
+    write_model("tiny-qwen2", "f16")
+    for tname in ("q8_0", "q5_1"):
+        write_model("tiny-qwen3", tname)
+    for f in sorted(os.listdir(OUT)):
+        print(f, os.path.getsize(os.path.join(OUT, f)))
+
+
+if __name__ == "__main__":
+    main()
