@@ -32,7 +32,21 @@ constexpr TypeRow kTypes[] = {
     {"f32", GgmlType::F32, 0},   {"f16", GgmlType::F16, 1},   {"bf16", GgmlType::BF16, 32},
     {"q8_0", GgmlType::Q8_0, 7}, {"q4_0", GgmlType::Q4_0, 2}, {"q4_1", GgmlType::Q4_1, 3},
     {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9}, {"iq4_nl", GgmlType::IQ4_NL, 25},
+    // llama-quantize's names Q4_K / Q5_K are aliases of Q4_K_M / Q5_K_M: the same file_type.
+    {"q4_k", GgmlType::Q4_K, 15}, {"q5_k", GgmlType::Q5_K, 17}, {"q6_k", GgmlType::Q6_K, 18},
 };
+
+// llama.cpp's tensor_type_fallback (src/llama-quant.cpp) for a weight whose rows a 256-element
+// super-block does not divide: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (the same for --pure).
+// Other types have no fallback (nullopt).
+std::optional<GgmlType> kquant_fallback(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K: return GgmlType::Q5_0;
+    case GgmlType::Q5_K: return GgmlType::Q5_1;
+    case GgmlType::Q6_K: return GgmlType::Q8_0;
+    default: return std::nullopt;
+  }
+}
 
 const TypeRow& type_row(GgmlType t) {
   for (auto& r : kTypes)
@@ -96,7 +110,7 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
 
 }  // namespace
 
-const char* const kGgufExportTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl";
+const char* const kGgufExportTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k";
 
 std::optional<GgmlType> gguf_export_type(const std::string& name) {
   for (auto& r : kTypes)
@@ -119,20 +133,29 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
     int permute_heads;
   };
   std::vector<Item> items;
+  std::map<std::string, int> fallbacks;  // K-quant fallback type -> how many weights
   for (auto& [hf, t] : ck.tensors) {
     if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;
     const std::string g = hf_to_gguf_name(hf);
     if (g.empty()) user_error("{}: tensor {} has no GGUF name", ck.path, hf);
     if (!is_float(t.dtype)) user_error("{}: tensor {} is {}, not a float tensor", ck.path, hf, dtype_name(t.dtype));
     Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : opt.type, 0};
-    if (t.shape.size() == 2 && t.shape[1] % block.block_size != 0)
+    if (t.shape.size() == 2 && t.shape[1] % block.block_size != 0 && kquant_fallback(opt.type)) {
+      it.type = *kquant_fallback(opt.type);
+      ++fallbacks[ggml_type_row(uint32_t(it.type))->name];
+    }
+    if (t.shape.size() == 2 && t.shape[1] % ggml_type_row(uint32_t(it.type))->block_size != 0)
       user_error("{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
                  "would store it as f16; convert it with --gguf-type f16 or f32)",
-                 ck.path, hf, g, t.shape[1], tr.name, block.block_size);
+                 ck.path, hf, g, t.shape[1], ggml_type_row(uint32_t(it.type))->name,
+                 ggml_type_row(uint32_t(it.type))->block_size);
     if (c.gguf_permutes_qk() && hf.find(".self_attn.q_proj.") != std::string::npos) it.permute_heads = c.n_heads;
     if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
     items.push_back(it);
   }
+  for (auto& [name, n] : fallbacks)
+    std::printf("%d weights with rows not a multiple of 256 stored as %s (llama-quantize's fallback for %s)\n", n,
+                name.c_str(), tr.name);
   if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return order_key(a.gguf) < order_key(b.gguf); });

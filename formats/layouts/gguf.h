@@ -14,6 +14,8 @@ namespace qt {
 struct GgufExportOptions {
   // The type of every 2-D weight (embedding and output included, as `llama-quantize --pure`);
   // 1-D tensors (norms, biases, rope_freqs) are always F32, as llama-quantize keeps them.
+  // Q4_K/Q5_K/Q6_K: a weight whose rows 256 does not divide gets llama.cpp's fallback type
+  // (Q5_0, Q5_1, Q8_0), as llama-quantize --pure does.
   GgmlType type = GgmlType::F16;
   std::string name;  // general.name
   // --imatrix: the importance of each input channel of a 2-D weight (HF name, `cols` values), or
@@ -21,7 +23,8 @@ struct GgufExportOptions {
   std::function<const float*(const std::string& hf_name, int64_t cols)> importance;
 };
 
-// --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl") -> type;
+// --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k",
+// "q5_k", "q6_k") -> type;
 // nullopt when unknown. kGgufExportTypes lists the names for messages.
 std::optional<GgmlType> gguf_export_type(const std::string& name);
 extern const char* const kGgufExportTypes;
