@@ -7,6 +7,8 @@
 //  - `convert --format gguf` of the tiny models gives the file gguf.GGUFWriter writes for them as
 //    convert_hf_to_gguf.py would: same metadata values, same tensors (names, shapes, types,
 //    bytes; Q/K permuted, rope_freqs for llama3);
+//  - K-quants (Q4_K, Q5_K, Q6_K; no gguf-py quantizer): `convert` of a bare llama gives the bytes of
+//    `llama-quantize --pure` (fallback types included); --imatrix never worse per super-block;
 //  - SmolLM2 (GGUF source, and its HF export as source): tokenizer.ggml.* and the architecture
 //    keys equal the source GGUF's, which convert_hf_to_gguf.py wrote;
 //  - streaming: converting SmolLM2 to a 540 MB F32 GGUF peaks below 0.75x of the output (a writer
@@ -20,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -185,6 +188,71 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
     // The tiny models have no tokenizer: no key beyond the golden's.
     EXPECT_EQ(got.metadata().size(), want.metadata().size()) << what;
     expect_same_tensors(got, want, what);
+  }
+}
+
+// K-quants: `convert --gguf-type q4_k|q5_k|q6_k` of the bare llama kq.f32.gguf gives the tensors
+// `llama-quantize --pure` wrote for it (ggml's quantize_row_q{4,5,6}_K_ref; hand-made super-blocks
+// in token_embd), with llama.cpp's fallback type for the weights whose rows 256 does not divide
+// (attn_output, ffn_down: 32 columns), and llama-quantize's general.file_type.
+TEST(GgufExport, KQuantsEqualLlamaQuantize) {
+  const std::string tmp = test::temp_dir("gguf_export_kq");
+  const std::tuple<const char*, GgmlType, uint32_t> cases[] = {
+      {"q4_k", GgmlType::Q5_0, 15}, {"q5_k", GgmlType::Q5_1, 17}, {"q6_k", GgmlType::Q8_0, 18}};
+  for (auto [type, fallback, ftype] : cases) {
+    const std::string out = tmp + "/" + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
+                     &log),
+              0)
+        << log;
+    EXPECT_NE(log.find("2 weights with rows not a multiple of 256 stored as " +
+                       std::string(ggml_type_row(uint32_t(fallback))->name)),
+              std::string::npos)
+        << log;
+    GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
+    expect_same_tensors(got, want, type);
+    EXPECT_EQ(int(got.find_tensor("blk.0.ffn_down.weight")->type), int(fallback)) << type;
+    EXPECT_EQ(want.metadata().at("general.file_type").i, int64_t(ftype)) << type;
+    EXPECT_EQ(got.metadata().at("general.file_type").i, int64_t(ftype)) << type;
+  }
+}
+
+// K-quants with --imatrix: per super-block, the importance-weighted error of
+// ggml_quantize_weighted is at most that of llama-quantize's reference block (kq.<type>.gguf's
+// token_embd, 32 rows of 256 with hand-made super-blocks; importance: rtn.gguf's "imp").
+TEST(GgufExport, KQuantsImatrixWeightedErrorBelowReference) {
+  GgufFile src = GgufFile::open(golden("kq.f32.gguf")), r = GgufFile::open(golden("rtn.gguf"));
+  const GgufTensorInfo* xi = src.find_tensor("token_embd.weight");
+  const std::vector<float> x = src.dequantize(*xi), imp = r.dequantize(*r.find_tensor("imp"));
+  const int64_t rows = xi->ne[1], cols = xi->ne[0];
+  ASSERT_EQ(int64_t(imp.size()), cols);
+  for (const char* type : {"q4_k", "q5_k", "q6_k"}) {
+    GgufFile g = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
+    const GgufTensorInfo* ref = g.find_tensor("token_embd.weight");
+    const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref->type));
+    ASSERT_EQ(row.block_size, 256) << type;
+    const std::vector<float> rv = g.dequantize(*ref);
+    std::vector<uint8_t> q(ref->nbytes);
+    ggml_quantize_weighted(ref->type, x.data(), rows, cols, imp.data(), q.data());
+    std::vector<float> ours(x.size());
+    ggml_dequantize(row, q.data(), ours.data(), x.size() / 256);
+    double tot_o = 0, tot_r = 0;
+    for (size_t b = 0; b < x.size() / 256; ++b) {
+      double eo = 0, er = 0;
+      for (size_t j = b * 256; j < b * 256 + 256; ++j) {
+        const double w = imp[j % size_t(cols)];
+        eo += w * (x[j] - ours[j]) * (x[j] - ours[j]);
+        er += w * (x[j] - rv[j]) * (x[j] - rv[j]);
+      }
+      EXPECT_LE(eo, er * (1 + 1e-9) + 1e-30) << type << " super-block " << b;
+      tot_o += eo, tot_r += er;
+    }
+    std::printf("%s: weighted error %.4g vs reference %.4g (%.3fx)\n", type, tot_o, tot_r, tot_o / tot_r);
+    EXPECT_LT(tot_o, 0.95 * tot_r) << type;
+    // Without importance: the reference bytes themselves.
+    ggml_quantize(ref->type, x.data(), x.size(), q.data());
+    EXPECT_EQ(std::memcmp(q.data(), ref->data, ref->nbytes), 0) << type;
   }
 }
 
