@@ -9,6 +9,7 @@
 //    bytes; Q/K permuted, rope_freqs for llama3);
 //  - K-quants (Q4_K, Q5_K, Q6_K; no gguf-py quantizer): `convert` of a bare llama gives the bytes of
 //    `llama-quantize --pure` (fallback types included); --imatrix never worse per super-block;
+//    q4_k_m / q5_k_m: llama-quantize's Q4_K_M / Q5_K_M bytes (bare llama) and per-tensor types (SmolLM2);
 //  - SmolLM2 (GGUF source, and its HF export as source): tokenizer.ggml.* and the architecture
 //    keys equal the source GGUF's, which convert_hf_to_gguf.py wrote;
 //  - streaming: converting SmolLM2 to a 540 MB F32 GGUF peaks below 0.75x of the output (a writer
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <tuple>
 
 #include <gtest/gtest.h>
@@ -215,6 +217,48 @@ TEST(GgufExport, KQuantsEqualLlamaQuantize) {
     EXPECT_EQ(int(got.find_tensor("blk.0.ffn_down.weight")->type), int(fallback)) << type;
     EXPECT_EQ(want.metadata().at("general.file_type").i, int64_t(ftype)) << type;
     EXPECT_EQ(got.metadata().at("general.file_type").i, int64_t(ftype)) << type;
+  }
+}
+
+// --gguf-type q4_k_m / q5_k_m: llama.cpp's per-tensor mix. On kq.f32.gguf (1 layer, untied) the
+// bytes of `llama-quantize ... Q4_K_M|Q5_K_M`; on SmolLM2 (30 layers, tied, 576 columns) the type of
+// every tensor llama-quantize chose (smollm2.<type>.types.txt), which exercises the layer rule.
+TEST(GgufExport, KMixesEqualLlamaQuantize) {
+  const std::string tmp = test::temp_dir("gguf_export_kmix");
+  for (const char* type : {"q4_k_m", "q5_k_m"}) {
+    const std::string out = tmp + "/" + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
+                     &log),
+              0)
+        << log;
+    GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
+    expect_same_tensors(got, want, type);
+    EXPECT_EQ(got.metadata().at("general.file_type").i, want.metadata().at("general.file_type").i) << type;
+    EXPECT_EQ(int(got.find_tensor("blk.0.attn_v.weight")->type), int(GgmlType::Q6_K)) << type;
+  }
+  const std::string model = test::model_gguf();
+  QT_REQUIRE_FILE(model);
+  for (const char* type : {"q4_k_m", "q5_k_m"}) {
+    const std::string out = tmp + "/smol." + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type " + type, &log), 0)
+        << log;
+    GgufFile got = GgufFile::open(out);
+    std::ifstream f(golden(std::string("smollm2.") + type + ".types.txt"));
+    std::string name, tname;
+    int n = 0;
+    while (f >> name >> tname) {
+      const GgufTensorInfo* t = got.find_tensor(name);
+      if (!t) {
+        ADD_FAILURE() << type << ": missing " << name;
+        continue;
+      }
+      EXPECT_EQ(ggml_type_row(uint32_t(t->type))->name, tname) << type << ": " << name;
+      ++n;
+    }
+    EXPECT_EQ(n, 272) << type;
+    EXPECT_EQ(got.tensors().size(), size_t(n)) << type;
   }
 }
 

@@ -36,6 +36,16 @@ tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k)
     token_embd (all zero, constant positive and negative, one non-zero, a zero sub-block, integer
     values, tiny values). Our `convert --format gguf --gguf-type <type>` of kq.f32.gguf must give
     the same tensors (names, shapes, types, bytes).
+    kq.q4_k_m.gguf, kq.q5_k_m.gguf: `llama-quantize kq.f32.gguf ... Q4_K_M|Q5_K_M` (llama.cpp's
+    per-tensor mix: output and, in this 1-layer model, attn_v and ffn_down in Q6_K, ffn_down's
+    32-column rows falling back to Q8_0); `--gguf-type q4_k_m|q5_k_m` must give the same tensors.
+
+tests/golden/gguf_export/smollm2.q4_k_m.types.txt, smollm2.q5_k_m.types.txt
+    The type llama-quantize's Q4_K_M / Q5_K_M mix gives each tensor of SmolLM2-135M (30 layers,
+    tied embedding, 576 columns: the layer rule and the fallbacks at scale), one "name TYPE" a line:
+    `llama-quantize --allow-requantize models/SmolLM2-135M-Instruct.Q4_1.gguf OUT Q4_K_M` (the
+    types do not depend on the values), read back with gguf.GGUFReader. Needs LLAMA_QUANTIZE and
+    the model file; left as they are otherwise.
 """
 import json
 import math
@@ -302,6 +312,23 @@ def write_kquants():
     for t in ("q4_k", "q5_k", "q6_k"):
         subprocess.run([lq, "--pure", src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for t in ("q4_k_m", "q5_k_m"):
+        subprocess.run([lq, src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    model = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        print("models/SmolLM2-135M-Instruct.Q4_1.gguf missing: smollm2.*.types.txt left as they are")
+        return
+    tmp = os.path.join(OUT, "smollm2.tmp.gguf")
+    for t in ("q4_k_m", "q5_k_m"):
+        subprocess.run([lq, "--allow-requantize", model, tmp, t.upper(), "2"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = gguf.GGUFReader(tmp)
+        with open(os.path.join(OUT, f"smollm2.{t}.types.txt"), "w") as f:
+            for ti in r.tensors:
+                f.write(f"{ti.name} {ti.tensor_type.name}\n")
+        del r
+        os.remove(tmp)
 
 
 def main():
