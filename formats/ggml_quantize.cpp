@@ -215,7 +215,7 @@ inline int nearest_int(float v) {
 
 // make_qkx2_quants: affine fit of n values to codes 0..nmax; returns the scale, *the_min = -min.
 float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                uint8_t* Laux, float rmin, float rdelta, int nstep) {
+                uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad = false) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -239,7 +239,7 @@ float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* 
     const int l = nearest_int(iscale * (x[i] - min));
     L[i] = uint8_t(std::max(0, std::min(nmax, l)));
     float diff = scale * float(L[i]) + min - x[i];
-    diff = diff * diff;
+    diff = use_mad ? std::fabs(diff) : diff * diff;
     best_error += weights[i] * diff;
   }
   for (int is = 0; is <= nstep; ++is) {
@@ -265,7 +265,7 @@ float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* 
       float cur_error = 0;
       for (int i = 0; i < n; ++i) {
         float diff = this_scale * float(Laux[i]) + this_min - x[i];
-        diff = diff * diff;
+        diff = use_mad ? std::fabs(diff) : diff * diff;
         cur_error += weights[i] * diff;
       }
       if (cur_error < best_error) {
@@ -440,9 +440,159 @@ void q6_k_impl(const float* x, const float* imp, uint8_t* y) {
   }
 }
 
+// make_q3_quants with do_rmse (weights x^2, or qw): codes -nmax..nmax-1 stored + nmax, refined
+// one element at a time (at most 5 passes) while the weighted fit improves.
+float make_q3(int n, int nmax, const float* x, int8_t* L, const float* qw) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) amax = ax, max = x[i];
+  }
+  if (amax < 1e-15f) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  const float iscale = -float(nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    int l = nearest_int(iscale * x[i]);
+    l = std::max(-nmax, std::min(nmax - 1, l));
+    L[i] = int8_t(l);
+    const float w = qw ? qw[i] : x[i] * x[i], fl = float(l);
+    sumlx += w * x[i] * fl;
+    suml2 += w * fl * fl;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = qw ? qw[i] : x[i] * x[i], fl = float(L[i]);
+      float slx = sumlx - w * x[i] * fl;
+      if (slx > 0) {
+        float sl2 = suml2 - w * fl * fl;
+        int new_l = nearest_int(x[i] * sl2 / slx);
+        new_l = std::max(-nmax, std::min(nmax - 1, new_l));
+        if (new_l != L[i]) {
+          const float fn = float(new_l);
+          slx += w * x[i] * fn;
+          sl2 += w * fn * fn;
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = int8_t(new_l), sumlx = slx, suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = int8_t(L[i] + nmax);
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Q2_K (ggml quantize_row_q2_K_ref): 16 sub-blocks of 16, affine 2-bit codes fit by make_qkx2 with
+// weights |x| and absolute error; 4-bit scale and min under fp16 d = max_scale / 15, dmin = max_min / 15.
+// Layout {u8 scales[16]; u8 qs[64]; f16 d, dmin} = 84 bytes.
+void q2_k_impl(const float* x, const float* imp, uint8_t* y) {
+  uint8_t L[QK_K], Laux[16];
+  float weights[16], mins[16], scales[16];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 16; ++j) {
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]) * (imp ? imp[16 * j + l] : 1.0f);
+    scales[j] = make_qkx2(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  uint8_t* sc = y;
+  uint8_t* qs = y + 16;
+  std::memset(sc, 0, 16);
+  if (max_scale > 0) {
+    const float iscale = 15.0f / max_scale;
+    for (int j = 0; j < 16; ++j) sc[j] = uint8_t(nearest_int(iscale * scales[j]));
+    put_f16(y + 80, max_scale / 15.0f);
+  } else {
+    put_f16(y + 80, 0.0f);
+  }
+  if (max_min > 0) {
+    const float iscale = 15.0f / max_min;
+    for (int j = 0; j < 16; ++j) sc[j] = uint8_t(sc[j] | (nearest_int(iscale * mins[j]) << 4));
+    put_f16(y + 82, max_min / 15.0f);
+  } else {
+    put_f16(y + 82, 0.0f);
+  }
+  const float d16 = f16_to_f32(uint16_t(y[80] | (y[81] << 8))), m16 = f16_to_f32(uint16_t(y[82] | (y[83] << 8)));
+  for (int j = 0; j < 16; ++j) {
+    const float d = d16 * float(sc[j] & 0xF);
+    if (d == 0.0f) continue;
+    const float dm = m16 * float(sc[j] >> 4);
+    for (int ii = 0; ii < 16; ++ii) {
+      const int l = nearest_int((x[16 * j + ii] + dm) / d);
+      L[16 * j + ii] = uint8_t(std::max(0, std::min(3, l)));
+    }
+  }
+  for (int j = 0; j < QK_K; j += 128)
+    for (int l = 0; l < 32; ++l)
+      qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+// Q3_K (ggml quantize_row_q3_K_ref): 16 sub-blocks of 16, symmetric 3-bit codes by make_q3; 6-bit
+// signed scales under fp16 d = max_scale / -32. Layout {u8 hmask[32]; u8 qs[64]; u8 scales[12];
+// f16 d} = 110 bytes.
+void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
+  int8_t L[QK_K];
+  float scales[16], qw[16];
+  float max_scale = 0, amax = 0;
+  for (int j = 0; j < 16; ++j) {
+    if (imp)
+      for (int l = 0; l < 16; ++l) qw[l] = imp[16 * j + l] * x[16 * j + l] * x[16 * j + l];
+    scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j, imp ? qw : nullptr);
+    const float a = std::fabs(scales[j]);
+    if (a > amax) amax = a, max_scale = scales[j];
+  }
+  uint8_t* hmask = y;
+  uint8_t* qs = y + 32;
+  uint8_t* sc = y + 96;
+  std::memset(sc, 0, 12);
+  if (max_scale != 0.0f) {
+    const float iscale = -32.0f / max_scale;
+    for (int j = 0; j < 16; ++j) {
+      int8_t l = int8_t(nearest_int(iscale * scales[j]));
+      l = int8_t(std::max<int>(-32, std::min<int>(31, l)) + 32);
+      if (j < 8) sc[j] = uint8_t(l & 0xF);
+      else sc[j - 8] = uint8_t(sc[j - 8] | ((l & 0xF) << 4));
+      l = int8_t(l >> 4);
+      sc[j % 4 + 8] = uint8_t(sc[j % 4 + 8] | (l << (2 * (j / 4))));
+    }
+    put_f16(y + 108, 1 / iscale);
+  } else {
+    put_f16(y + 108, 0.0f);
+  }
+  const float d16 = f16_to_f32(uint16_t(y[108] | (y[109] << 8)));
+  for (int j = 0; j < 16; ++j) {
+    int s = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
+    s = (s | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+    const float d = d16 * float(s);
+    if (d == 0.0f) continue;
+    for (int ii = 0; ii < 16; ++ii) {
+      const int l = nearest_int(x[16 * j + ii] / d);
+      L[16 * j + ii] = int8_t(std::max(-4, std::min(3, l)) + 4);
+    }
+  }
+  std::memset(hmask, 0, 32);
+  int m = 0;
+  uint8_t hm = 1;
+  for (int j = 0; j < QK_K; ++j) {
+    if (L[j] > 3) hmask[m] = uint8_t(hmask[m] | hm), L[j] = int8_t(L[j] - 4);
+    if (++m == QK_K / 8) m = 0, hm = uint8_t(hm << 1);
+  }
+  for (int j = 0; j < QK_K; j += 128)
+    for (int l = 0; l < 32; ++l)
+      qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
 void q4_k(const float* x, uint8_t* y) { qk_affine(x, nullptr, 15, y); }
 void q5_k(const float* x, uint8_t* y) { qk_affine(x, nullptr, 31, y); }
 void q6_k(const float* x, uint8_t* y) { q6_k_impl(x, nullptr, y); }
+void q2_k(const float* x, uint8_t* y) { q2_k_impl(x, nullptr, y); }
+void q3_k(const float* x, uint8_t* y) { q3_k_impl(x, nullptr, y); }
 
 // --imatrix for a K super-block: the reference block and the importance-weighted search's, the
 // smaller importance-weighted error of the stored bytes wins.
@@ -451,6 +601,8 @@ void weighted_kblock(GgmlType t, const float* x, const float* w, uint8_t* y) {
   uint8_t cand[210];
   auto quant = [&](const float* imp, uint8_t* out) {
     if (t == GgmlType::Q6_K) q6_k_impl(x, imp, out);
+    else if (t == GgmlType::Q2_K) q2_k_impl(x, imp, out);
+    else if (t == GgmlType::Q3_K) q3_k_impl(x, imp, out);
     else qk_affine(x, imp, t == GgmlType::Q4_K ? 15 : 31, out);
   };
   auto err = [&](const uint8_t* b) {
@@ -478,6 +630,8 @@ BlockFn block_fn(GgmlType t) {
     case GgmlType::Q4_K: return q4_k;
     case GgmlType::Q5_K: return q5_k;
     case GgmlType::Q6_K: return q6_k;
+    case GgmlType::Q2_K: return q2_k;
+    case GgmlType::Q3_K: return q3_k;
     default: return nullptr;
   }
 }

@@ -35,14 +35,18 @@ constexpr TypeRow kTypes[] = {
     {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9}, {"iq4_nl", GgmlType::IQ4_NL, 25},
     // llama-quantize's names Q4_K / Q5_K are aliases of Q4_K_M / Q5_K_M: the same file_type.
     {"q4_k", GgmlType::Q4_K, 15}, {"q5_k", GgmlType::Q5_K, 17}, {"q6_k", GgmlType::Q6_K, 18},
-    {"q4_k_m", GgmlType::Q4_K, 15, true}, {"q5_k_m", GgmlType::Q5_K, 17, true},
+    {"q2_k", GgmlType::Q2_K, 10}, {"q3_k", GgmlType::Q3_K, 12},
+    {"q4_k_m", GgmlType::Q4_K, 15, true}, {"q5_k_m", GgmlType::Q5_K, 17, true}, {"q3_k_m", GgmlType::Q3_K, 12, true},
 };
 
 // llama.cpp's tensor_type_fallback (src/llama-quant.cpp) for a weight whose rows a 256-element
-// super-block does not divide: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (the same for --pure).
+// super-block does not divide: Q2_K, Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (the
+// same for --pure).
 // Other types have no fallback (nullopt).
 std::optional<GgmlType> kquant_fallback(GgmlType t) {
   switch (t) {
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: return GgmlType::Q4_0;
     case GgmlType::Q4_K: return GgmlType::Q5_0;
     case GgmlType::Q5_K: return GgmlType::Q5_1;
     case GgmlType::Q6_K: return GgmlType::Q8_0;
@@ -56,13 +60,15 @@ const TypeRow& type_row(GgmlType t) {
   throw std::logic_error("gguf export: type without a row");
 }
 
-// llama.cpp's Q4_K_M / Q5_K_M mix (src/llama-quant.cpp llama_tensor_get_type_impl, restated for
-// dense llama/qwen models, no MoE, not Falcon, not LLM_TYPE_70B), before the fallback:
+// llama.cpp's Q4_K_M / Q5_K_M / Q3_K_M mixes (src/llama-quant.cpp llama_tensor_get_type_impl,
+// restated for dense llama/qwen models: no MoE, not Falcon, not LLM_TYPE_70B), before the fallback:
 //   output.weight, or token_embd.weight of a tied model (no output.weight): Q6_K, Q8_0 when its
 //     rows 256 does not divide;
-//   blk.N.attn_v.weight and blk.N.ffn_down.weight: Q6_K in the layers use_more_bits picks (the
-//     first n/8, the last n/8, and every third one between), else the base type;
-//   everything else (token_embd of an untied model included): the base type (Q4_K / Q5_K).
+//   Q4_K_M, Q5_K_M: blk.N.attn_v.weight and blk.N.ffn_down.weight Q6_K in the layers use_more_bits
+//     picks (the first n/8, the last n/8, and every third one between);
+//   Q3_K_M: attn_v Q5_K in layers 0 and 1, else Q4_K; ffn_down Q5_K in the first n/16 layers, else
+//     Q4_K; attn_output Q4_K;
+//   everything else (token_embd of an untied model included): the base type (Q4_K / Q5_K / Q3_K).
 bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool tied, int n_layers) {
@@ -72,6 +78,12 @@ GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool t
     const size_t dot = gguf.find('.', 4);
     const int layer = std::stoi(gguf.substr(4, dot - 4));
     const std::string rest = gguf.substr(dot + 1);
+    if (base == GgmlType::Q3_K) {
+      if (rest == "attn_v.weight") return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      if (rest == "ffn_down.weight") return layer < n_layers / 16 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      if (rest == "attn_output.weight") return GgmlType::Q4_K;
+      return base;
+    }
     if ((rest == "attn_v.weight" || rest == "ffn_down.weight") && use_more_bits(layer, n_layers))
       return GgmlType::Q6_K;
   }
@@ -135,7 +147,7 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
 }  // namespace
 
 const char* const kGgufExportTypes =
-    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m";
 
 std::optional<GgmlType> gguf_export_type(const std::string& name) {
   for (auto& r : kTypes)
