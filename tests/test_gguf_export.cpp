@@ -9,7 +9,8 @@
 //    bytes; Q/K permuted, rope_freqs for llama3);
 //  - K-quants (Q4_K, Q5_K, Q6_K; no gguf-py quantizer): `convert` of a bare llama gives the bytes of
 //    `llama-quantize --pure` (fallback types included); --imatrix never worse per super-block;
-//    q4_k_m / q5_k_m: llama-quantize's Q4_K_M / Q5_K_M bytes (bare llama) and per-tensor types (SmolLM2);
+//    Q2_K and Q3_K likewise; q3_k_m / q4_k_m / q5_k_m: llama-quantize's mixes, bytes (bare llama)
+//    and per-tensor types (SmolLM2);
 //  - SmolLM2 (GGUF source, and its HF export as source): tokenizer.ggml.* and the architecture
 //    keys equal the source GGUF's, which convert_hf_to_gguf.py wrote;
 //  - streaming: converting SmolLM2 to a 540 MB F32 GGUF peaks below 0.75x of the output (a writer
@@ -200,7 +201,8 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
 TEST(GgufExport, KQuantsEqualLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_kq");
   const std::tuple<const char*, GgmlType, uint32_t> cases[] = {
-      {"q4_k", GgmlType::Q5_0, 15}, {"q5_k", GgmlType::Q5_1, 17}, {"q6_k", GgmlType::Q8_0, 18}};
+      {"q4_k", GgmlType::Q5_0, 15}, {"q5_k", GgmlType::Q5_1, 17}, {"q6_k", GgmlType::Q8_0, 18},
+      {"q2_k", GgmlType::Q4_0, 10}, {"q3_k", GgmlType::Q4_0, 12}};
   for (auto [type, fallback, ftype] : cases) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
@@ -220,12 +222,12 @@ TEST(GgufExport, KQuantsEqualLlamaQuantize) {
   }
 }
 
-// --gguf-type q4_k_m / q5_k_m: llama.cpp's per-tensor mix. On kq.f32.gguf (1 layer, untied) the
-// bytes of `llama-quantize ... Q4_K_M|Q5_K_M`; on SmolLM2 (30 layers, tied, 576 columns) the type of
+// --gguf-type q4_k_m / q5_k_m / q3_k_m: llama.cpp's per-tensor mixes. On kq.f32.gguf (1 layer,
+// untied) the bytes of `llama-quantize ... Q4_K_M|Q5_K_M|Q3_K_M`; on SmolLM2 (30 layers, tied, 576 columns) the type of
 // every tensor llama-quantize chose (smollm2.<type>.types.txt), which exercises the layer rule.
 TEST(GgufExport, KMixesEqualLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_kmix");
-  for (const char* type : {"q4_k_m", "q5_k_m"}) {
+  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
     ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
@@ -235,11 +237,13 @@ TEST(GgufExport, KMixesEqualLlamaQuantize) {
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
     expect_same_tensors(got, want, type);
     EXPECT_EQ(got.metadata().at("general.file_type").i, want.metadata().at("general.file_type").i) << type;
-    EXPECT_EQ(int(got.find_tensor("blk.0.attn_v.weight")->type), int(GgmlType::Q6_K)) << type;
+    EXPECT_EQ(int(got.find_tensor("blk.0.attn_v.weight")->type),
+              int(std::string(type) == "q3_k_m" ? GgmlType::Q5_K : GgmlType::Q6_K))
+        << type;
   }
   const std::string model = test::model_gguf();
   QT_REQUIRE_FILE(model);
-  for (const char* type : {"q4_k_m", "q5_k_m"}) {
+  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
     const std::string out = tmp + "/smol." + type + ".gguf";
     std::string log;
     ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type " + type, &log), 0)
@@ -271,7 +275,7 @@ TEST(GgufExport, KQuantsImatrixWeightedErrorBelowReference) {
   const std::vector<float> x = src.dequantize(*xi), imp = r.dequantize(*r.find_tensor("imp"));
   const int64_t rows = xi->ne[1], cols = xi->ne[0];
   ASSERT_EQ(int64_t(imp.size()), cols);
-  for (const char* type : {"q4_k", "q5_k", "q6_k"}) {
+  for (const char* type : {"q4_k", "q5_k", "q6_k", "q2_k", "q3_k"}) {
     GgufFile g = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
     const GgufTensorInfo* ref = g.find_tensor("token_embd.weight");
     const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref->type));

@@ -25,23 +25,23 @@ tests/golden/gguf_export/<model>.<type>.gguf
     the same folder must give the same tensors (names, shapes, types, bytes) and the same values
     for these keys. (general.name is the folder's name, as our convert writes it.)
 
-tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k)
+tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k, q2_k, q3_k)
     K-quants: gguf-py has no quantizer for them, so the reference is llama.cpp's own
-    `llama-quantize --pure kq.f32.gguf kq.<type>.gguf Q4_K|Q5_K|Q6_K` (ggml-quants.c
-    quantize_row_q{4,5,6}_K_ref; give the binary as LLAMA_QUANTIZE=/path/to/llama-quantize, else
+    `llama-quantize --pure kq.f32.gguf kq.<type>.gguf Q4_K|Q5_K|Q6_K|Q2_K|Q3_K` (ggml-quants.c
+    quantize_row_q{2,3,4,5,6}_K_ref; give the binary as LLAMA_QUANTIZE=/path/to/llama-quantize, else
     these files are left as they are). kq.f32.gguf is a bare 1-layer llama written here with
     gguf.GGUFWriter: hidden 256 (token_embd, attn_q/k/v, ffn_gate/up, output: rows of 256, K-quantized)
     and a head size / intermediate size of 32 (attn_output, ffn_down: rows of 32, llama.cpp's
-    fallback Q5_0 / Q5_1 / Q8_0), random values of several scales plus hand-made super-blocks in
+    fallback Q5_0 / Q5_1 / Q8_0 / Q4_0), random values of several scales plus hand-made super-blocks in
     token_embd (all zero, constant positive and negative, one non-zero, a zero sub-block, integer
     values, tiny values). Our `convert --format gguf --gguf-type <type>` of kq.f32.gguf must give
     the same tensors (names, shapes, types, bytes).
-    kq.q4_k_m.gguf, kq.q5_k_m.gguf: `llama-quantize kq.f32.gguf ... Q4_K_M|Q5_K_M` (llama.cpp's
-    per-tensor mix: output and, in this 1-layer model, attn_v and ffn_down in Q6_K, ffn_down's
-    32-column rows falling back to Q8_0); `--gguf-type q4_k_m|q5_k_m` must give the same tensors.
+    kq.q4_k_m.gguf, kq.q5_k_m.gguf, kq.q3_k_m.gguf: `llama-quantize kq.f32.gguf ... Q4_K_M|Q5_K_M|
+    Q3_K_M` (llama.cpp's per-tensor mixes: e.g. for Q4_K_M output and, in this 1-layer model, attn_v
+    and ffn_down in Q6_K, ffn_down's 32-column rows falling back to Q8_0); `--gguf-type q4_k_m|q5_k_m|q3_k_m` must give the same tensors.
 
-tests/golden/gguf_export/smollm2.q4_k_m.types.txt, smollm2.q5_k_m.types.txt
-    The type llama-quantize's Q4_K_M / Q5_K_M mix gives each tensor of SmolLM2-135M (30 layers,
+tests/golden/gguf_export/smollm2.q4_k_m.types.txt, smollm2.q5_k_m.types.txt, smollm2.q3_k_m.types.txt
+    The type llama-quantize's Q4_K_M / Q5_K_M / Q3_K_M mix gives each tensor of SmolLM2-135M (30 layers,
     tied embedding, 576 columns: the layer rule and the fallbacks at scale), one "name TYPE" a line:
     `llama-quantize --allow-requantize models/SmolLM2-135M-Instruct.Q4_1.gguf OUT Q4_K_M` (the
     types do not depend on the values), read back with gguf.GGUFReader. Needs LLAMA_QUANTIZE and
@@ -309,10 +309,10 @@ def write_kquants():
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    for t in ("q4_k", "q5_k", "q6_k"):
+    for t in ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k"):
         subprocess.run([lq, "--pure", src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for t in ("q4_k_m", "q5_k_m"):
+    for t in ("q4_k_m", "q5_k_m", "q3_k_m"):
         subprocess.run([lq, src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     model = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -320,7 +320,7 @@ def write_kquants():
         print("models/SmolLM2-135M-Instruct.Q4_1.gguf missing: smollm2.*.types.txt left as they are")
         return
     tmp = os.path.join(OUT, "smollm2.tmp.gguf")
-    for t in ("q4_k_m", "q5_k_m"):
+    for t in ("q4_k_m", "q5_k_m", "q3_k_m"):
         subprocess.run([lq, "--allow-requantize", model, tmp, t.upper(), "2"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         r = gguf.GGUFReader(tmp)
