@@ -413,10 +413,12 @@ TEST(GgufExport, BadInputExit2NothingWritten) {
     std::string args, expect;
   };
   const Case cases[] = {
-      {"--in " + tiny("tiny-llama3") + " --gguf-type q3_k", "unknown type 'q3_k'"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type iq2_xs", "unknown type 'iq2_xs'"},
       {"--in " + tiny("tiny-llama3") + " --gguf-type f16 --imatrix x.safetensors", "is not quantized"},
       {"--in " + tiny("tiny-llama3") + " --gguf-type q4_0 --gptq", "--gptq"},
       {"--in " + tiny("tiny-qwen2") + " --gguf-type q8_0", "model.embed_tokens.weight"},
+      // 48 columns: neither Q4_K's 256 nor its fallback Q5_0's 32 divides them.
+      {"--in " + tiny("tiny-qwen2") + " --gguf-type q4_k", "not a multiple of Q5_0's block of 32"},
       {"--in " + tiny("tiny-llama3") + " --scheme nf4", "closest GGUF type is --gguf-type iq4_nl"},
       {"--in " + tiny("tiny-llama3") + " --scheme int8", "closest GGUF type is --gguf-type q8_0"},
       {"--in " + tiny("tiny-llama3") + " --dtype f16", "--dtype"},
