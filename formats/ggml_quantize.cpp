@@ -186,9 +186,10 @@ void iq4_nl(const float* x, uint8_t* y) { iq4_nl_weighted(x, nullptr, y); }
 
 // ------------------------------------------------------------------ K-quants (super-blocks of 256)
 //
-// Q4_K, Q5_K, Q6_K: ggml's reference quantizers (ggml-quants.c quantize_row_q{4,5,6}_K_ref, what
-// llama-quantize runs for them without an imatrix), restated in the same fp32 operation order, so
-// the bytes are llama-quantize's (checked on the goldens and on SmolLM2's tensors).
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: ggml's reference quantizers (ggml-quants.c quantize_row_q*_K_ref,
+// what llama-quantize runs for them without an imatrix), restated in the same fp32 operation order
+// (ggml-base is built without FMA, and so is this file), so the bytes are llama-quantize's (checked
+// on the goldens and on every SmolLM2 tensor). Q2_K and Q3_K: see q2_k_impl / q3_k_impl.
 //   Q4_K / Q5_K: 8 sub-blocks of 32, each an affine fit (scale, -min) chosen by make_qkx2's search
 //     (grid of iscale = (nmax + rmin + rdelta*k) / (max - min), weighted least squares of scale and
 //     min per candidate, weights av_x + |x|); the 8 scales and 8 mins quantized to 6 bits under the
@@ -199,9 +200,10 @@ void iq4_nl(const float* x, uint8_t* y) { iq4_nl_weighted(x, nullptr, y); }
 // q5_K {d, dmin, scales[12], qh[32], qs[128]} = 176, q6_K {u8 ql[128], qh[64]; i8 scales[16]; f16 d} = 210.
 //
 // --imatrix: each super-block is quantized twice, by the reference rule and by the same rule with
-// every per-element search weight multiplied by the element's channel importance (and, for Q6_K,
-// the weights x^2 + sigma^2 as llama.cpp's imatrix path uses); the one with the smaller
-// importance-weighted squared error of the stored bytes is kept, so never worse than RTN.
+// every per-element search weight multiplied by the element's channel importance (Q6_K: importance
+// * sqrt(sigma^2 + x^2), sigma^2 = 2 * mean x^2, as llama.cpp's imatrix path weighs; Q3_K:
+// importance * x^2); the one with the smaller importance-weighted squared error of the stored bytes
+// is kept, so never worse than RTN.
 
 constexpr int QK_K = 256;
 
