@@ -566,6 +566,9 @@ int run(const Args& a) {
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  if (ck.config.fused_proj && planner.active())  // before any output exists
+    user_error("{}: {} stores qkv_proj / gate_up_proj fused; its quantized layouts are not written yet "
+               "(--format hf writes it unquantized)", a.in, ck.config.arch);
   opt.dtype = a.dtype.empty() ? source_dtype(ck) : kDTypes.at(a.dtype);
   planner.set_dtype(opt.dtype);
   // Calibration reads whole models (GPTQ runs the network): a deferred GGUF is made up front then.

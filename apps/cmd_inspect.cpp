@@ -157,6 +157,15 @@ int run(const std::string& path, const std::string& json_path) {
   std::printf("  shape         %d layers, hidden %d, intermediate %d, %d heads / %d kv heads, head_dim %d\n",
               c.n_layers, c.hidden, c.intermediate, c.n_heads, c.n_kv_heads, c.head_dim);
   std::printf("  rope          %s; rms_norm_eps %g; context %d\n", rope.c_str(), c.rms_eps, c.max_position);
+  if (c.gemma) {  // what the Gemma block adds (ModelConfig::gemma)
+    int n_sliding = 0;
+    for (int i = 0; i < c.n_layers; ++i) n_sliding += c.is_sliding(i);
+    std::string caps = c.attn_softcap > 0 ? fmt::format("attention {}", c.attn_softcap) : "attention none";
+    caps += c.final_softcap > 0 ? fmt::format(", logits {}", c.final_softcap) : ", logits none";
+    std::string local = c.rope_local_theta > 0 ? fmt::format(" (local rope theta {})", c.rope_local_theta) : "";
+    std::printf("  gemma         sliding window %d on %d of %d layers%s; soft-caps: %s; query_pre_attn_scalar %g\n",
+                c.sliding_window, n_sliding, c.n_layers, local.c_str(), caps.c_str(), c.query_pre_attn_scalar);
+  }
   std::printf("  vocabulary    %d, %s embeddings\n", c.vocab, c.tie_word_embeddings ? "tied" : "separate");
   std::printf("  parameters    %s (%.1f M)\n", grouped(c.n_params()).c_str(), c.n_params() / 1e6);
   if (s.tokenizer) {

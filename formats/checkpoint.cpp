@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "formats/error.h"
+#include "formats/fused_proj.h"
 #include "formats/gguf.h"
 #include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
@@ -209,6 +210,7 @@ Checkpoint load_hf_dir(const std::string& dir) {
   ck.config = ModelConfig::from_hf_json(j, cfg_path);
 
   SafetensorsDir st = load_safetensors_dir(dir);
+  if (ck.config.fused_proj) split_fused_projections(ck.config, st.tensors, dir);  // phi3
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& [name, t] : st.tensors) {
     // Old exports carry the RoPE table; tied checkpoints sometimes carry a copy of the embedding
@@ -231,6 +233,8 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
   ck.path = dir;
   ck.source_kind = kind;
   ck.config = ModelConfig::from_hf_json(j, cfg_path);
+  if (ck.config.fused_proj)
+    user_error("{}: quantized {} folders (fused qkv_proj / gate_up_proj) are not read", dir, ck.config.arch);
   SafetensorsDir st = load_safetensors_dir(dir);
   for (auto& [name, t] : st.tensors) {
     if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
@@ -284,7 +288,11 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     m[p + "input_layernorm.weight"] = {h};
-    m[p + "post_attention_layernorm.weight"] = {h};
+    m[p + "post_attention_layernorm.weight"] = {h};  // gemma: after attention; others: before the MLP
+    if (c.gemma) {
+      m[p + "pre_feedforward_layernorm.weight"] = {h};
+      m[p + "post_feedforward_layernorm.weight"] = {h};
+    }
     m[p + "self_attn.q_proj.weight"] = {q, h};
     m[p + "self_attn.k_proj.weight"] = {kv, h};
     m[p + "self_attn.v_proj.weight"] = {kv, h};

@@ -20,15 +20,22 @@ struct ArchRow {
   const char* gguf_arch;     // general.architecture, "" when llama.cpp has no arch of its own
   int default_max_position;  // transformers config defaults
   bool qkv_bias;             // hard-coded q/k/v bias (qwen2)
-  bool qk_norm;              // per-head q/k RMSNorm (qwen3)
+  bool qk_norm;              // per-head q/k RMSNorm (qwen3, gemma3)
+  bool gemma;                // the Gemma block (ModelConfig::gemma)
+  bool tied_default;         // tie_word_embeddings when config.json does not say
 };
 
 // One row per supported family; adding a Llama-like family is adding a row.
+// Gemma GGUFs (llama.cpp's "gemma2"/"gemma3") are not read: their norms hold 1 + w and their
+// tensor names differ; the gguf column stays empty so from_gguf refuses them by name.
 constexpr ArchRow kArchs[] = {
-    {"llama", "LlamaForCausalLM", "llama", 2048, false, false},
-    {"mistral", "MistralForCausalLM", "", 4096 * 32, false, false},  // GGUF calls it "llama"
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, true, false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, false, true},
+    {"llama", "LlamaForCausalLM", "llama", 2048, false, false, false, false},
+    {"mistral", "MistralForCausalLM", "", 4096 * 32, false, false, false, false},  // GGUF: "llama"
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, true, false, false, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, false, true, false, false},
+    {"gemma2", "Gemma2ForCausalLM", "", 8192, false, false, true, true},
+    {"gemma3_text", "Gemma3ForCausalLM", "", 131072, false, true, true, true},
+    {"phi3", "Phi3ForCausalLM", "", 4096, false, false, false, false},  // GGUF "phi3" not read
 };
 
 const ArchRow* arch_by_model_type(const std::string& t) {
@@ -47,7 +54,7 @@ const ArchRow* arch_by_gguf(const std::string& a) {
   return nullptr;
 }
 
-const char* kSupported = "llama, mistral, qwen2, qwen3";
+const char* kSupported = "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3";
 
 // A float as JSON: the shortest decimal that round-trips the float, so 1e-5f is written 1e-05,
 // not 9.999999747378752e-06.
@@ -237,10 +244,60 @@ RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& ff, double 
   user_error("{}: rope_freqs.weight does not describe a llama3 rope scaling", path);
 }
 
+namespace {
+
+// The Gemma block's parameters, with Gemma2Config's / Gemma3TextConfig's defaults.
+void read_gemma_fields(const json& j, const std::string& path, ModelConfig* c) {
+  const bool g2 = c->arch == "gemma2";
+  c->gemma = true;
+  c->query_pre_attn_scalar = float(num_field_or(j, "query_pre_attn_scalar", 256.0, path));
+  c->attn_softcap = float(num_field_or(j, "attn_logit_softcapping", g2 ? 50.0 : 0.0, path));
+  c->final_softcap = float(num_field_or(j, "final_logit_softcapping", g2 ? 30.0 : 0.0, path));
+  c->sliding_window = int(int_field_or(j, "sliding_window", 4096, path));
+  if (!(c->query_pre_attn_scalar > 0))
+    user_error("{}: query_pre_attn_scalar must be positive, got {}", path, c->query_pre_attn_scalar);
+  if (c->attn_softcap < 0 || c->final_softcap < 0) user_error("{}: soft-capping values must be positive", path);
+  if (c->sliding_window <= 0) user_error("{}: sliding_window must be positive, got {}", path, c->sliding_window);
+  if (bool_field_or(j, "use_bidirectional_attention", false, path))
+    user_error("{}: use_bidirectional_attention (an embedding model) is not supported", path);
+  if (!g2 && c->rope_local_theta == 0)
+    c->rope_local_theta = float(num_field_or(j, "rope_local_base_freq", 10000.0, path));
+  if (!(g2 || c->rope_local_theta > 0))
+    user_error("{}: rope_local_base_freq must be positive, got {}", path, c->rope_local_theta);
+  // Which layers slide: layer_types when given, else gemma2 every other layer from the first,
+  // gemma3 all but every sliding_window_pattern-th.
+  c->sliding.assign(size_t(c->n_layers), 0);
+  auto lt = j.find("layer_types");
+  if (lt != j.end() && !lt->is_null()) {
+    if (!lt->is_array() || int(lt->size()) != c->n_layers)
+      user_error("{}: 'layer_types' must list the {} layers", path, c->n_layers);
+    for (int i = 0; i < c->n_layers; ++i) {
+      const json& t = (*lt)[size_t(i)];
+      if (t == "sliding_attention") c->sliding[size_t(i)] = 1;
+      else if (t != "full_attention")
+        user_error("{}: layer_types[{}] is {}, expected \"sliding_attention\" or \"full_attention\"", path, i, t.dump());
+    }
+  } else {
+    int64_t pattern = g2 ? 2 : int_field_or(j, "sliding_window_pattern", int_field_or(j, "_sliding_window_pattern", 6, path), path);
+    if (pattern <= 0) user_error("{}: sliding_window_pattern must be positive, got {}", path, pattern);
+    for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = (i + 1) % pattern != 0;
+  }
+}
+
+}  // namespace
+
+float ModelConfig::attn_scale() const {
+  return gemma ? float(1.0 / std::sqrt(double(query_pre_attn_scalar))) : 1.0f / std::sqrt(float(head_dim));
+}
+
 ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   if (!j.is_object()) user_error("{}: config must be a JSON object", path);
   const ArchRow* row = nullptr;
   std::string model_type = str_field_or(j, "model_type", "", path);
+  if (model_type == "gemma3")  // Gemma3ForConditionalGeneration: vision tower + text_config
+    user_error("{}: unsupported architecture 'gemma3' (the multimodal Gemma3ForConditionalGeneration; "
+               "its text model alone, model_type 'gemma3_text', is supported; supported: {})",
+               path, kSupported);
   if (!model_type.empty()) {
     row = arch_by_model_type(model_type);
     if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, model_type, kSupported);
@@ -262,18 +319,26 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   c.vocab = int(int_field(j, "vocab_size", path));
   c.n_kv_heads = int(int_field_or(j, "num_key_value_heads", c.n_heads, path));
   if (c.n_heads <= 0) user_error("{}: num_attention_heads must be positive, got {}", path, c.n_heads);
-  // Qwen3Config defaults head_dim to 128; the others derive it.
-  c.head_dim = int(int_field_or(j, "head_dim", c.arch == "qwen3" ? 128 : c.hidden / c.n_heads, path));
+  // Qwen3Config defaults head_dim to 128, Gemma's configs to 256; the others derive it.
+  const int head_dim_default = c.arch == "qwen3" ? 128 : row->gemma ? 256 : c.hidden / c.n_heads;
+  c.head_dim = int(int_field_or(j, "head_dim", head_dim_default, path));
   c.max_position = int(int_field_or(j, "max_position_embeddings", row->default_max_position, path));
   c.rms_eps = float(num_field_or(j, "rms_norm_eps", 1e-6, path));
-  c.tie_word_embeddings = bool_field_or(j, "tie_word_embeddings", false, path);
+  c.tie_word_embeddings = bool_field_or(j, "tie_word_embeddings", row->tied_default, path);
   c.bos_token_id = token_id_field(j, "bos_token_id", path);
   c.eos_token_id = token_id_field(j, "eos_token_id", path);
   c.pad_token_id = token_id_field(j, "pad_token_id", path);
   c.torch_dtype = str_field_or(j, "torch_dtype", str_field_or(j, "dtype", "float32", path), path);
 
-  std::string act = str_field_or(j, "hidden_act", "silu", path);
-  if (act != "silu") user_error("{}: unsupported hidden_act '{}' (only silu)", path, act);
+  if (row->gemma) {
+    // Gemma's MLP reads hidden_activation (hidden_act is a leftover of Gemma 1's config).
+    std::string act = str_field_or(j, "hidden_activation", str_field_or(j, "hidden_act", "gelu_pytorch_tanh", path), path);
+    if (act != "gelu_pytorch_tanh")
+      user_error("{}: unsupported hidden_activation '{}' for {} (only gelu_pytorch_tanh)", path, act, c.arch);
+  } else {
+    std::string act = str_field_or(j, "hidden_act", "silu", path);
+    if (act != "silu") user_error("{}: unsupported hidden_act '{}' (only silu)", path, act);
+  }
   if (bool_field_or(j, "mlp_bias", false, path)) user_error("{}: mlp_bias is not supported", path);
   // Llama and Qwen3's attention_bias also puts a bias on o_proj, which the engine does not have.
   if (row->qkv_bias) {
@@ -283,18 +348,41 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   }
   c.qk_norm = row->qk_norm;
 
-  // RoPE: v4 keeps rope_theta / rope_scaling at the top; v5 nests both in rope_parameters.
+  // RoPE: v4 keeps rope_theta / rope_scaling at the top; v5 nests both in rope_parameters, and
+  // for Gemma 3 per layer type ({"full_attention": {...}, "sliding_attention": {...}}).
   auto rp = j.find("rope_parameters");
-  if (rp != j.end() && rp->is_object()) {
+  const double theta_default = c.arch == "gemma3_text" ? 1000000.0 : 10000.0;
+  if (rp != j.end() && rp->is_object() && rp->contains("full_attention")) {
+    const json& full = (*rp)["full_attention"];
+    if (!full.is_object()) user_error("{}: rope_parameters.full_attention must be an object", path);
+    c.rope_theta = float(num_field_or(full, "rope_theta", theta_default, path));
+    c.rope_scaling = parse_rope_scaling(full, j, path);
+    auto sl = rp->find("sliding_attention");
+    if (sl != rp->end() && sl->is_object()) {
+      c.rope_local_theta = float(num_field_or(*sl, "rope_theta", 10000.0, path));
+      if (!parse_rope_scaling(*sl, j, path).type.empty())
+        user_error("{}: RoPE scaling on sliding-window layers is not supported", path);
+    }
+  } else if (rp != j.end() && rp->is_object()) {
     c.rope_theta = float(num_field_or(*rp, "rope_theta", num_field_or(j, "rope_theta", 10000.0, path), path));
     c.rope_scaling = parse_rope_scaling(*rp, j, path);
   } else {
-    c.rope_theta = float(num_field_or(j, "rope_theta", 10000.0, path));
+    c.rope_theta = float(num_field_or(j, "rope_theta", theta_default, path));
     auto rs = j.find("rope_scaling");
     if (rs != j.end()) c.rope_scaling = parse_rope_scaling(*rs, j, path);
   }
-  if (num_field_or(j, "partial_rotary_factor", 1.0, path) != 1.0)
-    user_error("{}: partial_rotary_factor is not supported", path);
+  const double partial = rp != j.end() && rp->is_object() && rp->contains("partial_rotary_factor")
+                             ? num_field_or(*rp, "partial_rotary_factor", 1.0, path)
+                             : num_field_or(j, "partial_rotary_factor", 1.0, path);
+  if (partial != 1.0) user_error("{}: partial_rotary_factor {} is not supported (only 1.0)", path, partial);
+  if (row->gemma) read_gemma_fields(j, path, &c);
+  if (c.arch == "phi3") {
+    c.fused_proj = true;
+    // Phi3Config: a sliding_window (Phi-3-mini-4k: 2047) masks every layer; null: none.
+    c.sliding_window = int(int_field_or(j, "sliding_window", 0, path));
+    if (c.sliding_window < 0) user_error("{}: sliding_window must be positive, got {}", path, c.sliding_window);
+    if (c.sliding_window > 0) c.sliding.assign(size_t(c.n_layers), 1);
+  }
   validate(c, path);
   return c;
 }
@@ -371,7 +459,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
   j["head_dim"] = head_dim;
   j["vocab_size"] = vocab;
   j["max_position_embeddings"] = max_position;
-  j["hidden_act"] = "silu";
+  j["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
   j["rms_norm_eps"] = clean_float(rms_eps);
   j["rope_theta"] = clean_float(rope_theta);
   if (rope_scaling.type.empty()) {
@@ -399,6 +487,31 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["pretraining_tp"] = 1;
   } else if (arch == "mistral") {
     j["sliding_window"] = nullptr;
+  } else if (gemma) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["attention_bias"] = false;
+    j["query_pre_attn_scalar"] = clean_float(query_pre_attn_scalar);
+    j["attn_logit_softcapping"] = attn_softcap > 0 ? json(clean_float(attn_softcap)) : json(nullptr);
+    j["final_logit_softcapping"] = final_softcap > 0 ? json(clean_float(final_softcap)) : json(nullptr);
+    j["sliding_window"] = sliding_window;
+    json types = json::array();
+    for (int i = 0; i < n_layers; ++i) types.push_back(is_sliding(i) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    if (arch == "gemma3_text") {
+      j["rope_local_base_freq"] = clean_float(rope_local_theta);
+      // mlx_lm reads the period, not layer_types: the first global layer's position + 1, when
+      // the layers follow that period (written only then).
+      int period = 0;
+      while (period < n_layers && is_sliding(period)) ++period;
+      ++period;
+      bool periodic = true;
+      for (int i = 0; i < n_layers; ++i) periodic &= is_sliding(i) == ((i + 1) % period != 0);
+      if (periodic) j["sliding_window_pattern"] = period;
+    }
+  } else if (arch == "phi3") {
+    j["attention_bias"] = false;
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["original_max_position_embeddings"] = max_position;
   } else {  // qwen2, qwen3
     if (arch == "qwen3") j["attention_bias"] = false;
     j["use_sliding_window"] = false;
@@ -415,6 +528,7 @@ int64_t ModelConfig::n_params() const {
                   + 2 * h;                          // two RMSNorms
   if (attention_bias) layer += q + 2 * kv;
   if (qk_norm) layer += 2 * int64_t(head_dim);
+  if (gemma) layer += 2 * h;  // the post-attention and post-feedforward norms
   int64_t embed = int64_t(vocab) * h;
   return embed * (tie_word_embeddings ? 1 : 2) + h + layer * n_layers;
 }

@@ -1,5 +1,6 @@
-// ModelConfig: one struct for every supported Llama-family decoder (llama, mistral, qwen2, qwen3),
-// read from a Hugging Face config.json or from GGUF metadata. FORMATS.md 2.7, 2.13, 6.
+// ModelConfig: one struct for every supported Llama-family decoder (llama, mistral, qwen2, qwen3,
+// gemma2, gemma3_text, phi3), read from a Hugging Face config.json or from GGUF metadata.
+// FORMATS.md 2.7, 2.13, 6.
 #pragma once
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "qwen3" (HF model_type)
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text" (HF model_type)
   int hidden = 0;
   int intermediate = 0;
   int n_layers = 0;
@@ -38,6 +39,26 @@ struct ModelConfig {
   int eos_token_id = -1;
   int pad_token_id = -1;
   std::string torch_dtype = "float32";
+
+  // Gemma 2 / Gemma 3 text (gemma == true). The block is
+  //   x += post_attention_norm(attention(input_norm(x)))
+  //   x += post_feedforward_norm(down(gelu_tanh(gate(h)) * up(h)))   h = pre_feedforward_norm(x)
+  // with every RMSNorm scaling by (1 + w), the embedding multiplied by √hidden, scores scaled by
+  // query_pre_attn_scalar^-½ and soft-capped (cap · tanh(s / cap)), the logits soft-capped too.
+  bool gemma = false;
+  float query_pre_attn_scalar = 0;  // 0: head_dim (the score scale is its inverse square root)
+  float attn_softcap = 0;           // 0: none
+  float final_softcap = 0;          // 0: none
+  int sliding_window = 0;           // keys a sliding layer's query sees, its own included
+  std::vector<uint8_t> sliding;     // per layer, 1 = sliding-window layer; empty = all global
+  float rope_local_theta = 0;       // gemma3: the sliding layers' RoPE base (no scaling); 0 = same
+  bool is_sliding(int layer) const { return !sliding.empty() && sliding[size_t(layer)]; }
+  float attn_scale() const;         // the score scale of every layer
+
+  // Phi-3: HF stores self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj (rows gate, up);
+  // the loader splits them into the per-projection tensors every scheme quantizes, the hf
+  // writer fuses them back (formats/fused_proj.h). Its sliding_window (when set) covers every layer.
+  bool fused_proj = false;
 
   // Parse an HF config.json object; `path` names the file in errors. Refuses unsupported
   // architectures with a UserError naming them.

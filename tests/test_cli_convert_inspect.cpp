@@ -179,7 +179,7 @@ TEST(CliConvert, BadInput) {
   fs::create_directories(tmp + "/in/arch");
   fs::create_directories(tmp + "/in/badjson");
   write(tmp + "/in/arch/config.json",
-        R"({"model_type": "gemma2", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+        R"({"model_type": "gpt_neox", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
             "num_attention_heads": 1, "vocab_size": 8})");
   write(tmp + "/in/badjson/config.json", R"({"model_type": "llama", "hidden_size": 8,,})");
   write(tmp + "/in/trunc.gguf", gguf.substr(0, gguf.size() - 100));
@@ -195,7 +195,8 @@ TEST(CliConvert, BadInput) {
   const std::string in = tmp + "/in/", out = " --out " + tmp + "/out/x";
   const Case cases[] = {
       {"convert --in " + in + "noconfig" + out, in + "noconfig: no config.json"},
-      {"convert --in " + in + "arch" + out, in + "arch/config.json: unsupported architecture 'gemma2'"},
+      {"convert --in " + in + "arch" + out, in + "arch/config.json: unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, "
+                                              "gemma2, gemma3_text, phi3)"},
       {"convert --in " + in + "badjson" + out, in + "badjson/config.json: invalid JSON"},
       {"convert --in " + in + "trunc.gguf" + out, in + "trunc.gguf: "},
       {"convert --in " + in + "header.gguf" + out, in + "header.gguf: "},
@@ -208,7 +209,7 @@ TEST(CliConvert, BadInput) {
       {"inspect " + in + "noconfig", in + "noconfig: no config.json"},
       {"inspect " + in + "trunc.gguf", in + "trunc.gguf: "},
       {"inspect " + in + "magic.gguf", in + "magic.gguf: not a GGUF file"},
-      {"inspect " + in + "arch", "unsupported architecture 'gemma2'"},
+      {"inspect " + in + "arch", "unsupported architecture 'gpt_neox'"},
   };
   for (auto& c : cases) {
     SCOPED_TRACE(c.args);

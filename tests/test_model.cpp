@@ -21,6 +21,7 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
+#include "libquant/eval/perplexity.h"
 #include "libquant/kv/cache.h"
 #include "libquant/model/llama.h"
 #include "libquant/model/ops.h"
@@ -486,7 +487,150 @@ TEST_P(TinyModel, LogitsMatchTransformers) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TinyModel, ::testing::Values("llama3", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Archs, TinyModel,
+                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3", "phi3"));
+
+// ------------------------------------------------ Gemma: sliding window, soft-caps, KV methods
+// tests/golden/make_arch_logits_golden.py: 16 tokens, windows of 4 (gemma2) and 5 (gemma3).
+
+struct TinyGolden {
+  Checkpoint ck;
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+};
+TinyGolden tiny_golden(const std::string& name) {
+  const std::string dir = test::source_dir() + "/tests/golden/logits/tiny-" + name;
+  const json g = load_json(dir + "/logits.json");
+  return {load_checkpoint(dir), g["ids"].get<std::vector<int32_t>>(), g["logits"].get<std::vector<float>>()};
+}
+// The logits of `ck` on ids (one token at a time when `one_by_one`) with KV method `kv`.
+std::vector<float> tiny_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::string& kv,
+                               bool one_by_one) {
+  LlamaModel m(ck, Compute::F32);
+  const int n = int(ids.size()), V = ck.config.vocab;
+  auto cache = m.make_cache(n, kv);
+  std::vector<float> got(size_t(n) * V);
+  if (one_by_one) {
+    for (int i = 0; i < n; ++i) m.forward(&ids[i], 1, i, *cache, 0, 1, got.data() + size_t(i) * V);
+  } else {
+    m.forward(ids.data(), n, 0, *cache, 0, n, got.data());
+  }
+  return got;
+}
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
+}
+double worst_diff(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::vector<float>& want,
+                  const std::string& kv = "f32", bool one_by_one = false) {
+  return max_abs_diff(tiny_logits(ck, ids, kv, one_by_one), want);
+}
+
+class TinyGemma : public ::testing::TestWithParam<std::string> {};
+
+// Token by token through the cache (the decode path, sliding past the window) = transformers.
+TEST_P(TinyGemma, OneTokenAtATimeMatchesTransformers) {
+  TinyGolden g = tiny_golden(GetParam());
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "f32", true), 1e-4);
+}
+
+// Each Gemma feature changes the logits well beyond the 1e-4 bar: the golden tests see them.
+TEST_P(TinyGemma, FeaturesMatter) {
+  TinyGolden g = tiny_golden(GetParam());
+  ModelConfig& c = g.ck.config;
+  ASSERT_GT(int(g.ids.size()), c.sliding_window + 4);  // the sequence outgrows the window
+  {
+    TinyGolden h = tiny_golden(GetParam());
+    h.ck.config.sliding.clear();  // every layer global
+    EXPECT_GT(worst_diff(h.ck, h.ids, h.logits), 1e-2) << "sliding window";
+  }
+  if (c.attn_softcap > 0) {
+    TinyGolden h = tiny_golden(GetParam());
+    h.ck.config.attn_softcap = 0;
+    EXPECT_GT(worst_diff(h.ck, h.ids, h.logits), 1e-2) << "attention soft-cap";
+  }
+  if (c.final_softcap > 0) {
+    TinyGolden h = tiny_golden(GetParam());
+    h.ck.config.final_softcap = 0;
+    EXPECT_GT(worst_diff(h.ck, h.ids, h.logits), 1e-2) << "final soft-cap";
+  }
+  if (c.rope_local_theta > 0) {
+    TinyGolden h = tiny_golden(GetParam());
+    h.ck.config.rope_local_theta = c.rope_theta;
+    EXPECT_GT(worst_diff(h.ck, h.ids, h.logits), 1e-3) << "local RoPE base";
+  }
+  {
+    TinyGolden h = tiny_golden(GetParam());
+    h.ck.config.query_pre_attn_scalar = float(c.head_dim) * 2;
+    EXPECT_GT(worst_diff(h.ck, h.ids, h.logits), 1e-2) << "query_pre_attn_scalar";
+  }
+}
+
+// The KV methods at head_dim 256 on the sliding-window / soft-capped layers. The quantized
+// cache applies both itself (quant_cache.cpp): with a full-precision window holding every token
+// (r=64, values kept in fp16 as the f16 cache keeps them) it must give the f16 cache's logits
+// within 5e-4 (its own summation order: 1.3e-4 apart on the unmasked tiny-falcon3 as well; the
+// window ignored moves them by > 1e-2, FeaturesMatter), in a batch and token by token; f16 stays within 2e-3 of transformers' fp32, 8-bit
+// methods within 0.05. Low-bit methods on these random (unstructured)
+// keys only have to run and stay finite: their error is the method's, not the architecture's.
+TEST_P(TinyGemma, KvMethodsAtHeadDim256) {
+  TinyGolden g = tiny_golden(GetParam());
+  ASSERT_EQ(g.ck.config.head_dim, 256);
+  const std::vector<float> f16 = tiny_logits(g.ck, g.ids, "f16", false);
+  EXPECT_LT(max_abs_diff(f16, g.logits), 2e-3);
+  EXPECT_LT(worst_diff(g.ck, g.ids, f16, "kivi:bits=2,r=64"), 5e-4);
+  EXPECT_LT(worst_diff(g.ck, g.ids, f16, "turboquant_mse:bits=3,r=64", true), 5e-4);
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "affine:bits=8"), 0.05);
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "kivi:bits=8"), 0.05);
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "affine:bits=8", true), 0.05);
+  for (const char* kv : {"kivi:bits=2", "turboquant_mse:bits=3", "turboquant_prod:bits=3", "qjl:bits=2",
+                         "rvq:bits=2", "polar:bits=4", "rabitq:bits=2"}) {
+    SCOPED_TRACE(kv);
+    EXPECT_TRUE(std::isfinite(worst_diff(g.ck, g.ids, g.logits, kv)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TinyGemma, ::testing::Values("gemma2", "gemma3"));
+
+// eval-ppl's evaluation at ctx 8 (chunks longer than the windows of 4 and 5) = the mean NLL of
+// transformers' logits on the same chunks (ppl_chunks_ctx8), whole chunks and in ubatches of 3.
+class TinyPpl : public ::testing::TestWithParam<std::string> {};
+TEST_P(TinyPpl, ChunksLongerThanTheWindowMatchTransformers) {
+  const std::string dir = test::source_dir() + "/tests/golden/logits/tiny-" + GetParam();
+  const json g = load_json(dir + "/logits.json");
+  Checkpoint ck = load_checkpoint(dir);
+  LlamaModel m(ck, Compute::F32);
+  const auto ids = g["ids"].get<std::vector<int32_t>>();
+  for (int ubatch : {0, 3}) {
+    SCOPED_TRACE(ubatch);
+    PplOptions o;
+    o.method = PplMethod::Chunks;
+    o.ctx = 8;
+    o.ubatch = ubatch;
+    PplResult r = evaluate_perplexity(m, ids, o);
+    EXPECT_EQ(r.tokens_scored, 14);
+    EXPECT_NEAR(r.mean_nll, g["ppl_chunks_ctx8"].get<double>(), 1e-5);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Archs, TinyPpl, ::testing::Values("gemma2", "gemma3", "falcon3", "phi3"));
+
+// Phi-3: the fused tensors split at load into views of the file's rows; the sliding window
+// (6 here) matters, token by token too (the batch path runs single tokens of windowed models).
+TEST(TinyPhi3, SplitAtLoadAndWindowed) {
+  TinyGolden g = tiny_golden("phi3");
+  const ModelConfig& c = g.ck.config;
+  EXPECT_TRUE(c.fused_proj);
+  EXPECT_TRUE(g.ck.has("model.layers.1.self_attn.k_proj.weight"));
+  EXPECT_TRUE(g.ck.has("model.layers.1.mlp.up_proj.weight"));
+  EXPECT_FALSE(g.ck.has("model.layers.1.self_attn.qkv_proj.weight"));
+  EXPECT_EQ(g.ck.get("model.layers.0.self_attn.k_proj.weight").shape,
+            (std::vector<int64_t>{int64_t(c.n_kv_heads) * c.head_dim, c.hidden}));
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "f32", true), 1e-4);
+  g.ck.config.sliding.clear();
+  EXPECT_GT(worst_diff(g.ck, g.ids, g.logits), 1e-2);
+}
 
 TEST(Model, RefusesUnsupportedArchitecture) {
   Checkpoint ck;

@@ -98,6 +98,55 @@ TEST(ModelConfig, V4FormAndDefaults) {
   EXPECT_EQ(d.rope_theta, 10000.0f);
 }
 
+// Gemma 2 / Gemma 3 in transformers' v4 form (released checkpoints: sliding_window_pattern,
+// rope_local_base_freq, rope_scaling at the top) and with the defaults of Gemma2Config /
+// Gemma3TextConfig (values read in transformers 5.24's configuration_gemma2/3.py). The v5
+// form transformers saves is read by the tiny-gemma goldens (test_model.cpp).
+TEST(ModelConfig, GemmaV4FormAndDefaults) {
+  json j = json::parse(R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+      "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144, "query_pre_attn_scalar": 256,
+      "rope_theta": 1000000, "rope_local_base_freq": 10000, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+      "sliding_window": 512, "sliding_window_pattern": 6, "final_logit_softcapping": null,
+      "attn_logit_softcapping": null})");
+  ModelConfig c = ModelConfig::from_hf_json(j, "g3.json");
+  EXPECT_TRUE(c.gemma);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.tie_word_embeddings);  // Gemma3TextConfig default
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  EXPECT_EQ(c.rope_local_theta, 1e4f);
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  EXPECT_EQ(c.attn_softcap, 0.0f);
+  EXPECT_EQ(c.final_softcap, 0.0f);
+  EXPECT_EQ(c.sliding_window, 512);
+  for (int i = 0; i < c.n_layers; ++i) EXPECT_EQ(c.is_sliding(i), (i + 1) % 6 != 0) << i;
+  EXPECT_EQ(c.attn_scale(), float(1.0 / 16.0));
+  // to_hf_json reads back to the same configuration, and says the period mlx_lm reads.
+  json out = c.to_hf_json();
+  EXPECT_EQ(out["sliding_window_pattern"], 6);
+  ModelConfig again = ModelConfig::from_hf_json(out, "again.json");
+  EXPECT_EQ(again.sliding, c.sliding);
+  EXPECT_EQ(again.rope_local_theta, c.rope_local_theta);
+  EXPECT_EQ(again.rope_scaling.type, "linear");
+  EXPECT_EQ(again.query_pre_attn_scalar, 256.0f);
+  EXPECT_EQ(again.n_params(), c.n_params());
+
+  // Gemma2Config defaults: head_dim 256, soft-caps 50 / 30, every other layer sliding from 0.
+  json k = json::parse(R"({"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 2, "vocab_size": 100})");
+  ModelConfig d = ModelConfig::from_hf_json(k, "g2.json");
+  EXPECT_EQ(d.head_dim, 256);
+  EXPECT_EQ(d.attn_softcap, 50.0f);
+  EXPECT_EQ(d.final_softcap, 30.0f);
+  EXPECT_EQ(d.query_pre_attn_scalar, 256.0f);
+  EXPECT_EQ(d.sliding_window, 4096);
+  EXPECT_EQ(d.rope_theta, 10000.0f);
+  EXPECT_EQ(d.sliding, (std::vector<uint8_t>{1, 0, 1, 0}));
+  EXPECT_TRUE(d.tie_word_embeddings);
+  // 4 layers x (q, o 512x64 + k, v 512x64 + 3 x 64x128 + 4 norms) + embed (tied) + norm
+  EXPECT_EQ(d.n_params(), 4 * (4 * 512 * 64 + 3 * 64 * 128 + 4 * 64) + 100 * 64 + 64);
+}
+
 // Each bad config is refused with a message naming the file and the problem.
 TEST(ModelConfig, BadConfigs) {
   const std::string base = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
@@ -106,8 +155,17 @@ TEST(ModelConfig, BadConfigs) {
     std::string json, needle;
   };
   const Case cases[] = {
-      {R"({"model_type": "gemma2", )" + base + "}", "unsupported architecture 'gemma2'"},
-      {R"({"architectures": ["Phi3ForCausalLM"], )" + base + "}", "'Phi3ForCausalLM'"},
+      {R"({"model_type": "gpt_neox", )" + base + "}",
+       "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3)"},
+      {R"({"model_type": "gemma3", "text_config": {}})", "Gemma3ForConditionalGeneration"},
+      {R"({"model_type": "gemma2", )" + base + R"(, "hidden_activation": "gelu"})", "hidden_activation 'gelu'"},
+      {R"({"model_type": "gemma2", )" + base + R"(, "layer_types": ["full_attention", "x"]})", "layer_types"},
+      {R"({"model_type": "gemma3_text", )" + base + R"(, "use_bidirectional_attention": true})", "bidirectional"},
+      {R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}", "'GPT2LMHeadModel'"},
+      {R"({"model_type": "phi3", )" + base + R"(, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}})",
+       "rope scaling type 'longrope'"},
+      {R"({"model_type": "phi3", )" + base + R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}})",
+       "partial_rotary_factor 0.75"},
       {R"({"hidden_size": 64})", "no 'model_type' or 'architectures'"},
       {R"({"model_type": "llama", "hidden_size": 64})", "missing 'intermediate_size'"},
       {R"({"model_type": "llama", )" + base + R"(, "num_key_value_heads": 3})", "not a multiple of 3"},

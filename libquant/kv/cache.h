@@ -28,6 +28,12 @@ struct KVShape {
   int head_dim = 0;
   int max_ctx = 0;     // positions the cache must hold
   float scale = 0;     // score scale, 1/sqrt(head_dim) for the Llama family
+  // Gemma: scores soft-capped to softcap · tanh(s / softcap) (0: none), and per layer a sliding
+  // window (window[l] > 0: a query at p sees keys p − window[l] + 1 … p; empty or 0: all).
+  float softcap = 0;
+  std::vector<int> window;
+  int window_of(int layer) const { return window.empty() ? 0 : window[size_t(layer)]; }
+  bool masked(int layer) const { return softcap > 0 || window_of(layer) > 0; }
   std::vector<float> rope_inv_freq;  // RoPE frequencies (head_dim/2), for codecs of pre-RoPE keys
 };
 

@@ -318,6 +318,25 @@ void QuantCache::score_stats(int layer, int g, int nv, QRow&& qrow, const int* n
   cfg_.stats->add(layer, acc);
 }
 
+// Gemma's scores for one query row of n visible keys (the last is the query's own position):
+// row[j] = softmax(softcap(s · scale)) restricted to the window, 0 before it. The weights are
+// normalized here, so the values' pass mixes them as they are.
+void masked_scores(float* row, int n, float scale, float softcap, int window) {
+  const int lo = window > 0 ? std::max(0, n - window) : 0;
+  float m = -INFINITY;
+  for (int j = lo; j < n; ++j) {
+    float x = row[j] * scale;
+    if (softcap > 0) x = std::tanh(x / softcap) * softcap;
+    row[j] = x;
+    m = std::max(m, x);
+  }
+  double sum = 0;
+  for (int j = lo; j < n; ++j) sum += (row[j] = std::exp(row[j] - m));
+  const float inv = float(1.0 / sum);
+  for (int j = 0; j < lo; ++j) row[j] = 0.0f;
+  for (int j = lo; j < n; ++j) row[j] *= inv;
+}
+
 void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float* out) const {
   const Layer& L = layers_.at(layer);
   if (first_pos + n_q > L.n)
@@ -332,6 +351,9 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
   const SideStore &SK = L.k, &SV = L.v;
   const int dtk = SK.codec ? SK.codec->domain_dim() : 0, dtv = SV.codec ? SV.codec->domain_dim() : 0;
   const int ltk0 = SK.codec ? SK.codec->table_dim() : 0;  // > 0: keys may be scored by lookup tables
+  const bool masked = shape_.masked(layer);
+  const float softcap = shape_.softcap;
+  const int window = shape_.window_of(layer);
 
 #pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
@@ -413,6 +435,10 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
     for (int v = 0; v < nv; ++v) {
       float* row = S.data() + size_t(v) * sst;
       const int n = NVIS[v];
+      if (masked) {  // Gemma: soft-capped scores; keys before the window get weight 0
+        masked_scores(row, n, scale, softcap, window);
+        continue;
+      }
       float m = row[0];
       for (int j = 1; j < n; ++j) m = std::max(m, row[j]);
       for (int j = 0; j < n; ++j) row[j] = (row[j] - m) * scale;
@@ -421,6 +447,8 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       for (int j = 0; j < n; ++j) sum += row[j];
       inv[v] = float(1.0 / sum);
     }
+    if (masked)
+      for (int v = 0; v < nv; ++v) inv[v] = 1.0f;  // masked_scores normalized the row
     // 4. values: mixed in the value domain tile by tile, mapped back once per query
     for (int v = 0; v < nv; ++v) std::fill(orow(v), orow(v) + D, 0.0f);
     if (venc > 0) {

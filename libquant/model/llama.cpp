@@ -48,8 +48,10 @@ std::vector<float> vec_of(const Checkpoint& ck, const std::string& name, int64_t
 LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume)
     : cfg_(ck.config) {
   const ModelConfig& c = cfg_;
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3")
-    user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3)", ck.path, c.arch);
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" &&
+      !c.gemma)
+    user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3)",
+               ck.path, c.arch);
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 ||
       c.hidden <= 0 || c.vocab <= 0 || c.n_layers <= 0)
     user_error("{}: inconsistent head configuration ({} heads, {} kv heads, head_dim {})", ck.path,
@@ -85,16 +87,29 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
   } else {  // packed codes: a Linear that can hand out rows, and the output head when tied
     embed_q_ = lin("model.embed_tokens.weight", "", c.vocab, H);
   }
-  final_norm_ = vec_of(ck, "model.norm.weight", H);
+  // Gemma's RMSNorm scales by (1 + w), computed in float as transformers does: folded in here.
+  auto norm = [&](const std::string& name, int64_t n) {
+    std::vector<float> w = vec_of(ck, name, n);
+    if (c.gemma)
+      for (float& x : w) x = 1.0f + x;
+    return w;
+  };
+  final_norm_ = norm("model.norm.weight", H);
   for (int i = 0; i < c.n_layers; ++i) {
     auto L = std::make_unique<Layer>();
     const std::string p = L->prefix = "model.layers." + std::to_string(i) + ".";
     auto bias = [&](const char* n) { return c.attention_bias ? p + n : std::string(); };
-    L->attn_norm = vec_of(ck, p + "input_layernorm.weight", H);
-    L->ffn_norm = vec_of(ck, p + "post_attention_layernorm.weight", H);
+    L->attn_norm = norm(p + "input_layernorm.weight", H);
+    if (c.gemma) {  // post_attention_layernorm follows attention; the MLP has its own pre-norm
+      L->post_attn_norm = norm(p + "post_attention_layernorm.weight", H);
+      L->ffn_norm = norm(p + "pre_feedforward_layernorm.weight", H);
+      L->post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", H);
+    } else {
+      L->ffn_norm = norm(p + "post_attention_layernorm.weight", H);
+    }
     if (c.qk_norm) {
-      L->q_norm = vec_of(ck, p + "self_attn.q_norm.weight", c.head_dim);
-      L->k_norm = vec_of(ck, p + "self_attn.k_norm.weight", c.head_dim);
+      L->q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+      L->k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
     L->wq = lin(p + "self_attn.q_proj.weight", bias("self_attn.q_proj.bias"), Q, H);
     L->wk = lin(p + "self_attn.k_proj.weight", bias("self_attn.k_proj.bias"), KV, H);
@@ -116,6 +131,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     lm_head_ = lin("lm_head.weight", "", c.vocab, H);
   }
   rope_ = ops::RopeTable(c);
+  if (c.rope_local_theta > 0) rope_local_ = ops::RopeTable(c, c.rope_local_theta);
   if (consume) consume->tensors.clear();  // norms were copied; the embedding is shared
 }
 
@@ -136,8 +152,12 @@ KVShape LlamaModel::kv_shape(int max_ctx) const {
   s.n_kv_heads = cfg_.n_kv_heads;
   s.head_dim = cfg_.head_dim;
   s.max_ctx = max_ctx;
-  s.scale = 1.0f / std::sqrt(float(cfg_.head_dim));
-  s.rope_inv_freq = rope_.inv_freq();
+  s.scale = cfg_.attn_scale();
+  // Key codecs that undo RoPE need one table for every layer: gemma3's two bases have none.
+  if (cfg_.rope_local_theta <= 0 || rope_local_.inv_freq() == rope_.inv_freq()) s.rope_inv_freq = rope_.inv_freq();
+  s.softcap = cfg_.attn_softcap;
+  if (!cfg_.sliding.empty())  // gemma, phi3
+    for (int l = 0; l < cfg_.n_layers; ++l) s.window.push_back(cfg_.is_sliding(l) ? cfg_.sliding_window : 0);
   return s;
 }
 
@@ -148,7 +168,8 @@ size_t LlamaModel::weight_bytes() const {
     for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(),
                             L->up.get(), L->down.get()})
       b += l->weight_bytes();
-    b += (L->attn_norm.size() + L->ffn_norm.size() + L->q_norm.size() + L->k_norm.size()) * 4;
+    b += (L->attn_norm.size() + L->ffn_norm.size() + L->q_norm.size() + L->k_norm.size() +
+          L->post_attn_norm.size() + L->post_ffn_norm.size()) * 4;
   }
   return b;
 }
@@ -174,6 +195,15 @@ void LlamaModel::linear(const Linear& l, const std::string* prefix, const char* 
   l.forward(x, n, y);
 }
 
+namespace {
+// Gemma multiplies the embedding by √hidden, a float32 constant in transformers' fp32 forward
+// (the engine's activations are fp32 whatever the checkpoint's dtype).
+void scale_embedding(float* x, int64_t H) {
+  const float s = float(std::sqrt(double(H)));
+  for (int64_t d = 0; d < H; ++d) x[d] *= s;
+}
+}  // namespace
+
 void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
   const int64_t H = cfg_.hidden;
   for (int i = 0; i < n; ++i)
@@ -185,6 +215,7 @@ void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
     float* xr = x + i * H;
     if (embed_q_) {
       embed_q_->dequantize_row(tokens[i], xr);
+      if (cfg_.gemma) scale_embedding(xr, H);
       continue;
     }
     switch (embedding_.dtype) {
@@ -197,6 +228,7 @@ void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
         break;
       default: break;  // rejected by the checkpoint loader
     }
+    if (cfg_.gemma) scale_embedding(xr, H);
   }
 }
 
@@ -211,6 +243,7 @@ void LlamaModel::forward(const int32_t* tokens, int n, int pos0, KVCache& cache,
 
 void LlamaModel::output_head(const float* hidden, int rows, float* logits) {
   linear(*lm_head_, nullptr, "lm_head.weight", hidden, rows, logits);
+  if (cfg_.final_softcap > 0) ops::softcap_inplace(logits, int64_t(rows) * cfg_.vocab, cfg_.final_softcap);
 }
 
 const float* LlamaModel::forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache) {
@@ -232,6 +265,7 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
   const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim;
   const int64_t Q = c.n_heads * D, KV = c.n_kv_heads * D;
   if (l < 0 || l >= c.n_layers) user_error("forward_layer: layer {} outside 0..{}", l, c.n_layers - 1);
+  if (c.gemma) return forward_layer_gemma(l, x, n, pos0, cache);
   ensure_scratch(n);
   rope_.ensure(pos0 + n);
   float *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(),

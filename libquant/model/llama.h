@@ -6,6 +6,9 @@
 //   logits = lm_head(rmsnorm(x))
 //
 // with q/k/v biases (qwen2) and per-head q/k RMSNorm before RoPE (qwen3). Activations are fp32.
+// Gemma 2 / 3 (cfg.gemma) run their own block (forward_layer_gemma, gemma_block.cpp): norms
+// around attention and MLP, GeGLU, soft-capped and sliding-window attention (in the KV cache),
+// gemma3's local RoPE base on sliding layers, soft-capped logits.
 // Every projection is a Linear (libquant/model/linear.h) made by a LinearFactory, and the
 // attention goes through a KVCache (libquant/kv/cache.h), so packed / quantized weights and
 // quantized caches plug in without touching the block code.
@@ -101,6 +104,7 @@ class LlamaModel {
               int64_t n, float* y);
   void embed(const int32_t* tokens, int n, float* x) const;
   void ensure_scratch(int n);
+  void forward_layer_gemma(int l, float* x, int n, int pos0, KVCache& cache);
   // The decode step (llama_decode.cpp): one token in one OpenMP team, every Linear's rows cut
   // between the threads (Linear::gemv_slice). Used by forward() for a single token when every
   // Linear has slices and no observer is set; logits may be null (no output head).
@@ -115,6 +119,7 @@ class LlamaModel {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::shared_ptr<Linear> lm_head_;  // may be embed_q_ itself (tied, quantized)
   ops::RopeTable rope_;
+  ops::RopeTable rope_local_;  // gemma3's sliding layers (base rope_local_theta); unused otherwise
   LinearObserver observer_;
 
   // Scratch, sized for the largest batch seen.

@@ -26,7 +26,9 @@
 namespace qt {
 
 bool LlamaModel::decode_ready() const {
-  if (observer_ || !lm_head_->has_gemv_slices()) return false;
+  // Gemma's block and sliding windows (phi3) are not in the decode step: the batch forward runs
+  // them at one token.
+  if (cfg_.gemma || !cfg_.sliding.empty() || observer_ || !lm_head_->has_gemv_slices()) return false;
   for (const auto& L : layers_)
     for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(),
                             L->down.get()})

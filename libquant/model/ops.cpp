@@ -69,6 +69,13 @@ void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t
   }
 }
 
+RopeTable::RopeTable(const ModelConfig& cfg, float theta) {
+  ModelConfig c = cfg;
+  c.rope_theta = theta;
+  c.rope_scaling = RopeScaling{};
+  *this = RopeTable(c);
+}
+
 RopeTable::RopeTable(const ModelConfig& cfg) {
   const int d = cfg.head_dim;
   half_ = d / 2;

@@ -25,6 +25,8 @@ class RopeTable {
  public:
   RopeTable() = default;
   explicit RopeTable(const ModelConfig& cfg);
+  // cfg's head_dim with base `theta` and no scaling (gemma3's sliding-window layers).
+  RopeTable(const ModelConfig& cfg, float theta);
   void ensure(int n_pos);  // positions [0, n_pos) available
   int half() const { return half_; }
   const float* cos(int pos) const { return cos_.data() + size_t(pos) * half_; }
@@ -43,6 +45,13 @@ void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int
 
 // out[i] = silu(gate[i]) * up[i] over `rows` rows of n values (row strides in floats).
 void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t n);
+
+// out[i] = gelu_tanh(gate[i]) * up[i] (Gemma's GeGLU; gelu_tanh(x) = x/2 · (1 + tanh(√(2/π) ·
+// (x + 0.044715 x³))), torch's gelu(approximate="tanh")) over rows × n values.
+void geglu_tanh(const float* gate, const float* up, float* out, int64_t rows, int64_t n);
+
+// x[i] = cap · tanh(x[i] / cap) over n values (Gemma's logit soft-capping).
+void softcap_inplace(float* x, int64_t n, float cap);
 
 // y[i] += x[i] over n values (the residual add). Parallel.
 void add_inplace(float* y, const float* x, int64_t n);
@@ -103,6 +112,15 @@ class ShareAttention {
   ShareAttention(const ShareAttention&) = delete;
   ShareAttention& operator=(const ShareAttention&) = delete;
 };
+
+// The same attention with Gemma's two changes, for the layers that need them: scores
+// s = q·k · scale are soft-capped (softcap · tanh(s / softcap), when softcap > 0), and a query
+// at position p sees only keys p − window + 1 … p (when window > 0; transformers' sliding
+// window: kv_idx > q_idx − window). Plain loops (not the tiled kernels): the Llama path keeps
+// its kernel untouched.
+void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
+                      int n_kv_heads, int head_dim, float scale, float softcap, int window,
+                      const AttnLayout& kv, float* out, int64_t out_stride);
 
 // Scalar reference of the same computation (double accumulation, std::exp): the spec the
 // vectorized kernels are tested against.
