@@ -514,6 +514,7 @@ int run_gguf(const Args& a) {
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
   GgufExportOptions opt;
   opt.type = *type;
+  opt.k_mix = gguf_export_is_mix(type_name);
   if (stats)
     opt.importance = [stats, path = a.c.imatrix](const std::string& name, int64_t cols) -> const float* {
       const calib::ChannelStats* st = stats->find(name);
@@ -626,7 +627,7 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                                       "compressed-tensors, int4 native, nf4/fp4 bnb; gguf: one .gguf file)");
                        sub.add_option("--gguf-type", a->gguf_type,
                                       "--format gguf: type of the 2-D weights (f32, f16, bf16, q8_0, q4_0, "
-                                      "q4_1, q5_0, q5_1, iq4_nl; default f16)");
+                                      "q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m; default f16)");
                        sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
                            ->check(CLI::IsMember({"bf16", "f16", "f32"}));
                        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")

@@ -7,6 +7,10 @@
 //  - `convert --format gguf` of the tiny models gives the file gguf.GGUFWriter writes for them as
 //    convert_hf_to_gguf.py would: same metadata values, same tensors (names, shapes, types,
 //    bytes; Q/K permuted, rope_freqs for llama3);
+//  - K-quants (Q4_K, Q5_K, Q6_K; no gguf-py quantizer): `convert` of a bare llama gives the bytes of
+//    `llama-quantize --pure` (fallback types included); --imatrix never worse per super-block;
+//    Q2_K and Q3_K likewise; q3_k_m / q4_k_m / q5_k_m: llama-quantize's mixes, bytes (bare llama)
+//    and per-tensor types (SmolLM2);
 //  - SmolLM2 (GGUF source, and its HF export as source): tokenizer.ggml.* and the architecture
 //    keys equal the source GGUF's, which convert_hf_to_gguf.py wrote;
 //  - streaming: converting SmolLM2 to a 540 MB F32 GGUF peaks below 0.75x of the output (a writer
@@ -20,6 +24,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -188,6 +194,116 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
   }
 }
 
+// K-quants: `convert --gguf-type q4_k|q5_k|q6_k` of the bare llama kq.f32.gguf gives the tensors
+// `llama-quantize --pure` wrote for it (ggml's quantize_row_q{4,5,6}_K_ref; hand-made super-blocks
+// in token_embd), with llama.cpp's fallback type for the weights whose rows 256 does not divide
+// (attn_output, ffn_down: 32 columns), and llama-quantize's general.file_type.
+TEST(GgufExport, KQuantsEqualLlamaQuantize) {
+  const std::string tmp = test::temp_dir("gguf_export_kq");
+  const std::tuple<const char*, GgmlType, uint32_t> cases[] = {
+      {"q4_k", GgmlType::Q5_0, 15}, {"q5_k", GgmlType::Q5_1, 17}, {"q6_k", GgmlType::Q8_0, 18},
+      {"q2_k", GgmlType::Q4_0, 10}, {"q3_k", GgmlType::Q4_0, 12}};
+  for (auto [type, fallback, ftype] : cases) {
+    const std::string out = tmp + "/" + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
+                     &log),
+              0)
+        << log;
+    EXPECT_NE(log.find("2 weights with rows not a multiple of 256 stored as " +
+                       std::string(ggml_type_row(uint32_t(fallback))->name)),
+              std::string::npos)
+        << log;
+    GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
+    expect_same_tensors(got, want, type);
+    EXPECT_EQ(int(got.find_tensor("blk.0.ffn_down.weight")->type), int(fallback)) << type;
+    EXPECT_EQ(want.metadata().at("general.file_type").i, int64_t(ftype)) << type;
+    EXPECT_EQ(got.metadata().at("general.file_type").i, int64_t(ftype)) << type;
+  }
+}
+
+// --gguf-type q4_k_m / q5_k_m / q3_k_m: llama.cpp's per-tensor mixes. On kq.f32.gguf (1 layer,
+// untied) the bytes of `llama-quantize ... Q4_K_M|Q5_K_M|Q3_K_M`; on SmolLM2 (30 layers, tied, 576 columns) the type of
+// every tensor llama-quantize chose (smollm2.<type>.types.txt), which exercises the layer rule.
+TEST(GgufExport, KMixesEqualLlamaQuantize) {
+  const std::string tmp = test::temp_dir("gguf_export_kmix");
+  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
+    const std::string out = tmp + "/" + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
+                     &log),
+              0)
+        << log;
+    GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
+    expect_same_tensors(got, want, type);
+    EXPECT_EQ(got.metadata().at("general.file_type").i, want.metadata().at("general.file_type").i) << type;
+    EXPECT_EQ(int(got.find_tensor("blk.0.attn_v.weight")->type),
+              int(std::string(type) == "q3_k_m" ? GgmlType::Q5_K : GgmlType::Q6_K))
+        << type;
+  }
+  const std::string model = test::model_gguf();
+  QT_REQUIRE_FILE(model);
+  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
+    const std::string out = tmp + "/smol." + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type " + type, &log), 0)
+        << log;
+    GgufFile got = GgufFile::open(out);
+    std::ifstream f(golden(std::string("smollm2.") + type + ".types.txt"));
+    std::string name, tname;
+    int n = 0;
+    while (f >> name >> tname) {
+      const GgufTensorInfo* t = got.find_tensor(name);
+      if (!t) {
+        ADD_FAILURE() << type << ": missing " << name;
+        continue;
+      }
+      EXPECT_EQ(ggml_type_row(uint32_t(t->type))->name, tname) << type << ": " << name;
+      ++n;
+    }
+    EXPECT_EQ(n, 272) << type;
+    EXPECT_EQ(got.tensors().size(), size_t(n)) << type;
+  }
+}
+
+// K-quants with --imatrix: per super-block, the importance-weighted error of
+// ggml_quantize_weighted is at most that of llama-quantize's reference block (kq.<type>.gguf's
+// token_embd, 32 rows of 256 with hand-made super-blocks; importance: rtn.gguf's "imp").
+TEST(GgufExport, KQuantsImatrixWeightedErrorBelowReference) {
+  GgufFile src = GgufFile::open(golden("kq.f32.gguf")), r = GgufFile::open(golden("rtn.gguf"));
+  const GgufTensorInfo* xi = src.find_tensor("token_embd.weight");
+  const std::vector<float> x = src.dequantize(*xi), imp = r.dequantize(*r.find_tensor("imp"));
+  const int64_t rows = xi->ne[1], cols = xi->ne[0];
+  ASSERT_EQ(int64_t(imp.size()), cols);
+  for (const char* type : {"q4_k", "q5_k", "q6_k", "q2_k", "q3_k"}) {
+    GgufFile g = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
+    const GgufTensorInfo* ref = g.find_tensor("token_embd.weight");
+    const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref->type));
+    ASSERT_EQ(row.block_size, 256) << type;
+    const std::vector<float> rv = g.dequantize(*ref);
+    std::vector<uint8_t> q(ref->nbytes);
+    ggml_quantize_weighted(ref->type, x.data(), rows, cols, imp.data(), q.data());
+    std::vector<float> ours(x.size());
+    ggml_dequantize(row, q.data(), ours.data(), x.size() / 256);
+    double tot_o = 0, tot_r = 0;
+    for (size_t b = 0; b < x.size() / 256; ++b) {
+      double eo = 0, er = 0;
+      for (size_t j = b * 256; j < b * 256 + 256; ++j) {
+        const double w = imp[j % size_t(cols)];
+        eo += w * (x[j] - ours[j]) * (x[j] - ours[j]);
+        er += w * (x[j] - rv[j]) * (x[j] - rv[j]);
+      }
+      EXPECT_LE(eo, er * (1 + 1e-9) + 1e-30) << type << " super-block " << b;
+      tot_o += eo, tot_r += er;
+    }
+    std::printf("%s: weighted error %.4g vs reference %.4g (%.3fx)\n", type, tot_o, tot_r, tot_o / tot_r);
+    EXPECT_LT(tot_o, 0.95 * tot_r) << type;
+    // Without importance: the reference bytes themselves.
+    ggml_quantize(ref->type, x.data(), x.size(), q.data());
+    EXPECT_EQ(std::memcmp(q.data(), ref->data, ref->nbytes), 0) << type;
+  }
+}
+
 // tokenizer_to_gguf gives back the tokenizer.ggml.* that llama.cpp's own vocabulary files hold
 // (data/tokenizer-vectors, written by convert_hf_to_gguf.py): SentencePiece (llama-spm, phi-3) and
 // byte-level BPE of several pre-tokenizers.
@@ -297,10 +413,12 @@ TEST(GgufExport, BadInputExit2NothingWritten) {
     std::string args, expect;
   };
   const Case cases[] = {
-      {"--in " + tiny("tiny-llama3") + " --gguf-type q3_k", "unknown type 'q3_k'"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type iq2_xs", "unknown type 'iq2_xs'"},
       {"--in " + tiny("tiny-llama3") + " --gguf-type f16 --imatrix x.safetensors", "is not quantized"},
       {"--in " + tiny("tiny-llama3") + " --gguf-type q4_0 --gptq", "--gptq"},
       {"--in " + tiny("tiny-qwen2") + " --gguf-type q8_0", "model.embed_tokens.weight"},
+      // 48 columns: neither Q4_K's 256 nor its fallback Q5_0's 32 divides them.
+      {"--in " + tiny("tiny-qwen2") + " --gguf-type q4_k", "not a multiple of Q5_0's block of 32"},
       {"--in " + tiny("tiny-llama3") + " --scheme nf4", "closest GGUF type is --gguf-type iq4_nl"},
       {"--in " + tiny("tiny-llama3") + " --scheme int8", "closest GGUF type is --gguf-type q8_0"},
       {"--in " + tiny("tiny-llama3") + " --dtype f16", "--dtype"},

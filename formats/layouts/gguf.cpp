@@ -27,17 +27,67 @@ struct TypeRow {
   const char* name;
   GgmlType type;
   uint32_t ftype;  // llama_ftype
+  bool mix = false;  // llama.cpp's _M mix over `type` (k_mix_type below)
 };
 constexpr TypeRow kTypes[] = {
     {"f32", GgmlType::F32, 0},   {"f16", GgmlType::F16, 1},   {"bf16", GgmlType::BF16, 32},
     {"q8_0", GgmlType::Q8_0, 7}, {"q4_0", GgmlType::Q4_0, 2}, {"q4_1", GgmlType::Q4_1, 3},
     {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9}, {"iq4_nl", GgmlType::IQ4_NL, 25},
+    // llama-quantize's names Q4_K / Q5_K are aliases of Q4_K_M / Q5_K_M: the same file_type.
+    {"q4_k", GgmlType::Q4_K, 15}, {"q5_k", GgmlType::Q5_K, 17}, {"q6_k", GgmlType::Q6_K, 18},
+    {"q2_k", GgmlType::Q2_K, 10}, {"q3_k", GgmlType::Q3_K, 12},
+    {"q4_k_m", GgmlType::Q4_K, 15, true}, {"q5_k_m", GgmlType::Q5_K, 17, true}, {"q3_k_m", GgmlType::Q3_K, 12, true},
 };
+
+// llama.cpp's tensor_type_fallback (src/llama-quant.cpp) for a weight whose rows a 256-element
+// super-block does not divide: Q2_K, Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (the
+// same for --pure).
+// Other types have no fallback (nullopt).
+std::optional<GgmlType> kquant_fallback(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: return GgmlType::Q4_0;
+    case GgmlType::Q4_K: return GgmlType::Q5_0;
+    case GgmlType::Q5_K: return GgmlType::Q5_1;
+    case GgmlType::Q6_K: return GgmlType::Q8_0;
+    default: return std::nullopt;
+  }
+}
 
 const TypeRow& type_row(GgmlType t) {
   for (auto& r : kTypes)
     if (r.type == t) return r;
   throw std::logic_error("gguf export: type without a row");
+}
+
+// llama.cpp's Q4_K_M / Q5_K_M / Q3_K_M mixes (src/llama-quant.cpp llama_tensor_get_type_impl,
+// restated for dense llama/qwen models: no MoE, not Falcon, not LLM_TYPE_70B), before the fallback:
+//   output.weight, or token_embd.weight of a tied model (no output.weight): Q6_K, Q8_0 when its
+//     rows 256 does not divide;
+//   Q4_K_M, Q5_K_M: blk.N.attn_v.weight and blk.N.ffn_down.weight Q6_K in the layers use_more_bits
+//     picks (the first n/8, the last n/8, and every third one between);
+//   Q3_K_M: attn_v Q5_K in layers 0 and 1, else Q4_K; ffn_down Q5_K in the first n/16 layers, else
+//     Q4_K; attn_output Q4_K;
+//   everything else (token_embd of an untied model included): the base type (Q4_K / Q5_K / Q3_K).
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool tied, int n_layers) {
+  if (gguf == "output.weight" || (tied && gguf == "token_embd.weight"))
+    return cols % 256 != 0 ? GgmlType::Q8_0 : GgmlType::Q6_K;
+  if (gguf.rfind("blk.", 0) == 0) {
+    const size_t dot = gguf.find('.', 4);
+    const int layer = std::stoi(gguf.substr(4, dot - 4));
+    const std::string rest = gguf.substr(dot + 1);
+    if (base == GgmlType::Q3_K) {
+      if (rest == "attn_v.weight") return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      if (rest == "ffn_down.weight") return layer < n_layers / 16 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      if (rest == "attn_output.weight") return GgmlType::Q4_K;
+      return base;
+    }
+    if ((rest == "attn_v.weight" || rest == "ffn_down.weight") && use_more_bits(layer, n_layers))
+      return GgmlType::Q6_K;
+  }
+  return base;
 }
 
 // Our arch -> llama.cpp's general.architecture.
@@ -96,12 +146,19 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
 
 }  // namespace
 
-const char* const kGgufExportTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl";
+const char* const kGgufExportTypes =
+    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m";
 
 std::optional<GgmlType> gguf_export_type(const std::string& name) {
   for (auto& r : kTypes)
     if (name == r.name) return r.type;
   return std::nullopt;
+}
+
+bool gguf_export_is_mix(const std::string& name) {
+  for (auto& r : kTypes)
+    if (name == r.name) return r.mix;
+  return false;
 }
 
 void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt) {
@@ -119,19 +176,39 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
     int permute_heads;
   };
   std::vector<Item> items;
+  std::map<std::string, int> fallbacks;  // "Q5_0 (... for Q4_K)" -> how many weights
+  std::map<std::string, int> mix;        // --gguf-type q4_k_m: type -> how many weights
+  const bool tied = c.tie_word_embeddings || !ck.tensors.count("lm_head.weight");
   for (auto& [hf, t] : ck.tensors) {
     if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;
     const std::string g = hf_to_gguf_name(hf);
     if (g.empty()) user_error("{}: tensor {} has no GGUF name", ck.path, hf);
     if (!is_float(t.dtype)) user_error("{}: tensor {} is {}, not a float tensor", ck.path, hf, dtype_name(t.dtype));
     Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : opt.type, 0};
-    if (t.shape.size() == 2 && t.shape[1] % block.block_size != 0)
+    if (opt.k_mix && t.shape.size() == 2) it.type = k_mix_type(opt.type, g, t.shape[1], tied, c.n_layers);
+    if (t.shape.size() == 2 && t.shape[1] % ggml_type_row(uint32_t(it.type))->block_size != 0 &&
+        kquant_fallback(it.type)) {
+      const GgmlType want = it.type;
+      it.type = *kquant_fallback(want);
+      ++fallbacks[std::string(ggml_type_row(uint32_t(it.type))->name) + " (llama-quantize's fallback for " +
+                  ggml_type_row(uint32_t(want))->name + ")"];
+    }
+    if (opt.k_mix && t.shape.size() == 2) ++mix[ggml_type_row(uint32_t(it.type))->name];
+    if (t.shape.size() == 2 && t.shape[1] % ggml_type_row(uint32_t(it.type))->block_size != 0)
       user_error("{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
                  "would store it as f16; convert it with --gguf-type f16 or f32)",
-                 ck.path, hf, g, t.shape[1], tr.name, block.block_size);
+                 ck.path, hf, g, t.shape[1], ggml_type_row(uint32_t(it.type))->name,
+                 ggml_type_row(uint32_t(it.type))->block_size);
     if (c.gguf_permutes_qk() && hf.find(".self_attn.q_proj.") != std::string::npos) it.permute_heads = c.n_heads;
     if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
     items.push_back(it);
+  }
+  for (auto& [name, n] : fallbacks)
+    std::printf("%d weights with rows not a multiple of 256 stored as %s\n", n, name.c_str());
+  if (opt.k_mix) {
+    std::string m;
+    for (auto& [name, n] : mix) m += (m.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+    std::printf("llama.cpp's %s_M mix: %s\n", ggml_type_row(uint32_t(opt.type))->name, m.c_str());
   }
   if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
   std::sort(items.begin(), items.end(),

@@ -24,11 +24,34 @@ tests/golden/gguf_export/<model>.<type>.gguf
     tensors F32, 2-D tensors quantized by gguf.quants.quantize. Our `convert --format gguf` of
     the same folder must give the same tensors (names, shapes, types, bytes) and the same values
     for these keys. (general.name is the folder's name, as our convert writes it.)
+
+tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k, q2_k, q3_k)
+    K-quants: gguf-py has no quantizer for them, so the reference is llama.cpp's own
+    `llama-quantize --pure kq.f32.gguf kq.<type>.gguf Q4_K|Q5_K|Q6_K|Q2_K|Q3_K` (ggml-quants.c
+    quantize_row_q{2,3,4,5,6}_K_ref; give the binary as LLAMA_QUANTIZE=/path/to/llama-quantize, else
+    these files are left as they are). kq.f32.gguf is a bare 1-layer llama written here with
+    gguf.GGUFWriter: hidden 256 (token_embd, attn_q/k/v, ffn_gate/up, output: rows of 256, K-quantized)
+    and a head size / intermediate size of 32 (attn_output, ffn_down: rows of 32, llama.cpp's
+    fallback Q5_0 / Q5_1 / Q8_0 / Q4_0), random values of several scales plus hand-made super-blocks in
+    token_embd (all zero, constant positive and negative, one non-zero, a zero sub-block, integer
+    values, tiny values). Our `convert --format gguf --gguf-type <type>` of kq.f32.gguf must give
+    the same tensors (names, shapes, types, bytes).
+    kq.q4_k_m.gguf, kq.q5_k_m.gguf, kq.q3_k_m.gguf: `llama-quantize kq.f32.gguf ... Q4_K_M|Q5_K_M|
+    Q3_K_M` (llama.cpp's per-tensor mixes: e.g. for Q4_K_M output and, in this 1-layer model, attn_v
+    and ffn_down in Q6_K, ffn_down's 32-column rows falling back to Q8_0); `--gguf-type q4_k_m|q5_k_m|q3_k_m` must give the same tensors.
+
+tests/golden/gguf_export/smollm2.q4_k_m.types.txt, smollm2.q5_k_m.types.txt, smollm2.q3_k_m.types.txt
+    The type llama-quantize's Q4_K_M / Q5_K_M / Q3_K_M mix gives each tensor of SmolLM2-135M (30 layers,
+    tied embedding, 576 columns: the layer rule and the fallbacks at scale), one "name TYPE" a line:
+    `llama-quantize --allow-requantize models/SmolLM2-135M-Instruct.Q4_1.gguf OUT Q4_K_M` (the
+    types do not depend on the values), read back with gguf.GGUFReader. Needs LLAMA_QUANTIZE and
+    the model file; left as they are otherwise.
 """
 import json
 import math
 import os
 import struct
+import subprocess
 
 import numpy as np
 import gguf
@@ -228,6 +251,86 @@ def write_model(model, tname):
     w.close()
 
 
+# ------------------------------------------------------------------------------ K-quants
+
+def kq_embd(rows):
+    x = (rng.standard_normal((rows, 256)) * rng.choice([1e-3, 0.02, 1.0, 30.0], (rows, 1))).astype(np.float32)
+    x[0] = 0.0                      # all zero: d = dmin = 0
+    x[1] = 3.25                     # constant positive (min clamped to 0)
+    x[2] = -0.5                     # constant negative
+    x[3] = 0.0
+    x[3, 77] = -0.75                # one non-zero
+    x[4, 32:64] = 0.0               # a zero sub-block (scale 0: its codes are skipped)
+    x[5] = np.tile(np.arange(-8, 8, dtype=np.float32), 16)  # integer values
+    x[6] *= 1e-6                    # tiny values
+    x[7] = np.abs(x[7]) + 1.0       # all positive, far from 0
+    return x
+
+
+def write_kquants():
+    lq = os.environ.get("LLAMA_QUANTIZE")
+    if not lq:
+        print("LLAMA_QUANTIZE not set: kq.*.gguf left as they are")
+        return
+    n_embd, head, ff, vocab = 256, 32, 32, 32
+    src = os.path.join(OUT, "kq.f32.gguf")
+    w = gguf.GGUFWriter(src, arch="llama")
+    w.add_name("kq")
+    w.add_vocab_size(vocab)
+    w.add_context_length(128)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(1)
+    w.add_head_count_kv(1)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_rope_dimension_count(head)
+    w.add_file_type(0)
+
+    def rnd(*shape):
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", kq_embd(vocab))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("blk.0.attn_q.weight", rnd(head, n_embd))
+    w.add_tensor("blk.0.attn_k.weight", rnd(head, n_embd))
+    w.add_tensor("blk.0.attn_v.weight", rnd(head, n_embd))
+    w.add_tensor("blk.0.attn_output.weight", rnd(n_embd, head))
+    w.add_tensor("blk.0.ffn_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("blk.0.ffn_gate.weight", rnd(ff, n_embd))
+    w.add_tensor("blk.0.ffn_up.weight", rnd(ff, n_embd))
+    w.add_tensor("blk.0.ffn_down.weight", rnd(n_embd, ff))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("output.weight", rnd(vocab, n_embd))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for t in ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k"):
+        subprocess.run([lq, "--pure", src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for t in ("q4_k_m", "q5_k_m", "q3_k_m"):
+        subprocess.run([lq, src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    model = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        print("models/SmolLM2-135M-Instruct.Q4_1.gguf missing: smollm2.*.types.txt left as they are")
+        return
+    tmp = os.path.join(OUT, "smollm2.tmp.gguf")
+    for t in ("q4_k_m", "q5_k_m", "q3_k_m"):
+        subprocess.run([lq, "--allow-requantize", model, tmp, t.upper(), "2"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = gguf.GGUFReader(tmp)
+        with open(os.path.join(OUT, f"smollm2.{t}.types.txt"), "w") as f:
+            for ti in r.tensors:
+                f.write(f"{ti.name} {ti.tensor_type.name}\n")
+        del r
+        os.remove(tmp)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     write_rtn()
@@ -238,6 +341,7 @@ def main():
     write_model("tiny-qwen2", "f16")
     for tname in ("q8_0", "q5_1"):
         write_model("tiny-qwen3", tname)
+    write_kquants()
     for f in sorted(os.listdir(OUT)):
         print(f, os.path.getsize(os.path.join(OUT, f)))
 
