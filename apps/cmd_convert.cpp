@@ -34,6 +34,7 @@
 #include "formats/layouts/hf.h"
 #include "formats/layouts/mlx.h"
 #include "formats/layouts/native.h"
+#include "formats/mapped_file.h"
 #include "libquant/parallel.h"
 #include "libquant/schemes/scheme.h"
 
@@ -461,7 +462,7 @@ bool is_nonempty(const fs::path& p) {
 
 struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type;
-  bool force = false;
+  bool force = false, fsync = false;
   int threads = 0;
   QuantArgs q;
   calib::WeightCalibArgs c;
@@ -537,6 +538,7 @@ int run_gguf(const Args& a) {
 }
 
 int run(const Args& a) {
+  set_durable_writes(a.fsync);
   if (a.format == "gguf") return run_gguf(a);
   if (!a.gguf_type.empty()) user_error("--gguf-type: needs --format gguf");
   auto t0 = std::chrono::steady_clock::now();
@@ -633,6 +635,7 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")
                            ->capture_default_str();
                        sub.add_flag("--force", a->force, "replace an existing non-empty --out");
+                       sub.add_flag("--fsync", a->fsync, "wait for each file to reach the disk before renaming it into place");
                        sub.add_option("--scheme", a->q.scheme, "quantize: affine, int8, int8_ct, int4, nf4, fp4");
                        sub.add_option("--bits", a->q.bits, "bits per weight (default: the scheme's)");
                        sub.add_option("--group-size", a->q.group, "elements per scale (0 = per channel)");

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "formats/error.h"
+#include "formats/mapped_file.h"
 
 namespace qt {
 
@@ -130,7 +131,7 @@ void GgufWriter::write(const std::string& path) const {
       const size_t pad = size_t(pad_to(t.nbytes, kAlignment) - t.nbytes);
       if (int e = write_all(fd, zeros, pad)) fail(e);
     }
-    if (::fsync(fd) != 0 && errno != EINVAL) fail(errno);
+    if (durable_writes() && ::fsync(fd) != 0 && errno != EINVAL) fail(errno);
   } catch (...) {
     ::close(fd);
     fs::remove(tmp, ec);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -95,7 +96,7 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
     fs::remove(tmp);
     user_error("{}: write failed: {}", path, std::strerror(e));
   }
-  ::fsync(fd);
+  if (durable_writes()) ::fsync(fd);
   ::close(fd);
   std::error_code ec;
   fs::rename(tmp, p, ec);
@@ -104,5 +105,11 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
     user_error("{}: cannot rename into place: {}", path, ec.message());
   }
 }
+
+namespace {
+std::atomic<bool> g_durable{false};
+}
+void set_durable_writes(bool on) { g_durable = on; }
+bool durable_writes() { return g_durable; }
 
 }  // namespace qt

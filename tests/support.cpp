@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <sys/wait.h>
+#include <vector>
 
 namespace qt::test {
 
@@ -44,11 +45,29 @@ int run_cmd(const std::string& cmd, std::string* output) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+namespace {
+// Every directory temp_dir made, removed when the test process exits: ctest runs each test in its
+// own process, and a GGUF export test alone writes 0.5 GB. QT_KEEP_TMP=1 keeps them to look at.
+struct TempDirs {
+  std::vector<std::filesystem::path> made;
+  ~TempDirs() {
+    if (std::getenv("QT_KEEP_TMP")) return;
+    std::error_code ec;
+    for (const auto& p : made) std::filesystem::remove_all(p, ec);
+  }
+};
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+}  // namespace
+
 std::string temp_dir(const std::string& tag) {
   std::random_device rd;
   auto p = std::filesystem::temp_directory_path() /
            ("qt-" + tag + "-" + std::to_string(rd()) + std::to_string(rd()));
   std::filesystem::create_directories(p);
+  temp_dirs().made.push_back(p);
   return p.string();
 }
 

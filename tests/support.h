@@ -14,7 +14,7 @@ std::string quanttool_bin();        // path of the built binary
 bool in_ci();
 // Run a shell command, capture stdout+stderr; returns the exit code.
 int run_cmd(const std::string& cmd, std::string* output);
-std::string temp_dir(const std::string& tag);  // fresh empty directory
+std::string temp_dir(const std::string& tag);  // fresh empty directory, removed at exit
 
 }  // namespace qt::test
 

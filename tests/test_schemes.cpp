@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -392,6 +393,55 @@ TEST(Schemes, Bnb4CodesAreTheSameAtEveryKernelLevel) {
     }
 }
 
+
+// int8_ct codes (compressed-tensors W8A8): the AVX2 intrinsics give the loop's bytes, for bf16
+// and fp32 scales, per channel (with a tail of 4 past the last 32) and per group, on random
+// weights, on ±127.5 (clamped) and on quotients that land on a .5 tie of rint after their
+// rounding to T. (A quotient of two bf16 values is never itself a tie of the bf16 rounding: a/b
+// with a and b of at most 8 significant bits is exact only with at most 8.)
+TEST(Schemes, Int8CtCodesAreTheSameAtEveryKernelLevel) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 20.0f);
+  for (DType T : {DType::BF16, DType::F32})
+    for (int group : {0, 64}) {
+      const int64_t rows = 4, cols = group ? 4096 + 64 : 4096 + 100;
+      // Rows 1..3 have absmax 100 (a bf16 value), so s = T(100 / 127.5), whose mantissa is not
+      // a power of two; the ties are searched among the bf16 values in (1, 100).
+      const float amax = 100.0f, s = qt::schemes_detail::round_to(T, amax / 127.5f);
+      std::vector<float> ties;
+      for (uint32_t b = 0x3f80; b < 0x42c8; ++b) {
+        const float v = qt::bf16_to_f32(uint16_t(b)), x = qt::schemes_detail::round_to(T, v / s);
+        if (x - std::floor(x) == 0.5f) ties.insert(ties.end(), {v, -v});
+      }
+      if (T == DType::BF16) ASSERT_GE(ties.size(), 8u);
+      ties.resize(std::min<size_t>(ties.size(), 60));
+      std::vector<float> w(size_t(rows * cols));
+      for (float& v : w) v = std::clamp(nd(rng), -99.0f, 99.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t at = 0; at + 64 <= cols; at += 64) {
+          float* g = w.data() + r * cols + at;
+          if (r == 0) {  // s = 1: ±127.5 round to ±128, then 127 and −128
+            for (float v : {127.5f, -127.5f, 2.5f, -3.5f, 126.5f}) *g++ = v;
+          } else {
+            *g++ = amax;
+            for (size_t i = 0; i < 63 && i < ties.size(); ++i) *g++ = ties[(i + size_t(r) + size_t(at / 64)) % ties.size()];
+          }
+        }
+      std::vector<std::vector<uint8_t>> got;
+      for (qt::KernelLevel level : qt::available_kernel_levels()) {
+        qt::set_kernel_level(level);
+        PackedTensor t = qt::quantize_weights(w.data(), rows, cols, params("int8_ct", 8, group, T));
+        got.emplace_back(t.data.data, t.data.data + t.data.nbytes);
+      }
+      qt::set_kernel_level(qt::max_kernel_level());
+      EXPECT_EQ(int8_t(got[0][0]), 127);
+      EXPECT_EQ(int8_t(got[0][1]), -128);
+      EXPECT_EQ(int8_t(got[0][2]), 2);
+      EXPECT_EQ(int8_t(got[0][3]), -4);
+      for (size_t l = 1; l < got.size(); ++l)
+        EXPECT_EQ(got[l], got[0]) << dtype_name(T) << " group " << group << " level " << l;
+    }
+}
 
 // quantize_tensor (convert's path: widened and quantized a chunk of rows at a time, in parallel)
 // gives quantize_weights' bytes on the whole fp32 copy, for every scheme, from bf16 and f32

@@ -15,9 +15,12 @@
 //   weight_scale T [rows, 1] per channel, [rows, cols/group] per group. Dequantize: T(q·s).
 //   Since absmax/s ≈ 127.5, the largest weight lands on ±127.5 → rint → 128 → clamped to 127
 //   (or −128 for a negative extreme).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "libquant/cpu_features.h"
 #include "libquant/schemes/detail.h"
 
 namespace qt {
@@ -72,7 +75,7 @@ void int8_codes(const float* v, int64_t n, float s, int8_t* q) {
 
 // compressed-tensors: q = rint(clamp(T(v / s), -128, 127)), the quotient rounded to T first.
 __attribute__((target_clones("avx2", "default")))
-void int8_ct_codes(const float* v, int64_t n, float s, DType T, int8_t* q) {
+void int8_ct_codes_loop(const float* v, int64_t n, float s, DType T, int8_t* q) {
   auto code = [](float x) {
     x = x < -128.0f ? -128.0f : x;
     return int8_t(std::rint(x > 127.0f ? 127.0f : x));
@@ -84,6 +87,43 @@ void int8_ct_codes(const float* v, int64_t n, float s, DType T, int8_t* q) {
   } else {
     for (int64_t i = 0; i < n; ++i) q[i] = code(round_to(T, v[i] / s));
   }
+}
+
+// The same codes for bf16 and fp32, 32 at a time with AVX2 intrinsics: the compiler leaves the
+// clone above scalar (the bf16 rounding's NaN branch), and it was a fifth of an 8B int8 convert's
+// CPU time (perf). Same IEEE operations per element: the division, bf16 round-to-nearest-even by
+// the integer carry (quotients are finite: |v| <= absmax and s > 0), clamp, rint.
+// tests/test_schemes.cpp compares it with the loop at every kernel level.
+__attribute__((target("avx2")))
+void int8_ct_codes_avx2(const float* v, int64_t n, float s, bool bf16, int8_t* q) {
+  const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
+                keep = _mm256_set1_epi32(int(0xffff0000u));
+  const __m256i fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the packs' lane interleave
+  const int64_t full = n / 32 * 32;
+  for (int64_t i = 0; i < full; i += 32) {
+    __m256i c[4];
+    for (int j = 0; j < 4; ++j) {
+      __m256 x = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * j), vs);
+      if (bf16) {
+        __m256i u = _mm256_castps_si256(x);
+        u = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+        x = _mm256_castsi256_ps(_mm256_and_si256(u, keep));
+      }
+      x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+      c[j] = _mm256_cvtps_epi32(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_permutevar8x32_epi32(b, fix));
+  }
+  if (full < n) int8_ct_codes_loop(v + full, n - full, s, bf16 ? DType::BF16 : DType::F32, q + full);
+}
+
+void int8_ct_codes(const float* v, int64_t n, float s, DType T, int8_t* q) {
+  if ((T == DType::BF16 || T == DType::F32) && kernel_level() >= KernelLevel::AVX2)
+    int8_ct_codes_avx2(v, n, s, T == DType::BF16, q);
+  else
+    int8_ct_codes_loop(v, n, s, T, q);
 }
 
 PackedTensor finish(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data,
