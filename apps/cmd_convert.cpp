@@ -28,6 +28,7 @@
 #include "calib/weight_calibration.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
+#include "formats/fused_proj.h"
 #include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/gguf.h"
@@ -568,9 +569,13 @@ int run(const Args& a) {
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
-  if (ck.config.fused_proj && planner.active())  // before any output exists
-    user_error("{}: {} stores qkv_proj / gate_up_proj fused; its quantized layouts are not written yet "
-               "(--format hf writes it unquantized)", a.in, ck.config.arch);
+  if (ck.config.fused_proj && planner.active()) {
+    if (calib.active())  // its statistics and the GPTQ pass are per projection
+      user_error("{}: {} stores qkv_proj / gate_up_proj fused; --smooth, --imatrix and --gptq are not "
+                 "applied to fused projections yet (quantize without them)", a.in, ck.config.arch);
+    // Quantized as each tool loads Phi-3: qkv_proj and gate_up_proj one weight each.
+    fuse_projections(ck.config, ck.tensors);
+  }
   opt.dtype = a.dtype.empty() ? source_dtype(ck) : kDTypes.at(a.dtype);
   planner.set_dtype(opt.dtype);
   // Calibration reads whole models (GPTQ runs the network): a deferred GGUF is made up front then.

@@ -233,8 +233,6 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
   ck.path = dir;
   ck.source_kind = kind;
   ck.config = ModelConfig::from_hf_json(j, cfg_path);
-  if (ck.config.fused_proj)
-    user_error("{}: quantized {} folders (fused qkv_proj / gate_up_proj) are not read", dir, ck.config.arch);
   SafetensorsDir st = load_safetensors_dir(dir);
   for (auto& [name, t] : st.tensors) {
     if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
@@ -244,6 +242,7 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
                     : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
                     : kind == "bnb"                ? bnb_describe(dir, j, ck.tensors)
                                                    : native_describe(dir, j);
+  if (ck.config.fused_proj) split_fused_quantized(ck.config, ck.tensors, ck.quantization, dir);  // phi3
   check_quantized_tensor_set(dir, ck.config, ck.tensors, ck.quantization);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
   return ck;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/layouts/quantized.h"
 
 namespace qt {
 
@@ -66,6 +67,7 @@ void fuse_projections(const ModelConfig& c, std::map<std::string, Tensor>& tenso
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     for (const Fused& f : kFused) {
+      if (tensors.count(p + f.fused)) continue;  // already fused (convert fused it to quantize it)
       std::vector<Tensor> parts;
       for (const char* name : f.parts) {
         if (!name) break;
@@ -91,6 +93,58 @@ void fuse_projections(const ModelConfig& c, std::map<std::string, Tensor>& tenso
       });
     }
   }
+}
+
+void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& stored,
+                           nlohmann::json& desc, const std::string& path) {
+  nlohmann::json& entries = desc.at("tensors");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const Fused& f : kFused) {
+      const std::string fused = p + f.fused;
+      if (!entries.contains(fused)) continue;
+      const QuantEntry q = parse_quant_entry(entries[fused], path + ": " + fused);
+      const std::vector<int64_t> rows = part_rows(c, f);
+      int64_t total = 0;
+      for (int64_t r : rows) total += r;
+      if (q.rows != total || q.cols != c.hidden)
+        user_error("{}: {} is [{}, {}], expected [{}, {}]", path, fused, q.rows, q.cols, total, c.hidden);
+      const std::string fmod = module_of(fused);
+      std::vector<QuantEntry> parts(rows.size(), q);
+      for (size_t i = 0; i < rows.size(); ++i) parts[i].rows = rows[i];
+      for (std::string QuantEntry::*member : {&QuantEntry::data, &QuantEntry::scales, &QuantEntry::biases}) {
+        const std::string& name = q.*member;
+        if (name.empty()) continue;
+        auto it = stored.find(name);
+        if (it == stored.end()) user_error("{}: quantized weight {} needs tensor {}, which is missing", path, fused, name);
+        if (name.rfind(fmod + ".", 0) != 0)
+          user_error("{}: quantized weight {} stores {} outside its module", path, fused, name);
+        const Tensor t = materialize(it->second);
+        const int64_t n0 = t.shape.empty() ? 1 : t.shape[0];
+        int64_t r0 = 0;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          // The part's share of the leading dimension: its rows, or its blocks / bytes of a
+          // flattened layout (bitsandbytes), which must come out whole.
+          if ((n0 * rows[i]) % total != 0 || (n0 * r0) % total != 0)
+            user_error("{}: {} cannot be split into {}: {} of {} rows do not fill whole blocks of {}", path, name,
+                       f.parts[i], rows[i], total, q.group_size);
+          const std::string part_name = module_of(p + f.parts[i]) + name.substr(fmod.size());
+          Tensor v = t;
+          const size_t unit = t.nbytes / size_t(n0);
+          v.shape[0] = n0 * rows[i] / total;
+          v.data = t.data + size_t(n0 * r0 / total) * unit;
+          v.nbytes = size_t(v.shape[0]) * unit;
+          stored[part_name] = v;
+          parts[i].*member = part_name;
+          r0 += rows[i];
+        }
+        stored.erase(name);
+      }
+      entries.erase(fused);
+      for (size_t i = 0; i < rows.size(); ++i) entries[p + f.parts[i]] = quant_entry_json(parts[i]);
+    }
+  }
+  split_fused_projections(c, stored, path);  // the fused weights left unquantized
 }
 
 }  // namespace qt

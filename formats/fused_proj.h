@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "formats/model_config.h"
 #include "formats/tensor.h"
 
@@ -18,7 +20,18 @@ void split_fused_projections(const ModelConfig& c, std::map<std::string, Tensor>
                              const std::string& path);
 
 // The inverse, for writing: the split float tensors of each layer replaced by one deferred
-// concatenation under the fused name. UserError for packed (quantized) parts.
+// concatenation under the fused name (layers already fused are left as they are). UserError for
+// packed (quantized) parts. convert fuses before quantizing, so that a quantized layout stores
+// qkv_proj / gate_up_proj as one weight, as mlx_lm, vLLM and transformers load Phi-3.
 void fuse_projections(const ModelConfig& c, std::map<std::string, Tensor>& tensors);
+
+// A quantized folder's fused weights (its normalized description `desc`, formats/layouts/
+// quantized.h): each replaced by its parts, every stored tensor of it (codes, scales, biases)
+// split into row blocks in proportion to the parts' rows. Every scheme packs whole rows (the
+// bitsandbytes blocks too, where a part's values fill whole blocks), so each part's tensors are
+// exactly what quantizing the part alone stores. Unquantized fused weights are split as in
+// split_fused_projections. UserError naming `path` where a part's rows do not fill whole blocks.
+void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& stored,
+                           nlohmann::json& desc, const std::string& path);
 
 }  // namespace qt

@@ -125,14 +125,7 @@ PackedTensor affine_quantize(const float* w, int64_t rows, int64_t cols, const S
       biases.store_float(si, bias);
     }
   }
-  PackedTensor t;
-  t.params = p;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = data.finish();
-  t.scales = scales.finish();
-  t.biases = biases.finish();
-  return t;
+  return finish_packed(p, rows, cols, data, scales, &biases);
 }
 
 void affine_dequantize(const PackedTensor& t, float* out) {

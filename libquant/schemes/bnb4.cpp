@@ -132,13 +132,7 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
     for (; i + 1 < len; i += 2) dst[i / 2] = uint8_t(codes[i] << 4 | codes[i + 1]);
     if (i < len) dst[i / 2] |= uint8_t(codes[i] << 4);  // odd n: the low nibble is set above
   }
-  PackedTensor t;
-  t.params = p;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = data.finish();
-  t.scales = scales.finish();
-  return t;
+  return finish_packed(p, rows, cols, data, scales);
 }
 
 void bnb4_dequantize(const PackedTensor& t, const float* table, float* out) {

@@ -65,6 +65,19 @@ struct OutTensor {
   }
 };
 
+// The packed [rows, cols] weight made of a quantizer's finished outputs (biases: affine only).
+inline PackedTensor finish_packed(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data,
+                                  OutTensor& scales, OutTensor* biases = nullptr) {
+  PackedTensor t;
+  t.params = p;
+  t.rows = rows;
+  t.cols = cols;
+  t.data = data.finish();
+  t.scales = scales.finish();
+  if (biases) t.biases = biases->finish();
+  return t;
+}
+
 // torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct).
 inline float dtype_eps(DType t) {
   switch (t) {

@@ -169,14 +169,7 @@ PackedTensor SchemeGrid::pack(const int16_t* codes, const GroupParams* params, i
         break;
     }
   }
-  PackedTensor t;
-  t.params = p_;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = data.finish();
-  t.scales = scales.finish();
-  if (biases) t.biases = biases->finish();
-  return t;
+  return finish_packed(p_, rows, cols, data, scales, biases ? &*biases : nullptr);
 }
 
 }  // namespace qt

@@ -46,13 +46,7 @@ PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
       }
       sc[r * ng + g] = s;
     }
-  PackedTensor t;
-  t.params = p;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = data.finish();
-  t.scales = scales.finish();
-  return t;
+  return finish_packed(p, rows, cols, data, scales);
 }
 
 void int4_dequantize(const PackedTensor& t, float* out) {

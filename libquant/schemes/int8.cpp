@@ -126,17 +126,6 @@ void int8_ct_codes(const float* v, int64_t n, float s, DType T, int8_t* q) {
     int8_ct_codes_loop(v, n, s, T, q);
 }
 
-PackedTensor finish(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data,
-                    OutTensor& scales) {
-  PackedTensor t;
-  t.params = p;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = data.finish();
-  t.scales = scales.finish();
-  return t;
-}
-
 PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = int8_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
@@ -152,7 +141,7 @@ PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const Sch
       int8_codes(v, gl, s, q + r * cols + g * gl);
       sc[r * ng + g] = s;
     }
-  return finish(p, rows, cols, data, scales);
+  return finish_packed(p, rows, cols, data, scales);
 }
 
 void int8_dequantize(const PackedTensor& t, float* out) {
@@ -185,7 +174,7 @@ PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
       int8_ct_codes(v, gl, s, T, q + r * cols + g * gl);
       scales.store_float(size_t(r * ng + g), s);
     }
-  return finish(p, rows, cols, data, scales);
+  return finish_packed(p, rows, cols, data, scales);
 }
 
 void int8_ct_dequantize(const PackedTensor& t, float* out) {

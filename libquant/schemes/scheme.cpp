@@ -228,14 +228,7 @@ PackedTensor quantize_tensor(const Tensor& source, const SchemeParams& p, std::s
   }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  PackedTensor t;
-  t.params = p;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = data.finish();
-  t.scales = scales.finish();
-  if (biases) t.biases = biases->finish();
-  return t;
+  return finish_packed(p, rows, cols, data, scales, biases ? &*biases : nullptr);
 }
 
 void check_packed(const PackedTensor& t, std::string_view what) {
