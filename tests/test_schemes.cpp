@@ -92,6 +92,11 @@ std::vector<Case> all_cases() {
     cases.push_back({"int8_" + k, "int.safetensors", params("int8_ct", 8, g, dt),
                      std::string("w.") + dt_name(dt), k + ".q", k + ".scale", "", k + ".deq"});
   }
+  for (auto [dt, g] : {std::pair{DType::BF16, 128}, {DType::BF16, 32}, {DType::F32, 64}, {DType::F32, 128}}) {
+    std::string k = "ct4.g" + std::to_string(g) + "." + dt_name(dt);
+    cases.push_back({"int4_" + k, "ct4.safetensors", params("int4_ct", 4, g, dt),
+                     std::string("w.") + dt_name(dt), k + ".packed", k + ".scale", "", k + ".deq"});
+  }
   for (const char* qt : {"nf4", "fp4"})
     for (int bs : {64, 128})
       for (const char* in : {"main", "mainbf16", "ragged", "odd"}) {
@@ -280,7 +285,7 @@ TEST(Schemes, TableRowsAreConsistent) {
     std::string why;
     EXPECT_TRUE(qt::scheme_fits(p, 64, 256, &why)) << s.name << ": " << why;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "nf4", "fp4"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4"}));
 }
 
 TEST(Schemes, BitsPerWeight) {
@@ -451,7 +456,7 @@ TEST(Schemes, QuantizeTensorEqualsQuantizeWeights) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   struct Shape { int64_t rows, cols; };
-  for (const char* scheme : {"affine", "int8", "int8_ct", "int4", "nf4", "fp4"})
+  for (const char* scheme : {"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4"})
     for (Shape sh : {Shape{301, 576}, Shape{1001, 129}})
       for (DType src : {DType::BF16, DType::F32}) {
         SchemeParams p = qt::default_params(scheme);

@@ -16,6 +16,7 @@ extern const Scheme kAffine;
 extern const Scheme kInt8;
 extern const Scheme kInt8Ct;
 extern const Scheme kInt4;
+extern const Scheme kInt4Ct;
 extern const Scheme kNf4;
 extern const Scheme kFp4;
 

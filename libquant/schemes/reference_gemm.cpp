@@ -71,6 +71,13 @@ void int4_codes(const PackedTensor& w, int64_t n, int8_t* q, float* scales) {
   for (int64_t g = 0; g < ng; ++g) scales[g] = w.scales.as<float>()[n * ng + g];
 }
 
+void int4_ct_codes(const PackedTensor& w, int64_t n, int8_t* q, float* scales) {
+  const int64_t ng = n_groups(w.params, w.cols);
+  const uint32_t* row = w.data.as<uint32_t>() + n * (w.cols / 8);
+  for (int64_t j = 0; j < w.cols; ++j) q[j] = int8_t(int((row[j / 8] >> (4 * (j % 8))) & 15) - 8);
+  for (int64_t g = 0; g < ng; ++g) scales[g] = load_float(w.scales, size_t(n * ng + g));
+}
+
 // Weight-only dequantized rows of the integer schemes, from their integer codes.
 void int_row_deq(const PackedTensor& w, int64_t n, float* out, IntRow codes, bool round_dtype) {
   std::vector<int8_t> q(static_cast<size_t>(w.cols));
@@ -91,6 +98,9 @@ void int8_ct_row(const PackedTensor& w, int64_t n, float* out) {
 void int4_row(const PackedTensor& w, int64_t n, float* out) {
   int_row_deq(w, n, out, int4_codes, false);
 }
+void int4_ct_row(const PackedTensor& w, int64_t n, float* out) {
+  int_row_deq(w, n, out, int4_ct_codes, true);
+}
 
 struct RefRow {
   std::string_view scheme;
@@ -100,6 +110,7 @@ struct RefRow {
 constexpr RefRow kRefRows[] = {
     {"affine", affine_row, nullptr}, {"int8", int8_row, int8_codes},
     {"int8_ct", int8_ct_row, int8_codes}, {"int4", int4_row, int4_codes},
+    {"int4_ct", int4_ct_row, nullptr},  // W4A16: weight-only
     {"nf4", bnb_row, nullptr},       {"fp4", bnb_row, nullptr},
 };
 

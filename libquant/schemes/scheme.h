@@ -60,6 +60,8 @@ struct TensorSpec {
 //   int4     data U8 [rows, cols/2], byte = u[2i] << 4 | u[2i+1]; scales F32 [rows, n_groups].
 //            (Cider's pack_weight_int4 returns the transpose: [cols/2, rows] for W given as
 //            [cols, rows]; the bytes are the same, only the storage order differs.)
+//   int4_ct  data I32 [rows, cols/8], u = q + 8 at bits 4·(j mod 8) of word j/8 (compressed-
+//            tensors' weight_packed); scales dtype [rows, cols/group] (weight_scale)
 //   nf4/fp4  data U8 [ceil(n/2), 1] with n = rows*cols, first element in the high nibble, odd n
 //            padded with code 0; scales (bitsandbytes' absmax) F32 [ceil(n/group)]
 struct PackedLayout {
