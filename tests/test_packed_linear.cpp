@@ -146,6 +146,37 @@ TEST_P(PackedLinearLevels, IntegerDecodePathMatchesReference) {
     for (int64_t m : {1, 3}) check_case(p, Shape{45, 256}, m, qt::Compute::F32, ActMode::None, m == 3);
 }
 
+// compressed-tensors W4A16 runs on the affine kernels: its Linear gives the affine view's outputs
+// bit for bit (the affine kernels are checked against the reference above), and the view's
+// weights, the exact products s·(u − 8) for bf16/f16 scales, are within half an ulp of the
+// library's dequantized T(q·s) (bf16: 2^-8 relative, f16: 2^-11; fp32 scales: fp32 rounding).
+TEST_P(PackedLinearLevels, Int4CtRunsOnTheAffineKernels) {
+  for (auto p : {P("int4_ct", 4, 128, DType::BF16), P("int4_ct", 4, 32, DType::F16), P("int4_ct", 4, 64)}) {
+    const int64_t n = 53, k = 384;
+    auto w = randn(size_t(n * k), 5, 0.05f);
+    PackedTensor pt = qt::quantize_weights(w.data(), n, k, p);
+    PackedTensor view = qt::int4_ct_as_affine(pt);
+    const auto lib = qt::dequantize_weights(pt), ours = qt::dequantize_weights(view);
+    const double half_ulp = p.dtype == DType::BF16 ? std::ldexp(1.0, -8) : p.dtype == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
+    // fp32 scales: s·u is rounded before −8·s is added (16 fp32 ulps of the largest scale bound it).
+    const auto sc = qt::to_f32(view.scales);
+    const double f32_slack = p.dtype == DType::F32 ? 16.0 * std::ldexp(1.0, -24) * *std::max_element(sc.begin(), sc.end()) : 0.0;
+    int differ = 0;
+    for (size_t i = 0; i < lib.size(); ++i) {
+      ASSERT_LE(std::abs(double(lib[i]) - ours[i]), half_ulp * std::abs(double(ours[i])) + f32_slack) << i;
+      differ += lib[i] != ours[i];
+    }
+    if (p.dtype == DType::BF16) EXPECT_GT(differ, 0);  // the rounding the view leaves out is real
+    for (int64_t m : {1, 5, 33}) {
+      auto x = randn(size_t(m * k), uint32_t(m));
+      std::vector<float> a(size_t(m * n)), b(size_t(m * n));
+      qt::make_packed_linear(pt, nullptr)->forward(x.data(), m, a.data());
+      qt::make_packed_linear(view, nullptr)->forward(x.data(), m, b.data());
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << qt::dtype_name(p.dtype) << " m " << m << " at " << i;
+    }
+  }
+}
+
 TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
   for (int bits : {2, 3, 4, 5, 6, 8})
     for (int g : {32, 64, 128})
