@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <exception>
 #include <fstream>
@@ -139,7 +140,7 @@ struct QuantArgs {
 std::string default_format(const std::string& scheme) {
   if (scheme.empty()) return "hf";
   if (scheme == "affine") return "mlx";
-  if (scheme == "int8" || scheme == "int8_ct") return "compressed-tensors";
+  if (scheme == "int8" || scheme == "int8_ct" || scheme == "int4_ct") return "compressed-tensors";
   if (scheme == "nf4" || scheme == "fp4") return "bnb";
   return "native";
 }
@@ -151,8 +152,9 @@ std::string scheme_row_for(const std::string& scheme, const std::string& format)
   if (format == "native") return scheme;
   if (format == "mlx" && scheme == "affine") return scheme;
   if (format == "compressed-tensors" && (scheme == "int8" || scheme == "int8_ct")) return "int8_ct";
+  if (format == "compressed-tensors" && scheme == "int4_ct") return scheme;  // W4A16 pack-quantized
   if (format == "bnb" && (scheme == "nf4" || scheme == "fp4")) return scheme;
-  user_error("--scheme {} cannot be written as --format {} (mlx: affine; compressed-tensors: int8; "
+  user_error("--scheme {} cannot be written as --format {} (mlx: affine; compressed-tensors: int8, int4_ct; "
              "bnb: nf4, fp4; native: any)", scheme, format);
 }
 
@@ -341,7 +343,7 @@ class QuantPlanner {
       if (t.shape.size() != 2 || module_of(name) == name) continue;  // norms, biases
       // llm-compressor's W8A8 preset targets Linear layers and ignores lm_head.
       if (format == "compressed-tensors" && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) {
-        skipped[name] = "compressed-tensors W8A8 quantizes Linear layers only (lm_head ignored)";
+        skipped[name] = "compressed-tensors quantizes Linear layers only (lm_head ignored)";
         continue;
       }
       // transformers' bitsandbytes integration keeps the embedding and the output head float.
@@ -406,6 +408,13 @@ class QuantPlanner {
       auto part = [&](const TensorSpec& spec, int k) {
         return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
       };
+      if (q.scheme == "int4_ct") {  // pack-quantized: int32 codes beside the weight's shape
+        q.data = module_of(name) + ".weight_packed";
+        std::vector<uint8_t> shape(16);
+        const int64_t dims[2] = {q.rows, q.cols};
+        std::memcpy(shape.data(), dims, 16);
+        ck.tensors[module_of(name) + ".weight_shape"] = Tensor::owned_bytes(DType::I64, {2}, std::move(shape));
+      }
       ck.tensors[q.data] = part(lay.data, 0);
       ck.tensors[q.scales] = part(lay.scales, 1);
       if (lay.biases) ck.tensors[q.biases] = part(*lay.biases, 2);

@@ -4,12 +4,16 @@
   python scripts/check_ct_export.py --model OUT_DIR [--source HF_DIR]
 
 1. config.json's quantization_config must validate as the package's QuantizationConfig, with
-   format "int-quantized"; every quantized module is decompressed by the package's own
-   compressor for that format (NaiveQuantizationCompressor.decompress).
+   format "int-quantized" (W8A8) or "pack-quantized" (W4A16, `--scheme int4_ct`); every quantized
+   module is decompressed by the package's own compressor for that format
+   (NaiveQuantizationCompressor / PackedQuantizationCompressor.decompress).
 2. --source (an unquantized HF folder of the same weights, `quanttool convert --format hf
    --dtype bf16`): for every module the package computes scale = calculate_qparams(min, max)
    over the scheme's groups and compresses the source weight; our stored int8 weight and
    weight_scale must equal it exactly, and so must the decompressed weights.
+3. --ours FILE (`quanttool logits --model OUT_DIR --out FILE`: raw fp32 [N, vocab], ids in
+   FILE.ids, one per line): transformers loads OUT_DIR (decompressing it through the package) and
+   its fp32 logits on the same ids must be within 1e-2 of ours.
 """
 import argparse
 import json
@@ -31,25 +35,35 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--source")
+    ap.add_argument("--ours")
     a = ap.parse_args()
     from compressed_tensors.compressors.naive_quantized.base import NaiveQuantizationCompressor
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
     from compressed_tensors.quantization import QuantizationConfig
     from compressed_tensors.quantization.utils.helpers import calculate_qparams
 
     cfg = json.loads((Path(a.model) / "config.json").read_text())
     qc = QuantizationConfig.model_validate(cfg["quantization_config"])
-    assert qc.format == "int-quantized", qc.format
+    assert qc.format in ("int-quantized", "pack-quantized"), qc.format
+    packed = qc.format == "pack-quantized"
+    C = PackedQuantizationCompressor if packed else NaiveQuantizationCompressor
     scheme = next(iter(qc.config_groups.values()))
+    acts = scheme.input_activations
     print(f"config: format {qc.format}, weights {scheme.weights.strategy} {scheme.weights.num_bits}-bit "
-          f"group {scheme.weights.group_size}, activations {scheme.input_activations.strategy} "
-          f"dynamic={scheme.input_activations.dynamic}, ignore {len(qc.ignore)}")
+          f"group {scheme.weights.group_size}, activations "
+          f"{'none (weight-only)' if acts is None else f'{acts.strategy} dynamic={acts.dynamic}'}, ignore {len(qc.ignore)}")
     stored = load_dir(a.model)
     src = load_dir(a.source) if a.source else None
     n = bad = 0
     for name in sorted(k for k in stored if k.endswith(".weight_scale")):
         m = name[: -len(".weight_scale")]
-        sd = {"weight": stored[m + ".weight"], "weight_scale": stored[name]}
-        deq = NaiveQuantizationCompressor.decompress(sd, scheme)["weight"]
+        if packed:
+            sd = {"weight_packed": stored[m + ".weight_packed"], "weight_scale": stored[name],
+                  "weight_shape": stored[m + ".weight_shape"]}
+        else:
+            sd = {"weight": stored[m + ".weight"], "weight_scale": stored[name]}
+        deq = C.decompress(dict(sd), scheme)["weight"]
+
         n += 1
         if src is None:
             continue
@@ -61,9 +75,10 @@ def main():
         else:
             mn, mx = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
         scale, zp = calculate_qparams(mn, mx, scheme.weights)
-        ref = NaiveQuantizationCompressor.compress({"weight": w, "weight_scale": scale, "weight_zero_point": zp}, scheme)
-        ref_deq = NaiveQuantizationCompressor.decompress(ref, scheme)["weight"]
-        same = (torch.equal(ref["weight"], sd["weight"]) and torch.equal(ref["weight_scale"], sd["weight_scale"])
+        ref = C.compress({"weight": w, "weight_scale": scale, "weight_zero_point": zp}, scheme)
+        ref_deq = C.decompress(dict(ref), scheme)["weight"]
+        codes = "weight_packed" if packed else "weight"
+        same = (torch.equal(ref[codes], sd[codes]) and torch.equal(ref["weight_scale"], sd["weight_scale"])
                 and torch.equal(ref_deq, deq))
         if not same:
             bad += 1
@@ -72,6 +87,17 @@ def main():
     print(f"decompressed by compressed-tensors: {n} modules" +
           (f"; equal to the package's own compression of the source: {n - bad}/{n}" if src is not None else ""))
     ok = n > 0 and bad == 0
+    if a.ours:
+        import numpy as np
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
+        ids = np.loadtxt(a.ours + ".ids", dtype=np.int64).reshape(-1)
+        ours = np.fromfile(a.ours, dtype=np.float32).reshape(len(ids), -1)
+        with torch.no_grad():
+            ref = model(torch.tensor(ids[None])).logits[0].float().numpy()
+        d = float(np.abs(ours - ref).max())
+        print(f"transformers ({type(model).__name__}) logits on {len(ids)} tokens: max |ours - theirs| {d:.3g}")
+        ok = ok and d < 1e-2
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

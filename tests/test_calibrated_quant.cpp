@@ -49,6 +49,7 @@ TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
                         {"affine", 5, 128, DType::F16}, {"affine", 6, 32, DType::F32}, {"affine", 8, 64, DType::BF16},
                         {"int8", 8, 0, DType::F32},     {"int8", 8, 64, DType::F32},   {"int8_ct", 8, 0, DType::BF16},
                         {"int8_ct", 8, 128, DType::F32}, {"int4", 4, 0, DType::F32},   {"int4", 4, 128, DType::F32},
+                        {"int4_ct", 4, 128, DType::BF16}, {"int4_ct", 4, 32, DType::F32},
                         {"nf4", 4, 64, DType::F32},     {"fp4", 4, 128, DType::BF16}};
   for (const Case& c : cases) {
     SchemeParams p = default_params(c.scheme);

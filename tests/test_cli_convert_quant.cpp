@@ -161,6 +161,34 @@ TEST(ConvertQuant, CompressedTensorsConfigIsThePackages) {
   expect_round_trip(tiny("tiny-llama3"), out, 14);  // Linear layers only: no embedding, no lm_head
 }
 
+// W4A16 (`--scheme int4_ct`): compressed-tensors' pack-quantized layout, as llm-compressor's
+// W4A16 preset writes it for vLLM: the package's own config (golden from the package), int32
+// weight_packed [out, in/8] + weight_scale + weight_shape (int64 [out, in]) per Linear, no X.weight;
+// the codes read back equal quantize_weights of the source (whose bytes the package's compressor
+// gives, tests/test_schemes.cpp), and the model evaluates.
+TEST(ConvertQuant, CompressedTensorsW4A16IsPackQuantized) {
+  const std::string tmp = test::temp_dir("cvq_ct4"), out = tmp + "/c";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme int4_ct --group-size 32 --dtype bf16", &log), 0) << log;
+  EXPECT_EQ(read_json(out + "/config.json")["quantization_config"],
+            read_json(test::source_dir() + "/tests/golden/quant_export/ct_w4a16_config.json"));
+  SafetensorsDir st = load_safetensors_dir(out);
+  const std::string m = "model.layers.1.mlp.down_proj";
+  ASSERT_TRUE(st.tensors.count(m + ".weight_packed"));
+  EXPECT_FALSE(st.tensors.count(m + ".weight"));
+  EXPECT_EQ(st.tensors.at(m + ".weight_packed").dtype, DType::I32);
+  EXPECT_EQ(st.tensors.at(m + ".weight_packed").shape, (std::vector<int64_t>{32, 8}));
+  EXPECT_EQ(st.tensors.at(m + ".weight_scale").shape, (std::vector<int64_t>{32, 2}));
+  const Tensor& shape = st.tensors.at(m + ".weight_shape");
+  ASSERT_EQ(shape.dtype, DType::I64);
+  EXPECT_EQ(std::vector<int64_t>(shape.as<int64_t>(), shape.as<int64_t>() + 2), (std::vector<int64_t>{32, 64}));
+  Checkpoint ck = load_checkpoint(out);
+  EXPECT_EQ(ck.source_kind, "compressed-tensors");
+  expect_round_trip(tiny("tiny-llama3"), out, 14);
+  ASSERT_EQ(qt_run("inspect " + out, &log), 0) << log;
+  EXPECT_NE(log.find("int4_ct 4-bit, group 32"), std::string::npos) << log;
+}
+
 TEST(ConvertQuant, GroupThatDoesNotFitIsLeftUnquantized) {
   // tiny-llama3: hidden 32, intermediate 64. Group 64 fits only down_proj's 64-wide rows.
   const std::string tmp = test::temp_dir("cvq_skip"), out = tmp + "/m";

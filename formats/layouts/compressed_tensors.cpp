@@ -15,29 +15,40 @@ QuantEntry ct_tensor_names(const std::string& weight_name) {
 
 void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptions opt) {
   int group = -1;
+  std::string scheme;
   for (auto& [name, e] : ck.quantization.at("tensors").items()) {
     QuantEntry q = parse_quant_entry(e, name);
-    if (q.scheme != "int8_ct") user_error("{}: compressed-tensors stores int8 weights here, not {}", name, q.scheme);
+    if (q.scheme != "int8_ct" && q.scheme != "int4_ct")
+      user_error("{}: compressed-tensors stores int8 (W8A8) or int4_ct (W4A16) weights here, not {}", name, q.scheme);
+    if (!scheme.empty() && q.scheme != scheme)
+      user_error("{}: compressed-tensors' single config group needs one scheme ({} and {})", name, scheme, q.scheme);
     if (group >= 0 && q.group_size != group)
       user_error("{}: compressed-tensors' single config group needs one group size ({} and {})", name, group, q.group_size);
+    scheme = q.scheme;
     group = q.group_size;
     opt.keep_dtype.insert(q.scales);
   }
+  const bool w4a16 = scheme == "int4_ct";
   // Linear modules left unquantized (never the embedding: the preset targets Linear only).
   json ignore = json::array({"lm_head"});  // as the preset's recipe says, tied or not
   for (auto& [name, t] : ck.tensors)
     if (t.shape.size() == 2 && is_float(t.dtype) && name != "model.embed_tokens.weight" &&
         name != "lm_head.weight" && module_of(name) != name)
       ignore.push_back(module_of(name));
-  json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true},
+  // W8A8: llm-compressor's W8A8 preset (int-quantized, per-token dynamic int8 activations).
+  // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
+  // activations unquantized).
+  json weights = {{"num_bits", w4a16 ? 4 : 8}, {"type", "int"}, {"symmetric", true},
                   {"group_size", group > 0 ? json(group) : json(nullptr)},
                   {"strategy", group > 0 ? "group" : "channel"}, {"dynamic", false}};
-  json acts = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
-               {"strategy", "token"}, {"dynamic", true}};
+  json acts = w4a16 ? json(nullptr)
+                    : json{{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
+                           {"strategy", "token"}, {"dynamic", true}};
   opt.extra_config["quantization_config"] = {
       {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts},
                                       {"output_activations", nullptr}, {"format", nullptr}}}}},
-      {"quant_method", "compressed-tensors"}, {"kv_cache_scheme", nullptr}, {"format", "int-quantized"},
+      {"quant_method", "compressed-tensors"}, {"kv_cache_scheme", nullptr},
+      {"format", w4a16 ? "pack-quantized" : "int-quantized"},
       {"quantization_status", "compressed"}, {"global_compression_ratio", nullptr}, {"ignore", ignore},
       {"moe_sparsity_config", nullptr}};
   write_hf_folder(ck, dir, opt);
@@ -51,38 +62,51 @@ bool is_ct_quantized_config(const json& cfg) {
 
 json ct_describe(const std::string& dir, const json& cfg, const std::map<std::string, Tensor>& stored) {
   const json& q = cfg["quantization_config"];
-  if (q.value("format", "") != "int-quantized")
-    user_error("{}/config.json: compressed-tensors format '{}' is not supported (int-quantized)", dir,
+  const std::string format = q.value("format", "");
+  if (format != "int-quantized" && format != "pack-quantized")
+    user_error("{}/config.json: compressed-tensors format '{}' is not supported (int-quantized, pack-quantized)", dir,
                q.value("format", "?"));
+  const bool packed = format == "pack-quantized";
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)
     user_error("{}/config.json: expected one compressed-tensors config group", dir);
   const json& w = q["config_groups"].begin().value().value("weights", json::object());
-  if (w.value("num_bits", 0) != 8 || w.value("type", "") != "int" || !w.value("symmetric", false))
-    user_error("{}/config.json: only symmetric 8-bit int weights are supported", dir);
+  if (w.value("num_bits", 0) != (packed ? 4 : 8) || w.value("type", "") != "int" || !w.value("symmetric", false))
+    user_error("{}/config.json: only symmetric {}-bit int weights are supported with format {}", dir, packed ? 4 : 8, format);
   const std::string strategy = w.value("strategy", "");
   int group = 0;
   if (strategy == "group") group = w.value("group_size", json(0)).is_number_integer() ? w["group_size"].get<int>() : 0;
-  else if (strategy != "channel") user_error("{}/config.json: weight strategy '{}' is not supported", dir, strategy);
-  json tensors = json::object();
+  else if (strategy != "channel" || packed) user_error("{}/config.json: weight strategy '{}' is not supported", dir, strategy);
+  json tensors = json::object(), companions = json::array();
   const std::string kSuffix = ".weight_scale";
   for (auto& [name, t] : stored) {
     if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
       continue;
-    QuantEntry e = ct_tensor_names(name.substr(0, name.size() - kSuffix.size()) + ".weight");
+    const std::string module = name.substr(0, name.size() - kSuffix.size());
+    QuantEntry e = ct_tensor_names(module + ".weight");
+    if (packed) e.data = module + ".weight_packed";
     auto d = stored.find(e.data);
     if (d == stored.end() || d->second.shape.size() != 2) user_error("{}: {} has no 2-D {}", dir, name, e.data);
-    e.scheme = "int8_ct";
-    e.bits = 8;
+    e.scheme = packed ? "int4_ct" : "int8_ct";
+    e.bits = packed ? 4 : 8;
     e.group_size = group;
     e.dtype = t.dtype;
     e.rows = d->second.shape[0];
-    e.cols = d->second.shape[1];
-    tensors[e.data] = quant_entry_json(e);
+    e.cols = packed ? d->second.shape[1] * 8 : d->second.shape[1];
+    if (packed) {  // the logical shape, as the compressor stores it
+      auto sh = stored.find(module + ".weight_shape");
+      if (sh == stored.end()) user_error("{}: {} has no {}.weight_shape", dir, e.data, module);
+      const Tensor shape = materialize(sh->second);
+      if (shape.dtype != DType::I64 || shape.numel() != 2 || shape.as<int64_t>()[0] != e.rows ||
+          shape.as<int64_t>()[1] != e.cols)
+        user_error("{}: {}.weight_shape does not match {} [{}, {}/8]", dir, module, e.data, e.rows, e.cols);
+      companions.push_back(module + ".weight_shape");
+    }
+    tensors[module + ".weight"] = quant_entry_json(e);
   }
   json skipped = json::object();
   for (auto& m : q.value("ignore", json::array()))
     if (m.is_string()) skipped[m.get<std::string>() + ".weight"] = "in the config's ignore list";
-  return {{"format", "compressed-tensors"}, {"tensors", tensors}, {"skipped", skipped}};
+  return {{"format", "compressed-tensors"}, {"tensors", tensors}, {"skipped", skipped}, {"companions", companions}};
 }
 
 }  // namespace qt

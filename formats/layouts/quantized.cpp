@@ -62,15 +62,20 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
   auto want = expected_tensor_shapes(c);
   std::set<std::string> companions;
   std::map<std::string, std::vector<int64_t>> logical;  // weight -> [rows, cols]
+  std::map<std::string, std::string> alias;              // weight -> the codes' other name
   for (auto& [name, e] : desc.at("tensors").items()) {
     QuantEntry q = parse_quant_entry(e, dir + ": " + name);
-    if (q.data != name) user_error("{}: quantized weight {} must store its codes under its own name", dir, name);
+    // The codes stand in for the weight: under its own name, or under another (compressed-tensors'
+    // weight_packed) with the weight itself absent.
+    if (q.data != name && stored.count(name))
+      user_error("{}: quantized weight {} is stored both as itself and as {}", dir, name, q.data);
     for (const std::string* t : {&q.data, &q.scales, &q.biases}) {
       if (t->empty()) continue;
       if (!stored.count(*t)) user_error("{}: quantized weight {} needs tensor {}, which is missing", dir, name, *t);
       if (*t != name) companions.insert(*t);
     }
     logical[name] = {q.rows, q.cols};
+    if (q.data != name) alias[name] = q.data;
   }
   // Further stored tensors a layout keeps beside the codes (bnb: quant_map, quant_state).
   for (auto& c : desc.value("companions", json::array()))
@@ -87,7 +92,9 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
       user_error("{}: tensor {} has dtype {} but no quantization entry", dir, name, dtype_name(t.dtype));
   }
   for (auto& [name, shape] : want)
-    if (!stored.count(name)) user_error("{}: missing tensor {}", dir, name);
+    if (!stored.count(name) && !alias.count(name)) user_error("{}: missing tensor {}", dir, name);
+    else if (alias.count(name) && logical[name] != shape)
+      user_error("{}: tensor {} has shape {}, expected {}", dir, name, dims(logical[name]), dims(shape));
 }
 
 }  // namespace qt

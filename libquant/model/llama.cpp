@@ -58,7 +58,8 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
                c.n_heads, c.n_kv_heads, c.head_dim);
 
   auto lin = [&](const std::string& name, const std::string& bias_name, int64_t out, int64_t in) {
-    const Tensor& w = ck.get(name);
+    const std::string stored = stored_codes_name(ck, name);
+    const Tensor& w = ck.get(stored);
     if (is_float(w.dtype) && w.shape != std::vector<int64_t>{out, in})
       user_error("{}: tensor {} has an unexpected shape", ck.path, name);
     const Tensor* b = bias_name.empty() ? nullptr : &ck.get(bias_name);
@@ -71,7 +72,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
       // file stays resident beside the copy (eval's peak RSS would be source + packed weights).
       if (!l->borrows_weights()) release_pages(w);
       if (b) release_pages(*b);
-      consume->tensors.erase(name);
+      consume->tensors.erase(stored);
       if (!bias_name.empty()) consume->tensors.erase(bias_name);
     }
     return l;

@@ -22,7 +22,7 @@ namespace qt {
 using namespace schemes_detail;
 
 namespace {
-enum Kind { kAffineK = 1, kInt8K, kInt8CtK, kInt4K, kBnb4K };
+enum Kind { kAffineK = 1, kInt8K, kInt8CtK, kInt4K, kInt4CtK, kBnb4K };
 
 }  // namespace
 
@@ -32,6 +32,7 @@ SchemeGrid::SchemeGrid(const SchemeParams& p) : p_(p) {
   else if (p.scheme == "int8") kind_ = kInt8K, qmin_ = -128, qmax_ = 127;
   else if (p.scheme == "int8_ct") kind_ = kInt8CtK, qmin_ = -128, qmax_ = 127;
   else if (p.scheme == "int4") kind_ = kInt4K, qmin_ = -8, qmax_ = 7;
+  else if (p.scheme == "int4_ct") kind_ = kInt4CtK, qmin_ = -8, qmax_ = 7;
   else if (p.scheme == "nf4" || p.scheme == "fp4") {
     kind_ = kBnb4K, qmin_ = 0, qmax_ = 15;
     table_ = p.scheme == "nf4" ? nf4_table() : fp4_table();
@@ -75,13 +76,14 @@ GroupParams SchemeGrid::fit_rtn(const float* v, int64_t n) const {
     case kInt8K:
     case kInt4K:
     case kInt8CtK:
+    case kInt4CtK:
     case kBnb4K: {
       float amax = 0.0f;
       for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::abs(v[j]));
       if (kind_ == kInt8K) g.scale = amax / 127.0f == 0.0f ? 1.0f : amax / 127.0f;
       else if (kind_ == kInt4K) g.scale = amax / 7.0f == 0.0f ? 1.0f : amax / 7.0f;
-      else if (kind_ == kInt8CtK) {
-        g.scale = round_to(p_.dtype, amax / 127.5f);
+      else if (kind_ == kInt8CtK || kind_ == kInt4CtK) {  // (qmax − qmin)/2: 127.5 or 7.5
+        g.scale = round_to(p_.dtype, amax / (kind_ == kInt8CtK ? 127.5f : 7.5f));
         if (g.scale == 0.0f) g.scale = dtype_eps(p_.dtype);
       } else {
         g.scale = amax;  // bitsandbytes stores 0 for a zero block and codes with max(am, 1e-38)
@@ -95,7 +97,8 @@ GroupParams SchemeGrid::fit_rtn(const float* v, int64_t n) const {
 GroupParams SchemeGrid::stored(const GroupParams& g) const {
   switch (kind_) {
     case kAffineK: return {round_to(p_.dtype, g.scale), round_to(p_.dtype, g.bias)};
-    case kInt8CtK: return {round_to(p_.dtype, g.scale), 0.0f};
+    case kInt8CtK:
+    case kInt4CtK: return {round_to(p_.dtype, g.scale), 0.0f};
     default: return {g.scale, 0.0f};  // fp32 scales
   }
 }
@@ -107,9 +110,10 @@ int SchemeGrid::code(float x, const GroupParams& g) const {
       return int(std::min(std::max(q, 0.0f), float(qmax_)));
     }
     case kInt8K: return int(std::min(std::max(std::rint(x / g.scale), -128.0f), 127.0f));
-    case kInt8CtK: {
+    case kInt8CtK:
+    case kInt4CtK: {
       const float y = round_to(p_.dtype, x / g.scale);
-      return int(std::rint(std::min(std::max(y, -128.0f), 127.0f)));
+      return int(std::rint(std::min(std::max(y, float(qmin_)), float(qmax_))));
     }
     case kInt4K: return int(std::min(std::max(std::rint(x / g.scale) + 8.0f, 0.0f), 15.0f)) - 8;
     case kBnb4K: {
@@ -124,7 +128,8 @@ int SchemeGrid::code(float x, const GroupParams& g) const {
 float SchemeGrid::value(int q, const GroupParams& g) const {
   switch (kind_) {
     case kAffineK: return affine_dequant(uint32_t(q), g.scale, g.bias, p_.dtype);
-    case kInt8CtK: return round_to(p_.dtype, float(q) * g.scale);
+    case kInt8CtK:
+    case kInt4CtK: return round_to(p_.dtype, float(q) * g.scale);
     case kBnb4K: return round_to(p_.dtype, table_[q] * g.scale);
     default: return float(q) * g.scale;
   }
@@ -160,6 +165,15 @@ PackedTensor SchemeGrid::pack(const int16_t* codes, const GroupParams* params, i
       case kInt8CtK:
         for (int64_t j = 0; j < cols; ++j) reinterpret_cast<int8_t*>(out)[r * cols + j] = int8_t(q[j]);
         break;
+      case kInt4CtK: {  // u = q + 8, eight to an int32, LSB first
+        uint32_t* dst = reinterpret_cast<uint32_t*>(out) + r * (cols / 8);
+        for (int64_t j = 0; j < cols; j += 8) {
+          uint32_t w = 0;
+          for (int k = 0; k < 8; ++k) w |= uint32_t(q[j + k] + 8) << (4 * k);
+          dst[j / 8] = w;
+        }
+        break;
+      }
       case kInt4K:
       case kBnb4K:  // two codes a byte, high nibble first (int4: u = q + 8)
         for (int64_t j = 0; j < cols; j += 2) {

@@ -54,6 +54,14 @@ std::optional<PackedTensor> packed_weight(const Checkpoint& ck, const std::strin
   return p;
 }
 
+std::string stored_codes_name(const Checkpoint& ck, const std::string& weight_name) {
+  if (ck.has(weight_name) || !is_quantized_folder(ck)) return weight_name;
+  const auto& tensors = ck.quantization["tensors"];
+  auto it = tensors.find(weight_name);
+  if (it == tensors.end()) return weight_name;
+  return parse_quant_entry(*it, ck.path + ": " + weight_name).data;
+}
+
 double checkpoint_bits_per_weight(const Checkpoint& ck) {
   uint64_t bytes = 0;
   int64_t weights = 0;

@@ -13,6 +13,10 @@ namespace qt {
 // checkpoint's storage). UserError naming the file and tensor when malformed.
 std::optional<PackedTensor> packed_weight(const Checkpoint& ck, const std::string& weight_name);
 
+// The stored tensor holding a weight's codes: its own name, or another where the layout keeps it
+// there (compressed-tensors pack-quantized: X.weight_packed for X.weight).
+std::string stored_codes_name(const Checkpoint& ck, const std::string& weight_name);
+
 // Stored bytes × 8 over the model's weights (quantized weights counted by their logical
 // rows × cols; scales and biases are overhead, not weights).
 double checkpoint_bits_per_weight(const Checkpoint& ck);

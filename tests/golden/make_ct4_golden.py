@@ -12,8 +12,11 @@ decompress:
   ct4.g{G}.{dt}.packed  int32 [rows, cols/8]    ct4.g{G}.{dt}.scale  dt [rows, cols/G]
   ct4.g{G}.{dt}.deq     dt [rows, cols]
 and the inputs w.f32 / w.bf16 themselves.
-Written to tests/golden/schemes/ct4.safetensors.
+Written to tests/golden/schemes/ct4.safetensors. Also the package's QuantizationConfig for the
+W4A16 preset at group 32 (what tiny-llama3's 32-wide rows take), as model_dump() writes it into
+config.json: tests/golden/quant_export/ct_w4a16_config.json.
 """
+import json
 import importlib.metadata as md
 import os
 
@@ -44,3 +47,15 @@ made = ", ".join(f"{p} {md.version(p)}" for p in ("compressed-tensors", "torch",
 path = os.path.join(HERE, "schemes", "ct4.safetensors")
 save_file(out, path, metadata={"made_by": made})
 print(path, len(out), "tensors,", os.path.getsize(path), "bytes;", made)
+
+from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus
+
+sch = preset_name_to_scheme("W4A16", ["Linear"])
+sch.weights.group_size = 32
+qc = QuantizationConfig(config_groups={"group_0": sch}, quantization_status=QuantizationStatus.COMPRESSED,
+                        format="pack-quantized", ignore=["lm_head"])
+cpath = os.path.join(HERE, "quant_export", "ct_w4a16_config.json")
+with open(cpath, "w") as f:
+    json.dump(json.loads(qc.model_dump_json()), f, indent=1, sort_keys=True)
+    f.write("\n")
+print(cpath)
