@@ -168,6 +168,7 @@ void train_commvq(const KvSamples& s, double bits, int cb, bool comm, int iters,
   if (s.n < k) user_error("--kv commvq: {} calibration tokens, fewer than its {} codewords; give more --chunks", s.n, k);
   const int ctx = s.ctx > 0 ? s.ctx : int(s.n);
   const auto rope = kv::RopeAngles::make(s.rope_inv_freq, ctx);
+  const auto rope_local = s.rope_local.empty() ? rope : kv::RopeAngles::make(s.rope_local_inv_freq, ctx);
   const size_t LH = size_t(s.layers) * s.heads;
   std::vector<std::vector<float>> cbs(LH);
   std::vector<double> err(LH), norm(LH);
@@ -177,7 +178,8 @@ void train_commvq(const KvSamples& s, double bits, int cb, bool comm, int iters,
     const int l = int(lh / s.heads), h = int(lh % s.heads);
     const std::vector<float>& K = s.k[lh];
     std::vector<float> R(K.size());  // the pre-RoPE keys, then their residuals
-    for (int64_t t = 0; t < s.n; ++t) rope->rotate(K.data() + size_t(t) * d, t % ctx, R.data() + size_t(t) * d, true);
+    const auto& lrope = !s.rope_local.empty() && s.rope_local[size_t(l)] ? rope_local : rope;
+    for (int64_t t = 0; t < s.n; ++t) lrope->rotate(K.data() + size_t(t) * d, t % ctx, R.data() + size_t(t) * d, true);
     for (float x : R) norm[lh] += double(x) * x;
     std::vector<float>& all = cbs[lh];
     all.reserve(size_t(n) * k * d);
@@ -400,6 +402,8 @@ KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& toke
   s.n = int64_t(n) * ctx;
   s.ctx = ctx;
   s.rope_inv_freq = shape.rope_inv_freq;
+  s.rope_local_inv_freq = shape.rope_local_inv_freq;
+  s.rope_local = shape.rope_local;
   return s;
 }
 

@@ -33,6 +33,8 @@ struct KvSamples {
   int64_t n = 0;
   int ctx = 0;  // tokens per chunk: position t % ctx == 0 starts a sequence (0: no chunk structure)
   std::vector<float> rope_inv_freq;  // the model's RoPE (CommVQ takes the keys back before it)
+  std::vector<float> rope_local_inv_freq;  // gemma3: the RoPE of layers with rope_local[l] != 0
+  std::vector<uint8_t> rope_local;
   std::vector<std::vector<float>> k, v;  // [layer * heads + head] → n × dim
   const std::vector<float>& at(bool key, int layer, int head) const { return (key ? k : v)[size_t(layer) * heads + head]; }
 };

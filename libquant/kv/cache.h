@@ -35,6 +35,12 @@ struct KVShape {
   int window_of(int layer) const { return window.empty() ? 0 : window[size_t(layer)]; }
   bool masked(int layer) const { return softcap > 0 || window_of(layer) > 0; }
   std::vector<float> rope_inv_freq;  // RoPE frequencies (head_dim/2), for codecs of pre-RoPE keys
+  // Gemma 3: layers with rope_local[l] != 0 (its sliding layers) rotate by rope_local_inv_freq.
+  std::vector<float> rope_local_inv_freq;
+  std::vector<uint8_t> rope_local;
+  const std::vector<float>& rope_of(int layer) const {
+    return !rope_local.empty() && rope_local[size_t(layer)] ? rope_local_inv_freq : rope_inv_freq;
+  }
 };
 
 class KVCache {

@@ -81,7 +81,10 @@ class QuantCache final : public KVCache {
     ctx.head_dim = s.head_dim;
     ctx.seed = c.seed;
     if (!c.artifacts.empty()) ctx.artifacts = kv::Artifacts::load(c.artifacts, s.head_dim, c.seed);
-    if (int(s.rope_inv_freq.size()) * 2 == s.head_dim) ctx.rope = kv::RopeAngles::make(s.rope_inv_freq, s.max_ctx);
+    // Each layer's own RoPE (gemma3: the sliding layers' local base), for codecs of pre-RoPE keys.
+    std::shared_ptr<const kv::RopeAngles> rope, rope_local;
+    if (int(s.rope_inv_freq.size()) * 2 == s.head_dim) rope = kv::RopeAngles::make(s.rope_inv_freq, s.max_ctx);
+    if (int(s.rope_local_inv_freq.size()) * 2 == s.head_dim) rope_local = kv::RopeAngles::make(s.rope_local_inv_freq, s.max_ctx);
     cap_ = s.max_ctx;
     const int H = s.n_kv_heads, D = s.head_dim;
     layers_.resize(s.n_layers);
@@ -92,6 +95,7 @@ class QuantCache final : public KVCache {
         st.round_f16 = spec.method != "f32";
         if (!spec.full_precision()) {
           ctx.layer = l;
+          ctx.rope = !s.rope_local.empty() && s.rope_local[size_t(l)] ? rope_local : rope;
           st.codec = kv::make_codec(spec, side == 0 ? kv::Side::Key : kv::Side::Value, ctx);
           st.G = st.codec->token_group();
           const double r = spec.number("r", spec.method == "kivi" && c.residual < 0 ? 128 : std::max(0, c.residual),

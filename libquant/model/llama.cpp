@@ -154,8 +154,13 @@ KVShape LlamaModel::kv_shape(int max_ctx) const {
   s.head_dim = cfg_.head_dim;
   s.max_ctx = max_ctx;
   s.scale = cfg_.attn_scale();
-  // Key codecs that undo RoPE need one table for every layer: gemma3's two bases have none.
-  if (cfg_.rope_local_theta <= 0 || rope_local_.inv_freq() == rope_.inv_freq()) s.rope_inv_freq = rope_.inv_freq();
+  // Key codecs that undo RoPE need each layer's table: gemma3's sliding layers have their own base.
+  s.rope_inv_freq = rope_.inv_freq();
+  if (cfg_.rope_local_theta > 0 && rope_local_.inv_freq() != rope_.inv_freq()) {
+    s.rope_local_inv_freq = rope_local_.inv_freq();
+    s.rope_local.resize(size_t(cfg_.n_layers));
+    for (int l = 0; l < cfg_.n_layers; ++l) s.rope_local[size_t(l)] = cfg_.is_sliding(l) ? 1 : 0;
+  }
   s.softcap = cfg_.attn_softcap;
   if (!cfg_.sliding.empty())  // gemma, phi3
     for (int l = 0; l < cfg_.n_layers; ++l) s.window.push_back(cfg_.is_sliding(l) ? cfg_.sliding_window : 0);
