@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "formats/error.h"
@@ -107,9 +108,9 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       consider(affine_ls(grid, consider(g), g));
     }
     for (int k = 0; k < 2; ++k) consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
-  } else if (scheme == "int8" || scheme == "int8_ct" || scheme == "int4") {
+  } else if (scheme == "int8" || scheme == "int8_ct" || scheme == "int4" || scheme == "int4_ct") {
     const float qmin = float(grid.qmin()), qmax = float(grid.qmax());
-    const float top = scheme == "int8" ? 127.0f : scheme == "int8_ct" ? 127.5f : 7.0f;
+    const float top = scheme == "int8" ? 127.0f : scheme == "int8_ct" ? 127.5f : scheme == "int4_ct" ? 7.5f : 7.0f;
     double best_err = sym_try(v, imp, n, best.scale, qmin, qmax).err;
     auto consider = [&](const GroupParams& g) {
       const SymTry t = sym_try(v, imp, n, g.scale, qmin, qmax);
@@ -123,7 +124,7 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
       consider(refit(consider(g), g));
     }
-  } else {  // nf4/fp4: table lookups through the grid
+  } else if (scheme == "nf4" || scheme == "fp4") {  // table lookups through the grid
     double best_err = weighted_error(grid, v, imp, n, best);
     auto consider = [&](const GroupParams& g) {
       const double e = weighted_error(grid, v, imp, n, g);
@@ -134,6 +135,8 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       consider(g);
       consider(refit_scale(grid, v, imp, n, g));
     }
+  } else {
+    throw std::logic_error("fit_weighted: no weighted fit for scheme " + scheme);
   }
   return best;
 }

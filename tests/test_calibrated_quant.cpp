@@ -86,7 +86,7 @@ TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
 // importance concentrated on a few channels it does much better on them.
 TEST(WeightedFit, NeverWorseThanRtnAndFollowsTheImportance) {
   const int64_t n = 64;
-  for (const char* scheme : {"affine", "int8", "int4", "nf4"}) {
+  for (const char* scheme : {"affine", "int8", "int4", "int4_ct", "nf4"}) {
     SchemeParams p = default_params(scheme);
     p.group_size = scheme == std::string("int4") ? 128 : 64;
     if (scheme == std::string("int8")) p.group_size = 64;
