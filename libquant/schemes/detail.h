@@ -79,7 +79,7 @@ inline PackedTensor finish_packed(const SchemeParams& p, int64_t rows, int64_t c
   return t;
 }
 
-// torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct).
+// torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct, int4_ct).
 inline float dtype_eps(DType t) {
   switch (t) {
     case DType::BF16: return 0.0078125f;     // 2^-7
@@ -107,5 +107,23 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
 void bnb4_dequantize(const PackedTensor& t, const float* table, float* out);
 const float* nf4_table();  // 16 values, index = code
 const float* fp4_table();
+
+// compressed-tensors' symmetric groups (int8_ct, int4_ct): per row and group, s = T(absmax / top)
+// (top = (qmax − qmin)/2: 127.5, 7.5), a zero group's s = eps(T), stored to `scales`; then
+// codes(v, n, s, first element's index) writes the group's codes.
+template <class Codes>
+void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, float top, OutTensor& scales,
+                         Codes codes) {
+  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* v = w + r * cols + g * gl;
+      float s = round_to(p.dtype, span_absmax(v, gl) / top);
+      if (s == 0.0f) s = dtype_eps(p.dtype);
+      codes(v, gl, s, r * cols + g * gl);
+      scales.store_float(size_t(r * ng + g), s);
+    }
+}
 
 }  // namespace qt::schemes_detail

@@ -39,18 +39,9 @@ void int4_ct_codes(const float* v, int64_t n, float s, DType T, uint32_t* words)
 PackedTensor int4_ct_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = int4_ct_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
-  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
-  const DType T = p.dtype;
   uint32_t* q = data.as<uint32_t>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < ng; ++g) {
-      const float* v = w + r * cols + g * gl;
-      float s = round_to(T, span_absmax(v, gl) / 7.5f);
-      if (s == 0.0f) s = dtype_eps(T);
-      int4_ct_codes(v, gl, s, T, q + (r * cols + g * gl) / 8);
-      scales.store_float(size_t(r * ng + g), s);
-    }
+  ct_symmetric_groups(w, rows, cols, p, 7.5f, scales,
+                      [&](const float* v, int64_t n, float s, int64_t at) { int4_ct_codes(v, n, s, p.dtype, q + at / 8); });
   return finish_packed(p, rows, cols, data, scales);
 }
 
