@@ -107,7 +107,9 @@ std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck, const 
           search_scales(A.data(), T, site.cols, readers, alphas, [&](double a) {
             return to_columns(site, opt.awq ? awq_scales(stat, a) : smooth_scales(stat, wmax, a));
           });
-      std::vector<float> s = opt.awq ? awq_scales(stat, best.alpha) : smooth_scales(stat, wmax, best.alpha);
+      const std::vector<float> s = best.alpha < 0 ? std::vector<float>(size_t(site.n_scales), 1.0f)
+                                   : opt.awq    ? awq_scales(stat, best.alpha)
+                                                : smooth_scales(stat, wmax, best.alpha);
       folder.fold(site, s);
       for (const std::string& r : site.readers) out[r] = best.scales;
       site_scales.push_back(best.scales);

@@ -105,9 +105,11 @@ ScaleSearchResult search_scales(const float* X, int64_t n, int64_t cols, const s
     }
     return sum / double(out_elems);
   };
+  // s = 1 (leave the site alone) is the first candidate: SmoothQuant's rule has no α giving it.
   ScaleSearchResult best;
-  best.loss = INFINITY;
-  best.loss_unit = loss_of(std::vector<float>(size_t(cols), 1.0f));
+  best.alpha = -1;
+  best.scales.assign(size_t(cols), 1.0f);
+  best.loss = best.loss_unit = loss_of(best.scales);
   for (double a : alphas) {
     std::vector<float> s = scales_for(a);
     const double l = loss_of(s);

@@ -7,7 +7,8 @@
 // fake-quantized with its scheme's RTN rule and divided back by s, the input is
 // diag(s)⁻¹X — fake-quantized per token to int8 (absmax/127, the W8A8/W4A8 kernels' rule) when
 // the scheme quantizes activations — times s, and the loss is the mean squared difference of the
-// readers' outputs from the float ones, X·Wᵀ. The α with the least loss wins (the first on a tie).
+// readers' outputs from the float ones, X·Wᵀ. s = 1 is tried first, then each α; the least loss
+// wins (the earlier on a tie, so AWQ's α = 0, which is s = 1, reports as −1).
 // AWQ's reference measures the whole attention / MLP module's output for q/k/v and gate/up; we
 // measure the readers' own outputs, as it does for o_proj and down_proj.
 //
@@ -34,7 +35,7 @@ struct SearchReader {
 };
 
 struct ScaleSearchResult {
-  double alpha = 0;
+  double alpha = -1;     // −1: s = 1 won
   double loss = 0;       // of the chosen scales
   double loss_unit = 0;  // of s = 1 (no smoothing)
   std::vector<float> scales;  // per column
