@@ -127,8 +127,11 @@ std::vector<float> clip_search(const SchemeGrid& grid, float* w, int64_t rows, i
   Mat xs(ns, cols);
   for (int64_t t = 0; t < ns; ++t)
     for (int64_t j = 0; j < cols; ++j) xs(t, j) = X[t * step * cols + j];
-  std::vector<Mat> gram(static_cast<size_t>(ng));
-  for (int64_t g = 0; g < ng; ++g) gram[g] = xs.middleCols(g * gl, gl).transpose() * xs.middleCols(g * gl, gl);
+  // ‖X_g d‖² as dᵀ G d costs gl² per candidate, through the tokens ns·gl: the smaller one.
+  const bool use_gram = gl <= ns;
+  std::vector<Mat> gram(static_cast<size_t>(use_gram ? ng : 0));
+  for (int64_t g = 0; g < int64_t(gram.size()); ++g)
+    gram[g] = xs.middleCols(g * gl, gl).transpose() * xs.middleCols(g * gl, gl);
   const int n_cand = int(max_shrink * n_grid);
   std::vector<float> best_max(size_t(rows * ng));
 #pragma omp parallel for schedule(dynamic, 4)
@@ -146,7 +149,7 @@ std::vector<float> clip_search(const SchemeGrid& grid, float* w, int64_t rows, i
         for (int64_t j = 0; j < gl; ++j) c[j] = std::clamp(v[j], -mv, mv);
         const GroupParams p = grid.stored(grid.fit_rtn(c.data(), gl));
         for (int64_t j = 0; j < gl; ++j) d[j] = v[j] - grid.value(grid.code(c[j], p), p);
-        const double err = d.dot(gram[g] * d);
+        const double err = use_gram ? double(d.dot(gram[g] * d)) : double((xs.middleCols(g * gl, gl) * d).squaredNorm());
         if (err < best_err) best_err = err, best = mv;
       }
       for (int64_t j = 0; j < gl; ++j) v[j] = std::clamp(v[j], -best, best);

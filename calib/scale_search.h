@@ -16,7 +16,8 @@
 // max_val = m·(1 − i/n_grid) for i < max_shrink·n_grid (m = the group's absmax), the group
 // clamped to ±max_val and fake-quantized with the scheme's RTN rule; the error is
 // Σ_t (x_t,g · (w_g − ŵ_g))² over every step-th calibration token (step = n/512, as the reference
-// sub-samples), computed as dᵀ G d with the group's Gram matrix G = Σ_t x_t,gᵀ x_t,g. The weight
+// sub-samples), computed as dᵀ G d with the group's Gram matrix G = Σ_t x_t,gᵀ x_t,g (or through
+// the tokens when a group is wider than the sample). The weight
 // is clamped in place to the best max_val.
 #pragma once
 #include <cstdint>

@@ -42,15 +42,28 @@ C[w4a8-keepemb-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedd
 C[w8a8-smooth-0.8]="--scheme int8 --group-size 0 --smooth $S --alpha 0.8"
 C[w8a8-smooth-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha 0.5 $G"
 C[nf4-gptq-imat]="--scheme nf4 --group-size 64 --format native --embedding-bits 4 $G --imatrix $S"
+# issue 17, second round: searched SmoothQuant α, AWQ (4 chunks of the calibration text for the searches)
+A="--calib $V --search-chunks 4"
+G2="--gptq --calib-chunks 32"
+C[w8a8-smooth-auto]="--scheme int8 --group-size 0 --smooth $S --alpha auto $A"
+C[w8a8-smooth-auto-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha auto $A $G2"
+C[w4a8-keepemb-awq-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq $A $G2 --imatrix $S"
+C[w4a8-awq-gptq-imat]="--scheme int4 --group-size 0 --awq $A $G2 --imatrix $S"
+C[a3-mix-awq-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --awq $A $G2 --imatrix $S"
+C[a3-g32-mixm-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 6 $G --imatrix $S"
+C[a3-g32-mixm-e7-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 7 $G --imatrix $S"
+C[a4-awq-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A $G2 --imatrix $S"
 rows=${@:-${!C[@]}}
 mkdir -p rows
 job() {
   n=$1; shift
+  s=$SECONDS
   ./quanttool convert --in model.gguf --out m-$n --force --threads 2 $@ > rows/$n.convert.log 2>&1
+  echo "convert wall $((SECONDS - s)) s" >> rows/$n.convert.log
   ./quanttool eval-ppl --model m-$n --text $T --chunks 64 --threads 2 --kl-base-model model.gguf --json rows/$n.json > rows/$n.eval.log 2>&1
   echo "$n done"
 }
 export -f job; export T
-for n in $rows; do echo "$n ${C[$n]}"; done | timeout 540 xargs -P 8 -L 1 bash -c 'job $0 "$@"' || true
+for n in $rows; do echo "$n ${C[$n]}"; done | timeout ${QT_ROWS_TIMEOUT:-540} xargs -P 8 -L 1 bash -c 'job $0 "$@"' || true
 tar czf $OUT/rows.tar.gz rows
 lscpu | grep -E "Model name|Flags" | cut -c1-200 > $OUT/cpu.txt

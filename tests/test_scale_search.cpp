@@ -87,6 +87,15 @@ TEST(AwqSearch, MatchesTheTorchReference) {
     ASSERT_LE(std::abs(ws[k]), mv);
     if (std::abs(before[k]) <= mv) ASSERT_EQ(ws[k], before[k]);
   }
+  // A sample smaller than a group (107 tokens, 128 columns) measures the error through the
+  // tokens rather than the Gram matrix: the same choices as the reference's.
+  std::vector<float> ws100(before);
+  const std::vector<float> got100 = calib::clip_search(grid, ws100.data(), g.rows, g.cols, xs.data(), g.n, 20, 0.5, 100);
+  const std::vector<float> ref100 = to_f32(g.f.get("clip_max_100"));
+  int same100 = 0;
+  for (size_t i = 0; i < ref100.size(); ++i) same100 += std::abs(got100[i] - ref100[i]) <= 1e-5f * std::abs(ref100[i]);
+  EXPECT_GE(same100, int(ref100.size()) - 2);
+  EXPECT_NE(ref100, ref);  // a different sample: a different answer, so both paths are checked
 }
 
 // SmoothQuant's α grid under W8A8 (int8 per channel, int8 per token) picks the reference's α.

@@ -18,7 +18,8 @@ clamp(rint(w/scale), -8, 7)) for AWQ, int8 (absmax/127, q in -128..127) for Smoo
 
 Run:  /work/venv-torch/bin/python tests/golden/make_awq_golden.py
 Output: tests/golden/calib/awq.safetensors (float32): X [640,256], W [48,256], awq_alpha,
-awq_scales [256], awq_loss [1], clip_max [48,2], smooth_alpha, smooth_scales [256], smooth_loss [1].
+awq_scales [256], awq_loss [1], clip_max [48,2] (512 sampled
+tokens: all 640) and clip_max_100 [48,2] (n_sample_token 100: every 6th token), smooth_alpha, smooth_scales [256], smooth_loss [1].
 """
 import os
 
@@ -70,22 +71,27 @@ for r in range(20):
 awq_loss = best
 
 # --- AWQ clip search (llm-awq auto_clip_layer) on the scaled weight and input ---
-w = (W * best_scales.view(1, -1)).reshape(rows, 1, -1, group)
-feat = (X / best_scales.view(1, -1)).reshape(1, tokens, -1, group)
-feat = feat[:, 0 :: feat.shape[1] // 512]
-org_max = w.abs().amax(dim=-1, keepdim=True)
-best_max = org_max.clone()
-min_errs = torch.ones_like(org_max) * 1e9
-org = (feat * w).sum(dim=-1)
-for i_s in range(int(0.5 * 20)):
-    max_val = org_max * (1 - i_s / 20)
-    cur = torch.clamp(w, -max_val, max_val)
-    qw = q_int4(cur.reshape(rows, cols)).reshape(w.shape)
-    err = ((feat * qw).sum(dim=-1) - org).pow(2).mean(dim=1).view(min_errs.shape)
-    better = err < min_errs
-    min_errs[better] = err[better]
-    best_max[better] = max_val[better]
-clip_max = best_max.reshape(rows, -1)
+def auto_clip(n_sample_token):
+    w = (W * best_scales.view(1, -1)).reshape(rows, 1, -1, group)
+    feat = (X / best_scales.view(1, -1)).reshape(1, tokens, -1, group)
+    feat = feat[:, 0 :: feat.shape[1] // n_sample_token]
+    org_max = w.abs().amax(dim=-1, keepdim=True)
+    best_max = org_max.clone()
+    min_errs = torch.ones_like(org_max) * 1e9
+    org = (feat * w).sum(dim=-1)
+    for i_s in range(int(0.5 * 20)):
+        max_val = org_max * (1 - i_s / 20)
+        cur = torch.clamp(w, -max_val, max_val)
+        qw = q_int4(cur.reshape(rows, cols)).reshape(w.shape)
+        err = ((feat * qw).sum(dim=-1) - org).pow(2).mean(dim=1).view(min_errs.shape)
+        better = err < min_errs
+        min_errs[better] = err[better]
+        best_max[better] = max_val[better]
+    return best_max.reshape(rows, -1), org_max.reshape(rows, -1)
+
+
+clip_max, org_max = auto_clip(512)
+clip_max_100, _ = auto_clip(100)  # 107 tokens, fewer than a group's 128 columns
 
 # --- SmoothQuant alpha search, W8A8 ---
 a_max = X.abs().amax(dim=0)
@@ -111,8 +117,9 @@ out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calib", "awq.saf
 save_file({"X": X.contiguous(), "W": W.contiguous(),
            "awq_alpha": torch.tensor([best_ratio], dtype=torch.float32), "awq_scales": best_scales.contiguous(),
            "awq_loss": torch.tensor([awq_loss], dtype=torch.float32), "clip_max": clip_max.contiguous(),
+           "clip_max_100": clip_max_100.contiguous(),
            "smooth_alpha": torch.tensor([a_best], dtype=torch.float32), "smooth_scales": s_best.contiguous(),
            "smooth_loss": torch.tensor([l_best], dtype=torch.float32)}, out)
 print(f"torch {torch.__version__}, safetensors {safetensors.__version__}: wrote {out}")
-print(f"awq ratio {best_ratio} loss {awq_loss:.6g}; clipped groups {(clip_max < org_max.reshape(rows, -1)).sum().item()}"
+print(f"awq ratio {best_ratio} loss {awq_loss:.6g}; clipped groups {(clip_max < org_max).sum().item()}"
       f" of {clip_max.numel()}; smooth alpha {a_best} loss {l_best:.6g} (unit {w8a8_loss(torch.ones(cols)):.6g})")
