@@ -53,7 +53,7 @@ C[a3-mix-awq-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 -
 C[a3-g32-mixm-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 6 $G --imatrix $S"
 C[a3-g32-mixm-e7-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 7 $G --imatrix $S"
 C[a4-awq-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A $G2 --imatrix $S"
-rows=${@:-${!C[@]}}
+if [ $# -gt 0 ]; then rows=("$@"); else rows=("${!C[@]}"); fi
 mkdir -p rows
 job() {
   n=$1; shift
@@ -64,6 +64,8 @@ job() {
   echo "$n done"
 }
 export -f job; export T
-for n in $rows; do echo "$n ${C[$n]}"; done | timeout ${QT_ROWS_TIMEOUT:-540} xargs -P 8 -L 1 bash -c 'job $0 "$@"' || true
+# Every row at once (at most 8: 2 threads each on the 16 cores), each under the time limit.
+for n in "${rows[@]}"; do timeout ${QT_ROWS_TIMEOUT:-540} bash -c 'job "$@"' _ $n ${C[$n]} & done
+wait || true
 tar czf $OUT/rows.tar.gz rows
 lscpu | grep -E "Model name|Flags" | cut -c1-200 > $OUT/cpu.txt
