@@ -10,14 +10,15 @@
 set -e
 R=$PWD
 mkdir -p /tmp/kit && cd /tmp/kit
-cp -r $R/build/devkit-calib/* .
+KIT=${QT_KIT:-$R/build/devkit-calib}
+cp -r $KIT/* .
 python3 -c "import tarfile; tarfile.open('bins.tar.xz').extractall('.')"
 [ -f model.gguf ] || cat model.part.aa model.part.ab model.part.ac > model.gguf
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  model.gguf" | sha256sum -c
 export LD_LIBRARY_PATH=/tmp/kit
 chmod +x quanttool
 T=$R/data/wikitext-2/wiki.test.raw V=$R/data/wikitext-2/wiki.valid.tokens.txt S=/tmp/kit/stats.safetensors
-RC=$R/recipes
+RC=${QT_RECIPES:-$R/recipes}
 G="--gptq --calib $V --calib-chunks 32"
 declare -A C
 C[w8a8]="--scheme int8 --group-size 0"
