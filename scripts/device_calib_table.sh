@@ -52,7 +52,14 @@ C[w4a8-keepemb-awq-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-em
 C[w4a8-awq-gptq-imat]="--scheme int4 --group-size 0 --awq $A $G2 --imatrix $S"
 C[a3-mix-awq-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --awq $A $G2 --imatrix $S"
 C[a3-g32-mixm-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 6 $G --imatrix $S"
-C[a3-g32-mixm-e7-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 7 $G --imatrix $S"
+C[a3-g32-mixm-gptq-imat-actorder]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 6 $G --act-order --imatrix $S"
+C[a3-g32-mixl-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-l.json --embedding-bits 6 $G --imatrix $S"
+C[w4a8-keepemb-smoothauto-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --smooth $S --alpha auto $A $G2 --imatrix $S"
+C[w4a8-smoothauto-gptq-imat]="--scheme int4 --group-size 0 --smooth $S --alpha auto $A $G2 --imatrix $S"
+C[w4a8-keepemb-awq-noclip-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq --no-clip $A $G2 --imatrix $S"
+C[a4-awq]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A"
+C[a4-awq-noclip-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq --no-clip $A $G2 --imatrix $S"
+C[a3-mix-awq]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --awq $A"
 C[a4-awq-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A $G2 --imatrix $S"
 if [ $# -gt 0 ]; then rows=("$@"); else rows=("${!C[@]}"); fi
 mkdir -p rows
