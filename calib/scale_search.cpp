@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 
 #include "libquant/model/linear.h"
+#include "libquant/schemes/scheme.h"
 
 namespace qt::calib {
 
@@ -21,16 +22,12 @@ void fake_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t
 }
 
 void fake_quantize_tokens_int8(const float* x, int64_t n, int64_t cols, float* out) {
+  std::vector<int8_t> q(size_t(n * cols));
+  std::vector<float> sx(static_cast<size_t>(n));
+  quantize_activations_int8(x, n, cols, q.data(), sx.data());  // the kernels' own per-token codes
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n; ++t) {
-    const float* row = x + t * cols;
-    float a = 0;
-    for (int64_t j = 0; j < cols; ++j) a = std::max(a, std::abs(row[j]));
-    float s = a / 127.0f;
-    if (s == 0.0f) s = 1.0f;
-    const float inv = 1.0f / s;
-    for (int64_t j = 0; j < cols; ++j) out[t * cols + j] = std::clamp(std::rint(row[j] * inv), -128.0f, 127.0f) * s;
-  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < cols; ++j) out[t * cols + j] = float(q[t * cols + j]) * sx[t];
 }
 
 std::vector<float> awq_scales(const std::vector<float>& m, double alpha) {

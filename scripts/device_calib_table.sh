@@ -59,6 +59,13 @@ C[w4a8-smoothauto-gptq-imat]="--scheme int4 --group-size 0 --smooth $S --alpha a
 C[w4a8-keepemb-awq-noclip-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq --no-clip $A $G2 --imatrix $S"
 C[a4-awq]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A"
 C[a4-awq-noclip-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq --no-clip $A $G2 --imatrix $S"
+C[w8a8-smooth-auto8-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha auto --calib $V --search-chunks 8 $G2"
+C[w4a8-keepemb-smoothauto-gptq-imat-actorder]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --smooth $S --alpha auto $A $G2 --act-order --imatrix $S"
+C[w4a8-keepemb-smoothauto8-gptq64-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --smooth $S --alpha auto --calib $V --search-chunks 8 --gptq --calib-chunks 64 --imatrix $S"
+C[w4a8-keepemb-awq-noclip-gptq-imat-actorder]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq --no-clip $A $G2 --act-order --imatrix $S"
+C[w4a8-smoothauto-gptq-imat-actorder]="--scheme int4 --group-size 0 --smooth $S --alpha auto $A $G2 --act-order --imatrix $S"
+C[a3-g32-mixl-gptq-imat-actorder]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-l.json --embedding-bits 6 $G --act-order --imatrix $S"
+C[a3-mixl-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix-l.json $G --imatrix $S"
 C[a3-mix-awq]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --awq $A"
 C[a4-awq-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A $G2 --imatrix $S"
 if [ $# -gt 0 ]; then rows=("$@"); else rows=("${!C[@]}"); fi

@@ -124,13 +124,7 @@ TEST(ScaleFold, FoldedModelComputesTheSameLogits) {
   MappedFile mf = map_file(test::data_file("wikitext-2/wiki.valid.tokens.txt"));
   std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), 20000), true);
   const int ctx = 64;
-  auto logits_of = [&](const Checkpoint& c) {
-    LlamaModel m(c, Compute::F32);
-    auto cache = m.make_cache(ctx);
-    std::vector<float> out(size_t(ctx) * c.config.vocab);
-    m.forward(ids.data(), ctx, 0, *cache, 0, ctx, out.data());
-    return out;
-  };
+  auto logits_of = [&](const Checkpoint& c) { return test::fp32_logits(c, ids, ctx); };
   const std::vector<float> ref = logits_of(ck);
   calib::ActStats stats;
   {
