@@ -1,6 +1,9 @@
 // quanttool convert --in MODEL --out DIR [--format hf|mlx|native] [--dtype bf16|f16|f32]
 //                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
 //                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
+//                   [--imatrix STATS] [--smooth STATS [--alpha A|auto]] [--awq [--no-clip]]
+//                   [--gptq [--act-order] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
+//                   (calibration: calib/weight_calibration.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,

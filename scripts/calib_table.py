@@ -54,6 +54,13 @@ ROWS = {
     "a3-mix-awq-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix --awq --calib V --search-chunks 4 --gptq --imatrix S"),
     "a3-g32-mixm-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-m --embedding-bits 6 --gptq --calib V --imatrix S"),
     "a3-g32-mixm-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-m --embedding-bits 6 --gptq --calib V --act-order --imatrix S"),
+    "w8a8-smooth-auto8-gptq": ("SmoothQuant auto+GPTQ", "--scheme int8 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 8 --gptq"),
+    "w4a8-keepemb-smoothauto-gptq-imat-actorder": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --recipe keep-embedding --smooth S --alpha auto --calib V --search-chunks 4 --gptq --act-order --imatrix S"),
+    "w4a8-keepemb-smoothauto8-gptq64-imat": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --recipe keep-embedding --smooth S --alpha auto --calib V --search-chunks 8 --gptq --calib-chunks 64 --imatrix S"),
+    "w4a8-keepemb-awq-noclip-gptq-imat-actorder": ("AWQ+GPTQ+imatrix", "--scheme int4 --group-size 0 --recipe keep-embedding --awq --no-clip --calib V --search-chunks 4 --gptq --act-order --imatrix S"),
+    "w4a8-smoothauto-gptq-imat-actorder": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 4 --gptq --act-order --imatrix S"),
+    "a3-g32-mixl-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --act-order --imatrix S"),
+    "a3-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix-l --gptq --calib V --imatrix S"),
     "a3-g32-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --imatrix S"),
 }
 NOTES = {
