@@ -1,6 +1,9 @@
 // quanttool convert --in MODEL --out DIR [--format hf|mlx|native] [--dtype bf16|f16|f32]
 //                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
 //                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
+//                   [--imatrix STATS] [--smooth STATS [--alpha A|auto]] [--awq [--no-clip]]
+//                   [--gptq [--act-order] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
+//                   (calibration: calib/weight_calibration.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
@@ -471,7 +474,7 @@ bool is_nonempty(const fs::path& p) {
 }
 
 struct Args {
-  std::string in, out, format, dtype, max_shard = "5GB", gguf_type;
+  std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
   bool force = false, fsync = false;
   int threads = 0;
   QuantArgs q;
@@ -499,7 +502,8 @@ int run_gguf(const Args& a) {
       a.q.strict || a.q.untie)
     user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
-  if (!a.c.smooth.empty() || a.c.gptq) user_error("--smooth, --gptq: not supported with --format gguf yet");
+  if (!a.c.smooth.empty() || a.c.gptq || a.c.awq)
+    user_error("--smooth, --gptq, --awq: not supported with --format gguf yet");
   const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, kGgufExportTypes);
@@ -562,8 +566,20 @@ int run(const Args& a) {
     if (format == l.name) layout = &l;
   if (!layout) user_error("--format: unknown output layout '{}' (hf, mlx, native, compressed-tensors, bnb, gguf)", format);
   QuantPlanner planner(a.q, format);
-  calib::WeightCalibration calib(a.c);
-  if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq: need --scheme");
+  calib::WeightCalibArgs ca = a.c;
+  if (a.alpha == "auto") {
+    ca.alpha_auto = true;
+  } else if (!a.alpha.empty()) {
+    size_t pos = 0;
+    try {
+      ca.alpha = std::stod(a.alpha, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    if (pos == 0 || pos != a.alpha.size()) user_error("--alpha: '{}' is neither a number nor auto", a.alpha);
+  }
+  calib::WeightCalibration calib(ca);
+  if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq, --awq: need --scheme");
 
   // Refuse before doing any work: nothing is written when --out is taken.
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -659,7 +675,14 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                        sub.add_flag("--strict", a->q.strict, "refuse a weight the group size does not fit");
                        sub.add_flag("--untie", a->q.untie, "write a separate lm_head.weight for a tied model");
                        sub.add_option("--smooth", a->c.smooth, "SmoothQuant: fold scales from this act-stats file");
-                       sub.add_option("--alpha", a->c.alpha, "SmoothQuant migration strength")->capture_default_str();
+                       sub.add_option("--alpha", a->alpha,
+                                      "SmoothQuant migration strength in [0, 1] (default 0.5), or auto: searched "
+                                      "per layer on the --calib text");
+                       sub.add_flag("--awq", a->c.awq, "AWQ: activation-aware scale and clip search on the --calib text");
+                       sub.add_flag("--no-clip", a->c.no_clip, "--awq: scale search only");
+                       sub.add_option("--search-chunks", a->c.search_chunks,
+                                      "chunks of 512 tokens for --awq / --alpha auto")
+                           ->capture_default_str();
                        sub.add_option("--imatrix", a->c.imatrix, "importance-weighted group scales from this act-stats file");
                        sub.add_flag("--gptq", a->c.gptq, "GPTQ, sequential over the --calib text");
                        sub.add_option("--calib", a->c.calib_text, "calibration text for --gptq (wiki.valid.tokens.txt)");

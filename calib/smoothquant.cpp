@@ -17,107 +17,101 @@ std::vector<float> smooth_scales(const std::vector<float>& a, const std::vector<
   return s;
 }
 
-namespace {
-
-// A float tensor of ck as an owned fp32 [rows, cols] matrix (or vector) we may rewrite.
-std::vector<float>& owned(Checkpoint& ck, const std::string& name, std::map<std::string, std::vector<float>>& m) {
-  auto it = m.find(name);
-  if (it == m.end()) it = m.emplace(name, to_f32(ck.get(name))).first;
-  return it->second;
+std::vector<FoldSite> fold_sites(const ModelConfig& c, int layer, const SmoothOptions& opt) {
+  const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim, Q = int64_t(c.n_heads) * D,
+                KV = int64_t(c.n_kv_heads) * D, group = c.n_heads / c.n_kv_heads;
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  std::vector<FoldSite> sites;
+  sites.push_back({p + "input_layernorm.weight", true,
+                   {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+                   {Q, KV, KV}, H, H, {}});
+  if (opt.fold_vo) {
+    // o_proj column i = head h, dim d reads v row (h / group)·D + d.
+    FoldSite s{p + "self_attn.v_proj.weight", false, {p + "self_attn.o_proj.weight"}, {H}, Q, KV, {}};
+    s.scale_index.resize(size_t(Q));
+    for (int64_t i = 0; i < Q; ++i) s.scale_index[i] = (i / D) / group * D + i % D;
+    sites.push_back(std::move(s));
+  }
+  sites.push_back({p + "post_attention_layernorm.weight", true, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                   {F, F}, H, H, {}});
+  if (opt.fold_up_down)
+    sites.push_back({p + "mlp.up_proj.weight", false, {p + "mlp.down_proj.weight"}, {H}, F, F, {}});
+  return sites;
 }
 
-const ChannelStats& need(const ActStats& s, const std::string& name) {
-  const ChannelStats* c = s.find(name);
-  if (!c) user_error("act-stats: no statistics for {} (made for another model?)", name);
-  return *c;
+std::vector<float> to_scale_space(const FoldSite& site, const std::vector<float>& v) {
+  if (site.scale_index.empty()) return v;
+  std::vector<float> r(size_t(site.n_scales), 0.0f);
+  for (int64_t i = 0; i < site.cols; ++i) r[site.scale_index[i]] = std::max(r[site.scale_index[i]], v[i]);
+  return r;
 }
 
-// max over rows of |W[r, j]| for every column j, folded into acc.
-void col_absmax(const std::vector<float>& W, int64_t rows, int64_t cols, std::vector<float>& acc) {
+std::vector<float> to_columns(const FoldSite& site, const std::vector<float>& s) {
+  if (site.scale_index.empty()) return s;
+  std::vector<float> r(size_t(site.cols));
+  for (int64_t i = 0; i < site.cols; ++i) r[i] = s[site.scale_index[i]];
+  return r;
+}
+
+void col_absmax(const float* W, int64_t rows, int64_t cols, std::vector<float>& acc) {
   acc.resize(size_t(cols), 0.0f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) acc[j] = std::max(acc[j], std::abs(W[r * cols + j]));
 }
 
-void scale_cols(std::vector<float>& W, int64_t rows, int64_t cols, const std::vector<float>& s) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) W[r * cols + j] *= s[j];
+std::vector<float>& ScaleFolder::weight(const std::string& name) {
+  auto it = m_.find(name);
+  if (it == m_.end()) it = m_.emplace(name, to_f32(ck_.get(name))).first;
+  return it->second;
 }
 
-}  // namespace
+void ScaleFolder::fold(const FoldSite& site, const std::vector<float>& s) {
+  std::vector<float>& P = weight(site.producer);
+  if (site.producer_is_norm) {
+    for (int64_t j = 0; j < site.n_scales; ++j) P[j] /= s[j];
+  } else {  // the producer's output row j is channel j
+    const int64_t in = int64_t(P.size()) / site.n_scales;
+    for (int64_t r = 0; r < site.n_scales; ++r)
+      for (int64_t j = 0; j < in; ++j) P[r * in + j] /= s[r];
+    const std::string bias = site.producer.substr(0, site.producer.size() - 6) + "bias";
+    if (ck_.has(bias)) {
+      std::vector<float>& b = weight(bias);
+      for (int64_t r = 0; r < site.n_scales; ++r) b[r] /= s[r];
+    }
+  }
+  const std::vector<float> sc = to_columns(site, s);
+  for (size_t i = 0; i < site.readers.size(); ++i) {
+    std::vector<float>& W = weight(site.readers[i]);
+    for (int64_t r = 0; r < site.rows[i]; ++r)
+      for (int64_t j = 0; j < site.cols; ++j) W[r * site.cols + j] *= sc[j];
+  }
+}
+
+void ScaleFolder::finish() {
+  for (auto& [name, v] : m_) {
+    std::vector<int64_t> shape = ck_.get(name).shape;
+    ck_.tensors[name] = Tensor::from_f32(std::move(v), shape);
+  }
+  m_.clear();
+}
 
 std::map<std::string, std::vector<float>> smooth_checkpoint(Checkpoint& ck, const ActStats& stats,
                                                             const SmoothOptions& opt) {
   std::map<std::string, std::vector<float>> scales;
-  const ModelConfig& c = ck.config;
-  const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim, Q = int64_t(c.n_heads) * D,
-                KV = int64_t(c.n_kv_heads) * D, group = c.n_heads / c.n_kv_heads;
-  std::map<std::string, std::vector<float>> m;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    // (norm, readers, rows of each reader, input width)
-    struct Site {
-      std::string norm;
-      std::vector<std::string> readers;
-      std::vector<int64_t> rows;
-    };
-    const Site sites[] = {
-        {p + "input_layernorm.weight",
-         {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
-         {Q, KV, KV}},
-        {p + "post_attention_layernorm.weight", {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {F, F}}};
-    for (const Site& st : sites) {
+  ScaleFolder folder(ck);
+  for (int l = 0; l < ck.config.n_layers; ++l)
+    for (const FoldSite& site : fold_sites(ck.config, l, opt)) {
+      const ChannelStats* a = stats.find(site.readers[0]);
+      if (!a) user_error("act-stats: no statistics for {} (made for another model?)", site.readers[0]);
       std::vector<float> wmax;
-      for (size_t i = 0; i < st.readers.size(); ++i) col_absmax(owned(ck, st.readers[i], m), st.rows[i], H, wmax);
-      const std::vector<float> s = smooth_scales(need(stats, st.readers[0]).absmax, wmax, opt.alpha);
-      std::vector<float>& g = owned(ck, st.norm, m);
-      for (int64_t j = 0; j < H; ++j) g[j] /= s[j];
-      for (size_t i = 0; i < st.readers.size(); ++i) {
-        scale_cols(owned(ck, st.readers[i], m), st.rows[i], H, s);
-        scales[st.readers[i]] = s;
-      }
+      for (size_t i = 0; i < site.readers.size(); ++i)
+        col_absmax(folder.weight(site.readers[i]).data(), site.rows[i], site.cols, wmax);
+      const std::vector<float> s =
+          smooth_scales(to_scale_space(site, a->absmax), to_scale_space(site, wmax), opt.alpha);
+      folder.fold(site, s);
+      for (const std::string& r : site.readers) scales[r] = to_columns(site, s);
     }
-    if (opt.fold_vo) {
-      // o_proj column i = head h, dim d reads v row (h / group)·D + d.
-      const std::string vn = p + "self_attn.v_proj.weight", on = p + "self_attn.o_proj.weight";
-      const std::vector<float>& oa = need(stats, on).absmax;
-      std::vector<float> wo_max;
-      col_absmax(owned(ck, on, m), H, Q, wo_max);
-      std::vector<float> a(size_t(KV), 0.0f), w(size_t(KV), 0.0f);
-      for (int64_t i = 0; i < Q; ++i) {
-        const int64_t kv = (i / D) / group * D + i % D;
-        a[kv] = std::max(a[kv], oa[i]);
-        w[kv] = std::max(w[kv], wo_max[i]);
-      }
-      const std::vector<float> s = smooth_scales(a, w, opt.alpha);
-      std::vector<float>& V = owned(ck, vn, m);
-      for (int64_t r = 0; r < KV; ++r)
-        for (int64_t j = 0; j < H; ++j) V[r * H + j] /= s[r];
-      if (c.attention_bias) {
-        std::vector<float>& vb = owned(ck, p + "self_attn.v_proj.bias", m);
-        for (int64_t r = 0; r < KV; ++r) vb[r] /= s[r];
-      }
-      std::vector<float> so(static_cast<size_t>(Q));
-      for (int64_t i = 0; i < Q; ++i) so[i] = s[(i / D) / group * D + i % D];
-      scale_cols(owned(ck, on, m), H, Q, so);
-      scales[on] = so;
-    }
-    if (opt.fold_up_down) {
-      const std::string un = p + "mlp.up_proj.weight", dn = p + "mlp.down_proj.weight";
-      std::vector<float> wd_max;
-      col_absmax(owned(ck, dn, m), H, F, wd_max);
-      const std::vector<float> s = smooth_scales(need(stats, dn).absmax, wd_max, opt.alpha);
-      std::vector<float>& U = owned(ck, un, m);
-      for (int64_t r = 0; r < F; ++r)
-        for (int64_t j = 0; j < H; ++j) U[r * H + j] /= s[r];
-      scale_cols(owned(ck, dn, m), H, F, s);
-      scales[dn] = s;
-    }
-  }
-  for (auto& [name, v] : m) {
-    std::vector<int64_t> shape = ck.get(name).shape;
-    ck.tensors[name] = Tensor::from_f32(std::move(v), shape);
-  }
+  folder.finish();
   return scales;
 }
 

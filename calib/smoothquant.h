@@ -28,6 +28,42 @@ struct SmoothOptions {
   bool fold_up_down = true;  // down_proj ← up_proj
 };
 
+// One place where a per-channel scale folds exactly: the producer of the readers' input (a norm's
+// weight, or v_proj / up_proj, whose output rows are the channels) is divided by s, each reader's
+// input columns are multiplied by s. Under grouped-query attention an o_proj column c reads v
+// channel scale_index[c], so the n_scales (= KV width) scales are shared by those columns.
+struct FoldSite {
+  std::string producer;               // its weight (a norm) or output rows (+ bias) ÷ s
+  bool producer_is_norm = false;
+  std::vector<std::string> readers;   // weights whose columns × s; readers[0] names the statistics
+  std::vector<int64_t> rows;          // output rows of each reader
+  int64_t cols = 0;                   // the readers' input width
+  int64_t n_scales = 0;               // cols, or the KV width for o_proj under GQA
+  std::vector<int64_t> scale_index;   // column -> scale; empty: the identity
+};
+// The sites of block `layer` in this order: q/k/v ← input_layernorm, o_proj ← v_proj (when
+// opt.fold_vo), gate/up ← post_attention_layernorm, down_proj ← up_proj (when opt.fold_up_down).
+std::vector<FoldSite> fold_sites(const ModelConfig& c, int layer, const SmoothOptions& opt);
+// Per-column figures reduced to the site's scales (max over the columns sharing one), and back.
+std::vector<float> to_scale_space(const FoldSite& site, const std::vector<float>& per_column);
+std::vector<float> to_columns(const FoldSite& site, const std::vector<float>& scales);
+// max over rows of |W[r, j]| for every column j, folded into acc (acc sized to cols on first use).
+void col_absmax(const float* W, int64_t rows, int64_t cols, std::vector<float>& acc);
+
+// Rewrites a checkpoint's tensors through owned fp32 copies: fold() divides a site's producer
+// and multiplies its readers; finish() stores every rewritten tensor back into the checkpoint.
+class ScaleFolder {
+ public:
+  explicit ScaleFolder(Checkpoint& ck) : ck_(ck) {}
+  std::vector<float>& weight(const std::string& name);  // the owned fp32 copy (made on first use)
+  void fold(const FoldSite& site, const std::vector<float>& scales);  // scales: n_scales
+  void finish();
+
+ private:
+  Checkpoint& ck_;
+  std::map<std::string, std::vector<float>> m_;
+};
+
 // s_j = a_j^α / w_j^(1−α) with the clamps above (a: activation absmax, w: weight column absmax).
 std::vector<float> smooth_scales(const std::vector<float>& act_absmax, const std::vector<float>& w_absmax,
                                  double alpha);

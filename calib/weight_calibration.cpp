@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "calib/scale_fold.h"
 #include "calib/sequential.h"
 #include "calib/weighted_fit.h"
 #include "formats/error.h"
@@ -16,8 +17,16 @@ namespace qt::calib {
 WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
   if (!(a.alpha >= 0 && a.alpha <= 1)) user_error("--alpha: must be in [0, 1], got {}", a.alpha);
   if (a.gptq && a.calib_text.empty()) user_error("--gptq: give the calibration text with --calib TEXT");
-  if (!a.gptq && (!a.calib_text.empty() || a.act_order)) user_error("--calib, --act-order: need --gptq");
+  if (a.awq && a.calib_text.empty()) user_error("--awq: give the calibration text with --calib TEXT");
+  if (a.alpha_auto && (a.smooth.empty() || a.calib_text.empty()))
+    user_error("--alpha auto: needs --smooth STATS and the calibration text (--calib TEXT)");
+  if (a.awq && !a.smooth.empty()) user_error("--awq, --smooth: both fold scales into the model; give one");
+  if (!a.gptq && a.act_order) user_error("--act-order: needs --gptq");
+  if (!a.gptq && !a.awq && !a.alpha_auto && !a.calib_text.empty())
+    user_error("--calib: needs --gptq, --awq or --alpha auto");
+  if (a.no_clip && !a.awq) user_error("--no-clip: needs --awq");
   if (a.calib_chunks <= 0) user_error("--calib-chunks: must be positive, got {}", a.calib_chunks);
+  if (a.search_chunks <= 0) user_error("--search-chunks: must be positive, got {}", a.search_chunks);
   if (!a.calib_text.empty() && !std::filesystem::is_regular_file(a.calib_text))
     user_error("--calib {}: no such file", a.calib_text);
   if (!a.calib_text.empty() && std::filesystem::path(a.calib_text).filename().string().find("test") != std::string::npos)
@@ -26,11 +35,7 @@ WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
   if (!a.imatrix.empty()) imatrix_ = a.imatrix == a.smooth ? smooth_ : load_act_stats(a.imatrix);
 }
 
-void WeightCalibration::prepare(Checkpoint& ck) {
-  if (!smooth_) return;
-  SmoothOptions o;
-  o.alpha = a_.alpha;
-  const auto scales = smooth_checkpoint(ck, *smooth_, o);
+void WeightCalibration::rescale_imatrix(const std::map<std::string, std::vector<float>>& scales) {
   // The statistics were taken on the unsmoothed model; a smoothed projection reads X_j / s_j.
   if (imatrix_)
     for (auto& [name, s] : scales)
@@ -38,9 +43,34 @@ void WeightCalibration::prepare(Checkpoint& ck) {
         for (size_t j = 0; j < s.size(); ++j) it->second.absmax[j] /= s[j], it->second.sqmean[j] /= s[j] * s[j];
 }
 
-void WeightCalibration::run(const Checkpoint& ck, const std::map<std::string, SchemeParams>& plan) {
+void WeightCalibration::prepare(Checkpoint& ck) {
+  if (!smooth_ || a_.alpha_auto) return;
+  SmoothOptions o;
+  o.alpha = a_.alpha;
+  rescale_imatrix(smooth_checkpoint(ck, *smooth_, o));
+}
+
+const std::vector<int32_t>& WeightCalibration::calib_tokens(const Checkpoint& ck) {
+  if (!tokens_.empty()) return tokens_;
+  if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
+  MappedFile mf = map_file(a_.calib_text);
+  tokens_ = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  return tokens_;
+}
+
+void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan) {
+  const int32_t bos = ck.tokenizer && ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+  if (a_.awq || a_.alpha_auto) {
+    ScaleFoldOptions fo;
+    fo.awq = a_.awq;
+    fo.clip = !a_.no_clip;
+    if (smooth_) fo.stats = &*smooth_;
+    fo.seq.ctx = a_.calib_ctx;
+    fo.seq.chunks = a_.search_chunks;
+    fo.seq.bos_id = bos;
+    rescale_imatrix(search_and_fold(ck, plan, calib_tokens(ck), fo));
+  }
   if (!a_.gptq) return;
-  if (!ck.tokenizer) user_error("--gptq: {} has no tokenizer to read the calibration text with", ck.path);
   std::set<std::string> targets;
   for (auto& [name, p] : plan) {
     if (name == "model.embed_tokens.weight" && !(ck.config.tie_word_embeddings || !ck.has("lm_head.weight")))
@@ -49,13 +79,11 @@ void WeightCalibration::run(const Checkpoint& ck, const std::map<std::string, Sc
     if (getenv("QT_GPTQ_NOHEAD") && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) continue;
     targets.insert(name);
   }
-  MappedFile mf = map_file(a_.calib_text);
-  const std::vector<int32_t> ids =
-      ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  const std::vector<int32_t>& ids = calib_tokens(ck);
   SequentialOptions so;
   so.ctx = a_.calib_ctx;
   so.chunks = a_.calib_chunks;
-  so.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+  so.bos_id = bos;
   GptqOptions go;
   go.act_order = a_.act_order;
   go.weighted_groups = imatrix_.has_value();
@@ -81,7 +109,15 @@ std::optional<PackedTensor> WeightCalibration::quantize(const std::string& name,
 
 std::string WeightCalibration::describe() const {
   std::string s;
-  if (smooth_) s += fmt::format("smoothquant alpha {} ({} tokens of {}); ", a_.alpha, smooth_->tokens, smooth_->text);
+  if (smooth_ && a_.alpha_auto)
+    s += fmt::format("smoothquant alpha searched per site ({} chunks of {}; max|x| from {} tokens of {}); ",
+                     a_.search_chunks, std::filesystem::path(a_.calib_text).filename().string(), smooth_->tokens,
+                     smooth_->text);
+  else if (smooth_)
+    s += fmt::format("smoothquant alpha {} ({} tokens of {}); ", a_.alpha, smooth_->tokens, smooth_->text);
+  if (a_.awq)
+    s += fmt::format("awq scale{} search ({} chunks of {}); ", a_.no_clip ? "" : " and clip", a_.search_chunks,
+                     std::filesystem::path(a_.calib_text).filename().string());
   if (a_.gptq)
     s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ", a_.act_order ? " act-order" : "", a_.calib_chunks,
                      a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());

@@ -1,6 +1,10 @@
 // What `convert` does with the calibration flags (README "Calibrated quantization"):
 //   --smooth STATS [--alpha A]   SmoothQuant scales folded into the checkpoint before quantizing
 //   --imatrix STATS              importance-weighted group parameters (weighted_fit.h)
+//   --smooth STATS --alpha auto --calib TEXT
+//                                α searched per fold site on the text's activations (scale_fold.h)
+//   --awq --calib TEXT [--search-chunks N] [--no-clip]
+//                                AWQ's scale and clip search, folded like SmoothQuant (scale_fold.h)
 //   --gptq --calib TEXT [--calib-chunks N] [--act-order]
 //                                sequential GPTQ over the calibration text (gptq.h, sequential.h);
 //                                with --imatrix the group parameters use the weighted search too
@@ -10,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "calib/act_stats.h"
 #include "calib/gptq.h"
@@ -21,21 +26,23 @@ namespace qt::calib {
 
 struct WeightCalibArgs {
   std::string smooth, imatrix, calib_text;
-  bool gptq = false, act_order = false;
+  bool gptq = false, act_order = false, awq = false, no_clip = false;
   double alpha = 0.5;
-  int calib_chunks = 64, calib_ctx = 512;
+  bool alpha_auto = false;
+  int calib_chunks = 64, calib_ctx = 512, search_chunks = 8;
 };
 
 class WeightCalibration {
  public:
   // Checks the flags and reads the statistics files; UserError (one line) on a bad combination.
   explicit WeightCalibration(const WeightCalibArgs& a);
-  bool active() const { return smooth_ || imatrix_ || a_.gptq; }
+  bool active() const { return smooth_ || imatrix_ || a_.gptq || a_.awq; }
 
-  // Before planning: SmoothQuant rewrites ck's norms and projections.
+  // Before planning: SmoothQuant with a fixed α rewrites ck's norms and projections.
   void prepare(Checkpoint& ck);
-  // After planning: runs GPTQ over the planned tensors (sequential pass over the text).
-  void run(const Checkpoint& ck, const std::map<std::string, SchemeParams>& plan);
+  // After planning: the searched scales (--awq, --alpha auto) are folded into ck, which depends on
+  // each tensor's scheme; then GPTQ runs over the planned tensors (sequential pass over the text).
+  void run(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan);
   // The calibrated packed tensor of `name`, or nullopt when no method applies (RTN then).
   std::optional<PackedTensor> quantize(const std::string& name, const float* w, int64_t rows, int64_t cols,
                                        const SchemeParams& p) const;
@@ -46,6 +53,11 @@ class WeightCalibration {
   WeightCalibArgs a_;
   std::optional<ActStats> smooth_, imatrix_;
   std::map<std::string, PackedTensor> gptq_done_;
+  // The calibration text's tokens (--calib), read once for the searches and GPTQ.
+  const std::vector<int32_t>& calib_tokens(const Checkpoint& ck);
+  std::vector<int32_t> tokens_;
+  // imatrix statistics follow a folded projection's input, X_j / s_j.
+  void rescale_imatrix(const std::map<std::string, std::vector<float>>& scales);
 };
 
 }  // namespace qt::calib

@@ -14,7 +14,8 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# row -> (method, convert flags beyond --in/--out; S = the act-stats file, V = wiki.valid.tokens.txt)
+# row -> (method, convert flags beyond --in/--out; S = the act-stats file, V = wiki.valid.tokens.txt;
+# --gptq calibrates on 32 chunks: --calib-chunks 32)
 ROWS = {
     "w8a8": ("RTN", "--scheme int8 --group-size 0"),
     "w8a8-smooth": ("SmoothQuant", "--scheme int8 --group-size 0 --smooth S --alpha 0.5"),
@@ -38,11 +39,39 @@ ROWS = {
     "w8a8-smooth-0.8": ("SmoothQuant", "--scheme int8 --group-size 0 --smooth S --alpha 0.8"),
     "w8a8-smooth-gptq": ("SmoothQuant", "--scheme int8 --group-size 0 --smooth S --alpha 0.5 --gptq --calib V"),
     "nf4-gptq-imat": ("GPTQ+imatrix", "--scheme nf4 --group-size 64 --format native --embedding-bits 4 --gptq --calib V --imatrix S"),
+    # Second round: searched SmoothQuant α, AWQ (the searches on 4 chunks of V), Q3_K_M-shaped mixes.
+    "w8a8-smooth-auto": ("SmoothQuant auto", "--scheme int8 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 4"),
+    "w8a8-smooth-auto-gptq": ("SmoothQuant auto+GPTQ", "--scheme int8 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 4 --gptq"),
+    "w4a8-keepemb-smoothauto-gptq-imat": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --recipe keep-embedding --smooth S --alpha auto --calib V --search-chunks 4 --gptq --imatrix S"),
+    "w4a8-smoothauto-gptq-imat": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 4 --gptq --imatrix S"),
+    "w4a8-keepemb-awq-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme int4 --group-size 0 --recipe keep-embedding --awq --calib V --search-chunks 4 --gptq --imatrix S"),
+    "w4a8-keepemb-awq-noclip-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme int4 --group-size 0 --recipe keep-embedding --awq --no-clip --calib V --search-chunks 4 --gptq --imatrix S"),
+    "w4a8-awq-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme int4 --group-size 0 --awq --calib V --search-chunks 4 --gptq --imatrix S"),
+    "a4-awq": ("AWQ", "--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq --calib V --search-chunks 4"),
+    "a4-awq-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq --calib V --search-chunks 4 --gptq --imatrix S"),
+    "a4-awq-noclip-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq --no-clip --calib V --search-chunks 4 --gptq --imatrix S"),
+    "a3-mix-awq": ("AWQ", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix --awq --calib V --search-chunks 4"),
+    "a3-mix-awq-gptq-imat": ("AWQ+GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix --awq --calib V --search-chunks 4 --gptq --imatrix S"),
+    "a3-g32-mixm-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-m --embedding-bits 6 --gptq --calib V --imatrix S"),
+    "a3-g32-mixm-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-m --embedding-bits 6 --gptq --calib V --act-order --imatrix S"),
+    "w8a8-smooth-auto8-gptq": ("SmoothQuant auto+GPTQ", "--scheme int8 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 8 --gptq"),
+    "w4a8-keepemb-smoothauto-gptq-imat-actorder": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --recipe keep-embedding --smooth S --alpha auto --calib V --search-chunks 4 --gptq --act-order --imatrix S"),
+    "w4a8-keepemb-smoothauto8-gptq64-imat": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --recipe keep-embedding --smooth S --alpha auto --calib V --search-chunks 8 --gptq --calib-chunks 64 --imatrix S"),
+    "w4a8-keepemb-awq-noclip-gptq-imat-actorder": ("AWQ+GPTQ+imatrix", "--scheme int4 --group-size 0 --recipe keep-embedding --awq --no-clip --calib V --search-chunks 4 --gptq --act-order --imatrix S"),
+    "w4a8-smoothauto-gptq-imat-actorder": ("SmoothQuant auto+GPTQ", "--scheme int4 --group-size 0 --smooth S --alpha auto --calib V --search-chunks 4 --gptq --act-order --imatrix S"),
+    "a3-g32-mixl-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --act-order --imatrix S"),
+    "a3-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix-l --gptq --calib V --imatrix S"),
+    "a3-g32-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --imatrix S"),
 }
 NOTES = {
     "w4a8-g128-gptq-imat": "576 columns do not divide 128: only the MLP's down_proj is grouped, the rest stays float (hence 26.5 bpw)",
     "a4-g32-e6-gptq-imat": "Q4_1-sourced model: group 32 is the source's own 4-bit grid, which the weighted search recovers almost exactly; not a fair 4-bit figure",
     "w4a8-keepemb-gptq-imat": "the tied embedding / head kept bf16 (recipes/keep-embedding.json)",
+    "w4a8-keepemb-awq-gptq-imat": "the tied embedding / head kept bf16",
+    "w4a8-keepemb-awq-noclip-gptq-imat": "the tied embedding / head kept bf16",
+    "w4a8-keepemb-smoothauto-gptq-imat": "the tied embedding / head kept bf16",
+    "a3-g32-mixm-gptq-imat": "Q3_K_M's shape: q/k/gate/up 3-bit, o 4, v/down 5, head 6",
+    "a3-g32-mixl-gptq-imat": "q3-mix-m with up_proj at 4 bits",
 }
 # llama.cpp on the same source (issue 17's table and results/llama: llama-cpp-python 0.3.36's
 # sources, llama-imatrix -f wiki.valid.tokens.txt -c 512 --chunks 64, llama-quantize [--imatrix],
@@ -83,7 +112,8 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    marks = {"RTN": "o", "imatrix": "s", "GPTQ": "^", "GPTQ+imatrix": "D", "SmoothQuant": "v"}
+    marks = {"RTN": "o", "imatrix": "s", "GPTQ": "^", "GPTQ+imatrix": "D", "SmoothQuant": "v",
+             "SmoothQuant auto": "<", "SmoothQuant auto+GPTQ": ">", "AWQ": "P", "AWQ+GPTQ+imatrix": "*"}
     for m, mk in marks.items():
         pts = [r for r in rows if r["method"] == m and r["bpw"] < 16 and r["name"] != "a4-g32-e6-gptq-imat"]
         if pts:

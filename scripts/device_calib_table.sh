@@ -10,14 +10,15 @@
 set -e
 R=$PWD
 mkdir -p /tmp/kit && cd /tmp/kit
-cp -r $R/build/devkit-calib/* .
+KIT=${QT_KIT:-$R/build/devkit-calib}
+cp -r $KIT/* .
 python3 -c "import tarfile; tarfile.open('bins.tar.xz').extractall('.')"
 [ -f model.gguf ] || cat model.part.aa model.part.ab model.part.ac > model.gguf
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  model.gguf" | sha256sum -c
 export LD_LIBRARY_PATH=/tmp/kit
 chmod +x quanttool
 T=$R/data/wikitext-2/wiki.test.raw V=$R/data/wikitext-2/wiki.valid.tokens.txt S=/tmp/kit/stats.safetensors
-RC=$R/recipes
+RC=${QT_RECIPES:-$R/recipes}
 G="--gptq --calib $V --calib-chunks 32"
 declare -A C
 C[w8a8]="--scheme int8 --group-size 0"
@@ -42,15 +43,44 @@ C[w4a8-keepemb-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedd
 C[w8a8-smooth-0.8]="--scheme int8 --group-size 0 --smooth $S --alpha 0.8"
 C[w8a8-smooth-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha 0.5 $G"
 C[nf4-gptq-imat]="--scheme nf4 --group-size 64 --format native --embedding-bits 4 $G --imatrix $S"
-rows=${@:-${!C[@]}}
+# issue 17, second round: searched SmoothQuant α, AWQ (4 chunks of the calibration text for the searches)
+A="--calib $V --search-chunks 4"
+G2="--gptq --calib-chunks 32"
+C[w8a8-smooth-auto]="--scheme int8 --group-size 0 --smooth $S --alpha auto $A"
+C[w8a8-smooth-auto-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha auto $A $G2"
+C[w4a8-keepemb-awq-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq $A $G2 --imatrix $S"
+C[w4a8-awq-gptq-imat]="--scheme int4 --group-size 0 --awq $A $G2 --imatrix $S"
+C[a3-mix-awq-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --awq $A $G2 --imatrix $S"
+C[a3-g32-mixm-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 6 $G --imatrix $S"
+C[a3-g32-mixm-gptq-imat-actorder]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-m.json --embedding-bits 6 $G --act-order --imatrix $S"
+C[a3-g32-mixl-gptq-imat]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-l.json --embedding-bits 6 $G --imatrix $S"
+C[w4a8-keepemb-smoothauto-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --smooth $S --alpha auto $A $G2 --imatrix $S"
+C[w4a8-smoothauto-gptq-imat]="--scheme int4 --group-size 0 --smooth $S --alpha auto $A $G2 --imatrix $S"
+C[w4a8-keepemb-awq-noclip-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq --no-clip $A $G2 --imatrix $S"
+C[a4-awq]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A"
+C[a4-awq-noclip-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq --no-clip $A $G2 --imatrix $S"
+C[w8a8-smooth-auto8-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha auto --calib $V --search-chunks 8 $G2"
+C[w4a8-keepemb-smoothauto-gptq-imat-actorder]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --smooth $S --alpha auto $A $G2 --act-order --imatrix $S"
+C[w4a8-keepemb-smoothauto8-gptq64-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --smooth $S --alpha auto --calib $V --search-chunks 8 --gptq --calib-chunks 64 --imatrix $S"
+C[w4a8-keepemb-awq-noclip-gptq-imat-actorder]="--scheme int4 --group-size 0 --recipe $RC/keep-embedding.json --awq --no-clip $A $G2 --act-order --imatrix $S"
+C[w4a8-smoothauto-gptq-imat-actorder]="--scheme int4 --group-size 0 --smooth $S --alpha auto $A $G2 --act-order --imatrix $S"
+C[a3-g32-mixl-gptq-imat-actorder]="--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe $RC/q3-mix-l.json --embedding-bits 6 $G --act-order --imatrix $S"
+C[a3-mixl-gptq-imat]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix-l.json $G --imatrix $S"
+C[a3-mix-awq]="--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe $RC/q3-mix.json --awq $A"
+C[a4-awq-gptq-imat]="--scheme affine --bits 4 --group-size 64 --dtype bf16 --awq $A $G2 --imatrix $S"
+if [ $# -gt 0 ]; then rows=("$@"); else rows=("${!C[@]}"); fi
 mkdir -p rows
 job() {
   n=$1; shift
+  s=$SECONDS
   ./quanttool convert --in model.gguf --out m-$n --force --threads 2 $@ > rows/$n.convert.log 2>&1
+  echo "convert wall $((SECONDS - s)) s" >> rows/$n.convert.log
   ./quanttool eval-ppl --model m-$n --text $T --chunks 64 --threads 2 --kl-base-model model.gguf --json rows/$n.json > rows/$n.eval.log 2>&1
   echo "$n done"
 }
 export -f job; export T
-for n in $rows; do echo "$n ${C[$n]}"; done | timeout 540 xargs -P 8 -L 1 bash -c 'job $0 "$@"' || true
+# Every row at once (at most 8: 2 threads each on the 16 cores), each under the time limit.
+for n in "${rows[@]}"; do timeout ${QT_ROWS_TIMEOUT:-540} bash -c 'job "$@"' _ $n ${C[$n]} & done
+wait || true
 tar czf $OUT/rows.tar.gz rows
 lscpu | grep -E "Model name|Flags" | cut -c1-200 > $OUT/cpu.txt

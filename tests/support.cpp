@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <vector>
 
+#include "libquant/model/llama.h"
+
 namespace qt::test {
 
 std::string source_dir() { return QT_SOURCE_DIR; }
@@ -69,6 +71,14 @@ std::string temp_dir(const std::string& tag) {
   std::filesystem::create_directories(p);
   temp_dirs().made.push_back(p);
   return p.string();
+}
+
+std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, int n) {
+  LlamaModel m(ck, Compute::F32);
+  auto cache = m.make_cache(n);
+  std::vector<float> out(size_t(n) * ck.config.vocab);
+  m.forward(ids.data(), n, 0, *cache, 0, n, out.data());
+  return out;
 }
 
 }  // namespace qt::test

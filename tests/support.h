@@ -1,9 +1,13 @@
 // Helpers shared by the tests: where things are, and the CI rule that a missing model or text
 // is a failure (CI=true), never a silent skip.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "formats/checkpoint.h"
 
 namespace qt::test {
 
@@ -15,6 +19,8 @@ bool in_ci();
 // Run a shell command, capture stdout+stderr; returns the exit code.
 int run_cmd(const std::string& cmd, std::string* output);
 std::string temp_dir(const std::string& tag);  // fresh empty directory, removed at exit
+// The fp32 logits [n, vocab] of the first n of `ids` through a float model of `ck` (fold tests).
+std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, int n);
 
 }  // namespace qt::test
 

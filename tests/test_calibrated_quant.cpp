@@ -193,13 +193,7 @@ TEST(SmoothQuant, FoldedModelComputesTheSameLogits) {
   EXPECT_NE(L.at("model.layers.3.self_attn.q_proj.weight").sqmean, L.at("model.layers.0.self_attn.q_proj.weight").sqmean);
   EXPECT_NE(L.at("model.layers.3.mlp.gate_proj.weight").sqmean, L.at("model.layers.3.self_attn.q_proj.weight").sqmean);
   EXPECT_NE(L.at("model.layers.3.mlp.down_proj.weight").absmax, L.at("model.layers.0.mlp.down_proj.weight").absmax);
-  auto logits_of = [&](const Checkpoint& c) {
-    LlamaModel m(c, Compute::F32);
-    auto cache = m.make_cache(ctx);
-    std::vector<float> out(size_t(ctx) * c.config.vocab);
-    m.forward(ids.data(), ctx, 0, *cache, 0, ctx, out.data());
-    return out;
-  };
+  auto logits_of = [&](const Checkpoint& c) { return test::fp32_logits(c, ids, ctx); };
   const std::vector<float> ref = logits_of(ck);
   for (double alpha : {0.0, 0.5, 0.85}) {
     Checkpoint sm = load_checkpoint(test::model_gguf());
