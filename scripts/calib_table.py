@@ -62,6 +62,9 @@ ROWS = {
     "a3-g32-mixl-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --act-order --imatrix S"),
     "a3-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix-l --gptq --calib V --imatrix S"),
     "a3-g32-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --imatrix S"),
+    "w4a16-g64-rtn": ("RTN", "--scheme int4_ct --group-size 64 --dtype bf16"),
+    "w4a16-g64-imat": ("imatrix", "--scheme int4_ct --group-size 64 --dtype bf16 --imatrix S"),
+    "w4a16-g64-gptq-imat": ("GPTQ+imatrix", "--scheme int4_ct --group-size 64 --dtype bf16 --gptq --calib V --imatrix S"),
 }
 NOTES = {
     "w4a8-g128-gptq-imat": "576 columns do not divide 128: only the MLP's down_proj is grouped, the rest stays float (hence 26.5 bpw)",
