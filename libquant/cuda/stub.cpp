@@ -1,0 +1,46 @@
+// The CUDA backend in a build without CUDA (QT_CUDA off): no device, and every use is a
+// one-line UserError (exit 2), never a CPU fallback.
+#include "formats/error.h"
+#include "libquant/cuda/backend.h"
+
+namespace qt::cuda {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  user_error("--device cuda: this quanttool was built without CUDA (configure with cmake -DQT_CUDA=ON)");
+}
+}  // namespace
+
+struct GpuModel::Impl {};
+
+bool built() { return false; }
+int device_count() { return 0; }
+std::string DeviceInfo::describe() const { return name; }
+DeviceInfo device_info() { no_cuda(); }
+void check_supported(const Checkpoint&) { no_cuda(); }
+GpuModel::GpuModel(Checkpoint&&) { no_cuda(); }
+GpuModel::~GpuModel() = default;
+const ModelConfig& GpuModel::config() const { no_cuda(); }
+size_t GpuModel::weight_bytes() const { no_cuda(); }
+int auto_batch(const GpuModel&, int) { no_cuda(); }
+PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&) {
+  no_cuda();
+}
+std::vector<float> forward_logits(GpuModel&, const std::vector<int32_t>&) { no_cuda(); }
+
+namespace testing {
+std::vector<float> rmsnorm(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
+std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int, const std::vector<float>&,
+                              const std::vector<float>&) {
+  no_cuda();
+}
+std::vector<float> swiglu(const std::vector<float>&, int, int) { no_cuda(); }
+std::vector<float> gemm_bf16(const std::vector<float>&, int, int, const std::vector<float>&, int) { no_cuda(); }
+std::vector<float> attention(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int,
+                             int, int, int, int, float) {
+  no_cuda();
+}
+std::vector<double> token_nll(const std::vector<float>&, int, int, const std::vector<int32_t>&) { no_cuda(); }
+}  // namespace testing
+
+}  // namespace qt::cuda

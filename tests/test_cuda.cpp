@@ -1,0 +1,217 @@
+// The CUDA backend (libquant/cuda/) against the CPU path, which is the reference: each kernel on
+// random data against the CPU op, the whole forward's logits and eval-ppl's result on a tiny
+// llama against LlamaModel in bf16 with an f16 cache.
+//
+// GPU tests skip without a device (CI is CPU-only); on the device machine run them with
+// QT_REQUIRE_GPU=1, which turns a missing device into a failure:
+//   QT_REQUIRE_GPU=1 build-cuda/test_cuda
+// The CLI tests run in every build: --device cuda without CUDA or without a device, and a method
+// not on the GPU, are one line and exit 2.
+#include <cmath>
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "formats/checkpoint.h"
+#include "libquant/cuda/backend.h"
+#include "libquant/eval/perplexity.h"
+#include "libquant/kernels/bf16.h"
+#include "libquant/kv/cache.h"
+#include "libquant/model/llama.h"
+#include "libquant/model/ops.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+#define QT_REQUIRE_GPU()                                                                \
+  do {                                                                                  \
+    if (cuda::device_count() == 0) {                                                    \
+      if (std::getenv("QT_REQUIRE_GPU")) FAIL() << "QT_REQUIRE_GPU is set but there is no CUDA device"; \
+      GTEST_SKIP() << "no CUDA device: the GPU tests run on the device machine";       \
+    }                                                                                   \
+  } while (0)
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+float bf16v(float x) { return kernels::bf16_round_value(x); }
+float f16v(float x) { return f16_to_f32(f32_to_f16(x)); }
+
+TEST(Cuda, RmsNormMatchesCpu) {
+  QT_REQUIRE_GPU();
+  const int rows = 37, dim = 576;
+  const auto x = randn(size_t(rows) * dim, 1, 2.0f), w = randn(dim, 2);
+  std::vector<float> want(x.size());
+  ops::rmsnorm(x.data(), dim, w.data(), want.data(), dim, rows, dim, 1e-5f);
+  const auto got = cuda::testing::rmsnorm(x, w, rows, dim, 1e-5f);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)  // the same value rounded to bf16: within one bf16 step
+    ASSERT_NEAR(got[i], bf16v(want[i]), std::abs(want[i]) * 0.0079f + 1e-6f) << i;
+}
+
+TEST(Cuda, RopeSplitMatchesCpu) {
+  QT_REQUIRE_GPU();
+  const int T = 9, chunks = 2, n = T * chunks, nh = 4, nkv = 2, hd = 16;
+  const int Q = nh * hd, KV = nkv * hd, W = Q + 2 * KV;
+  ModelConfig c;
+  c.head_dim = hd;
+  c.rope_theta = 10000.0f;
+  ops::RopeTable rope(c);
+  rope.ensure(T);
+  std::vector<float> cs, sn;
+  for (int p = 0; p < T; ++p) {
+    cs.insert(cs.end(), rope.cos(p), rope.cos(p) + hd / 2);
+    sn.insert(sn.end(), rope.sin(p), rope.sin(p) + hd / 2);
+  }
+  const auto qkv = randn(size_t(n) * W, 3);
+  std::vector<float> q(size_t(n) * Q), k(size_t(n) * KV), v(size_t(n) * KV);
+  for (int r = 0; r < n; ++r) {
+    std::copy(&qkv[size_t(r) * W], &qkv[size_t(r) * W + Q], &q[size_t(r) * Q]);
+    std::copy(&qkv[size_t(r) * W + Q], &qkv[size_t(r) * W + Q + KV], &k[size_t(r) * KV]);
+    std::copy(&qkv[size_t(r) * W + Q + KV], &qkv[size_t(r) * W + W], &v[size_t(r) * KV]);
+  }
+  for (int ch = 0; ch < chunks; ++ch) {  // every chunk from position 0
+    ops::rope(q.data() + size_t(ch) * T * Q, Q, T, nh, hd, 0, rope);
+    ops::rope(k.data() + size_t(ch) * T * KV, KV, T, nkv, hd, 0, rope);
+  }
+  std::vector<float> want = q;
+  want.insert(want.end(), k.begin(), k.end());
+  want.insert(want.end(), v.begin(), v.end());
+  const auto got = cuda::testing::rope_split(qkv, n, T, nh, nkv, hd, cs, sn);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], std::abs(want[i]) * 1e-3f + 1e-5f) << i;
+}
+
+TEST(Cuda, SwiGluMatchesCpu) {
+  QT_REQUIRE_GPU();
+  const int n = 13, F = 300;
+  const auto gu = randn(size_t(n) * 2 * F, 4, 3.0f);
+  std::vector<float> want(size_t(n) * F);
+  for (int r = 0; r < n; ++r)
+    ops::swiglu(&gu[size_t(r) * 2 * F], &gu[size_t(r) * 2 * F + F], &want[size_t(r) * F], 1, F);
+  const auto got = cuda::testing::swiglu(gu, n, F);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], std::abs(want[i]) * 0.008f + 1e-6f) << i;
+}
+
+TEST(Cuda, GemmBf16MatchesDoubleReference) {
+  QT_REQUIRE_GPU();
+  const int out = 96, in = 200, n = 33;
+  const auto w = randn(size_t(out) * in, 5), x = randn(size_t(n) * in, 6);
+  const auto got = cuda::testing::gemm_bf16(w, out, in, x, n);
+  ASSERT_EQ(got.size(), size_t(n) * out);
+  for (int r = 0; r < n; ++r)
+    for (int o = 0; o < out; ++o) {
+      double ref = 0, mag = 0;
+      for (int i = 0; i < in; ++i) {
+        const double p = double(bf16v(w[size_t(o) * in + i])) * double(bf16v(x[size_t(r) * in + i]));
+        ref += p, mag += std::abs(p);
+      }
+      ASSERT_NEAR(got[size_t(r) * out + o], ref, mag * 1e-5 + 1e-6) << r << "," << o;
+    }
+}
+
+TEST(Cuda, AttentionMatchesCpuF16Cache) {
+  QT_REQUIRE_GPU();
+  const int B = 3, T = 37, nh = 4, nkv = 2, hd = 16, Q = nh * hd, KV = nkv * hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  auto q = randn(size_t(B) * T * Q, 7, 2.0f), k = randn(size_t(B) * T * KV, 8, 2.0f), v = randn(size_t(B) * T * KV, 9);
+  for (float& x : q) x = f16v(x);  // the GPU holds q in f16: give the CPU the same values
+  KVShape s;
+  s.n_layers = 1, s.n_heads = nh, s.n_kv_heads = nkv, s.head_dim = hd, s.max_ctx = T, s.scale = scale;
+  auto cache = make_kv_cache("f16", s);
+  std::vector<float> want(size_t(B) * T * Q);
+  for (int b = 0; b < B; ++b) {
+    cache->clear();
+    cache->append(0, &k[size_t(b) * T * KV], &v[size_t(b) * T * KV], T, 0);
+    cache->attend(0, &q[size_t(b) * T * Q], T, 0, &want[size_t(b) * T * Q]);
+  }
+  const auto got = cuda::testing::attention(q, k, v, B, T, nh, nkv, hd, scale);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  EXPECT_LT(worst, 3e-3);  // probabilities rounded to f16 on the GPU (values ~N(0,1))
+}
+
+TEST(Cuda, TokenNllMatchesCpu) {
+  QT_REQUIRE_GPU();
+  const int rows = 5, V = 49152;
+  const auto l = randn(size_t(rows) * V, 10, 3.0f);
+  const std::vector<int32_t> t = {0, 17, 49151, 1234, 30000};
+  const auto got = cuda::testing::token_nll(l, rows, V, t);
+  ASSERT_EQ(got.size(), size_t(rows));
+  for (int r = 0; r < rows; ++r) EXPECT_NEAR(got[r], token_nll(&l[size_t(r) * V], V, t[r]), 2e-5) << r;
+}
+
+std::string tiny_dir() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
+
+TEST(Cuda, TinyLlamaLogitsMatchCpuBf16) {
+  QT_REQUIRE_GPU();
+  std::vector<int32_t> ids;
+  std::mt19937 g(11);
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t(g() % 64));
+  Checkpoint a = load_checkpoint(tiny_dir());
+  LlamaModel cpu(a, Compute::BF16);
+  const int n = int(ids.size()), V = cpu.config().vocab;
+  auto cache = cpu.make_cache(n, "f16");
+  std::vector<float> want(size_t(n) * V);
+  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  cuda::GpuModel gpu(load_checkpoint(tiny_dir()));
+  const auto got = cuda::forward_logits(gpu, ids);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0, mag = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, double(std::abs(got[i] - want[i])));
+    mag = std::max(mag, double(std::abs(want[i])));
+  }
+  EXPECT_GT(mag, 0.05);  // not a degenerate comparison
+  EXPECT_LT(worst, 2e-2);
+}
+
+TEST(Cuda, TinyLlamaPerplexityMatchesCpu) {
+  QT_REQUIRE_GPU();
+  std::vector<int32_t> ids;
+  std::mt19937 g(12);
+  for (int i = 0; i < 7 * 32 + 5; ++i) ids.push_back(int32_t(g() % 64));
+  PplOptions po;
+  po.ctx = 32;
+  po.bos_id = 1;
+  po.keep_tokens = true;
+  Checkpoint a = load_checkpoint(tiny_dir());
+  LlamaModel cpu(a, Compute::BF16);
+  PplOptions pc = po;
+  pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
+  const PplResult want = evaluate_perplexity(cpu, ids, pc);
+  cuda::GpuModel gpu(load_checkpoint(tiny_dir()));
+  const PplResult got = cuda::evaluate_perplexity(gpu, ids, po, 3);  // 3 + 3 + 1 chunks: a short last batch
+  EXPECT_EQ(got.plan.n_chunks, 7);
+  EXPECT_EQ(got.tokens_scored, want.tokens_scored);
+  ASSERT_EQ(got.tokens.size(), want.tokens.size());
+  for (size_t i = 0; i < got.tokens.size(); ++i) ASSERT_NEAR(got.tokens[i].nll, want.tokens[i].nll, 2e-2) << i;
+  EXPECT_NEAR(got.ppl / want.ppl, 1.0, 1e-3);
+  ASSERT_EQ(got.running.size(), want.running.size());
+}
+
+// --------------------------------------------------------------------------- the CLI, any build
+
+TEST(CudaCli, UnsupportedIsOneLineExit2) {
+  const std::string bin = test::quanttool_bin(), text = test::source_dir() + "/data/wikitext-2/wiki.test.raw";
+  for (const std::string extra : {"", " --kv kivi", " --kv-mode decode", " --compute f32"}) {
+    std::string out;
+    const int rc = test::run_cmd(bin + " eval-ppl --device cuda --model " + tiny_dir() + " --text " + text + extra, &out);
+    EXPECT_EQ(rc, 2) << extra << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << extra << ": " << out;
+    if (!cuda::built()) EXPECT_NE(out.find("built without CUDA"), std::string::npos) << out;
+    else if (!extra.empty()) EXPECT_NE(out.find("not on cuda yet"), std::string::npos) << extra << ": " << out;
+  }
+}
+
+}  // namespace
+}  // namespace qt
