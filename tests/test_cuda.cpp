@@ -152,51 +152,78 @@ TEST(Cuda, TokenNllMatchesCpu) {
 
 std::string tiny_dir() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
 
-TEST(Cuda, TinyLlamaLogitsMatchCpuBf16) {
-  QT_REQUIRE_GPU();
+std::vector<int32_t> random_ids(int n, uint32_t seed) {
   std::vector<int32_t> ids;
-  std::mt19937 g(11);
-  for (int i = 0; i < 40; ++i) ids.push_back(int32_t(g() % 64));
+  std::mt19937 g(seed);
+  for (int i = 0; i < n; ++i) ids.push_back(int32_t(g() % 64));
+  return ids;
+}
+std::vector<float> cpu_logits(const Checkpoint& ck, Compute compute, const std::string& kv,
+                              const std::vector<int32_t>& ids) {
+  LlamaModel m(ck, compute);
+  const int n = int(ids.size());
+  auto cache = m.make_cache(n, kv);
+  std::vector<float> out(size_t(n) * m.config().vocab);
+  m.forward(ids.data(), n, 0, *cache, 0, n, out.data());
+  return out;
+}
+double rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i] - b[i]) * double(a[i] - b[i]);
+  return std::sqrt(s / double(a.size()));
+}
+
+// bf16 moves this tiny model's logits (|l| up to 6.5) by up to 0.07 on the CPU already (its
+// bf16 path against its f32 path), so the GPU is held to the CPU's own bf16 error: against the
+// f32 forward it may be no worse than 1.5x the CPU bf16 path, and it stays within 0.1 of it.
+TEST(Cuda, TinyLlamaLogitsMatchCpu) {
+  QT_REQUIRE_GPU();
+  const auto ids = random_ids(40, 11);
   Checkpoint a = load_checkpoint(tiny_dir());
-  LlamaModel cpu(a, Compute::BF16);
-  const int n = int(ids.size()), V = cpu.config().vocab;
-  auto cache = cpu.make_cache(n, "f16");
-  std::vector<float> want(size_t(n) * V);
-  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  const auto f32 = cpu_logits(a, Compute::F32, "f32", ids), bf16 = cpu_logits(a, Compute::BF16, "f16", ids);
   cuda::GpuModel gpu(load_checkpoint(tiny_dir()));
   const auto got = cuda::forward_logits(gpu, ids);
-  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(got.size(), f32.size());
   double worst = 0, mag = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    worst = std::max(worst, double(std::abs(got[i] - want[i])));
-    mag = std::max(mag, double(std::abs(want[i])));
+    worst = std::max(worst, double(std::abs(got[i] - bf16[i])));
+    mag = std::max(mag, double(std::abs(f32[i])));
   }
-  EXPECT_GT(mag, 0.05);  // not a degenerate comparison
-  EXPECT_LT(worst, 2e-2);
+  EXPECT_GT(mag, 1.0);  // not a degenerate comparison
+  EXPECT_LT(worst, 0.1);
+  const double e_gpu = rms_diff(got, f32), e_cpu = rms_diff(bf16, f32);
+  EXPECT_GT(e_cpu, 0.0);
+  EXPECT_LT(e_gpu, 1.5 * e_cpu + 1e-4) << "gpu " << e_gpu << " cpu bf16 " << e_cpu;
 }
 
 TEST(Cuda, TinyLlamaPerplexityMatchesCpu) {
   QT_REQUIRE_GPU();
-  std::vector<int32_t> ids;
-  std::mt19937 g(12);
-  for (int i = 0; i < 7 * 32 + 5; ++i) ids.push_back(int32_t(g() % 64));
+  const auto ids = random_ids(7 * 32 + 5, 12);
   PplOptions po;
   po.ctx = 32;
   po.bos_id = 1;
   po.keep_tokens = true;
   Checkpoint a = load_checkpoint(tiny_dir());
-  LlamaModel cpu(a, Compute::BF16);
+  LlamaModel c32(a, Compute::F32), cbf(a, Compute::BF16);
+  const PplResult ref = evaluate_perplexity(c32, ids, po);
   PplOptions pc = po;
   pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
-  const PplResult want = evaluate_perplexity(cpu, ids, pc);
+  const PplResult want = evaluate_perplexity(cbf, ids, pc);
   cuda::GpuModel gpu(load_checkpoint(tiny_dir()));
   const PplResult got = cuda::evaluate_perplexity(gpu, ids, po, 3);  // 3 + 3 + 1 chunks: a short last batch
   EXPECT_EQ(got.plan.n_chunks, 7);
   EXPECT_EQ(got.tokens_scored, want.tokens_scored);
   ASSERT_EQ(got.tokens.size(), want.tokens.size());
-  for (size_t i = 0; i < got.tokens.size(); ++i) ASSERT_NEAR(got.tokens[i].nll, want.tokens[i].nll, 2e-2) << i;
-  EXPECT_NEAR(got.ppl / want.ppl, 1.0, 1e-3);
   ASSERT_EQ(got.running.size(), want.running.size());
+  double e_gpu = 0, e_cpu = 0;
+  for (size_t i = 0; i < got.tokens.size(); ++i) {
+    ASSERT_NEAR(got.tokens[i].nll, want.tokens[i].nll, 0.05) << i;
+    e_gpu += std::abs(got.tokens[i].nll - ref.tokens[i].nll);
+    e_cpu += std::abs(want.tokens[i].nll - ref.tokens[i].nll);
+  }
+  EXPECT_LT(e_gpu, 1.5 * e_cpu + 1e-6) << "sum |nll - f32 nll|: gpu " << e_gpu << ", cpu bf16 " << e_cpu;
+  EXPECT_NEAR(got.ppl / want.ppl, 1.0, 2e-3);
+  EXPECT_NEAR(got.ppl / ref.ppl, 1.0, 5e-3);  // bf16 moves this 32-wide model's PPL by ~0.3%
 }
 
 // --------------------------------------------------------------------------- the CLI, any build
