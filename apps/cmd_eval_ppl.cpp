@@ -321,8 +321,8 @@ int run_cuda(const Options& o) {
     fmt::print("{}\n", line);
   }
   fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, n_params / 1e6);
-  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute bf16 on cuda ({} bytes on the GPU)\n",
-             src_bytes, bpw, model.weight_bytes());
+  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} on cuda ({} bytes on the GPU)\n",
+             src_bytes, bpw, model.kind(), model.weight_bytes());
   fmt::print("device         cuda: {}\n", dev.describe());
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
   fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk, batch {} chunks\n",
@@ -344,7 +344,7 @@ int run_cuda(const Options& o) {
     j["n_params"] = n_params;
     j["model_bytes"] = src_bytes;
     j["bits_per_weight"] = bpw;
-    j["compute"] = "bf16";
+    j["compute"] = model.kind();
     j["compute_weight_bytes"] = model.weight_bytes();
     j["kv"] = r.kv_name;
     j["device"] = "cuda";

@@ -50,7 +50,7 @@ int run(const Args& a) {
     cuda::GpuModel model(std::move(ck));
     V = model.config().vocab;
     logits = cuda::forward_logits(model, ids);
-    kind = "bf16 (cuda)", wbytes = model.weight_bytes();
+    kind = model.kind() + " (cuda)", wbytes = model.weight_bytes();
   } else {
     PackedLinearOptions lo;
     lo.compute = a.compute == "bf16" ? Compute::BF16 : Compute::F32;

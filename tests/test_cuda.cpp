@@ -21,6 +21,7 @@
 #include "libquant/kv/cache.h"
 #include "libquant/model/llama.h"
 #include "libquant/model/ops.h"
+#include "libquant/model/packed_linear.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -182,6 +183,7 @@ TEST(Cuda, TinyLlamaLogitsMatchCpu) {
   Checkpoint a = load_checkpoint(tiny_dir());
   const auto f32 = cpu_logits(a, Compute::F32, "f32", ids), bf16 = cpu_logits(a, Compute::BF16, "f16", ids);
   cuda::GpuModel gpu(load_checkpoint(tiny_dir()));
+  EXPECT_EQ(gpu.kind(), "bf16");
   const auto got = cuda::forward_logits(gpu, ids);
   ASSERT_EQ(got.size(), f32.size());
   double worst = 0, mag = 0;
@@ -224,6 +226,39 @@ TEST(Cuda, TinyLlamaPerplexityMatchesCpu) {
   EXPECT_LT(e_gpu, 1.5 * e_cpu + 1e-6) << "sum |nll - f32 nll|: gpu " << e_gpu << ", cpu bf16 " << e_cpu;
   EXPECT_NEAR(got.ppl / want.ppl, 1.0, 2e-3);
   EXPECT_NEAR(got.ppl / ref.ppl, 1.0, 5e-3);  // bf16 moves this 32-wide model's PPL by ~0.3%
+}
+
+// W8A8 (compressed-tensors int8, per channel): the int32 sums are exact on both sides and the
+// activations are quantized by the same fp32 formula, so the GPU follows the CPU's W8A8 kernel
+// closely (the dense output head is bf16 on both).
+TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
+  QT_REQUIRE_GPU();
+  const std::string dir = test::temp_dir("cuda-w8a8") + "/m";
+  std::string out;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
+                              " --scheme int8 --group-size 0",
+                          &out),
+            0)
+      << out;
+  const auto ids = random_ids(40, 13);
+  Checkpoint a = load_checkpoint(dir);
+  PackedLinearOptions lo;
+  lo.compute = Compute::BF16;
+  LlamaModel cpu(a, checkpoint_linear_factory(a, lo));
+  EXPECT_EQ(cpu.linear_kind(), "w8a8");
+  const int n = int(ids.size()), V = cpu.config().vocab;
+  auto cache = cpu.make_cache(n, "f16");
+  std::vector<float> want(size_t(n) * V);
+  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  const auto f32 = cpu_logits(load_checkpoint(tiny_dir()), Compute::F32, "f32", ids);
+  cuda::GpuModel gpu(load_checkpoint(dir));
+  EXPECT_EQ(gpu.kind(), "w8a8");
+  const auto got = cuda::forward_logits(gpu, ids);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  EXPECT_LT(worst, 2e-2);
+  EXPECT_LT(rms_diff(got, want), 0.2 * rms_diff(want, f32)) << "the GPU is much closer to the CPU W8A8 than W8A8 to f32";
 }
 
 // --------------------------------------------------------------------------- the CLI, any build

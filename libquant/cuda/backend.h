@@ -3,7 +3,8 @@
 // With -DQT_CUDA=ON the functions below run on the GPU (libquant/cuda/*.cu, *.cpp); without it,
 // stub.cpp answers device_count() 0 and every other call is a UserError saying the build has no
 // CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the Llama block
-// (llama, mistral) with dense weights held as bf16 (cuBLASLt, fp32 accumulate), an f16 KV cache
+// (llama, mistral) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
+// per channel (int8 tensor cores, int32 accumulate, per-token int8 activations), an f16 KV cache
 // with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
 // the per-token NLL (log-softmax) — only the forward pass; loading, tokenizing, chunking and the
 // result's accumulation and JSON are the CPU path's own (perplexity.h).
@@ -46,6 +47,7 @@ class GpuModel {
   GpuModel& operator=(const GpuModel&) = delete;
   const ModelConfig& config() const;
   size_t weight_bytes() const;  // device bytes of the weights
+  std::string kind() const;     // "bf16" (dense) or "w8a8" (int8 tensor cores)
   struct Impl;
   Impl& impl() { return *impl_; }
 

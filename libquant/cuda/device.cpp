@@ -4,6 +4,7 @@
 #include "formats/error.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/check.h"
+#include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {
 
@@ -47,10 +48,22 @@ void check_supported(const Checkpoint& ck) {
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 || c.hidden <= 0 ||
       c.vocab <= 0 || c.n_layers <= 0)
     user_error("{}: inconsistent head configuration", ck.path);
-  for (const auto& [name, t] : ck.tensors)
-    if (!is_float(t.dtype) || t.dtype == DType::F64)
-      refuse(fmt::format("quantized weights ({} holds {} codes; cuda runs dense f32/bf16/f16 weights)", name,
-                         dtype_name(t.dtype)));
+  bool any_q = false, any_dense = false;
+  for (const auto& [name, t] : ck.tensors) {
+    const bool proj = name.find(".self_attn.") != std::string::npos || name.find(".mlp.") != std::string::npos;
+    if (is_float(t.dtype) && t.dtype != DType::F64) {
+      if (proj && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) any_dense = true;
+      continue;
+    }
+    const std::optional<PackedTensor> p = proj ? packed_weight(ck, name) : std::nullopt;
+    if (!p || (p->params.scheme != "int8" && p->params.scheme != "int8_ct") || p->params.group_size != 0)
+      refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16 and W8A8 int8 per channel)",
+                         p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
+                           : std::string(dtype_name(t.dtype)),
+                         name));
+    any_q = true;
+  }
+  if (any_q && any_dense) refuse("mixed dense and W8A8 projections");
 }
 
 }  // namespace qt::cuda

@@ -7,15 +7,22 @@
 //               x += bf16(silu(g)·u) · Wdownᵀ,  g|u = rmsnorm(x) · [Wgate;Wup]ᵀ
 //   logits = rmsnorm(x) · lm_headᵀ over the scored rows only
 //
+// W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
+// tensor cores into exact int32 sums; the activations are quantized per token where the CPU
+// quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
+// epilogue y = s_x · (s_w · acc) feeds RoPE or the residual add (int8_ops.h).
+//
 // The same block as LlamaModel::forward_layer (libquant/model/llama.cpp) for llama and mistral.
 #include <algorithm>
 #include <cstring>
 #include <thread>
 
 #include "formats/error.h"
+#include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/model/ops.h"
+#include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {
 
@@ -71,18 +78,42 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     release_pages(ck.get(name));
     ck.tensors.erase(name);
   };
-  // Rows of several weights stacked into one bf16 matrix.
-  auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in) {
+  // Rows of several weights stacked into one matrix: bf16, or (W8A8) int8 codes with their
+  // per-channel scales in `scales`.
+  auto is_q8 = [&](const std::string& name) {
+    std::optional<PackedTensor> p = packed_weight(ck, name);
+    return p.has_value();
+  };
+  q8 = is_q8("model.layers.0.self_attn.q_proj.weight");
+  auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales) {
     int64_t rows = 0;
     for (auto& [n, r] : parts) rows += r;
-    DeviceBuffer b(size_t(rows * in) * 2);
+    DeviceBuffer b(size_t(rows * in) * (q8 ? 1 : 2));
+    std::vector<float> sc;
     size_t off = 0;
     for (auto& [n, r] : parts) {
-      upload_bf16(weight(n, r, in), b.get<char>() + off, stream);
-      off += size_t(r * in) * 2;
+      std::optional<PackedTensor> p = packed_weight(ck, n);
+      if (p.has_value() != q8)
+        user_error("{}: {} is {} while the first projection is not: mixed dense and W8A8 projections: not on cuda yet",
+                   ck.path, n, q8 ? "dense" : "quantized");
+      if (q8) {
+        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
+        const std::vector<float> s = to_f32(p->scales);
+        sc.insert(sc.end(), s.begin(), s.end());
+        release_pages(p->data);
+        off += size_t(r * in);
+      } else {
+        upload_bf16(weight(n, r, in), b.get<char>() + off, stream);
+        off += size_t(r * in) * 2;
+      }
       done(n);
     }
     weight_bytes += b.bytes();
+    if (q8) {
+      *scales = upload_f32(sc);
+      weight_bytes += scales->bytes();
+    }
     return b;
   };
   auto norm = [&](const std::string& name, int64_t n) {
@@ -119,11 +150,13 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     L.ffn_norm = norm(p + "post_attention_layernorm.weight", H);
     L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
                       {p + "self_attn.v_proj.weight", KV}},
-                     H);
-    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q);
-    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H);
-    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F);
+                     H, &L.sqkv);
+    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so);
+    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu);
+    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown);
   }
+  if (q8 && !swiglu_q8_fits(int(F)))
+    user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
   ck.tensors.clear();
 }
 
@@ -138,6 +171,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   b += Attention::scratch_bytes(chunks, T_, cfg.n_heads);
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
+  if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   return b;
 }
 
@@ -174,6 +208,12 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
+  if (q8) {
+    xq.resize(N * std::max({H, size_t(Q), F}));
+    sxa.resize(N * 4);
+    sxb.resize(N * 4);
+    acc.resize(N * std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
+  }
   attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
              att.get<float>());
   max_chunks = chunks, T = T_, head_rows = rows;
@@ -189,6 +229,10 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
   const float scale = c.attn_scale();
   for (const Layer& L : layers) {
+    if (q8) {
+      forward_layer_q8(L, chunks);
+      continue;
+    }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     gemm->run(L.wqkv.get<bf16>(), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
@@ -201,6 +245,28 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
     gemm->run(L.wdown.get<bf16>(), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
   }
+}
+
+void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
+  const ModelConfig& c = cfg;
+  const int N = chunks * T, H = c.hidden, F = c.intermediate;
+  int8_t* a = xq.get<int8_t>();
+  float *sa = sxa.get<float>(), *sb = sxb.get<float>();
+  int32_t* y = acc.get<int32_t>();
+  rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
+  dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
+  rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+             rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  attn->run(chunks, c.attn_scale(), stream);
+  quant_rows(att.get<float>(), N, Q, a, sa, stream);
+  gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
+  dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
+  rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  gemm->run_i8(L.wgu.get<int8_t>(), 2 * F, H, a, N, y, stream);
+  swiglu_q8(y, N, F, sa, L.sgu.get<float>(), a, sb, stream);
+  gemm->run_i8(L.wdown.get<int8_t>(), H, F, a, N, y, stream);
+  dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
@@ -220,5 +286,6 @@ GpuModel::GpuModel(Checkpoint&& ck) : impl_(std::make_unique<Impl>(std::move(ck)
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
+std::string GpuModel::kind() const { return impl_->q8 ? "w8a8" : "bf16"; }
 
 }  // namespace qt::cuda

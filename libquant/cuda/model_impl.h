@@ -21,6 +21,8 @@ struct GpuModel::Impl {
     DeviceBuffer wo;                   // bf16 [H, Q]
     DeviceBuffer wgu;                  // bf16 [2F, H]: gate_proj, up_proj rows
     DeviceBuffer wdown;                // bf16 [H, F]
+    // W8A8 (q8): the same matrices as int8 codes, and their per-output-channel scales (fp32).
+    DeviceBuffer sqkv, so, sgu, sdown;
   };
 
   ModelConfig cfg;
@@ -30,6 +32,7 @@ struct GpuModel::Impl {
   DeviceBuffer lm_head;     // bf16 [vocab, H] (empty when it is `embed` itself: tied bf16)
   DeviceBuffer final_norm;  // fp32 [H]
   std::vector<Layer> layers;
+  bool q8 = false;  // every projection W8A8 (int8 codes, per-token int8 activations)
   size_t weight_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -40,6 +43,7 @@ struct GpuModel::Impl {
   int max_chunks = 0, T = 0;
   DeviceBuffer rope_cos, rope_sin;              // fp32 [T, hd/2]
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
+  DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
   int head_rows = 0;
   DeviceBuffer hs, logits, target, nll;
@@ -54,6 +58,7 @@ struct GpuModel::Impl {
   // Runs chunks × T tokens (host ids, row-major [chunks, T]), each chunk a fresh sequence from
   // position 0; leaves the last hidden states in x.
   void forward(const int32_t* ids, int chunks);
+  void forward_layer_q8(const Layer& L, int chunks);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
   void final_norm_rows(int chunks, int first, int n);
   // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).

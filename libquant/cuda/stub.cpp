@@ -22,6 +22,7 @@ GpuModel::GpuModel(Checkpoint&&) { no_cuda(); }
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { no_cuda(); }
 size_t GpuModel::weight_bytes() const { no_cuda(); }
+std::string GpuModel::kind() const { no_cuda(); }
 int auto_batch(const GpuModel&, int) { no_cuda(); }
 PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&) {
   no_cuda();
