@@ -151,6 +151,83 @@ TEST(Cuda, TokenNllMatchesCpu) {
   for (int r = 0; r < rows; ++r) EXPECT_NEAR(got[r], token_nll(&l[size_t(r) * V], V, t[r]), 2e-5) << r;
 }
 
+// W8A8 kernels against the CPU's W8A8 spec (schemes/scheme.h quantize_activations_int8,
+// reference_gemm's epilogue): codes may differ by one where a value sits on a rounding boundary
+// after a last-bit difference in the fp32 RMSNorm, nowhere by more; the int32 products are exact.
+void expect_same_q8(const std::vector<int8_t>& q, const std::vector<float>& s, const std::vector<int8_t>& wq,
+                    const std::vector<float>& ws) {
+  ASSERT_EQ(q.size(), wq.size());
+  ASSERT_EQ(s.size(), ws.size());
+  for (size_t i = 0; i < s.size(); ++i) ASSERT_NEAR(s[i], ws[i], std::abs(ws[i]) * 1e-6f) << i;
+  size_t off = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    ASSERT_LE(std::abs(int(q[i]) - int(wq[i])), 1) << i;
+    off += q[i] != wq[i];
+  }
+  EXPECT_LE(off, q.size() / 1000 + 1);
+}
+
+TEST(Cuda, RmsNormQ8MatchesCpu) {
+  QT_REQUIRE_GPU();
+  const int rows = 21, dim = 576;
+  auto x = randn(size_t(rows) * dim, 21, 2.0f);
+  x[5] = 300.0f;  // an outlier channel, as real models have
+  const auto w = randn(dim, 22);
+  std::vector<float> y(x.size());
+  ops::rmsnorm(x.data(), dim, w.data(), y.data(), dim, rows, dim, 1e-5f);
+  std::vector<int8_t> wq(y.size());
+  std::vector<float> ws(rows);
+  quantize_activations_int8(y.data(), rows, dim, wq.data(), ws.data());
+  const auto got = cuda::testing::rmsnorm_q8(x, w, rows, dim, 1e-5f);
+  expect_same_q8(got.q, got.s, wq, ws);
+}
+
+TEST(Cuda, Int8GemmIsExact) {
+  QT_REQUIRE_GPU();
+  const int out = 80, in = 256, n = 36;
+  std::mt19937 g(23);
+  std::vector<int8_t> w(size_t(out) * in), x(size_t(n) * in);
+  for (auto& v : w) v = int8_t(int(g() % 256) - 128);
+  for (auto& v : x) v = int8_t(int(g() % 255) - 127);
+  const auto got = cuda::testing::gemm_i8(w, out, in, x, n);
+  ASSERT_EQ(got.size(), size_t(n) * out);
+  for (int r = 0; r < n; ++r)
+    for (int o = 0; o < out; ++o) {
+      int64_t ref = 0;
+      for (int i = 0; i < in; ++i) ref += int64_t(w[size_t(o) * in + i]) * x[size_t(r) * in + i];
+      ASSERT_EQ(got[size_t(r) * out + o], ref) << r << "," << o;
+    }
+}
+
+TEST(Cuda, DequantAndSwiGluQ8MatchCpu) {
+  QT_REQUIRE_GPU();
+  const int rows = 9, F = 136;
+  std::mt19937 g(24);
+  std::vector<int32_t> acc(size_t(rows) * 2 * F);
+  for (auto& v : acc) v = int32_t(g() % 400001) - 200000;
+  const auto sx = randn(rows, 25, 1e-3f), sw = randn(size_t(2) * F, 26, 1e-3f);
+  // dequant, written and accumulated: y = sx · (sw · acc) in fp32, in this order
+  const auto y0 = randn(size_t(rows) * 2 * F, 27);
+  const auto w1 = cuda::testing::dequant(acc, rows, 2 * F, sx, sw, y0, false);
+  const auto w2 = cuda::testing::dequant(acc, rows, 2 * F, sx, sw, y0, true);
+  std::vector<float> deq(acc.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 2 * F; ++c) {
+      const size_t i = size_t(r) * 2 * F + c;
+      deq[i] = sx[r] * (sw[c] * float(acc[i]));
+      ASSERT_EQ(w1[i], deq[i]) << i;
+      ASSERT_EQ(w2[i], y0[i] + deq[i]) << i;
+    }
+  // SwiGLU of the dequantized gate|up, then per-token int8
+  std::vector<float> h(size_t(rows) * F);
+  for (int r = 0; r < rows; ++r) ops::swiglu(&deq[size_t(r) * 2 * F], &deq[size_t(r) * 2 * F + F], &h[size_t(r) * F], 1, F);
+  std::vector<int8_t> wq(h.size());
+  std::vector<float> ws(rows);
+  quantize_activations_int8(h.data(), rows, F, wq.data(), ws.data());
+  const auto got = cuda::testing::swiglu_q8(acc, rows, F, sx, sw);
+  expect_same_q8(got.q, got.s, wq, ws);
+}
+
 std::string tiny_dir() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
 
 std::vector<int32_t> random_ids(int n, uint32_t seed) {
@@ -228,9 +305,11 @@ TEST(Cuda, TinyLlamaPerplexityMatchesCpu) {
   EXPECT_NEAR(got.ppl / ref.ppl, 1.0, 5e-3);  // bf16 moves this 32-wide model's PPL by ~0.3%
 }
 
-// W8A8 (compressed-tensors int8, per channel): the int32 sums are exact on both sides and the
-// activations are quantized by the same fp32 formula, so the GPU follows the CPU's W8A8 kernel
-// closely (the dense output head is bf16 on both).
+// W8A8 (compressed-tensors int8, per channel), the whole model: the kernels match the CPU's above,
+// but per-token int8 activations amplify any last-bit difference upstream (the f16 attention's
+// summation order) into whole quantization steps: on SmolLM2 the CPU's own W8A8 logits move by
+// up to 5 between an f32 and an f16 cache (README). So the bar here is the PPL, and logits of
+// the same order as the CPU's (dense output head in bf16 on both).
 TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   QT_REQUIRE_GPU();
   const std::string dir = test::temp_dir("cuda-w8a8") + "/m";
@@ -257,8 +336,16 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   ASSERT_EQ(got.size(), want.size());
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
-  EXPECT_LT(worst, 2e-2);
-  EXPECT_LT(rms_diff(got, want), 0.2 * rms_diff(want, f32)) << "the GPU is much closer to the CPU W8A8 than W8A8 to f32";
+  EXPECT_LT(worst, 0.5);
+  EXPECT_LT(rms_diff(got, want), 3 * rms_diff(want, f32) + 1e-3);
+  PplOptions po;
+  po.ctx = 32;
+  po.bos_id = 1;
+  const auto text = random_ids(5 * 32, 14);
+  PplOptions pc = po;
+  pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
+  const PplResult pw = evaluate_perplexity(cpu, text, pc), pg = cuda::evaluate_perplexity(gpu, text, po, 2);
+  EXPECT_NEAR(pg.ppl / pw.ppl, 1.0, 5e-3);
 }
 
 // --------------------------------------------------------------------------- the CLI, any build

@@ -82,6 +82,18 @@ std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const
 // Causal attention of B chunks of T tokens; q [B·T, nh·hd], k/v [B·T, nkv·hd] rounded to f16.
 std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                              int B, int T, int nh, int nkv, int hd, float scale);
+// W8A8: RMSNorm then per-token int8 (codes, scales); the exact int32 product of int8 W [out, in]
+// and X [n, in]; y (+)= sx · (sw · acc); SwiGLU of a gate|up int32 product, quantized per token.
+struct Q8 {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+};
+Q8 rmsnorm_q8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps);
+std::vector<int32_t> gemm_i8(const std::vector<int8_t>& w, int out, int in, const std::vector<int8_t>& x, int n);
+std::vector<float> dequant(const std::vector<int32_t>& acc, int rows, int out, const std::vector<float>& sx,
+                           const std::vector<float>& sw, std::vector<float> y, bool accumulate);
+Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
+             const std::vector<float>& sw);
 // log Σ exp(row) − row[target] for rows × V logits.
 std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets);
 }  // namespace testing

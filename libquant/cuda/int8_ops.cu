@@ -15,6 +15,10 @@ namespace {
 __device__ __forceinline__ int8_t q8(float v, float inv) {
   return int8_t(fminf(fmaxf(rintf(v * inv), -128.0f), 127.0f));
 }
+// sx · (sw · acc), each product rounded (no contraction into an FMA with a following add).
+__device__ __forceinline__ float deq(float sx, float sw, int32_t acc) {
+  return __fmul_rn(sx, __fmul_rn(sw, float(acc)));
+}
 __device__ __forceinline__ float scale_of(float amax) {
   const float s = amax / 127.0f;
   return s == 0.0f ? 1.0f : s;
@@ -48,13 +52,29 @@ __global__ void quant_rows_kernel(const float* x, int dim, int8_t* q, float* sx)
   if (threadIdx.x == 0) sx[r] = s;
 }
 
-__global__ void dequant_kernel(const int32_t* acc, int64_t total, int out, const float* sx, const float* sw, float* y,
+// One block per row (no index division); four columns per thread and step when out % 4 == 0.
+__global__ void dequant_kernel(const int32_t* acc, int out, const float* sx, const float* sw, float* y,
                                bool accumulate) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / out;
-    const int n = int(i % out);
-    const float v = sx[t] * (sw[n] * float(acc[i]));
-    y[i] = accumulate ? y[i] + v : v;
+  const int64_t r = blockIdx.x;
+  const float s = sx[r];
+  const int32_t* a = acc + r * out;
+  float* yr = y + r * out;
+  if (out % 4 == 0) {
+    for (int c = threadIdx.x * 4; c < out; c += blockDim.x * 4) {
+      const int4 q = *reinterpret_cast<const int4*>(a + c);
+      const float4 w = *reinterpret_cast<const float4*>(sw + c);
+      float4 v = make_float4(deq(s, w.x, q.x), deq(s, w.y, q.y), deq(s, w.z, q.z), deq(s, w.w, q.w));
+      if (accumulate) {
+        const float4 o = *reinterpret_cast<const float4*>(yr + c);
+        v = make_float4(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y), __fadd_rn(o.z, v.z), __fadd_rn(o.w, v.w));
+      }
+      *reinterpret_cast<float4*>(yr + c) = v;
+    }
+    return;
+  }
+  for (int c = threadIdx.x; c < out; c += blockDim.x) {
+    const float v = deq(s, sw[c], a[c]);
+    yr[c] = accumulate ? __fadd_rn(yr[c], v) : v;
   }
 }
 
@@ -69,7 +89,7 @@ __global__ void swiglu_q8_kernel(const int32_t* acc, int F, const float* sx_in, 
   const float s_in = sx_in[r];
   float amax = 0;
   for (int c = threadIdx.x; c < F; c += blockDim.x) {
-    const float g = s_in * (sw[c] * float(a[c])), u = s_in * (sw[F + c] * float(a[F + c]));
+    const float g = deq(s_in, sw[c], a[c]), u = deq(s_in, sw[F + c], a[F + c]);
     const float v = g / (1.0f + expf(-g)) * u;
     h[c] = v;
     amax = fmaxf(amax, fabsf(v));
@@ -96,10 +116,8 @@ void quant_rows(const float* x, int rows, int dim, int8_t* q, float* sx, cudaStr
 
 void dequant(const int32_t* acc, int rows, int out, const float* sx, const float* sw, float* y, bool accumulate,
              cudaStream_t s) {
-  const int64_t total = int64_t(rows) * out;
-  if (total <= 0) return;
-  const int blocks = int(std::min<int64_t>((total + 255) / 256, 132 * 32));
-  dequant_kernel<<<blocks, 256, 0, s>>>(acc, total, out, sx, sw, y, accumulate);
+  if (rows <= 0 || out <= 0) return;
+  dequant_kernel<<<rows, 256, 0, s>>>(acc, out, sx, sw, y, accumulate);
   QT_CUDA_LAUNCHED();
 }
 

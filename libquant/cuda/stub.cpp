@@ -41,6 +41,13 @@ std::vector<float> attention(const std::vector<float>&, const std::vector<float>
                              int, int, int, int, float) {
   no_cuda();
 }
+Q8 rmsnorm_q8(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
+std::vector<int32_t> gemm_i8(const std::vector<int8_t>&, int, int, const std::vector<int8_t>&, int) { no_cuda(); }
+std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&,
+                           std::vector<float>, bool) {
+  no_cuda();
+}
+Q8 swiglu_q8(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
 std::vector<double> token_nll(const std::vector<float>&, int, int, const std::vector<int32_t>&) { no_cuda(); }
 }  // namespace testing
 

@@ -5,6 +5,7 @@
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/ops.h"
 
 namespace qt::cuda::testing {
@@ -83,6 +84,34 @@ std::vector<float> attention(const std::vector<float>& q, const std::vector<floa
   a.bind(B, T, nh, nkv, hd, dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>());
   a.run(B, scale, nullptr);
   return down<float>(out, size_t(B) * T * nh * hd);
+}
+
+Q8 rmsnorm_q8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
+  DeviceBuffer dx = up(x), dw = up(w), q(size_t(rows) * dim), sx(size_t(rows) * 4);
+  cuda::rmsnorm_q8(dx.get<float>(), dw.get<float>(), rows, dim, eps, q.get<int8_t>(), sx.get<float>(), nullptr);
+  return {down<int8_t>(q, size_t(rows) * dim), down<float>(sx, size_t(rows))};
+}
+
+std::vector<int32_t> gemm_i8(const std::vector<int8_t>& w, int out, int in, const std::vector<int8_t>& x, int n) {
+  DeviceBuffer dw = up(w), dx = up(x), dy(size_t(n) * out * 4);
+  GemmLt g;
+  g.run_i8(dw.get<int8_t>(), out, in, dx.get<int8_t>(), n, dy.get<int32_t>(), nullptr);
+  return down<int32_t>(dy, size_t(n) * out);
+}
+
+std::vector<float> dequant(const std::vector<int32_t>& acc, int rows, int out, const std::vector<float>& sx,
+                           const std::vector<float>& sw, std::vector<float> y, bool accumulate) {
+  DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), dy = up(y);
+  cuda::dequant(da.get<int32_t>(), rows, out, ds.get<float>(), dw.get<float>(), dy.get<float>(), accumulate, nullptr);
+  return down<float>(dy, y.size());
+}
+
+Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
+             const std::vector<float>& sw) {
+  DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), q(size_t(rows) * F), so(size_t(rows) * 4);
+  cuda::swiglu_q8(da.get<int32_t>(), rows, F, ds.get<float>(), dw.get<float>(), q.get<int8_t>(), so.get<float>(),
+                  nullptr);
+  return {down<int8_t>(q, size_t(rows) * F), down<float>(so, size_t(rows))};
 }
 
 std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets) {
