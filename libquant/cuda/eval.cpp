@@ -73,9 +73,11 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
       const int nr = std::min(I.head_rows, rows - r0);
       I.head(r0, nr);
       token_nll(I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0, I.stream);
+      I.prof.mark("nll", I.stream);
     }
     QT_CUDA_CHECK(cudaMemcpyAsync(nll.data(), I.nll.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, I.stream));
     QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+    I.prof.flush();
     for (int b = 0; b < nb; ++b) {  // the CPU's order: chunk by chunk, row by row
       for (int r = 0; r < P.n_scored; ++r) {
         const double x = nll[size_t(b) * P.n_scored + r];

@@ -225,8 +225,10 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   if (chunks > max_chunks) throw std::logic_error("GpuModel: forward of more chunks than reserved");
   for (int i = 0; i < N; ++i)
     if (ids[i] < 0 || ids[i] >= c.vocab) user_error("token id {} is outside the vocabulary (0..{})", ids[i], c.vocab - 1);
+  prof.start(stream);
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
+  prof.mark("embed", stream);
   const float scale = c.attn_scale();
   for (const Layer& L : layers) {
     if (q8) {
@@ -234,16 +236,26 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
       continue;
     }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
+    prof.mark("norm", stream);
     gemm->run(L.wqkv.get<bf16>(), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
+    prof.mark("gemm qkv", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
                rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+    prof.mark("rope", stream);
     attn->run(chunks, scale, stream);
+    prof.mark("attention", stream);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
+    prof.mark("act convert", stream);
     gemm->run(L.wo.get<bf16>(), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    prof.mark("gemm o", stream);
     rmsnorm(x.get<float>(), L.ffn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
+    prof.mark("norm", stream);
     gemm->run(L.wgu.get<bf16>(), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    prof.mark("gemm gate|up", stream);
     swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
+    prof.mark("swiglu", stream);
     gemm->run(L.wdown.get<bf16>(), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    prof.mark("gemm down", stream);
   }
 }
 
@@ -254,30 +266,45 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   float *sa = sxa.get<float>(), *sb = sxb.get<float>();
   int32_t* y = acc.get<int32_t>();
   rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  prof.mark("norm", stream);
   gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
+  prof.mark("gemm qkv", stream);
   dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
+  prof.mark("dequant", stream);
   rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
              rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  prof.mark("rope", stream);
   attn->run(chunks, c.attn_scale(), stream);
+  prof.mark("attention", stream);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
+  prof.mark("act convert", stream);
   gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
+  prof.mark("gemm o", stream);
   dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
+  prof.mark("dequant", stream);
   rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  prof.mark("norm", stream);
   gemm->run_i8(L.wgu.get<int8_t>(), 2 * F, H, a, N, y, stream);
+  prof.mark("gemm gate|up", stream);
   swiglu_q8(y, N, F, sa, L.sgu.get<float>(), a, sb, stream);
+  prof.mark("swiglu", stream);
   gemm->run_i8(L.wdown.get<int8_t>(), H, F, a, N, y, stream);
+  prof.mark("gemm down", stream);
   dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
+  prof.mark("dequant", stream);
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
   rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
           stream);
+  prof.mark("norm", stream);
 }
 
 void GpuModel::Impl::head(int r0, int rows) {
   if (rows > head_rows) throw std::logic_error("GpuModel: head of more rows than reserved");
   gemm->run(head_weight(), cfg.vocab, cfg.hidden, hs.get<bf16>() + size_t(r0) * cfg.hidden, rows, logits.get(),
             CUDA_R_32F, false, stream);
+  prof.mark("gemm lm_head", stream);
 }
 
 // ------------------------------------------------------------------------------- GpuModel

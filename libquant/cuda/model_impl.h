@@ -11,6 +11,7 @@
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
 #include "libquant/cuda/ops.h"
+#include "libquant/cuda/profile.h"
 
 namespace qt::cuda {
 
@@ -38,6 +39,7 @@ struct GpuModel::Impl {
   cudaStream_t stream = nullptr;
   std::unique_ptr<GemmLt> gemm;
   std::unique_ptr<Attention> attn;
+  StageProfile prof;  // QT_CUDA_PROFILE=1
 
   // Scratch for up to max_chunks chunks of T tokens.
   int max_chunks = 0, T = 0;
