@@ -22,6 +22,7 @@
 #include "libquant/model/llama.h"
 #include "libquant/model/ops.h"
 #include "libquant/model/packed_linear.h"
+#include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -228,6 +229,31 @@ TEST(Cuda, DequantAndSwiGluQ8MatchCpu) {
   expect_same_q8(got.q, got.s, wq, ws);
 }
 
+// Affine decode against the CPU's dequantize_weights (mlx's formula), at widths that straddle
+// bytes (3, 5, 6 bits) and not; bf16 scales (the value is bf16 already: exact) and f32 scales (the
+// GPU's bf16 copy of the CPU's fp32 value).
+TEST(Cuda, AffineDecodeMatchesCpu) {
+  QT_REQUIRE_GPU();
+  const int rows = 24, cols = 256;
+  const auto w = randn(size_t(rows) * cols, 31, 0.05f);
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (DType dt : {DType::BF16, DType::F32}) {
+      SchemeParams p;
+      p.scheme = "affine", p.bits = bits, p.group_size = 64, p.dtype = dt;
+      std::vector<float> wr(w);
+      if (dt == DType::BF16)
+        for (float& x : wr) x = bf16v(x);
+      const PackedTensor t = quantize_weights(wr.data(), rows, cols, p);
+      const std::vector<float> want = dequantize_weights(t);
+      const size_t nb = size_t(rows) * cols * bits / 8;
+      const std::vector<uint8_t> codes(t.data.data, t.data.data + nb);
+      const auto got = cuda::testing::affine_dequant(codes, to_f32(t.scales), to_f32(t.biases), rows, cols, bits, 64,
+                                                     dt == DType::BF16 ? 1 : 0);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], bf16v(want[i])) << bits << " bits, " << i;
+    }
+}
+
 std::string tiny_dir() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
 
 std::vector<int32_t> random_ids(int n, uint32_t seed) {
@@ -352,6 +378,35 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   const double own = std::abs(pw.ppl / p32.ppl - 1.0);
   EXPECT_GT(own, 0.0);
   EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3) << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
+}
+
+// MLX affine 4-bit (every Linear, the embedding and the head quantized): decoded to bf16 for the
+// GEMMs, so the GPU's error against the CPU's affine forward (integer kernels, ~fp32) is held to the
+// bf16 error of the dense model (the CPU's bf16 path against its f32 path).
+TEST(Cuda, TinyLlamaAffine4MatchesCpu) {
+  QT_REQUIRE_GPU();
+  const std::string dir = test::temp_dir("cuda-affine") + "/m";
+  std::string out;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
+                              " --scheme affine --bits 4 --group-size 32",
+                          &out),
+            0)
+      << out;
+  const auto ids = random_ids(40, 15);
+  Checkpoint a = load_checkpoint(dir);
+  LlamaModel cpu(a, checkpoint_linear_factory(a, {}));
+  const int n = int(ids.size()), V = cpu.config().vocab;
+  auto cache = cpu.make_cache(n, "f16");
+  std::vector<float> want(size_t(n) * V);
+  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  Checkpoint d = load_checkpoint(tiny_dir());
+  const double bf16_err = rms_diff(cpu_logits(d, Compute::BF16, "f16", ids), cpu_logits(d, Compute::F32, "f32", ids));
+  cuda::GpuModel gpu(load_checkpoint(dir));
+  EXPECT_EQ(gpu.kind(), "affine4-g32");
+  const auto got = cuda::forward_logits(gpu, ids);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_GT(bf16_err, 0.0);
+  EXPECT_LT(rms_diff(got, want), 1.5 * bf16_err) << "affine gpu vs cpu, against the dense model's bf16 error";
 }
 
 // --------------------------------------------------------------------------- the CLI, any build

@@ -94,6 +94,11 @@ std::vector<float> dequant(const std::vector<int32_t>& acc, int rows, int out, c
                            const std::vector<float>& sw, std::vector<float> y, bool accumulate);
 Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
              const std::vector<float>& sw);
+// MLX affine codes (rows of LSB-first bit streams), fp32 scales/biases [rows, cols/group], rounding
+// to the stored dtype (0 f32, 1 bf16, 2 f16) → the bf16 matrix, returned as float.
+std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+                                  const std::vector<float>& biases, int rows, int cols, int bits, int group,
+                                  int round_mode);
 // log Σ exp(row) − row[target] for rows × V logits.
 std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets);
 }  // namespace testing

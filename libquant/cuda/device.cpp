@@ -55,9 +55,12 @@ void check_supported(const Checkpoint& ck) {
       if (proj && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) any_dense = true;
       continue;
     }
-    const std::optional<PackedTensor> p = proj ? packed_weight(ck, name) : std::nullopt;
-    if (!p || (p->params.scheme != "int8" && p->params.scheme != "int8_ct") || p->params.group_size != 0)
-      refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16 and W8A8 int8 per channel)",
+    const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    const std::optional<PackedTensor> p = proj || table ? packed_weight(ck, name) : std::nullopt;
+    if (p && table) continue;  // dequantized once at load
+    const bool int8_pc = p && (p->params.scheme == "int8" || p->params.scheme == "int8_ct") && p->params.group_size == 0;
+    if (!p || !(int8_pc || p->params.scheme == "affine"))
+      refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8 per channel and MLX affine)",
                          p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
                            : std::string(dtype_name(t.dtype)),
                          name));

@@ -7,6 +7,9 @@
 //               x += bf16(silu(g)·u) · Wdownᵀ,  g|u = rmsnorm(x) · [Wgate;Wup]ᵀ
 //   logits = rmsnorm(x) · lm_headᵀ over the scored rows only
 //
+// MLX affine folders (every projection affine, any bits/group): each projection's codes are
+// decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
+// embedding / output head is dequantized once at load (the CPU's dequantize_weights).
 // W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
 // tensor cores into exact int32 sums; the activations are quantized per token where the CPU
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
@@ -84,10 +87,48 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     std::optional<PackedTensor> p = packed_weight(ck, name);
     return p.has_value();
   };
-  q8 = is_q8("model.layers.0.self_attn.q_proj.weight");
-  auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales) {
+  if (is_q8("model.layers.0.self_attn.q_proj.weight")) {
+    const std::string sch = packed_weight(ck, "model.layers.0.self_attn.q_proj.weight")->params.scheme;
+    affine = sch == "affine";
+    q8 = !affine;
+  }
+  auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
+                     AffineWeight* aw) {
     int64_t rows = 0;
     for (auto& [n, r] : parts) rows += r;
+    if (affine) {
+      std::vector<uint8_t> codes;
+      std::vector<float> sc, bi;
+      for (auto& [n, r] : parts) {
+        std::optional<PackedTensor> p = packed_weight(ck, n);
+        if (!p || p->params.scheme != "affine")
+          user_error("{}: {} is not affine while the first projection is: mixed layouts: not on cuda yet", ck.path, n);
+        const SchemeParams& P = p->params;
+        if (aw->bits == 0) {
+          aw->bits = P.bits, aw->group = P.group_size;
+          aw->round_mode = P.dtype == DType::BF16 ? 1 : P.dtype == DType::F16 ? 2 : 0;
+          affine_desc = fmt::format("affine{}-g{}", P.bits, P.group_size);
+        } else if (aw->bits != P.bits || aw->group != P.group_size) {
+          user_error("{}: {}: bits/group differ within q|k|v or gate|up: not on cuda yet", ck.path, n);
+        }
+        if (p->rows != r || p->cols != in || P.group_size <= 0 || in % P.group_size)
+          user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        const size_t nb = size_t(r) * size_t(in) * size_t(P.bits) / 8;
+        codes.insert(codes.end(), p->data.data, p->data.data + nb);
+        const std::vector<float> s = to_f32(p->scales), b = to_f32(p->biases);
+        sc.insert(sc.end(), s.begin(), s.end());
+        bi.insert(bi.end(), b.begin(), b.end());
+        release_pages(p->data);
+        done(n);
+      }
+      aw->rows = int(rows), aw->cols = int(in);
+      aw->codes.resize(codes.size());
+      QT_CUDA_CHECK(cudaMemcpy(aw->codes.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+      aw->scales = upload_f32(sc);
+      aw->biases = upload_f32(bi);
+      weight_bytes += aw->codes.bytes() + aw->scales.bytes() + aw->biases.bytes();
+      return DeviceBuffer();
+    }
     DeviceBuffer b(size_t(rows * in) * (q8 ? 1 : 2));
     std::vector<float> sc;
     size_t off = 0;
@@ -97,6 +138,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
         user_error("{}: {} is {} while the first projection is not: mixed dense and W8A8 projections: not on cuda yet",
                    ck.path, n, q8 ? "dense" : "quantized");
       if (q8) {
+        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct") || p->params.group_size != 0)
+          user_error("{}: {} is {} while the first projection is W8A8: mixed layouts: not on cuda yet", ck.path, n,
+                     p->params.scheme);
         if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
         QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
         const std::vector<float> s = to_f32(p->scales);
@@ -125,15 +169,33 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     return b;
   };
 
-  const Tensor& emb = weight("model.embed_tokens.weight", c.vocab, H);
-  embed_dtype = emb.dtype == DType::F32 ? 0 : emb.dtype == DType::BF16 ? 1 : emb.dtype == DType::F16 ? 2 : -1;
-  if (embed_dtype < 0) user_error("{}: embedding of dtype {}: not on cuda yet", ck.path, dtype_name(emb.dtype));
-  embed.resize(emb.nbytes);
-  QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
-  weight_bytes += embed.bytes();
+  // A quantized embedding / output head (MLX folders quantize both): dequantized here, once.
+  auto dequantized = [&](const std::string& name) -> std::optional<std::vector<float>> {
+    std::optional<PackedTensor> p = packed_weight(ck, name);
+    if (!p) return std::nullopt;
+    if (p->rows != c.vocab || p->cols != H) user_error("{}: tensor {} has an unexpected shape", ck.path, name);
+    return dequantize_weights(*p, name);
+  };
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
-  const Tensor& head_t = tied ? emb : weight("lm_head.weight", c.vocab, H);
-  if (!(tied && embed_dtype == 1)) {
+  std::optional<std::vector<float>> emb_q = dequantized("model.embed_tokens.weight");
+  if (emb_q) {  // exact fp32 rows for the lookup, as the CPU's dequantize_row gives them
+    embed_dtype = 0;
+    embed = upload_f32(*emb_q);
+  } else {
+    const Tensor& emb = weight("model.embed_tokens.weight", c.vocab, H);
+    embed_dtype = emb.dtype == DType::F32 ? 0 : emb.dtype == DType::BF16 ? 1 : emb.dtype == DType::F16 ? 2 : -1;
+    if (embed_dtype < 0) user_error("{}: embedding of dtype {}: not on cuda yet", ck.path, dtype_name(emb.dtype));
+    embed.resize(emb.nbytes);
+    QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
+  }
+  weight_bytes += embed.bytes();
+  std::optional<std::vector<float>> head_q = tied ? std::move(emb_q) : dequantized("lm_head.weight");
+  if (head_q) {
+    lm_head.resize(size_t(c.vocab * H) * 2);
+    upload_bf16(Tensor::from_f32(std::move(*head_q), {c.vocab, H}), lm_head.get(), stream);
+    weight_bytes += lm_head.bytes();
+  } else if (!(tied && embed_dtype == 1)) {
+    const Tensor& head_t = weight(tied ? "model.embed_tokens.weight" : "lm_head.weight", c.vocab, H);
     lm_head.resize(size_t(c.vocab * H) * 2);
     upload_bf16(head_t, lm_head.get(), stream);
     weight_bytes += lm_head.bytes();
@@ -150,10 +212,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     L.ffn_norm = norm(p + "post_attention_layernorm.weight", H);
     L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
                       {p + "self_attn.v_proj.weight", KV}},
-                     H, &L.sqkv);
-    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so);
-    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu);
-    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown);
+                     H, &L.sqkv, &L.aqkv);
+    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao);
+    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu);
+    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown);
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
@@ -172,6 +234,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
+  if (affine) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
   return b;
 }
 
@@ -208,6 +271,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
+  if (affine) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
   if (q8) {
     xq.resize(N * std::max({H, size_t(Q), F}));
     sxa.resize(N * 4);
@@ -237,7 +301,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     prof.mark("norm", stream);
-    gemm->run(L.wqkv.get<bf16>(), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wqkv, L.aqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm qkv", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
                rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
@@ -246,17 +310,24 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     prof.mark("attention", stream);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
-    gemm->run(L.wo.get<bf16>(), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    gemm->run(weight(L.wo, L.ao), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
     prof.mark("gemm o", stream);
     rmsnorm(x.get<float>(), L.ffn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     prof.mark("norm", stream);
-    gemm->run(L.wgu.get<bf16>(), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wgu, L.agu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm gate|up", stream);
     swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
     prof.mark("swiglu", stream);
-    gemm->run(L.wdown.get<bf16>(), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    gemm->run(weight(L.wdown, L.adown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
     prof.mark("gemm down", stream);
   }
+}
+
+const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a) {
+  if (a.empty()) return dense.get<bf16>();
+  affine_dequant(a, wdec.get<bf16>(), stream);
+  prof.mark("affine decode", stream);
+  return wdec.get<bf16>();
 }
 
 void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
@@ -313,6 +384,6 @@ GpuModel::GpuModel(Checkpoint&& ck) : impl_(std::make_unique<Impl>(std::move(ck)
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
-std::string GpuModel::kind() const { return impl_->q8 ? "w8a8" : "bf16"; }
+std::string GpuModel::kind() const { return impl_->q8 ? "w8a8" : impl_->affine ? impl_->affine_desc : "bf16"; }
 
 }  // namespace qt::cuda

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/model_config.h"
+#include "libquant/cuda/affine.h"
 #include "libquant/cuda/attention.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/buffer.h"
@@ -24,6 +25,8 @@ struct GpuModel::Impl {
     DeviceBuffer wdown;                // bf16 [H, F]
     // W8A8 (q8): the same matrices as int8 codes, and their per-output-channel scales (fp32).
     DeviceBuffer sqkv, so, sgu, sdown;
+    // Affine (weight-only): the same matrices as MLX codes, decoded to bf16 before each GEMM.
+    AffineWeight aqkv, ao, agu, adown;
   };
 
   ModelConfig cfg;
@@ -33,7 +36,10 @@ struct GpuModel::Impl {
   DeviceBuffer lm_head;     // bf16 [vocab, H] (empty when it is `embed` itself: tied bf16)
   DeviceBuffer final_norm;  // fp32 [H]
   std::vector<Layer> layers;
-  bool q8 = false;  // every projection W8A8 (int8 codes, per-token int8 activations)
+  bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
+  bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
+  std::string affine_desc;  // "affine4-g64"
+  DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -61,6 +67,8 @@ struct GpuModel::Impl {
   // position 0; leaves the last hidden states in x.
   void forward(const int32_t* ids, int chunks);
   void forward_layer_q8(const Layer& L, int chunks);
+  // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
+  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
   void final_norm_rows(int chunks, int first, int n);
   // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).

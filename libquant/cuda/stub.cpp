@@ -48,6 +48,10 @@ std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vec
   no_cuda();
 }
 Q8 swiglu_q8(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
+std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector<float>&, const std::vector<float>&,
+                                  int, int, int, int, int) {
+  no_cuda();
+}
 std::vector<double> token_nll(const std::vector<float>&, int, int, const std::vector<int32_t>&) { no_cuda(); }
 }  // namespace testing
 

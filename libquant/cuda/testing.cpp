@@ -1,6 +1,7 @@
 // Host-data wrappers of the kernels, for tests/test_cuda.cpp (each against the CPU op).
 #include <cuda_runtime.h>
 
+#include "libquant/cuda/affine.h"
 #include "libquant/cuda/attention.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/buffer.h"
@@ -112,6 +113,17 @@ Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector
   cuda::swiglu_q8(da.get<int32_t>(), rows, F, ds.get<float>(), dw.get<float>(), q.get<int8_t>(), so.get<float>(),
                   nullptr);
   return {down<int8_t>(q, size_t(rows) * F), down<float>(so, size_t(rows))};
+}
+
+std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+                                  const std::vector<float>& biases, int rows, int cols, int bits, int group,
+                                  int round_mode) {
+  AffineWeight w;
+  w.codes = up(codes), w.scales = up(scales), w.biases = up(biases);
+  w.rows = rows, w.cols = cols, w.bits = bits, w.group = group, w.round_mode = round_mode;
+  DeviceBuffer out(size_t(rows) * cols * 2);
+  cuda::affine_dequant(w, out.get<bf16>(), nullptr);
+  return bf16_to_host_f32(out, size_t(rows) * cols);
 }
 
 std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets) {
