@@ -418,8 +418,11 @@ TEST(CudaCli, UnsupportedIsOneLineExit2) {
     const int rc = test::run_cmd(bin + " eval-ppl --device cuda --model " + tiny_dir() + " --text " + text + extra, &out);
     EXPECT_EQ(rc, 2) << extra << ": " << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << extra << ": " << out;
-    if (!cuda::built()) EXPECT_NE(out.find("built without CUDA"), std::string::npos) << out;
-    else if (!extra.empty()) EXPECT_NE(out.find("not on cuda yet"), std::string::npos) << extra << ": " << out;
+    if (!cuda::built()) {
+      EXPECT_NE(out.find("built without CUDA"), std::string::npos) << out;
+    } else if (!extra.empty()) {
+      EXPECT_NE(out.find("not on cuda yet"), std::string::npos) << extra << ": " << out;
+    }
   }
 }
 
