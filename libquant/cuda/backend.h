@@ -67,6 +67,16 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
 // The logits [n, vocab] of ids as one fresh sequence (positions 0 … n−1).
 std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids);
 
+// bench --peak --device cuda: the tensor-core rates our GEMMs reach (cuBLASLt, the kernels eval-ppl
+// uses) on large random operands, and the device-to-device copy bandwidth (bytes read + written).
+struct GpuPeaks {
+  int n = 0;                  // the GEMMs are n × n × n
+  double bf16_tflops = 0;     // bf16 operands, fp32 accumulate and output
+  double int8_tops = 0;       // int8 operands, int32 accumulate and output
+  double copy_gbps = 0;
+};
+GpuPeaks measure_peaks(int n = 8192);
+
 // The GPU kernels one by one on host data, for the tests (tests/test_cuda.cpp) against the CPU ops.
 namespace testing {
 // RMSNorm of rows × dim → bf16, returned as float.

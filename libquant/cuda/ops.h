@@ -30,6 +30,8 @@ void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s);
 
 // convert.cu: y = bf16(x) over n values.
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t s);
+// convert.cu: n_words pseudo-random 32-bit words (a hash of the index and seed) & mask.
+void fill_random(uint32_t* p, size_t n_words, uint32_t seed, uint32_t mask, cudaStream_t s);
 
 // attn_softmax.cu: rows of T scores (row r is query position r % T): P = softmax(scale · S) over
 // keys 0 … r % T, zero after, as f16.

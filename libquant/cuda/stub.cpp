@@ -29,6 +29,8 @@ PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplO
 }
 std::vector<float> forward_logits(GpuModel&, const std::vector<int32_t>&) { no_cuda(); }
 
+GpuPeaks measure_peaks(int) { no_cuda(); }
+
 namespace testing {
 std::vector<float> rmsnorm(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
 std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int, const std::vector<float>&,
