@@ -260,7 +260,7 @@ int run_cuda(const Options& o) {
   auto not_yet = [](const std::string& what) { user_error("{}: not on cuda yet", what); };
   if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
   if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
-  if (!o.kl_base.empty()) not_yet("--kl-base-model");
+  if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16") not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
   if (!o.kv_recipe.empty()) not_yet("--kv-recipe");
   if (!o.kv_key_center.empty()) not_yet("--kv-key-center");
   if (o.kv_stats) not_yet("--kv-stats");
@@ -294,9 +294,19 @@ int run_cuda(const Options& o) {
   if (po.method == PplMethod::Llama && ck.tokenizer->add_bos()) po.bos_id = ck.tokenizer->bos_id();
   const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks, po.first_chunk);
   if (plan.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
+  std::unique_ptr<cuda::GpuModel> base;
+  if (!o.kl_base.empty()) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
+    Checkpoint bk = load_checkpoint(o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);
+    if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
+    cuda::check_supported(bk);
+    base = std::make_unique<cuda::GpuModel>(std::move(bk));
+  }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   cuda::GpuModel model(std::move(ck));
-  const int batch = o.batch > 0 ? o.batch : cuda::auto_batch(model, po.ctx);
+  int batch = o.batch > 0 ? o.batch : cuda::auto_batch(model, po.ctx);
+  if (base && o.batch == 0) batch = std::max(1, std::min(batch, cuda::auto_batch(*base, po.ctx)) / 2);
   const double load_s = std::chrono::duration<double>(clock::now() - t_start).count();
 
   const bool tty = isatty(fileno(stderr));
@@ -307,7 +317,7 @@ int run_cuda(const Options& o) {
     if (p.chunk == p.n_chunks) std::fputc('\n', stderr);
     std::fflush(stderr);
   };
-  const PplResult r = cuda::evaluate_perplexity(model, ids, po, batch, progress);
+  const PplResult r = cuda::evaluate_perplexity(model, ids, po, batch, progress, base.get());
   const double wall = std::chrono::duration<double>(clock::now() - t_start).count();
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -336,6 +346,8 @@ int run_cuda(const Options& o) {
              r.seconds);
   fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", wall, load_s);
   fmt::print("peak RSS       {:.1f} MiB\n", rss_mib);
+  if (r.kld)
+    fmt::print("\nKL baseline    {} on cuda ({}, f16 cache)\n{}", o.kl_base, base->kind(), format_kld_summary(*r.kld));
   if (!o.json_path.empty()) {
     json j = ppl_result_json(r);
     j["model"] = o.model;
@@ -354,6 +366,11 @@ int run_cuda(const Options& o) {
     j["load_seconds"] = load_s;
     j["peak_rss_mib"] = rss_mib;
     j["bos_per_chunk"] = po.bos_id >= 0;
+    if (base) {
+      j["kl_base_model"] = o.kl_base;
+      j["kl_base_compute"] = base->kind();
+      j["kl_base_kv"] = "f16";
+    }
     const std::string s = j.dump(2) + "\n";
     write_file_atomic(o.json_path, s.data(), s.size());
   }

@@ -254,6 +254,28 @@ TEST(Cuda, AffineDecodeMatchesCpu) {
     }
 }
 
+TEST(Cuda, KldRowsMatchCpu) {
+  QT_REQUIRE_GPU();
+  const int rows = 6, V = 49152;
+  const auto b = randn(size_t(rows) * V, 41, 3.0f);
+  auto t = b;
+  const auto noise = randn(t.size(), 42, 0.3f);
+  for (size_t i = 0; i < t.size(); ++i) t[i] += noise[i];
+  std::copy(b.begin() + V, b.begin() + 2 * V, t.begin() + V);  // row 1: the same logits (KLD 0)
+  const std::vector<int32_t> y = {3, 49151, 0, 777, 12345, 40000};
+  const auto got = cuda::testing::kld_rows(b, t, rows, V, y);
+  ASSERT_EQ(got.size(), size_t(rows));
+  for (int r = 0; r < rows; ++r) {
+    const KldToken want = kld_token(&b[size_t(r) * V], &t[size_t(r) * V], V, y[r]);
+    EXPECT_NEAR(got[r].nll, want.nll, 2e-5) << r;
+    EXPECT_NEAR(got[r].nll_base, want.nll_base, 2e-5) << r;
+    EXPECT_NEAR(got[r].kld, want.kld, 1e-5 + 1e-4 * want.kld) << r;
+    EXPECT_EQ(got[r].same_top, want.same_top) << r;
+  }
+  EXPECT_GT(cuda::testing::kld_rows(b, t, rows, V, y)[0].kld, 0.01);
+  EXPECT_LT(std::abs(got[1].kld), 1e-9);
+}
+
 std::string tiny_dir() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
 
 std::vector<int32_t> random_ids(int n, uint32_t seed) {
@@ -409,11 +431,50 @@ TEST(Cuda, TinyLlamaAffine4MatchesCpu) {
   EXPECT_LT(rms_diff(got, want), 1.5 * bf16_err) << "affine gpu vs cpu, against the dense model's bf16 error";
 }
 
+// KLD on the GPU, end to end: the tiny model's W8A8 folder against the bf16 model, both on the GPU,
+// against the CPU's evaluate_perplexity with the same pair (W8A8 and a bf16 baseline, f16 caches);
+// and a model against itself gives KLD 0 and the same top token everywhere.
+TEST(Cuda, TinyLlamaKldMatchesCpu) {
+  QT_REQUIRE_GPU();
+  const std::string dir = test::temp_dir("cuda-kld") + "/m";
+  std::string out;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
+                              " --scheme int8 --group-size 0",
+                          &out),
+            0)
+      << out;
+  const auto text = random_ids(6 * 32, 16);
+  PplOptions po;
+  po.ctx = 32;
+  po.bos_id = 1;
+  Checkpoint a = load_checkpoint(dir), d = load_checkpoint(tiny_dir());
+  PackedLinearOptions lo;
+  lo.compute = Compute::BF16;
+  LlamaModel cq(a, checkpoint_linear_factory(a, lo)), cb(d, Compute::BF16);
+  PplOptions pc = po;
+  pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
+  pc.base_kv = "f16";
+  const PplResult want = evaluate_perplexity(cq, text, pc, &cb);
+  cuda::GpuModel gq(load_checkpoint(dir)), gb(load_checkpoint(tiny_dir()));
+  const PplResult got = cuda::evaluate_perplexity(gq, text, po, 4, {}, &gb);
+  ASSERT_TRUE(got.kld && want.kld);
+  EXPECT_EQ(got.kld->count, want.kld->count);
+  EXPECT_GT(want.kld->kld, 1e-4);
+  EXPECT_NEAR(got.kld->kld / want.kld->kld, 1.0, 0.3) << "gpu " << got.kld->kld << " cpu " << want.kld->kld;
+  EXPECT_NEAR(got.kld->ppl_base / want.kld->ppl_base, 1.0, 5e-3);
+  EXPECT_NEAR(got.kld->ppl / want.kld->ppl, 1.0, 1e-2);
+  cuda::GpuModel gb2(load_checkpoint(tiny_dir()));
+  const PplResult self = cuda::evaluate_perplexity(gb, text, po, 4, {}, &gb2);
+  ASSERT_TRUE(self.kld);
+  EXPECT_LT(std::abs(self.kld->kld), 1e-9);
+  EXPECT_EQ(self.kld->same_top, 1.0);
+}
+
 // --------------------------------------------------------------------------- the CLI, any build
 
 TEST(CudaCli, UnsupportedIsOneLineExit2) {
   const std::string bin = test::quanttool_bin(), text = test::source_dir() + "/data/wikitext-2/wiki.test.raw";
-  for (const std::string extra : {"", " --kv kivi", " --kv-mode decode", " --compute f32"}) {
+  for (const std::string extra : {"", " --kv kivi", " --kv-mode decode", " --compute f32", " --kl-base-kv kivi"}) {
     std::string out;
     const int rc = test::run_cmd(bin + " eval-ppl --device cuda --model " + tiny_dir() + " --text " + text + extra, &out);
     EXPECT_EQ(rc, 2) << extra << ": " << out;

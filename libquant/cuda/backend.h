@@ -60,9 +60,10 @@ int auto_batch(const GpuModel& m, int ctx);
 
 // evaluate_perplexity (perplexity.h) with the forward on the GPU, `batch` chunks per forward
 // (0: auto_batch). Same plan, BOS rule, NLL sums in the same fixed order, same PplResult; the
-// KV cache is f16 (opt.kv must be empty or f16 everywhere), no KL baseline.
+// KV cache is f16 (opt.kv must be empty or f16 everywhere). With `base`, the KL divergence against
+// it (both models on the GPU, the full-vocabulary log-softmax of both per scored row, kld.cu).
 PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
-                              const ProgressFn& progress = {});
+                              const ProgressFn& progress = {}, GpuModel* base = nullptr);
 
 // The logits [n, vocab] of ids as one fresh sequence (positions 0 … n−1).
 std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids);
@@ -109,6 +110,9 @@ Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                                   const std::vector<float>& biases, int rows, int cols, int bits, int group,
                                   int round_mode);
+// kld_token (kld.h) of rows × V base and test logits.
+std::vector<KldToken> kld_rows(const std::vector<float>& base, const std::vector<float>& test, int rows, int V,
+                               const std::vector<int32_t>& targets);
 // log Σ exp(row) − row[target] for rows × V logits.
 std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets);
 }  // namespace testing

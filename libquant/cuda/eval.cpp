@@ -30,10 +30,13 @@ int auto_batch(const GpuModel& m, int ctx) {
 }
 
 PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
-                              const ProgressFn& progress) {
+                              const ProgressFn& progress, GpuModel* base) {
   using clock = std::chrono::steady_clock;
   GpuModel::Impl& I = m.impl();
   const ModelConfig& c = I.cfg;
+  GpuModel::Impl* Bm = base ? &base->impl() : nullptr;
+  if (Bm && Bm->cfg.vocab != c.vocab)
+    user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", Bm->cfg.vocab, c.vocab);
   for (size_t l = 0; l < opt.kv.k.size(); ++l)
     if (opt.kv.k[l].text() != "f16" || opt.kv.v[l].text() != "f16")
       user_error("--kv {}: not on cuda yet (cuda keeps an f16 cache)", opt.kv.k[l].text() == "f16" ? opt.kv.v[l].text() : opt.kv.k[l].text());
@@ -49,6 +52,13 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
   const int B = std::min(batch > 0 ? batch : auto_batch(m, P.ctx), P.n_chunks);
   const int rows_all = B * P.n_scored;
   I.reserve(B, P.ctx, head_rows_for(c, rows_all));
+  DeviceBuffer kld_out;
+  if (Bm) {
+    Bm->reserve(B, P.ctx, head_rows_for(c, rows_all));
+    kld_out.resize(size_t(rows_all) * sizeof(KldRow));
+  }
+  std::vector<KldRow> krows(Bm ? size_t(rows_all) : 0);
+  KldAccumulator kacc;
   res.kv_name = "f16";
   res.kv_bytes_per_token = res.kv_f16_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
 
@@ -69,25 +79,51 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
     I.forward(ids.data(), nb);
     I.final_norm_rows(nb, P.first, P.n_scored);
     QT_CUDA_CHECK(cudaMemcpyAsync(I.target.get(), tgt.data(), size_t(rows) * 4, cudaMemcpyHostToDevice, I.stream));
-    for (int r0 = 0; r0 < rows; r0 += I.head_rows) {
-      const int nr = std::min(I.head_rows, rows - r0);
-      I.head(r0, nr);
-      token_nll(I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0, I.stream);
-      I.prof.mark("nll", I.stream);
+    if (Bm) {  // the baseline's hidden states of the same chunks, then both heads slice by slice
+      Bm->forward(ids.data(), nb);
+      Bm->final_norm_rows(nb, P.first, P.n_scored);
+      QT_CUDA_CHECK(cudaStreamSynchronize(Bm->stream));
     }
-    QT_CUDA_CHECK(cudaMemcpyAsync(nll.data(), I.nll.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, I.stream));
+    const int slice = Bm ? std::min(I.head_rows, Bm->head_rows) : I.head_rows;
+    for (int r0 = 0; r0 < rows; r0 += slice) {
+      const int nr = std::min(slice, rows - r0);
+      I.head(r0, nr);
+      if (Bm) {
+        Bm->head(r0, nr);
+        QT_CUDA_CHECK(cudaStreamSynchronize(Bm->stream));
+        kld_rows(Bm->logits.get<float>(), I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0,
+                 kld_out.get<KldRow>() + r0, I.stream);
+        I.prof.mark("kld", I.stream);
+      } else {
+        token_nll(I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0,
+                  I.stream);
+        I.prof.mark("nll", I.stream);
+      }
+    }
+    if (Bm) {
+      QT_CUDA_CHECK(cudaMemcpyAsync(krows.data(), kld_out.get(), size_t(rows) * sizeof(KldRow), cudaMemcpyDeviceToHost,
+                                    I.stream));
+      QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+      for (int r = 0; r < rows; ++r) nll[size_t(r)] = krows[size_t(r)].nll;
+    } else {
+      QT_CUDA_CHECK(cudaMemcpyAsync(nll.data(), I.nll.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, I.stream));
+    }
     QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
     I.prof.flush();
+    if (Bm) Bm->prof.flush();
     for (int b = 0; b < nb; ++b) {  // the CPU's order: chunk by chunk, row by row
       for (int r = 0; r < P.n_scored; ++r) {
-        const double x = nll[size_t(b) * P.n_scored + r];
+        const size_t i = size_t(b) * P.n_scored + r;
+        const double x = nll[i];
         sum += x;
         sum2 += x * x;
-        if (opt.keep_tokens) {
-          KldToken t;
-          t.nll = x;
-          res.tokens.push_back(t);
+        KldToken t;
+        t.nll = x;
+        if (Bm) {
+          t.nll_base = krows[i].nll_base, t.kld = krows[i].kld, t.same_top = krows[i].same_top != 0;
+          kacc.add(t);
         }
+        if (opt.keep_tokens) res.tokens.push_back(t);
       }
       count += P.n_scored;
       res.running.push_back(std::exp(sum / double(count)));
@@ -106,6 +142,7 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
   res.tokens_scored = count;
   const PplStats st = ppl_from_sums(sum, sum2, count);
   res.mean_nll = st.mean_nll, res.ppl = st.ppl, res.ppl_err = st.ppl_err;
+  if (Bm) res.kld = kacc.summary();
   res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return res;
 }

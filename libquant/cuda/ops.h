@@ -37,6 +37,13 @@ void fill_random(uint32_t* p, size_t n_words, uint32_t seed, uint32_t mask, cuda
 // keys 0 … r % T, zero after, as f16.
 void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s);
 
+// kld.cu: per row of base and test logits (kld.h's KldToken; same_top as 0/1).
+struct KldRow {
+  double nll, nll_base, kld, same_top;
+};
+void kld_rows(const float* base, const float* test, int rows, int V, const int32_t* target, KldRow* out,
+              cudaStream_t s);
+
 // nll.cu: nll[r] = log Σ_v exp(logits[r, v]) − logits[r, target[r]] (double).
 void token_nll(const float* logits, int rows, int V, const int32_t* target, double* nll, cudaStream_t s);
 

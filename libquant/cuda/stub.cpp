@@ -24,7 +24,8 @@ const ModelConfig& GpuModel::config() const { no_cuda(); }
 size_t GpuModel::weight_bytes() const { no_cuda(); }
 std::string GpuModel::kind() const { no_cuda(); }
 int auto_batch(const GpuModel&, int) { no_cuda(); }
-PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&) {
+PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&,
+                              GpuModel*) {
   no_cuda();
 }
 std::vector<float> forward_logits(GpuModel&, const std::vector<int32_t>&) { no_cuda(); }
@@ -52,6 +53,10 @@ std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vec
 Q8 swiglu_q8(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
 std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector<float>&, const std::vector<float>&,
                                   int, int, int, int, int) {
+  no_cuda();
+}
+std::vector<KldToken> kld_rows(const std::vector<float>&, const std::vector<float>&, int, int,
+                               const std::vector<int32_t>&) {
   no_cuda();
 }
 std::vector<double> token_nll(const std::vector<float>&, int, int, const std::vector<int32_t>&) { no_cuda(); }

@@ -126,6 +126,16 @@ std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::
   return bf16_to_host_f32(out, size_t(rows) * cols);
 }
 
+std::vector<KldToken> kld_rows(const std::vector<float>& base, const std::vector<float>& test, int rows, int V,
+                               const std::vector<int32_t>& targets) {
+  DeviceBuffer db = up(base), dt = up(test), dy = up(targets), out(size_t(rows) * sizeof(KldRow));
+  cuda::kld_rows(db.get<float>(), dt.get<float>(), rows, V, dy.get<int32_t>(), out.get<KldRow>(), nullptr);
+  const std::vector<KldRow> r = down<KldRow>(out, size_t(rows));
+  std::vector<KldToken> k(r.size());
+  for (size_t i = 0; i < r.size(); ++i) k[i] = {r[i].nll, r[i].nll_base, r[i].kld, r[i].same_top != 0};
+  return k;
+}
+
 std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets) {
   DeviceBuffer dl = up(logits), dt = up(targets), dn(size_t(rows) * 8);
   cuda::token_nll(dl.get<float>(), rows, V, dt.get<int32_t>(), dn.get<double>(), nullptr);
