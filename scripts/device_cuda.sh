@@ -9,8 +9,8 @@
 # Usage, from the repository root on the device: bash scripts/device_cuda.sh K STEP
 #   STEP tests   — the GPU tests (QT_REQUIRE_GPU=1: a missing GPU fails), bench --peak --device cuda
 #        smollm2 — the real SmolLM2 (K/model.gguf, made from the parts): CPU vs GPU PPL at 64 chunks
-#                  for bf16, W8A8 and affine4-g64; logits of 64 tokens; the full text; transformers
-#                  on the same weights as a bf16 folder
+#                  for bf16, W8A8 and affine4-g64; W8A8's KLD against the model; logits of 64
+#                  tokens; the full text; transformers on the same weights as a bf16 folder
 #        8b      — the Llama-3-8B-shaped random checkpoint (made here, ~3 min): bf16, W8A8, affine4
 #                  full text with stage profiles; scripts/hf_ppl_cuda.py side by side
 set -o pipefail
@@ -45,6 +45,8 @@ case $STEP in
     run $Q logits --model $M --text $T --tokens 64 --compute bf16 --kv f16 --out /tmp/cpu.bin
     run $Q logits --model $M --text $T --tokens 64 --compute bf16 --kv f16 --device cuda --out /tmp/gpu.bin
     python3 -c "import numpy as n;a=n.fromfile('/tmp/cpu.bin','<f4');b=n.fromfile('/tmp/gpu.bin','<f4');print('logits max|diff|',abs(a-b).max(),'max|cpu|',abs(a).max())"
+    run $Q eval-ppl --model /tmp/w8 --text $T --chunks 64 --device cuda --kl-base-model $M
+    run $Q eval-ppl --model /tmp/w8 --text $T --chunks 64 --kv f16 --kl-base-model $M --kl-base-kv f16
     run $Q eval-ppl --model /tmp/smolhf --text $T --device cuda
     run python3 $R/scripts/hf_ppl_cuda.py --model /tmp/smolhf --text $T --batch 64 ;;
   8b)
