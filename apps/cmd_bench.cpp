@@ -17,6 +17,7 @@
 #include "libquant/bench/gemv_bench.h"
 #include "libquant/bench/kernel_bench.h"
 #include "libquant/bench/peak.h"
+#include "libquant/cuda/backend.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/parallel.h"
@@ -26,6 +27,7 @@ namespace {
 
 struct BenchOpts {
   bool peak = false, gemm = false, kernel = false, gemv = false, decode = false;
+  std::string device = "cpu";
   DecodeBenchOptions dec;
   std::vector<std::string> gemv_columns = {"f32", "affine8-g64", "affine4-g64", "nf4-b64"};
   std::vector<int64_t> kernel_ms = {1, 128, 1024, 4096};
@@ -140,7 +142,27 @@ nlohmann::json gemv_table(const BenchOpts& o, int threads) {
   return j;
 }
 
+// --peak --device cuda: the GPU's tensor-core rates through our GEMM path, and its copy bandwidth.
+int run_bench_cuda(const BenchOpts& o) {
+  if (o.gemm || o.kernel || o.gemv || o.decode) user_error("--device cuda: only --peak is on cuda yet");
+  if (!cuda::built()) cuda::device_info();  // the one-line "built without CUDA" error
+  const cuda::DeviceInfo d = cuda::device_info();
+  const cuda::GpuPeaks p = cuda::measure_peaks();
+  fmt::print("device         cuda: {}\n", d.describe());
+  fmt::print("bf16 GEMM      {:.1f} TFLOP/s ({}³, cuBLASLt, fp32 accumulate and output, random operands)\n", p.bf16_tflops, p.n);
+  fmt::print("int8 GEMM      {:.1f} TOP/s ({}³, cuBLASLt, int32 accumulate and output)\n", p.int8_tops, p.n);
+  fmt::print("copy           {:.1f} GB/s (1 GiB device to device, read + written)\n", p.copy_gbps);
+  if (!o.json_path.empty()) {
+    const nlohmann::json j = {{"device", d.describe()}, {"n", p.n}, {"bf16_tflops", p.bf16_tflops},
+                              {"int8_tops", p.int8_tops}, {"copy_gbps", p.copy_gbps}};
+    const std::string text = j.dump(2) + "\n";
+    write_file_atomic(o.json_path, text.data(), text.size());
+  }
+  return 0;
+}
+
 int run_bench(BenchOpts o) {
+  if (o.device == "cuda") return run_bench_cuda(o);
   if (!o.decode && !o.peak && !o.gemm && !o.kernel && !o.gemv) o.peak = o.gemm = true;
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
   if (o.threads > 0) set_threads(o.threads);
@@ -283,6 +305,8 @@ Registrar reg({"bench", "measure this machine's peaks and the kernels' speed aga
                  sub.add_option("--kv-v", o->dec.kv_v, "--decode: value cache method (default f16)");
                  sub.add_option("--artifacts", o->dec.artifacts, "--decode: precompute folder for the KV methods");
                  sub.add_option("--threads", o->threads, "threads (default: all cores)");
+                 sub.add_option("--device", o->device, "cpu (default) or cuda (--peak only: the GPU's GEMM rates)")
+                     ->check(CLI::IsMember({"cpu", "cuda"}));
                  sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
                  sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");
                  sub.add_option("--kernel-level", o->level, "force a lower kernel level: scalar, avx2, avx512");

@@ -14,6 +14,7 @@
 #include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "libquant/cpu_features.h"
+#include "libquant/cuda/backend.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/eval/ppl_parts.h"
 #include "libquant/kv/codec.h"
@@ -29,9 +30,9 @@ namespace {
 using nlohmann::json;
 
 struct Options {
-  std::string model, text, method = "llama", compute = "f32", kernel, json_path, kl_base, kv, kv_k, kv_v,
+  std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kv, kv_k, kv_v,
       kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32", kv_key_center;
-  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0;
+  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0, batch = 0;
   uint64_t kv_seed = 42;
   bool running = false, token_stats = false, kv_stats = false;
   std::vector<std::string> merge;
@@ -86,9 +87,13 @@ int merge(const Options& o) {
   return 0;
 }
 
+int run_cuda(const Options& o);
+
 int run(const Options& o) {
   if (!o.merge.empty()) return merge(o);
   if (o.model.empty() || o.text.empty()) user_error("eval-ppl needs --model and --text (or --merge PARTS)");
+  if (o.device == "cuda") return run_cuda(o);
+  if (o.batch != 0) user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
@@ -245,6 +250,133 @@ int run(const Options& o) {
   return 0;
 }
 
+// --device cuda: the forward on the GPU (libquant/cuda/backend.h); the loading, tokenizing,
+// chunking and result printing are the CPU path's. What the GPU does not run is refused here,
+// one line and exit 2, before any loading — never run on the CPU instead.
+int run_cuda(const Options& o) {
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  if (!cuda::built()) cuda::device_info();  // the one-line "built without CUDA" error
+  auto not_yet = [](const std::string& what) { user_error("{}: not on cuda yet", what); };
+  if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
+  if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
+  if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16") not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
+  if (!o.kv_recipe.empty()) not_yet("--kv-recipe");
+  if (!o.kv_key_center.empty()) not_yet("--kv-key-center");
+  if (o.kv_stats) not_yet("--kv-stats");
+  if (o.kv_mode != "cache") not_yet("--kv-mode " + o.kv_mode);
+  for (const std::string* kv : {&o.kv, &o.kv_k, &o.kv_v})
+    if (!kv->empty() && *kv != "f16") not_yet("--kv " + *kv + " (cuda keeps an f16 cache)");
+  if (o.kv_residual >= 0) not_yet("--kv-residual");
+  if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
+  if (o.threads > 0) set_threads(o.threads);
+  if (o.batch < 0) user_error("--batch: must be positive, got {}", o.batch);
+  if (o.ctx < 0) user_error("--ctx: must be positive, got {}", o.ctx);
+  if (o.token_stats && o.json_path.empty()) user_error("--token-stats writes into the JSON; give --json FILE");
+  PplOptions po;
+  po.method = o.method == "chunks" ? PplMethod::Chunks : PplMethod::Llama;
+  po.ctx = o.ctx > 0 ? o.ctx : (po.method == PplMethod::Chunks ? 2048 : 512);
+  if (o.ubatch > 0 && o.ubatch < po.ctx) not_yet("--ubatch " + std::to_string(o.ubatch) + " (cuda runs whole chunks)");
+  po.max_chunks = o.chunks;
+  po.first_chunk = o.chunk_offset;
+  po.keep_tokens = o.token_stats;
+  const cuda::DeviceInfo dev = cuda::device_info();
+
+  const std::string text = read_text(o.text);
+  Checkpoint ck = load_checkpoint(o.model);
+  if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
+  cuda::check_supported(ck);
+  const ModelConfig cfg = ck.config;
+  if (cfg.max_position > 0 && po.ctx > cfg.max_position)
+    user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
+  const std::vector<int32_t> ids = ck.tokenizer->encode(text, true);
+  if (ids.empty()) user_error("{}: the text has no tokens", o.text);
+  if (po.method == PplMethod::Llama && ck.tokenizer->add_bos()) po.bos_id = ck.tokenizer->bos_id();
+  const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks, po.first_chunk);
+  if (plan.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
+  std::unique_ptr<cuda::GpuModel> base;
+  if (!o.kl_base.empty()) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
+    Checkpoint bk = load_checkpoint(o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);
+    if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
+    cuda::check_supported(bk);
+    base = std::make_unique<cuda::GpuModel>(std::move(bk));
+  }
+  const uint64_t src_bytes = source_tensor_bytes(ck);
+  cuda::GpuModel model(std::move(ck));
+  int batch = o.batch > 0 ? o.batch : cuda::auto_batch(model, po.ctx);
+  if (base && o.batch == 0) batch = std::max(1, std::min(batch, cuda::auto_batch(*base, po.ctx)) / 2);
+  const double load_s = std::chrono::duration<double>(clock::now() - t_start).count();
+
+  const bool tty = isatty(fileno(stderr));
+  ProgressFn progress = [&](const ChunkProgress& p) {
+    if (!tty) return;
+    const double tps = p.seconds > 0 ? double(p.tokens) / p.seconds : 0;
+    std::fprintf(stderr, "\r\033[Kchunk %d/%d  %.0f tok/s  PPL %.4f", p.chunk, p.n_chunks, tps, p.ppl);
+    if (p.chunk == p.n_chunks) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  };
+  const PplResult r = cuda::evaluate_perplexity(model, ids, po, batch, progress, base.get());
+  const double wall = std::chrono::duration<double>(clock::now() - t_start).count();
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mib = double(ru.ru_maxrss) / 1024.0;
+  const int64_t n_params = cfg.n_params();
+  const double bpw = n_params > 0 ? 8.0 * double(src_bytes) / double(n_params) : 0;
+  const double tps = r.seconds > 0 ? double(r.tokens_evaluated) / r.seconds : 0;
+  if (o.running) {
+    std::string line;
+    for (size_t i = 0; i < r.running.size(); ++i) line += fmt::format("[{}]{:.4f},", i + 1, r.running[i]);
+    fmt::print("{}\n", line);
+  }
+  fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, n_params / 1e6);
+  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} on cuda ({} bytes on the GPU)\n",
+             src_bytes, bpw, model.kind(), model.weight_bytes());
+  fmt::print("device         cuda: {}\n", dev.describe());
+  fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
+  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk, batch {} chunks\n",
+             ppl_method_name(r.method), plan.ctx, plan.n_chunks,
+             plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(), plan.n_scored,
+             batch);
+  fmt::print("kv cache       {}, {:.1f} bytes per token\n", r.kv_name, r.kv_bytes_per_token);
+  fmt::print("PPL            {:.4f} ± {:.5f}\n", r.ppl, r.ppl_err);
+  fmt::print("tokens scored  {}\n", r.tokens_scored);
+  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s on the GPU)\n", tps, r.tokens_evaluated,
+             r.seconds);
+  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", wall, load_s);
+  fmt::print("peak RSS       {:.1f} MiB\n", rss_mib);
+  if (r.kld)
+    fmt::print("\nKL baseline    {} on cuda ({}, f16 cache)\n{}", o.kl_base, base->kind(), format_kld_summary(*r.kld));
+  if (!o.json_path.empty()) {
+    json j = ppl_result_json(r);
+    j["model"] = o.model;
+    j["text"] = o.text;
+    j["arch"] = cfg.arch;
+    j["n_params"] = n_params;
+    j["model_bytes"] = src_bytes;
+    j["bits_per_weight"] = bpw;
+    j["compute"] = model.kind();
+    j["compute_weight_bytes"] = model.weight_bytes();
+    j["kv"] = r.kv_name;
+    j["device"] = "cuda";
+    j["gpu"] = dev.describe();
+    j["batch"] = batch;
+    j["wall_seconds"] = wall;
+    j["load_seconds"] = load_s;
+    j["peak_rss_mib"] = rss_mib;
+    j["bos_per_chunk"] = po.bos_id >= 0;
+    if (base) {
+      j["kl_base_model"] = o.kl_base;
+      j["kl_base_compute"] = base->kind();
+      j["kl_base_kv"] = "f16";
+    }
+    const std::string s = j.dump(2) + "\n";
+    write_file_atomic(o.json_path, s.data(), s.size());
+  }
+  return 0;
+}
+
 const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a text",
                      [](CLI::App& sub) -> std::function<int()> {
                        auto o = std::make_shared<Options>();
@@ -259,7 +391,10 @@ const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a t
                        sub.add_option("--merge", o->merge, "merge the JSON parts of a split run into --json FILE")
                            ->expected(1, -1);
                        sub.add_option("--threads", o->threads, "threads (default: all cores)");
-                       sub.add_option("--compute", o->compute, "f32 or bf16 weights for the matmuls")
+                       sub.add_option("--device", o->device, "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON)")
+                           ->check(CLI::IsMember({"cpu", "cuda"}));
+                       sub.add_option("--batch", o->batch, "cuda: chunks per forward (default: as many as fit, up to 32768 tokens)");
+                       sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
                            ->check(CLI::IsMember({"f32", "bf16"}));
                        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
                        sub.add_option("--kv", o->kv, "KV cache method for keys and values (f32, f16, METHOD[:k=v,...])");

@@ -11,6 +11,7 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/mapped_file.h"
+#include "libquant/cuda/backend.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
 
@@ -18,7 +19,7 @@ namespace qt {
 namespace {
 
 struct Args {
-  std::string model, text, out, compute = "f32";
+  std::string model, text, out, compute = "f32", device = "cpu", kv = "f32";
   int tokens = 64, threads = 0;
 };
 
@@ -28,19 +29,38 @@ int run(const Args& a) {
   if (a.threads > 0) set_threads(a.threads);
   MappedFile mf = map_file(a.text);
   const std::string text(reinterpret_cast<const char*>(mf.data), mf.size);
+  const bool gpu = a.device == "cuda";
+  if (gpu) {
+    if (!cuda::built()) cuda::device_info();  // the one-line "built without CUDA" error
+    if (a.compute != "bf16") user_error("--device cuda computes in bf16: give --compute bf16");
+    if (a.kv != "f16") user_error("--device cuda keeps an f16 cache: give --kv f16");
+    cuda::device_info();
+  }
   Checkpoint ck = load_checkpoint(a.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", a.model);
   std::vector<int32_t> ids = ck.tokenizer->encode(text, false);
   if (int64_t(ids.size()) < a.tokens)
     user_error("{}: {} tokens, fewer than --tokens {}", a.text, ids.size(), a.tokens);
   ids.resize(size_t(a.tokens));
-  PackedLinearOptions lo;
-  lo.compute = a.compute == "bf16" ? Compute::BF16 : Compute::F32;
-  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, lo));
-  const int64_t V = model.config().vocab;
-  auto cache = model.make_cache(a.tokens);
-  std::vector<float> logits(size_t(a.tokens) * size_t(V));
-  model.forward(ids.data(), a.tokens, 0, *cache, 0, a.tokens, logits.data());
+  std::vector<float> logits;
+  int64_t V = 0;
+  std::string kind;
+  size_t wbytes = 0;
+  if (gpu) {
+    cuda::GpuModel model(std::move(ck));
+    V = model.config().vocab;
+    logits = cuda::forward_logits(model, ids);
+    kind = model.kind() + " (cuda)", wbytes = model.weight_bytes();
+  } else {
+    PackedLinearOptions lo;
+    lo.compute = a.compute == "bf16" ? Compute::BF16 : Compute::F32;
+    LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, lo));
+    V = model.config().vocab;
+    auto cache = model.make_cache(a.tokens, a.kv);
+    logits.resize(size_t(a.tokens) * size_t(V));
+    model.forward(ids.data(), a.tokens, 0, *cache, 0, a.tokens, logits.data());
+    kind = model.linear_kind(), wbytes = model.weight_bytes();
+  }
 
   std::string id_lines;
   for (int32_t id : ids) id_lines += std::to_string(id) + "\n";
@@ -56,7 +76,7 @@ int run(const Args& a) {
       if (row[v] > row[best]) best = v;
     std::printf("position %d: argmax %lld logit %.6f\n", t, static_cast<long long>(best), row[best]);
   }
-  std::printf("linears %s, %zu weight bytes\n", model.linear_kind().c_str(), model.weight_bytes());
+  std::printf("linears %s, %zu weight bytes\n", kind.c_str(), wbytes);
   return 0;
 }
 
@@ -68,6 +88,9 @@ const Registrar reg({"logits", "Logits of the first N tokens of a text (raw fp32
                        sub.add_option("--tokens", a->tokens, "how many tokens (default 64)");
                        sub.add_option("--out", a->out, "raw fp32 [tokens, vocab] output file (ids in FILE.ids)");
                        sub.add_option("--compute", a->compute, "f32 or bf16 matmuls");
+                       sub.add_option("--kv", a->kv, "KV cache method (default f32; f16 to compare with --device cuda)");
+                       sub.add_option("--device", a->device, "cpu (default) or cuda (bf16, f16 cache)")
+                           ->check(CLI::IsMember({"cpu", "cuda"}));
                        sub.add_option("--threads", a->threads, "threads (default: all cores)");
                        return [a] { return run(*a); };
                      }});

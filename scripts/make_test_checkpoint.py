@@ -2,7 +2,7 @@
 """Write a random-weight Hugging Face checkpoint of a named model shape, to test memory, speed and
 scale on models of real size without their weights (none are reachable here).
 
-  python3 scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from DIR --out OUT
+  python3 scripts/make_test_checkpoint.py --shape llama3-8b|smollm2-135m --tokenizer-from DIR --out OUT
           [--layers N] [--max-shard-size 5GB] [--seed 0] [--std 0.02]
 
 The folder is what transformers' save_pretrained writes for a bf16 model: config.json,
@@ -27,6 +27,9 @@ import numpy as np
 
 # Each shape as its published config.json has it (vocabulary replaced by the tokenizer's).
 SHAPES = {
+    "smollm2-135m": dict(arch="LlamaForCausalLM", model_type="llama", hidden=576, inter=1536, layers=30,
+                         heads=9, kv_heads=3, head_dim=64, rope_theta=100000.0, eps=1e-5, tied=True,
+                         max_pos=8192, qk_norm=False),
     "llama3-8b": dict(arch="LlamaForCausalLM", model_type="llama", hidden=4096, inter=14336, layers=32,
                       heads=32, kv_heads=8, head_dim=128, rope_theta=500000.0, eps=1e-5, tied=False,
                       max_pos=8192, qk_norm=False),

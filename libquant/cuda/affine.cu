@@ -1,0 +1,46 @@
+// MLX affine weights (2–8 bits, any group) dequantized to bf16 rows for the bf16 GEMM: one layer's
+// matrix at a time, right before its GEMM (weight-only quantization: the GEMM is compute-bound at
+// prefill sizes, the decode of 0.5–1 byte per weight into 2 is a few percent of it). The value is
+// mlx.core.dequantize's, as the CPU's (schemes/affine.cpp): w = round(round(q·s) + b) in the scales'
+// dtype, then rounded to bf16 (exact when the scales are bf16).
+#include "libquant/cuda/affine.h"
+#include "libquant/cuda/check.h"
+
+namespace qt::cuda {
+namespace {
+
+__device__ __forceinline__ float round_mode(int mode, float v) {
+  if (mode == 1) return __bfloat162float(__float2bfloat16_rn(v));
+  if (mode == 2) return __half2float(__float2half_rn(v));
+  return v;
+}
+
+__global__ void affine_dequant_kernel(const uint8_t* codes, const float* scales, const float* biases, int cols,
+                                      int bits, int group, int mode, __nv_bfloat16* out) {
+  const int64_t r = blockIdx.x;
+  const int64_t row_bytes = int64_t(cols) * bits / 8;
+  const uint8_t* row = codes + r * row_bytes;
+  const int groups = cols / group;
+  const uint32_t mask = (1u << bits) - 1;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const int64_t off = int64_t(j) * bits;
+    const int b0 = int(off >> 3), sh = int(off & 7);
+    uint32_t v = row[b0];
+    if (sh + bits > 8) v |= uint32_t(row[b0 + 1]) << 8;
+    const uint32_t q = (v >> sh) & mask;
+    const float s = scales[r * groups + j / group], b = biases[r * groups + j / group];
+    const float prod = round_mode(mode, __fmul_rn(float(q), s));
+    out[r * cols + j] = __float2bfloat16_rn(round_mode(mode, __fadd_rn(prod, b)));
+  }
+}
+
+}  // namespace
+
+void affine_dequant(const AffineWeight& w, __nv_bfloat16* out, cudaStream_t s) {
+  if (w.rows <= 0) return;
+  affine_dequant_kernel<<<w.rows, 256, 0, s>>>(w.codes.get<uint8_t>(), w.scales.get<float>(), w.biases.get<float>(),
+                                               w.cols, w.bits, w.group, w.round_mode, out);
+  QT_CUDA_LAUNCHED();
+}
+
+}  // namespace qt::cuda

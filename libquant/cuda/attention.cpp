@@ -1,0 +1,60 @@
+#include "libquant/cuda/attention.h"
+
+#include <vector>
+
+#include "libquant/cuda/ops.h"
+
+namespace qt::cuda {
+
+Attention::Attention() { QT_CUBLAS_CHECK(cublasCreate(&h_)); }
+Attention::~Attention() {
+  if (h_) cublasDestroy(h_);
+}
+
+void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k,
+                     const __half* v, float* out) {
+  max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
+  const size_t heads = size_t(max_chunks) * nh, tt = size_t(T) * T;
+  S_.resize(heads * tt * sizeof(float));
+  P_.resize(heads * tt * sizeof(__half));
+  // Per (chunk c, head h): the pointer arrays of the two batched GEMMs, in this order:
+  // QKᵀ: A = K, B = Q, C = S;  PV: A = V, B = P, C = out.
+  std::vector<const void*> p(6 * heads);
+  const int Q = nh * hd, KV = nkv * hd, group = nh / nkv;
+  for (int c = 0; c < max_chunks; ++c)
+    for (int h = 0; h < nh; ++h) {
+      const size_t i = size_t(c) * nh + h;
+      const size_t row0 = size_t(c) * T;
+      const int g = h / group;
+      p[0 * heads + i] = k + row0 * KV + size_t(g) * hd;
+      p[1 * heads + i] = q + row0 * Q + size_t(h) * hd;
+      p[2 * heads + i] = S_.get<float>() + i * tt;
+      p[3 * heads + i] = v + row0 * KV + size_t(g) * hd;
+      p[4 * heads + i] = P_.get<__half>() + i * tt;
+      p[5 * heads + i] = out + row0 * Q + size_t(h) * hd;
+    }
+  ptrs_.resize(p.size() * sizeof(void*));
+  QT_CUDA_CHECK(cudaMemcpy(ptrs_.get(), p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
+}
+
+void Attention::run(int chunks, float scale, cudaStream_t s) {
+  if (chunks <= 0) return;
+  if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
+  QT_CUBLAS_CHECK(cublasSetStream(h_, s));
+  const size_t heads = size_t(max_chunks_) * nh_;
+  const int batch = chunks * nh_;
+  void* const* P = ptrs_.get<void*>();
+  const float one = 1.0f, zero = 0.0f;
+  const int Q = nh_ * hd_, KV = nkv_ * hd_, T = T_;
+  // S (T_k × T_q, column-major, ld T) = Kᵀ (T_k × hd) · Q (hd × T_q): row i of S is query i.
+  QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 0 * heads, CUDA_R_16F, KV,
+                                      P + 1 * heads, CUDA_R_16F, Q, &zero, P + 2 * heads, CUDA_R_32F, T, batch,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s);
+  // out (hd × T_q, ld Q) = V (hd × T_k, ld KV) · P (T_k × T_q, ld T).
+  QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_16F, KV,
+                                      P + 4 * heads, CUDA_R_16F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace qt::cuda

@@ -1,0 +1,35 @@
+// Causal softmax of attention scores, one warp per query row: max and Σexp over the keys up to the
+// query's own position in fp32, probabilities written as f16 (zeros for the masked keys, so the
+// P·V GEMM can run over the whole chunk).
+#include "libquant/cuda/check.h"
+#include "libquant/cuda/ops.h"
+#include "libquant/cuda/reduce.cuh"
+
+namespace qt::cuda {
+namespace {
+constexpr int kWarps = 8;
+__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, __half* P) {
+  const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const int lane = threadIdx.x & 31, last = int(r % T);
+  const float* s = S + r * T;
+  __half* p = P + r * T;
+  float m = -INFINITY;
+  for (int j = lane; j <= last; j += 32) m = fmaxf(m, s[j] * scale);
+  m = warp_max(m);
+  float sum = 0;
+  for (int j = lane; j <= last; j += 32) sum += expf(s[j] * scale - m);
+  sum = warp_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int j = lane; j < T; j += 32) p[j] = __float2half_rn(j <= last ? expf(s[j] * scale - m) * inv : 0.0f);
+}
+}  // namespace
+
+void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P);
+  QT_CUDA_LAUNCHED();
+}
+
+}  // namespace qt::cuda

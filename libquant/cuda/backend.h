@@ -1,0 +1,120 @@
+// The CUDA backend's public face (compiled in every build; no CUDA header here).
+//
+// With -DQT_CUDA=ON the functions below run on the GPU (libquant/cuda/*.cu, *.cpp); without it,
+// stub.cpp answers device_count() 0 and every other call is a UserError saying the build has no
+// CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the Llama block
+// (llama, mistral) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
+// per channel (int8 tensor cores, int32 accumulate, per-token int8 activations), an f16 KV cache
+// with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
+// the per-token NLL (log-softmax) — only the forward pass; loading, tokenizing, chunking and the
+// result's accumulation and JSON are the CPU path's own (perplexity.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "libquant/eval/perplexity.h"
+
+namespace qt::cuda {
+
+bool built();        // true in a -DQT_CUDA=ON build
+int device_count();  // 0 without CUDA, without a device or driver
+
+struct DeviceInfo {
+  std::string name;        // "NVIDIA H100 80GB HBM3"
+  int driver = 0;          // cudaDriverGetVersion, e.g. 13000
+  int runtime = 0;         // cudaRuntimeGetVersion
+  int cc_major = 0, cc_minor = 0;
+  size_t memory = 0;       // bytes
+  std::string describe() const;  // one line
+};
+// UserError when the build has no CUDA or no device is present.
+DeviceInfo device_info();
+
+// UserError "... not on cuda yet" for a configuration the GPU forward does not run (another
+// architecture, biases, q/k norms, sliding windows, soft-caps, quantized weights).
+void check_supported(const Checkpoint& ck);
+
+// The model on the GPU. The constructor uploads every weight (bf16 for the projections and the
+// output head, the embedding table as stored, norms fp32) and releases ck's tensors as it goes.
+class GpuModel {
+ public:
+  explicit GpuModel(Checkpoint&& ck);
+  ~GpuModel();
+  GpuModel(const GpuModel&) = delete;
+  GpuModel& operator=(const GpuModel&) = delete;
+  const ModelConfig& config() const;
+  size_t weight_bytes() const;  // device bytes of the weights
+  std::string kind() const;     // "bf16" (dense) or "w8a8" (int8 tensor cores)
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Chunks per forward call when `batch` is 0: as many as fit a budget of tokens and memory.
+int auto_batch(const GpuModel& m, int ctx);
+
+// evaluate_perplexity (perplexity.h) with the forward on the GPU, `batch` chunks per forward
+// (0: auto_batch). Same plan, BOS rule, NLL sums in the same fixed order, same PplResult; the
+// KV cache is f16 (opt.kv must be empty or f16 everywhere). With `base`, the KL divergence against
+// it (both models on the GPU, the full-vocabulary log-softmax of both per scored row, kld.cu).
+PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
+                              const ProgressFn& progress = {}, GpuModel* base = nullptr);
+
+// The logits [n, vocab] of ids as one fresh sequence (positions 0 … n−1).
+std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids);
+
+// bench --peak --device cuda: the tensor-core rates our GEMMs reach (cuBLASLt, the kernels eval-ppl
+// uses) on large random operands, and the device-to-device copy bandwidth (bytes read + written).
+struct GpuPeaks {
+  int n = 0;                  // the GEMMs are n × n × n
+  double bf16_tflops = 0;     // bf16 operands, fp32 accumulate and output
+  double int8_tops = 0;       // int8 operands, int32 accumulate and output
+  double copy_gbps = 0;
+};
+GpuPeaks measure_peaks(int n = 8192);
+
+// The GPU kernels one by one on host data, for the tests (tests/test_cuda.cpp) against the CPU ops.
+namespace testing {
+// RMSNorm of rows × dim → bf16, returned as float.
+std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps);
+// qkv [n, (nh + 2·nkv)·hd] fp32 at positions row % T → RoPE'd q, k and v as f16 (returned as float,
+// q then k then v, each [n, heads·hd]).
+std::vector<float> rope_split(const std::vector<float>& qkv, int n, int T, int nh, int nkv, int hd,
+                              const std::vector<float>& cos, const std::vector<float>& sin);
+// gu [n, 2F] (gate | up) → silu(gate)·up as bf16, returned as float.
+std::vector<float> swiglu(const std::vector<float>& gu, int n, int F);
+// Y [n, out] = X [n, in] · W [out, in]ᵀ with both operands rounded to bf16, fp32 accumulate.
+std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const std::vector<float>& x, int n);
+// Causal attention of B chunks of T tokens; q [B·T, nh·hd], k/v [B·T, nkv·hd] rounded to f16.
+std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                             int B, int T, int nh, int nkv, int hd, float scale);
+// W8A8: RMSNorm then per-token int8 (codes, scales); the exact int32 product of int8 W [out, in]
+// and X [n, in]; y (+)= sx · (sw · acc); SwiGLU of a gate|up int32 product, quantized per token.
+struct Q8 {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+};
+Q8 rmsnorm_q8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps);
+std::vector<int32_t> gemm_i8(const std::vector<int8_t>& w, int out, int in, const std::vector<int8_t>& x, int n);
+std::vector<float> dequant(const std::vector<int32_t>& acc, int rows, int out, const std::vector<float>& sx,
+                           const std::vector<float>& sw, std::vector<float> y, bool accumulate);
+Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
+             const std::vector<float>& sw);
+// MLX affine codes (rows of LSB-first bit streams), fp32 scales/biases [rows, cols/group], rounding
+// to the stored dtype (0 f32, 1 bf16, 2 f16) → the bf16 matrix, returned as float.
+std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+                                  const std::vector<float>& biases, int rows, int cols, int bits, int group,
+                                  int round_mode);
+// kld_token (kld.h) of rows × V base and test logits.
+std::vector<KldToken> kld_rows(const std::vector<float>& base, const std::vector<float>& test, int rows, int V,
+                               const std::vector<int32_t>& targets);
+// log Σ exp(row) − row[target] for rows × V logits.
+std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets);
+}  // namespace testing
+
+}  // namespace qt::cuda

@@ -1,0 +1,72 @@
+// Which device, and what the GPU forward supports.
+#include <fmt/format.h>
+
+#include "formats/error.h"
+#include "libquant/cuda/backend.h"
+#include "libquant/cuda/check.h"
+#include "libquant/schemes/packed_io.h"
+
+namespace qt::cuda {
+
+bool built() { return true; }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::string DeviceInfo::describe() const {
+  return fmt::format("{} (sm_{}{}, {:.0f} GiB), driver {}.{}, CUDA runtime {}.{}", name, cc_major, cc_minor,
+                     double(memory) / double(1 << 30), driver / 1000, driver % 1000 / 10, runtime / 1000,
+                     runtime % 1000 / 10);
+}
+
+DeviceInfo device_info() {
+  if (device_count() == 0) user_error("--device cuda: no CUDA device found (no GPU, or no driver)");
+  DeviceInfo d;
+  cudaDeviceProp p{};
+  QT_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  d.name = p.name;
+  d.cc_major = p.major, d.cc_minor = p.minor;
+  d.memory = p.totalGlobalMem;
+  QT_CUDA_CHECK(cudaDriverGetVersion(&d.driver));
+  QT_CUDA_CHECK(cudaRuntimeGetVersion(&d.runtime));
+  return d;
+}
+
+void check_supported(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config;
+  auto refuse = [&](const std::string& what) { user_error("{}: {}: not on cuda yet", ck.path, what); };
+  if (c.arch != "llama" && c.arch != "mistral") refuse("architecture '" + c.arch + "' (cuda runs llama, mistral)");
+  if (c.gemma || c.attention_bias || c.qk_norm || c.fused_proj) refuse("this block variant");
+  if (!c.sliding.empty()) refuse("sliding-window attention");
+  if (c.attn_softcap > 0 || c.final_softcap > 0) refuse("soft-capping");
+  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 || c.hidden <= 0 ||
+      c.vocab <= 0 || c.n_layers <= 0)
+    user_error("{}: inconsistent head configuration", ck.path);
+  bool any_q = false, any_dense = false;
+  for (const auto& [name, t] : ck.tensors) {
+    const bool proj = name.find(".self_attn.") != std::string::npos || name.find(".mlp.") != std::string::npos;
+    if (is_float(t.dtype) && t.dtype != DType::F64) {
+      if (proj && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) any_dense = true;
+      continue;
+    }
+    const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    const std::optional<PackedTensor> p = proj || table ? packed_weight(ck, name) : std::nullopt;
+    if (p && table) continue;  // dequantized once at load
+    const bool int8_pc = p && (p->params.scheme == "int8" || p->params.scheme == "int8_ct") && p->params.group_size == 0;
+    if (!p || !(int8_pc || p->params.scheme == "affine"))
+      refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8 per channel and MLX affine)",
+                         p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
+                           : std::string(dtype_name(t.dtype)),
+                         name));
+    any_q = true;
+  }
+  if (any_q && any_dense) refuse("mixed dense and W8A8 projections");
+}
+
+}  // namespace qt::cuda

@@ -1,0 +1,76 @@
+#include "libquant/cuda/gemm_lt.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace qt::cuda {
+
+namespace {
+constexpr size_t kWorkspace = size_t(64) << 20;  // cuBLASLt's recommendation for Hopper is 32 MiB+
+}
+
+GemmLt::GemmLt() {
+  QT_CUBLAS_CHECK(cublasLtCreate(&h_));
+  ws_.resize(kWorkspace);
+}
+
+GemmLt::~GemmLt() {
+  for (auto& [k, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (h_) cublasLtDestroy(h_);
+}
+
+GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type) {
+  const Key key{out, in, n, int(y_type), int(ab_type)};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p;
+  const bool i8 = ab_type == CUDA_R_8I;
+  QT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F, i8 ? CUDA_R_32I : CUDA_R_32F));
+  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+  QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
+  QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, in, out, in));
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab_type, in, n, in));
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, y_type, out, n, out));
+  cublasLtMatmulPreference_t pref;
+  QT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = ws_.bytes();
+  QT_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  QT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found == 0) throw std::runtime_error(std::string("cuBLASLt found no algorithm for a ") + (i8 ? "int8" : "bf16") + " GEMM");
+  p.algo = res.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void GemmLt::run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y,
+                 cudaDataType_t y_type, bool accumulate, cudaStream_t s) {
+  if (n <= 0) return;
+  if (accumulate && y_type != CUDA_R_32F) throw std::logic_error("GemmLt: accumulate needs an fp32 output");
+  Plan& p = plan(out, in, n, y_type, CUDA_R_16BF);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  QT_CUBLAS_CHECK(cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(),
+                                 ws_.bytes(), s));
+}
+
+}  // namespace qt::cuda
+
+namespace qt::cuda {
+
+void GemmLt::run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, int32_t* Y, cudaStream_t s) {
+  if (n <= 0) return;
+  Plan& p = plan(out, in, n, CUDA_R_32I, CUDA_R_8I);
+  const int32_t alpha = 1, beta = 0;
+  QT_CUBLAS_CHECK(cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(),
+                                 ws_.bytes(), s));
+}
+
+}  // namespace qt::cuda

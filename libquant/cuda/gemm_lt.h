@@ -1,0 +1,42 @@
+// Dense projections through cuBLASLt: Y [n, out] = X [n, in] · W [out, in]ᵀ with bf16 operands,
+// fp32 accumulate, Y in fp32 or bf16; `accumulate` adds into an fp32 Y (the residual add as the
+// GEMM's epilogue, beta = 1). Row-major on our side is column-major Wᵀ·X on cuBLAS's: A = W
+// (k × m, transposed), B = X (k × n), D = Y (m × n). Plans (descriptors and the heuristic's
+// algorithm) are cached per shape. The W8A8 variant multiplies int8 codes into int32 sums
+// (CUBLAS_COMPUTE_32I, the "TN" layout int8 tensor cores need).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <map>
+#include <tuple>
+
+#include "libquant/cuda/buffer.h"
+
+namespace qt::cuda {
+
+class GemmLt {
+ public:
+  GemmLt();
+  ~GemmLt();
+  GemmLt(const GemmLt&) = delete;
+  GemmLt& operator=(const GemmLt&) = delete;
+  void run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, cudaDataType_t y_type,
+           bool accumulate, cudaStream_t s);
+  // W8A8: int8 W and X, exact int32 Y [n, out] (int8 tensor cores; in a multiple of 4).
+  void run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, int32_t* Y, cudaStream_t s);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int, int, int, int, int>;  // out, in, n, y_type, ab_type
+  Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type);
+  cublasLtHandle_t h_ = nullptr;
+  DeviceBuffer ws_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace qt::cuda

@@ -1,0 +1,22 @@
+// W8A8 kernels (int8_ops.cu): per-token int8 activations and the int32 GEMM's epilogue.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qt::cuda {
+
+// RMSNorm of each row (the CPU's formula) quantized per token: q [rows, dim], sx [rows].
+void rmsnorm_q8(const float* x, const float* w, int rows, int dim, float eps, int8_t* q, float* sx, cudaStream_t s);
+// x [rows, dim] quantized per token.
+void quant_rows(const float* x, int rows, int dim, int8_t* q, float* sx, cudaStream_t s);
+// y [rows, out] (+)= sx[t] · (sw[n] · float(acc[t, n])).
+void dequant(const int32_t* acc, int rows, int out, const float* sx, const float* sw, float* y, bool accumulate,
+             cudaStream_t s);
+// From the gate|up GEMM's int32 acc [rows, 2F]: h = silu(g)·u in fp32 (g, u dequantized with
+// sx_in and sw [2F]), quantized per token into q [rows, F], sx_out [rows].
+void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const float* sw, int8_t* q, float* sx_out,
+               cudaStream_t s);
+bool swiglu_q8_fits(int F);  // F floats of shared memory per block
+
+}  // namespace qt::cuda

@@ -1,0 +1,389 @@
+// Loading a Llama-family checkpoint onto the GPU, and the forward of a batch of chunks:
+//
+//   x = embed(tokens)                                   (fp32 residual stream)
+//   per layer:  qkv = rmsnorm(x) · [Wq;Wk;Wv]ᵀ          (one GEMM, fp32 out)
+//               q,k,v = rope(q), rope(k), v as f16      (the f16 KV cache of the chunk)
+//               x += bf16(attention(q, k, v)) · Woᵀ     (GEMM, residual add in its epilogue)
+//               x += bf16(silu(g)·u) · Wdownᵀ,  g|u = rmsnorm(x) · [Wgate;Wup]ᵀ
+//   logits = rmsnorm(x) · lm_headᵀ over the scored rows only
+//
+// MLX affine folders (every projection affine, any bits/group): each projection's codes are
+// decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
+// embedding / output head is dequantized once at load (the CPU's dequantize_weights).
+// W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
+// tensor cores into exact int32 sums; the activations are quantized per token where the CPU
+// quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
+// epilogue y = s_x · (s_w · acc) feeds RoPE or the residual add (int8_ops.h).
+//
+// The same block as LlamaModel::forward_layer (libquant/model/llama.cpp) for llama and mistral.
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "formats/error.h"
+#include "libquant/cuda/int8_ops.h"
+#include "libquant/cuda/model_impl.h"
+#include "libquant/kernels/bf16.h"
+#include "libquant/model/ops.h"
+#include "libquant/schemes/packed_io.h"
+
+namespace qt::cuda {
+
+namespace {
+
+// Host bf16 copy of a float tensor (the CPU's bf16 rounding rule, kernels/bf16.h), or the
+// tensor's own bytes when it is bf16 already.
+void upload_bf16(const Tensor& t, void* dst, cudaStream_t s) {
+  if (t.dtype == DType::BF16) {
+    QT_CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.nbytes, cudaMemcpyHostToDevice, s));
+    QT_CUDA_CHECK(cudaStreamSynchronize(s));
+    return;
+  }
+  const size_t n = size_t(t.numel());
+  std::vector<uint16_t> h(n);
+  constexpr size_t kBlock = size_t(1) << 20;
+  std::vector<float> tmp;
+#pragma omp parallel for schedule(static) private(tmp)
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    tmp.resize(m);
+    to_f32_range(t, b, m, tmp.data());
+    for (size_t i = 0; i < m; ++i) h[b + i] = kernels::round_bf16(tmp[i]);
+  }
+  QT_CUDA_CHECK(cudaMemcpyAsync(dst, h.data(), n * 2, cudaMemcpyHostToDevice, s));
+  QT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+DeviceBuffer upload_f32(const std::vector<float>& v) {
+  DeviceBuffer b(v.size() * sizeof(float));
+  QT_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
+  return b;
+}
+
+}  // namespace
+
+GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
+  check_supported(ck);
+  const ModelConfig& c = cfg;
+  const int64_t H = c.hidden, F = c.intermediate;
+  Q = c.n_heads * c.head_dim;
+  KV = c.n_kv_heads * c.head_dim;
+  QT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  gemm = std::make_unique<GemmLt>();
+  attn = std::make_unique<Attention>();
+
+  auto weight = [&](const std::string& name, int64_t out, int64_t in) -> const Tensor& {
+    const Tensor& w = ck.get(name);
+    if (w.shape != std::vector<int64_t>{out, in}) user_error("{}: tensor {} has an unexpected shape", ck.path, name);
+    return w;
+  };
+  auto done = [&](const std::string& name) {
+    release_pages(ck.get(name));
+    ck.tensors.erase(name);
+  };
+  // Rows of several weights stacked into one matrix: bf16, or (W8A8) int8 codes with their
+  // per-channel scales in `scales`.
+  auto is_q8 = [&](const std::string& name) {
+    std::optional<PackedTensor> p = packed_weight(ck, name);
+    return p.has_value();
+  };
+  if (is_q8("model.layers.0.self_attn.q_proj.weight")) {
+    const std::string sch = packed_weight(ck, "model.layers.0.self_attn.q_proj.weight")->params.scheme;
+    affine = sch == "affine";
+    q8 = !affine;
+  }
+  auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
+                     AffineWeight* aw) {
+    int64_t rows = 0;
+    for (auto& [n, r] : parts) rows += r;
+    if (affine) {
+      std::vector<uint8_t> codes;
+      std::vector<float> sc, bi;
+      for (auto& [n, r] : parts) {
+        std::optional<PackedTensor> p = packed_weight(ck, n);
+        if (!p || p->params.scheme != "affine")
+          user_error("{}: {} is not affine while the first projection is: mixed layouts: not on cuda yet", ck.path, n);
+        const SchemeParams& P = p->params;
+        if (aw->bits == 0) {
+          aw->bits = P.bits, aw->group = P.group_size;
+          aw->round_mode = P.dtype == DType::BF16 ? 1 : P.dtype == DType::F16 ? 2 : 0;
+          affine_desc = fmt::format("affine{}-g{}", P.bits, P.group_size);
+        } else if (aw->bits != P.bits || aw->group != P.group_size) {
+          user_error("{}: {}: bits/group differ within q|k|v or gate|up: not on cuda yet", ck.path, n);
+        }
+        if (p->rows != r || p->cols != in || P.group_size <= 0 || in % P.group_size)
+          user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        const size_t nb = size_t(r) * size_t(in) * size_t(P.bits) / 8;
+        codes.insert(codes.end(), p->data.data, p->data.data + nb);
+        const std::vector<float> s = to_f32(p->scales), b = to_f32(p->biases);
+        sc.insert(sc.end(), s.begin(), s.end());
+        bi.insert(bi.end(), b.begin(), b.end());
+        release_pages(p->data);
+        done(n);
+      }
+      aw->rows = int(rows), aw->cols = int(in);
+      aw->codes.resize(codes.size());
+      QT_CUDA_CHECK(cudaMemcpy(aw->codes.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+      aw->scales = upload_f32(sc);
+      aw->biases = upload_f32(bi);
+      weight_bytes += aw->codes.bytes() + aw->scales.bytes() + aw->biases.bytes();
+      return DeviceBuffer();
+    }
+    DeviceBuffer b(size_t(rows * in) * (q8 ? 1 : 2));
+    std::vector<float> sc;
+    size_t off = 0;
+    for (auto& [n, r] : parts) {
+      std::optional<PackedTensor> p = packed_weight(ck, n);
+      if (p.has_value() != q8)
+        user_error("{}: {} is {} while the first projection is not: mixed dense and W8A8 projections: not on cuda yet",
+                   ck.path, n, q8 ? "dense" : "quantized");
+      if (q8) {
+        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct") || p->params.group_size != 0)
+          user_error("{}: {} is {} while the first projection is W8A8: mixed layouts: not on cuda yet", ck.path, n,
+                     p->params.scheme);
+        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
+        const std::vector<float> s = to_f32(p->scales);
+        sc.insert(sc.end(), s.begin(), s.end());
+        release_pages(p->data);
+        off += size_t(r * in);
+      } else {
+        upload_bf16(weight(n, r, in), b.get<char>() + off, stream);
+        off += size_t(r * in) * 2;
+      }
+      done(n);
+    }
+    weight_bytes += b.bytes();
+    if (q8) {
+      *scales = upload_f32(sc);
+      weight_bytes += scales->bytes();
+    }
+    return b;
+  };
+  auto norm = [&](const std::string& name, int64_t n) {
+    const Tensor& t = ck.get(name);
+    if (t.numel() != n) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), n);
+    DeviceBuffer b = upload_f32(to_f32(t));
+    weight_bytes += b.bytes();
+    done(name);
+    return b;
+  };
+
+  // A quantized embedding / output head (MLX folders quantize both): dequantized here, once.
+  auto dequantized = [&](const std::string& name) -> std::optional<std::vector<float>> {
+    std::optional<PackedTensor> p = packed_weight(ck, name);
+    if (!p) return std::nullopt;
+    if (p->rows != c.vocab || p->cols != H) user_error("{}: tensor {} has an unexpected shape", ck.path, name);
+    return dequantize_weights(*p, name);
+  };
+  const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
+  std::optional<std::vector<float>> emb_q = dequantized("model.embed_tokens.weight");
+  if (emb_q) {  // exact fp32 rows for the lookup, as the CPU's dequantize_row gives them
+    embed_dtype = 0;
+    embed = upload_f32(*emb_q);
+  } else {
+    const Tensor& emb = weight("model.embed_tokens.weight", c.vocab, H);
+    embed_dtype = emb.dtype == DType::F32 ? 0 : emb.dtype == DType::BF16 ? 1 : emb.dtype == DType::F16 ? 2 : -1;
+    if (embed_dtype < 0) user_error("{}: embedding of dtype {}: not on cuda yet", ck.path, dtype_name(emb.dtype));
+    embed.resize(emb.nbytes);
+    QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
+  }
+  weight_bytes += embed.bytes();
+  std::optional<std::vector<float>> head_q = tied ? std::move(emb_q) : dequantized("lm_head.weight");
+  if (head_q) {
+    lm_head.resize(size_t(c.vocab * H) * 2);
+    upload_bf16(Tensor::from_f32(std::move(*head_q), {c.vocab, H}), lm_head.get(), stream);
+    weight_bytes += lm_head.bytes();
+  } else if (!(tied && embed_dtype == 1)) {
+    const Tensor& head_t = weight(tied ? "model.embed_tokens.weight" : "lm_head.weight", c.vocab, H);
+    lm_head.resize(size_t(c.vocab * H) * 2);
+    upload_bf16(head_t, lm_head.get(), stream);
+    weight_bytes += lm_head.bytes();
+  }
+  if (!tied) done("lm_head.weight");
+  done("model.embed_tokens.weight");
+  final_norm = norm("model.norm.weight", H);
+
+  layers.resize(size_t(c.n_layers));
+  for (int i = 0; i < c.n_layers; ++i) {
+    Layer& L = layers[size_t(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    L.attn_norm = norm(p + "input_layernorm.weight", H);
+    L.ffn_norm = norm(p + "post_attention_layernorm.weight", H);
+    L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
+                      {p + "self_attn.v_proj.weight", KV}},
+                     H, &L.sqkv, &L.aqkv);
+    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao);
+    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu);
+    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown);
+  }
+  if (q8 && !swiglu_q8_fits(int(F)))
+    user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
+  ck.tensors.clear();
+}
+
+GpuModel::Impl::~Impl() {
+  if (stream) cudaStreamDestroy(stream);
+}
+
+size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
+  const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
+  size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 +
+                  F * 2);
+  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads);
+  b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
+  b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
+  if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
+  if (affine) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
+  return b;
+}
+
+void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
+  if (chunks <= max_chunks && T_ == T && rows <= head_rows) return;
+  const ModelConfig& c = cfg;
+  chunks = std::max(chunks, T_ == T ? max_chunks : 0);
+  rows = std::max(rows, head_rows);
+  const size_t N = size_t(chunks) * T_, H = c.hidden, F = c.intermediate;
+  if (T_ != T) {
+    ops::RopeTable rope(c);
+    rope.ensure(T_);
+    const size_t half = size_t(c.head_dim / 2);
+    std::vector<float> cs(size_t(T_) * half), sn(size_t(T_) * half);
+    for (int p = 0; p < T_; ++p) {
+      std::copy(rope.cos(p), rope.cos(p) + half, cs.begin() + p * half);
+      std::copy(rope.sin(p), rope.sin(p) + half, sn.begin() + p * half);
+    }
+    rope_cos = upload_f32(cs);
+    rope_sin = upload_f32(sn);
+  }
+  tok.resize(N * 4);
+  x.resize(N * H * 4);
+  xb.resize(N * H * 2);
+  qkv.resize(N * size_t(Q + 2 * KV) * 4);
+  q.resize(N * size_t(Q) * 2);
+  k.resize(N * size_t(KV) * 2);
+  v.resize(N * size_t(KV) * 2);
+  att.resize(N * size_t(Q) * 4);
+  attb.resize(N * size_t(Q) * 2);
+  gu.resize(N * 2 * F * 4);
+  hb.resize(N * F * 2);
+  hs.resize(N * H * 2);
+  target.resize(N * 4);
+  nll.resize(N * 8);
+  logits.resize(size_t(rows) * size_t(c.vocab) * 4);
+  if (affine) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
+  if (q8) {
+    xq.resize(N * std::max({H, size_t(Q), F}));
+    sxa.resize(N * 4);
+    sxb.resize(N * 4);
+    acc.resize(N * std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
+  }
+  attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
+             att.get<float>());
+  max_chunks = chunks, T = T_, head_rows = rows;
+}
+
+void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
+  const ModelConfig& c = cfg;
+  const int N = chunks * T, H = c.hidden, F = c.intermediate;
+  if (chunks > max_chunks) throw std::logic_error("GpuModel: forward of more chunks than reserved");
+  for (int i = 0; i < N; ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab) user_error("token id {} is outside the vocabulary (0..{})", ids[i], c.vocab - 1);
+  prof.start(stream);
+  QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
+  cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
+  prof.mark("embed", stream);
+  const float scale = c.attn_scale();
+  for (const Layer& L : layers) {
+    if (q8) {
+      forward_layer_q8(L, chunks);
+      continue;
+    }
+    rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
+    prof.mark("norm", stream);
+    gemm->run(weight(L.wqkv, L.aqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
+    prof.mark("gemm qkv", stream);
+    rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+    prof.mark("rope", stream);
+    attn->run(chunks, scale, stream);
+    prof.mark("attention", stream);
+    to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
+    prof.mark("act convert", stream);
+    gemm->run(weight(L.wo, L.ao), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    prof.mark("gemm o", stream);
+    rmsnorm(x.get<float>(), L.ffn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
+    prof.mark("norm", stream);
+    gemm->run(weight(L.wgu, L.agu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    prof.mark("gemm gate|up", stream);
+    swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
+    prof.mark("swiglu", stream);
+    gemm->run(weight(L.wdown, L.adown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    prof.mark("gemm down", stream);
+  }
+}
+
+const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a) {
+  if (a.empty()) return dense.get<bf16>();
+  affine_dequant(a, wdec.get<bf16>(), stream);
+  prof.mark("affine decode", stream);
+  return wdec.get<bf16>();
+}
+
+void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
+  const ModelConfig& c = cfg;
+  const int N = chunks * T, H = c.hidden, F = c.intermediate;
+  int8_t* a = xq.get<int8_t>();
+  float *sa = sxa.get<float>(), *sb = sxb.get<float>();
+  int32_t* y = acc.get<int32_t>();
+  rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  prof.mark("norm", stream);
+  gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
+  prof.mark("gemm qkv", stream);
+  dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
+  prof.mark("dequant", stream);
+  rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+             rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  prof.mark("rope", stream);
+  attn->run(chunks, c.attn_scale(), stream);
+  prof.mark("attention", stream);
+  quant_rows(att.get<float>(), N, Q, a, sa, stream);
+  prof.mark("act convert", stream);
+  gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
+  prof.mark("gemm o", stream);
+  dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
+  prof.mark("dequant", stream);
+  rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  prof.mark("norm", stream);
+  gemm->run_i8(L.wgu.get<int8_t>(), 2 * F, H, a, N, y, stream);
+  prof.mark("gemm gate|up", stream);
+  swiglu_q8(y, N, F, sa, L.sgu.get<float>(), a, sb, stream);
+  prof.mark("swiglu", stream);
+  gemm->run_i8(L.wdown.get<int8_t>(), H, F, a, N, y, stream);
+  prof.mark("gemm down", stream);
+  dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
+  prof.mark("dequant", stream);
+}
+
+void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
+  rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
+          stream);
+  prof.mark("norm", stream);
+}
+
+void GpuModel::Impl::head(int r0, int rows) {
+  if (rows > head_rows) throw std::logic_error("GpuModel: head of more rows than reserved");
+  gemm->run(head_weight(), cfg.vocab, cfg.hidden, hs.get<bf16>() + size_t(r0) * cfg.hidden, rows, logits.get(),
+            CUDA_R_32F, false, stream);
+  prof.mark("gemm lm_head", stream);
+}
+
+// ------------------------------------------------------------------------------- GpuModel
+
+GpuModel::GpuModel(Checkpoint&& ck) : impl_(std::make_unique<Impl>(std::move(ck))) {}
+GpuModel::~GpuModel() = default;
+const ModelConfig& GpuModel::config() const { return impl_->cfg; }
+size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
+std::string GpuModel::kind() const { return impl_->q8 ? "w8a8" : impl_->affine ? impl_->affine_desc : "bf16"; }
+
+}  // namespace qt::cuda

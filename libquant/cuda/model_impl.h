@@ -1,0 +1,78 @@
+// GpuModel::Impl: the weights on the device and the forward of a batch of chunks.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "formats/model_config.h"
+#include "libquant/cuda/affine.h"
+#include "libquant/cuda/attention.h"
+#include "libquant/cuda/backend.h"
+#include "libquant/cuda/buffer.h"
+#include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/ops.h"
+#include "libquant/cuda/profile.h"
+
+namespace qt::cuda {
+
+struct GpuModel::Impl {
+  struct Layer {
+    DeviceBuffer attn_norm, ffn_norm;  // fp32 [H]
+    DeviceBuffer wqkv;                 // bf16 [Q + 2·KV, H]: q_proj, k_proj, v_proj rows
+    DeviceBuffer wo;                   // bf16 [H, Q]
+    DeviceBuffer wgu;                  // bf16 [2F, H]: gate_proj, up_proj rows
+    DeviceBuffer wdown;                // bf16 [H, F]
+    // W8A8 (q8): the same matrices as int8 codes, and their per-output-channel scales (fp32).
+    DeviceBuffer sqkv, so, sgu, sdown;
+    // Affine (weight-only): the same matrices as MLX codes, decoded to bf16 before each GEMM.
+    AffineWeight aqkv, ao, agu, adown;
+  };
+
+  ModelConfig cfg;
+  int Q = 0, KV = 0;
+  DeviceBuffer embed;       // [vocab, H] as stored
+  int embed_dtype = 0;      // 0 f32, 1 bf16, 2 f16
+  DeviceBuffer lm_head;     // bf16 [vocab, H] (empty when it is `embed` itself: tied bf16)
+  DeviceBuffer final_norm;  // fp32 [H]
+  std::vector<Layer> layers;
+  bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
+  bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
+  std::string affine_desc;  // "affine4-g64"
+  DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
+  size_t weight_bytes = 0;
+
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<GemmLt> gemm;
+  std::unique_ptr<Attention> attn;
+  StageProfile prof;  // QT_CUDA_PROFILE=1
+
+  // Scratch for up to max_chunks chunks of T tokens.
+  int max_chunks = 0, T = 0;
+  DeviceBuffer rope_cos, rope_sin;              // fp32 [T, hd/2]
+  DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
+  DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
+  // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
+  int head_rows = 0;
+  DeviceBuffer hs, logits, target, nll;
+
+  explicit Impl(Checkpoint&& ck);
+  ~Impl();
+  const bf16* head_weight() const { return lm_head.bytes() ? lm_head.get<bf16>() : embed.get<bf16>(); }
+  // Sizes the scratch for `chunks` chunks of T tokens and `rows` output-head rows at once.
+  void reserve(int chunks, int T, int rows);
+  // Bytes reserve(chunks, T, rows) needs beyond the weights.
+  size_t scratch_bytes(int chunks, int T, int rows) const;
+  // Runs chunks × T tokens (host ids, row-major [chunks, T]), each chunk a fresh sequence from
+  // position 0; leaves the last hidden states in x.
+  void forward(const int32_t* ids, int chunks);
+  void forward_layer_q8(const Layer& L, int chunks);
+  // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
+  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a);
+  // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
+  void final_norm_rows(int chunks, int first, int n);
+  // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).
+  void head(int r0, int rows);
+};
+
+}  // namespace qt::cuda

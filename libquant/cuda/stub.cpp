@@ -1,0 +1,65 @@
+// The CUDA backend in a build without CUDA (QT_CUDA off): no device, and every use is a
+// one-line UserError (exit 2), never a CPU fallback.
+#include "formats/error.h"
+#include "libquant/cuda/backend.h"
+
+namespace qt::cuda {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  user_error("--device cuda: this quanttool was built without CUDA (configure with cmake -DQT_CUDA=ON)");
+}
+}  // namespace
+
+struct GpuModel::Impl {};
+
+bool built() { return false; }
+int device_count() { return 0; }
+std::string DeviceInfo::describe() const { return name; }
+DeviceInfo device_info() { no_cuda(); }
+void check_supported(const Checkpoint&) { no_cuda(); }
+GpuModel::GpuModel(Checkpoint&&) { no_cuda(); }
+GpuModel::~GpuModel() = default;
+const ModelConfig& GpuModel::config() const { no_cuda(); }
+size_t GpuModel::weight_bytes() const { no_cuda(); }
+std::string GpuModel::kind() const { no_cuda(); }
+int auto_batch(const GpuModel&, int) { no_cuda(); }
+PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&,
+                              GpuModel*) {
+  no_cuda();
+}
+std::vector<float> forward_logits(GpuModel&, const std::vector<int32_t>&) { no_cuda(); }
+
+GpuPeaks measure_peaks(int) { no_cuda(); }
+
+namespace testing {
+std::vector<float> rmsnorm(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
+std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int, const std::vector<float>&,
+                              const std::vector<float>&) {
+  no_cuda();
+}
+std::vector<float> swiglu(const std::vector<float>&, int, int) { no_cuda(); }
+std::vector<float> gemm_bf16(const std::vector<float>&, int, int, const std::vector<float>&, int) { no_cuda(); }
+std::vector<float> attention(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int,
+                             int, int, int, int, float) {
+  no_cuda();
+}
+Q8 rmsnorm_q8(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
+std::vector<int32_t> gemm_i8(const std::vector<int8_t>&, int, int, const std::vector<int8_t>&, int) { no_cuda(); }
+std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&,
+                           std::vector<float>, bool) {
+  no_cuda();
+}
+Q8 swiglu_q8(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
+std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector<float>&, const std::vector<float>&,
+                                  int, int, int, int, int) {
+  no_cuda();
+}
+std::vector<KldToken> kld_rows(const std::vector<float>&, const std::vector<float>&, int, int,
+                               const std::vector<int32_t>&) {
+  no_cuda();
+}
+std::vector<double> token_nll(const std::vector<float>&, int, int, const std::vector<int32_t>&) { no_cuda(); }
+}  // namespace testing
+
+}  // namespace qt::cuda

@@ -1,0 +1,36 @@
+// SwiGLU on the fused gate|up GEMM output: h = silu(g) · u as bf16 (the down projection's operand).
+#include <algorithm>
+
+#include "libquant/cuda/check.h"
+#include "libquant/cuda/ops.h"
+
+namespace qt::cuda {
+namespace {
+// One block per row; four columns per thread and step when F % 4 == 0 (no index division).
+__global__ void swiglu_kernel(const float* gu, int F, bf16* h) {
+  const int64_t r = blockIdx.x;
+  const float* g = gu + r * 2 * F;
+  const float* u = g + F;
+  bf16* o = h + r * F;
+  auto f = [](float gv, float uv) { return gv / (1.0f + expf(-gv)) * uv; };
+  if (F % 4 == 0) {
+    for (int c = threadIdx.x * 4; c < F; c += blockDim.x * 4) {
+      const float4 a = *reinterpret_cast<const float4*>(g + c), b = *reinterpret_cast<const float4*>(u + c);
+      __nv_bfloat162 lo = __floats2bfloat162_rn(f(a.x, b.x), f(a.y, b.y));
+      __nv_bfloat162 hi = __floats2bfloat162_rn(f(a.z, b.z), f(a.w, b.w));
+      *reinterpret_cast<__nv_bfloat162*>(o + c) = lo;
+      *reinterpret_cast<__nv_bfloat162*>(o + c + 2) = hi;
+    }
+    return;
+  }
+  for (int c = threadIdx.x; c < F; c += blockDim.x) o[c] = __float2bfloat16_rn(f(g[c], u[c]));
+}
+}  // namespace
+
+void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s) {
+  if (n <= 0 || F <= 0) return;
+  swiglu_kernel<<<n, 256, 0, s>>>(gu, F, h);
+  QT_CUDA_LAUNCHED();
+}
+
+}  // namespace qt::cuda

@@ -1,0 +1,145 @@
+// Host-data wrappers of the kernels, for tests/test_cuda.cpp (each against the CPU op).
+#include <cuda_runtime.h>
+
+#include "libquant/cuda/affine.h"
+#include "libquant/cuda/attention.h"
+#include "libquant/cuda/backend.h"
+#include "libquant/cuda/buffer.h"
+#include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/int8_ops.h"
+#include "libquant/cuda/ops.h"
+
+namespace qt::cuda::testing {
+
+namespace {
+template <typename T> DeviceBuffer up(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  QT_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
+  return b;
+}
+template <typename T> std::vector<T> down(const DeviceBuffer& b, size_t n) {
+  QT_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> v(n);
+  QT_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+std::vector<float> bf16_to_host_f32(const DeviceBuffer& b, size_t n) {
+  std::vector<bf16> h = down<bf16>(b, n);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+std::vector<float> f16_to_host_f32(const DeviceBuffer& b, size_t n) {
+  std::vector<__half> h = down<__half>(b, n);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __half2float(h[i]);
+  return f;
+}
+DeviceBuffer up_bf16(const std::vector<float>& x) {
+  std::vector<bf16> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = __float2bfloat16_rn(x[i]);
+  return up(h);
+}
+DeviceBuffer up_f16(const std::vector<float>& x) {
+  std::vector<__half> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = __float2half_rn(x[i]);
+  return up(h);
+}
+}  // namespace
+
+std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
+  DeviceBuffer dx = up(x), dw = up(w), dy(size_t(rows) * dim * 2);
+  cuda::rmsnorm(dx.get<float>(), dw.get<float>(), dy.get<bf16>(), rows, dim, eps, rows, 0, 0, nullptr);
+  return bf16_to_host_f32(dy, size_t(rows) * dim);
+}
+
+std::vector<float> rope_split(const std::vector<float>& qkv, int n, int T, int nh, int nkv, int hd,
+                              const std::vector<float>& cos, const std::vector<float>& sin) {
+  const size_t Q = size_t(nh) * hd, KV = size_t(nkv) * hd;
+  DeviceBuffer dx = up(qkv), dc = up(cos), ds = up(sin), q(n * Q * 2), k(n * KV * 2), v(n * KV * 2);
+  cuda::rope_split(dx.get<float>(), n, T, nh, nkv, hd, dc.get<float>(), ds.get<float>(), q.get<__half>(),
+                   k.get<__half>(), v.get<__half>(), nullptr);
+  std::vector<float> out = f16_to_host_f32(q, n * Q), kk = f16_to_host_f32(k, n * KV), vv = f16_to_host_f32(v, n * KV);
+  out.insert(out.end(), kk.begin(), kk.end());
+  out.insert(out.end(), vv.begin(), vv.end());
+  return out;
+}
+
+std::vector<float> swiglu(const std::vector<float>& gu, int n, int F) {
+  DeviceBuffer dg = up(gu), dh(size_t(n) * F * 2);
+  cuda::swiglu(dg.get<float>(), n, F, dh.get<bf16>(), nullptr);
+  return bf16_to_host_f32(dh, size_t(n) * F);
+}
+
+std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const std::vector<float>& x, int n) {
+  DeviceBuffer dw = up_bf16(w), dx = up_bf16(x), dy(size_t(n) * out * 4);
+  GemmLt g;
+  g.run(dw.get<bf16>(), out, in, dx.get<bf16>(), n, dy.get(), CUDA_R_32F, false, nullptr);
+  return down<float>(dy, size_t(n) * out);
+}
+
+std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                             int B, int T, int nh, int nkv, int hd, float scale) {
+  DeviceBuffer dq = up_f16(q), dk = up_f16(k), dv = up_f16(v), out(size_t(B) * T * nh * hd * 4);
+  Attention a;
+  a.bind(B, T, nh, nkv, hd, dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>());
+  a.run(B, scale, nullptr);
+  return down<float>(out, size_t(B) * T * nh * hd);
+}
+
+Q8 rmsnorm_q8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
+  DeviceBuffer dx = up(x), dw = up(w), q(size_t(rows) * dim), sx(size_t(rows) * 4);
+  cuda::rmsnorm_q8(dx.get<float>(), dw.get<float>(), rows, dim, eps, q.get<int8_t>(), sx.get<float>(), nullptr);
+  return {down<int8_t>(q, size_t(rows) * dim), down<float>(sx, size_t(rows))};
+}
+
+std::vector<int32_t> gemm_i8(const std::vector<int8_t>& w, int out, int in, const std::vector<int8_t>& x, int n) {
+  DeviceBuffer dw = up(w), dx = up(x), dy(size_t(n) * out * 4);
+  GemmLt g;
+  g.run_i8(dw.get<int8_t>(), out, in, dx.get<int8_t>(), n, dy.get<int32_t>(), nullptr);
+  return down<int32_t>(dy, size_t(n) * out);
+}
+
+std::vector<float> dequant(const std::vector<int32_t>& acc, int rows, int out, const std::vector<float>& sx,
+                           const std::vector<float>& sw, std::vector<float> y, bool accumulate) {
+  DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), dy = up(y);
+  cuda::dequant(da.get<int32_t>(), rows, out, ds.get<float>(), dw.get<float>(), dy.get<float>(), accumulate, nullptr);
+  return down<float>(dy, y.size());
+}
+
+Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
+             const std::vector<float>& sw) {
+  DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), q(size_t(rows) * F), so(size_t(rows) * 4);
+  cuda::swiglu_q8(da.get<int32_t>(), rows, F, ds.get<float>(), dw.get<float>(), q.get<int8_t>(), so.get<float>(),
+                  nullptr);
+  return {down<int8_t>(q, size_t(rows) * F), down<float>(so, size_t(rows))};
+}
+
+std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+                                  const std::vector<float>& biases, int rows, int cols, int bits, int group,
+                                  int round_mode) {
+  AffineWeight w;
+  w.codes = up(codes), w.scales = up(scales), w.biases = up(biases);
+  w.rows = rows, w.cols = cols, w.bits = bits, w.group = group, w.round_mode = round_mode;
+  DeviceBuffer out(size_t(rows) * cols * 2);
+  cuda::affine_dequant(w, out.get<bf16>(), nullptr);
+  return bf16_to_host_f32(out, size_t(rows) * cols);
+}
+
+std::vector<KldToken> kld_rows(const std::vector<float>& base, const std::vector<float>& test, int rows, int V,
+                               const std::vector<int32_t>& targets) {
+  DeviceBuffer db = up(base), dt = up(test), dy = up(targets), out(size_t(rows) * sizeof(KldRow));
+  cuda::kld_rows(db.get<float>(), dt.get<float>(), rows, V, dy.get<int32_t>(), out.get<KldRow>(), nullptr);
+  const std::vector<KldRow> r = down<KldRow>(out, size_t(rows));
+  std::vector<KldToken> k(r.size());
+  for (size_t i = 0; i < r.size(); ++i) k[i] = {r[i].nll, r[i].nll_base, r[i].kld, r[i].same_top != 0};
+  return k;
+}
+
+std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V, const std::vector<int32_t>& targets) {
+  DeviceBuffer dl = up(logits), dt = up(targets), dn(size_t(rows) * 8);
+  cuda::token_nll(dl.get<float>(), rows, V, dt.get<int32_t>(), dn.get<double>(), nullptr);
+  return down<double>(dn, size_t(rows));
+}
+
+}  // namespace qt::cuda::testing
