@@ -64,6 +64,52 @@ std::string duration(double s) {
 }
 
 // --merge: one JSON from the parts of a split run (ppl_parts.h), printed like a run's summary.
+// What both paths (CPU, --device cuda) report of a finished run: the figures, the --running
+// line, and the JSON fields they share (each path adds its own).
+struct RunFacts {
+  double wall = 0, rss_mib = 0, bpw = 0, tps = 0;
+  int64_t n_params = 0;
+};
+
+RunFacts run_facts(const ModelConfig& cfg, const PplResult& r, uint64_t src_bytes,
+                   std::chrono::steady_clock::time_point t_start) {
+  RunFacts f;
+  f.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  f.rss_mib = double(ru.ru_maxrss) / 1024.0;
+  f.n_params = cfg.n_params();
+  f.bpw = f.n_params > 0 ? 8.0 * double(src_bytes) / double(f.n_params) : 0;
+  f.tps = r.seconds > 0 ? double(r.tokens_evaluated) / r.seconds : 0;
+  return f;
+}
+
+void print_running(const Options& o, const PplResult& r) {
+  if (!o.running) return;
+  std::string line;
+  for (size_t i = 0; i < r.running.size(); ++i) line += fmt::format("[{}]{:.4f},", i + 1, r.running[i]);
+  fmt::print("{}\n", line);
+}
+
+json result_json(const Options& o, const ModelConfig& cfg, const PplResult& r, const RunFacts& f, uint64_t src_bytes,
+                 const std::string& compute, size_t compute_bytes, double load_s, bool bos_per_chunk) {
+  json j = ppl_result_json(r);
+  j["model"] = o.model;
+  j["text"] = o.text;
+  j["arch"] = cfg.arch;
+  j["n_params"] = f.n_params;
+  j["model_bytes"] = src_bytes;
+  j["bits_per_weight"] = f.bpw;
+  j["compute"] = compute;
+  j["compute_weight_bytes"] = compute_bytes;
+  j["kv"] = r.kv_name;
+  j["wall_seconds"] = f.wall;
+  j["load_seconds"] = load_s;
+  j["peak_rss_mib"] = f.rss_mib;
+  j["bos_per_chunk"] = bos_per_chunk;
+  return j;
+}
+
 int merge(const Options& o) {
   if (!o.model.empty() || !o.text.empty()) user_error("--merge reads finished parts; drop --model and --text");
   if (o.json_path.empty()) user_error("--merge needs --json FILE for the merged result");
@@ -190,22 +236,11 @@ int run(const Options& o) {
   };
   const PplResult r = evaluate_perplexity(*model, ids, po, base.get(), progress);
 
-  const double wall = std::chrono::duration<double>(clock::now() - t_start).count();
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double rss_mib = double(ru.ru_maxrss) / 1024.0;
-  const int64_t n_params = cfg.n_params();
-  const double bpw = n_params > 0 ? 8.0 * double(src_bytes) / double(n_params) : 0;
-  const double tps = r.seconds > 0 ? double(r.tokens_evaluated) / r.seconds : 0;
-
-  if (o.running) {
-    std::string line;
-    for (size_t i = 0; i < r.running.size(); ++i) line += fmt::format("[{}]{:.4f},", i + 1, r.running[i]);
-    fmt::print("{}\n", line);
-  }
-  fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, n_params / 1e6);
+  const RunFacts f = run_facts(cfg, r, src_bytes, t_start);
+  print_running(o, r);
+  fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, f.n_params / 1e6);
   fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} ({} bytes packed)\n",
-             src_bytes, bpw, model->linear_kind(), model->weight_bytes());
+             src_bytes, f.bpw, model->linear_kind(), model->weight_bytes());
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
   fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk\n", ppl_method_name(r.method),
              plan.ctx, plan.n_chunks,
@@ -215,33 +250,20 @@ int run(const Options& o) {
              po.ubatch < plan.ctx ? fmt::format(", ubatch {}", po.ubatch) : std::string());
   fmt::print("PPL            {:.4f} ± {:.5f}\n", r.ppl, r.ppl_err);
   fmt::print("tokens scored  {}\n", r.tokens_scored);
-  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", tps,
+  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", f.tps,
              r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
-  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", wall, load_s);
-  fmt::print("peak RSS       {:.1f} MiB\n", rss_mib);
+  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", f.wall, load_s);
+  fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));
   if (po.kv.stats)  // kv_stats.h: what the columns are
     fmt::print("\nkv stats (encoded vectors against the exact ones; scores against exact keys)\n{}", po.kv.stats->table());
 
   if (!o.json_path.empty()) {
-    json j = ppl_result_json(r);
-    j["model"] = o.model;
-    j["text"] = o.text;
-    j["arch"] = cfg.arch;
-    j["n_params"] = n_params;
-    j["model_bytes"] = src_bytes;
-    j["bits_per_weight"] = bpw;
-    j["compute"] = model->linear_kind();
-    j["compute_weight_bytes"] = model->weight_bytes();
-    j["kv"] = r.kv_name;
+    json j = result_json(o, cfg, r, f, src_bytes, model->linear_kind(), model->weight_bytes(), load_s, po.bos_id >= 0);
     j["ubatch"] = po.ubatch;
     if (!o.kl_base.empty()) j["kl_base_kv"] = po.base_kv;
     j["threads"] = num_threads();
     j["kernel_level"] = kernel_level_name(kernel_level());
-    j["wall_seconds"] = wall;
-    j["load_seconds"] = load_s;
-    j["peak_rss_mib"] = rss_mib;
-    j["bos_per_chunk"] = po.bos_id >= 0;
     if (!o.kl_base.empty()) j["kl_base_model"] = o.kl_base;
     if (po.kv.stats) j["kv_stats"] = po.kv.stats->to_json();
     const std::string s = j.dump(2) + "\n";
@@ -318,21 +340,11 @@ int run_cuda(const Options& o) {
     std::fflush(stderr);
   };
   const PplResult r = cuda::evaluate_perplexity(model, ids, po, batch, progress, base.get());
-  const double wall = std::chrono::duration<double>(clock::now() - t_start).count();
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double rss_mib = double(ru.ru_maxrss) / 1024.0;
-  const int64_t n_params = cfg.n_params();
-  const double bpw = n_params > 0 ? 8.0 * double(src_bytes) / double(n_params) : 0;
-  const double tps = r.seconds > 0 ? double(r.tokens_evaluated) / r.seconds : 0;
-  if (o.running) {
-    std::string line;
-    for (size_t i = 0; i < r.running.size(); ++i) line += fmt::format("[{}]{:.4f},", i + 1, r.running[i]);
-    fmt::print("{}\n", line);
-  }
-  fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, n_params / 1e6);
+  const RunFacts f = run_facts(cfg, r, src_bytes, t_start);
+  print_running(o, r);
+  fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, f.n_params / 1e6);
   fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} on cuda ({} bytes on the GPU)\n",
-             src_bytes, bpw, model.kind(), model.weight_bytes());
+             src_bytes, f.bpw, model.kind(), model.weight_bytes());
   fmt::print("device         cuda: {}\n", dev.describe());
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
   fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk, batch {} chunks\n",
@@ -342,30 +354,17 @@ int run_cuda(const Options& o) {
   fmt::print("kv cache       {}, {:.1f} bytes per token\n", r.kv_name, r.kv_bytes_per_token);
   fmt::print("PPL            {:.4f} ± {:.5f}\n", r.ppl, r.ppl_err);
   fmt::print("tokens scored  {}\n", r.tokens_scored);
-  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s on the GPU)\n", tps, r.tokens_evaluated,
+  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s on the GPU)\n", f.tps, r.tokens_evaluated,
              r.seconds);
-  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", wall, load_s);
-  fmt::print("peak RSS       {:.1f} MiB\n", rss_mib);
+  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", f.wall, load_s);
+  fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
   if (r.kld)
     fmt::print("\nKL baseline    {} on cuda ({}, f16 cache)\n{}", o.kl_base, base->kind(), format_kld_summary(*r.kld));
   if (!o.json_path.empty()) {
-    json j = ppl_result_json(r);
-    j["model"] = o.model;
-    j["text"] = o.text;
-    j["arch"] = cfg.arch;
-    j["n_params"] = n_params;
-    j["model_bytes"] = src_bytes;
-    j["bits_per_weight"] = bpw;
-    j["compute"] = model.kind();
-    j["compute_weight_bytes"] = model.weight_bytes();
-    j["kv"] = r.kv_name;
+    json j = result_json(o, cfg, r, f, src_bytes, model.kind(), model.weight_bytes(), load_s, po.bos_id >= 0);
     j["device"] = "cuda";
     j["gpu"] = dev.describe();
     j["batch"] = batch;
-    j["wall_seconds"] = wall;
-    j["load_seconds"] = load_s;
-    j["peak_rss_mib"] = rss_mib;
-    j["bos_per_chunk"] = po.bos_id >= 0;
     if (base) {
       j["kl_base_model"] = o.kl_base;
       j["kl_base_compute"] = base->kind();
