@@ -359,6 +359,38 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
   const float softcap = shape_.softcap;
   const int window = shape_.window_of(layer);
 
+  // 0. Several row blocks read the same encoded tiles: decode each once, for every block, when
+  // the keys are scored from decoded tiles (not lookup tables). A block's tiles are then the
+  // same floats it would decode itself (keys transposed to [d][kTile], zero past the last key).
+  auto encoded_upto = [&](const SideStore& st) {  // what the last query row reads encoded
+    const int64_t pos = first_pos + n_q - 1;
+    return int(std::min<int64_t>(st.boundary(decode ? pos + 1 : first_pos + n_q), pos + 1));
+  };
+  const int KENC = SK.codec && nb > 1 && ltk0 == 0 ? encoded_upto(SK) : 0;
+  const int VENC = SV.codec && nb > 1 ? encoded_upto(SV) : 0;
+  const int ktiles = (KENC + kv::kTile - 1) / kv::kTile, vtiles = (VENC + kv::kTile - 1) / kv::kTile;
+  std::vector<float> DK(size_t(KH) * ktiles * kv::kTile * dtk), DV(size_t(KH) * vtiles * kv::kTile * dtv);
+  if (ktiles + vtiles > 0) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < int64_t(KH) * (ktiles + vtiles); ++t) {
+      const int g = int(t % KH), i = int(t / KH);
+      thread_local std::vector<float> TILE;
+      if (i < ktiles) {
+        const int j0 = i * kv::kTile, nj = std::min(kv::kTile, KENC - j0);
+        TILE.resize(size_t(kv::kTile) * dtk);
+        SK.codec->for_head(g).decode(SK.codes.data() + size_t(g) * groups_cap(SK) * SK.codec->group_bytes(), j0, nj,
+                                     TILE.data());
+        float* TT = DK.data() + (size_t(g) * ktiles + i) * kv::kTile * dtk;
+        for (int j = 0; j < nj; ++j)
+          for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
+      } else {
+        const int j0 = (i - ktiles) * kv::kTile, nj = std::min(kv::kTile, VENC - j0);
+        SV.codec->for_head(g).decode(SV.codes.data() + size_t(g) * groups_cap(SV) * SV.codec->group_bytes(), j0, nj,
+                                     DV.data() + (size_t(g) * vtiles * kv::kTile + j0) * dtv);
+      }
+    }
+  }
+
 #pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
     const int b = nb - 1 - int(t / KH), g = int(t % KH);
@@ -409,21 +441,26 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       }
       for (int j0 = 0; ltk == 0 && j0 < kenc; j0 += kv::kTile) {
         const int nj = std::min(kv::kTile, kenc - j0);
-        CK->decode(codes, j0, nj, TILE.data());
-        if (nj < kv::kTile) std::fill(TT.begin(), TT.end(), 0.0f);
-        for (int j = 0; j < nj; ++j)
-          for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
+        const float* tt = TT.data();
+        if (kenc <= KENC) {  // decoded above
+          tt = DK.data() + (size_t(g) * ktiles + j0 / kv::kTile) * kv::kTile * dtk;
+        } else {
+          CK->decode(codes, j0, nj, TILE.data());
+          if (nj < kv::kTile) std::fill(TT.begin(), TT.end(), 0.0f);
+          for (int j = 0; j < nj; ++j)
+            for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
+        }
         auto keep = [&](int v, const float* sv) {  // the scores of v's visible encoded keys
           if (BK[v] > j0) std::memcpy(S.data() + size_t(v) * sst + j0, sv, sizeof(float) * std::min(nj, BK[v] - j0));
         };
         int v = 0;
         for (; v + 2 <= nv; v += 2) {  // pairs of queries share each tile row's loads
           if (BK[v] <= j0 && BK[v + 1] <= j0) continue;
-          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, TT.data(), dtk, s, s2);
+          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, tt, dtk, s, s2);
           keep(v, s), keep(v + 1, s2);
         }
         if (v < nv && BK[v] > j0) {
-          K.score_tile(QT.data() + size_t(v) * dtk, TT.data(), dtk, s);
+          K.score_tile(QT.data() + size_t(v) * dtk, tt, dtk, s);
           keep(v, s);
         }
       }
@@ -461,10 +498,14 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       const uint8_t* codes = SV.codes.data() + size_t(g) * groups_cap(SV) * SV.codec->group_bytes();
       for (int j0 = 0; j0 < venc; j0 += kv::kTile) {
         const int nj = std::min(kv::kTile, venc - j0);
-        CV->decode(codes, j0, nj, TILE.data());
+        const float* tile = TILE.data();
+        if (venc <= VENC)  // decoded above
+          tile = DV.data() + (size_t(g) * vtiles * kv::kTile + j0) * dtv;
+        else
+          CV->decode(codes, j0, nj, TILE.data());
         for (int v = 0; v < nv; ++v) {
           const int n = std::min(nj, BV[v] - j0);
-          if (n > 0) K.mix_rows(S.data() + size_t(v) * sst + j0, TILE.data(), dtv, n, dtv, ACC.data() + size_t(v) * dtv);
+          if (n > 0) K.mix_rows(S.data() + size_t(v) * sst + j0, tile, dtv, n, dtv, ACC.data() + size_t(v) * dtv);
         }
       }
       for (int v = 0; v < nv; ++v) CV->domain_to_head(ACC.data() + size_t(v) * dtv, orow(v));
