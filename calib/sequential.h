@@ -5,7 +5,9 @@
 // callback, and the block is re-run with the quantized (dequantized-to-fp32) projections to give
 // block l+1 its inputs. After the last block the output head's input (the final-normed hidden
 // states) gives its H, for "lm_head.weight" (or, for a tied model, "model.embed_tokens.weight").
-// Memory: the model's dense fp32 weights, the chunks' hidden states and one block's Hessians.
+// Memory: one block's dense fp32 weights and Hessians at a time (the others are not loaded), the
+// chunks' hidden states, and the source's mapping; the packed results wait in a temporary file
+// (packed_spill.h), so an 8B model calibrates in a few GB.
 #pragma once
 #include <cstdint>
 #include <functional>
