@@ -230,7 +230,8 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
   size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 +
                   F * 2);
-  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads);
+  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window());
+  if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
@@ -278,8 +279,16 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     sxb.resize(N * 4);
     acc.resize(N * std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   }
-  attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
-             att.get<float>());
+  if (kvq) {
+    kvq->reserve(chunks, T_, c.n_heads, c.n_kv_heads);
+    const __half *qh = q.get<__half>(), *kh = k.get<__half>(), *vh = v.get<__half>();
+    attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
+               att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
+               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr);
+  } else {
+    attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
+               att.get<float>());
+  }
   max_chunks = chunks, T = T_, head_rows = rows;
 }
 
@@ -293,7 +302,6 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
   prof.mark("embed", stream);
-  const float scale = c.attn_scale();
   for (const Layer& L : layers) {
     if (q8) {
       forward_layer_q8(L, chunks);
@@ -306,8 +314,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
                rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
     prof.mark("rope", stream);
-    attn->run(chunks, scale, stream);
-    prof.mark("attention", stream);
+    attend(chunks);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
     gemm->run(weight(L.wo, L.ao), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
@@ -345,8 +352,7 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
              rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
   prof.mark("rope", stream);
-  attn->run(chunks, c.attn_scale(), stream);
-  prof.mark("attention", stream);
+  attend(chunks);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
   gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
@@ -363,6 +369,32 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   prof.mark("gemm down", stream);
   dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
   prof.mark("dequant", stream);
+}
+
+void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
+  bool f16 = true;
+  for (size_t l = 0; l < kc.k.size(); ++l) f16 = f16 && kc.k[l].text() == "f16" && kc.v[l].text() == "f16";
+  if (f16 && !kc.key_center && !kc.stats) {
+    if (kvq) kvq.reset(), max_chunks = 0;
+    return;
+  }
+  kvq = std::make_unique<GpuKv>(kc, cfg.head_dim);
+  max_chunks = 0;  // the next reserve binds attention to the cache's buffers
+}
+
+void GpuModel::Impl::attend(int chunks) {
+  const float scale = cfg.attn_scale();
+  if (!kvq) {
+    attn->run(chunks, scale, stream);
+    prof.mark("attention", stream);
+    return;
+  }
+  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream);
+  prof.mark("kv encode/decode", stream);
+  attn->run(chunks, scale, stream, kvq->keys().bound(), kvq->values().bound());
+  prof.mark("attention", stream);
+  kvq->finish(att.get<float>(), chunks, stream);
+  prof.mark("kv encode/decode", stream);
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {

@@ -11,6 +11,7 @@
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/kv.h"
 #include "libquant/cuda/ops.h"
 #include "libquant/cuda/profile.h"
 
@@ -45,6 +46,7 @@ struct GpuModel::Impl {
   cudaStream_t stream = nullptr;
   std::unique_ptr<GemmLt> gemm;
   std::unique_ptr<Attention> attn;
+  std::unique_ptr<GpuKv> kvq;  // a quantized KV cache (kv.h); null: the f16 cache
   StageProfile prof;  // QT_CUDA_PROFILE=1
 
   // Scratch for up to max_chunks chunks of T tokens.
@@ -59,6 +61,10 @@ struct GpuModel::Impl {
   explicit Impl(Checkpoint&& ck);
   ~Impl();
   const bf16* head_weight() const { return lm_head.bytes() ? lm_head.get<bf16>() : embed.get<bf16>(); }
+  // The KV cache's methods: f16 everywhere (kvq null) or a GpuKv; the next reserve re-binds.
+  void set_kv(const kv::KVConfig& cfg);
+  // Attention of the layer's q, k, v (after RoPE) into att, through kvq when set.
+  void attend(int chunks);
   // Sizes the scratch for `chunks` chunks of T tokens and `rows` output-head rows at once.
   void reserve(int chunks, int T, int rows);
   // Bytes reserve(chunks, T, rows) needs beyond the weights.

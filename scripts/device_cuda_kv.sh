@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 20's second slice on the device machine: the GPU tests and the quantized KV caches on the
+# real SmolLM2 (README "CUDA", "KV caches on the GPU"). Same kit as scripts/device_cuda.sh, but the
+# binaries travel xz-compressed (quanttool.xz, test_cuda.xz, stripped) and the GGUF in parts of at
+# most ~33 MiB, one per call (the working tree and the carried kit travel together, 64 MiB a call),
+# kept in /tmp/parts between calls made back to back while the machine stays warm.
+# Usage, from the repository root on the device: bash K/device_cuda_kv.sh K STEP
+#   STEP tests — unpack, the GPU tests (QT_REQUIRE_GPU=1), and keep K/model.part.* in /tmp/parts
+#        part  — keep K/model.part.* in /tmp/parts
+#        kv    — the model from /tmp/parts + K's part: GPU against CPU PPL at 64 chunks for each KV
+#                method and mode, then tokens/s at --ctx 4096 over the full text (f16 first and last)
+set -o pipefail
+K=$(cd "$1" && pwd); STEP=$2; R=$PWD
+T=$R/data/wikitext-2/wiki.test.raw
+mkdir -p /work && ln -sfn "$R" /work/wt-cuda2  # QT_SOURCE_DIR of the build: tests/golden, data
+mkdir -p /tmp/kit; for b in quanttool test_cuda; do xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
+CUBLAS_PY=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null)
+export LD_LIBRARY_PATH=$K/lib:/usr/local/cuda/lib64:$CUBLAS_PY
+Q=/tmp/kit/quanttool
+mkdir -p /tmp/parts && cp "$K"/model.part.* /tmp/parts/ 2>/dev/null
+run() {  # one command: its summary lines and whole-process wall time
+  local t0=$EPOCHREALTIME; timeout 300 "$@" > /tmp/last.txt 2>&1; local rc=$?; local t1=$EPOCHREALTIME
+  grep -E "^PPL|^tokens/s|^kv cache|^error|^internal|^cuda stage|^  |^eval" /tmp/last.txt
+  echo "rc=$rc whole-process $(python3 -c "print(f'{$t1-$t0:.2f}')") s: ${*#$Q }"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+case $STEP in
+  tests) QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda --gtest_brief=1 2>&1 | tail -40 ;;
+  part) ls -la /tmp/parts ;;
+  kv)
+    M=/tmp/model.gguf
+    [ -f $M ] || cat /tmp/parts/model.part.* > $M
+    echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c || exit 1
+    for kv in "f16" "affine:bits=4" "kivi:bits=2" "turboquant_mse:bits=3" "kivi:bits=2 --kv-mode decode" \
+              "affine:bits=4,r=64 --kv-mode decode" "turboquant_mse:bits=2.5"; do
+      run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv $kv
+      run $Q eval-ppl --model $M --text $T --chunks 64 --compute bf16 --kv $kv
+    done
+    for kv in "f16" "affine:bits=4" "kivi:bits=2" "turboquant_mse:bits=3" "kivi:bits=2 --kv-mode decode" "f16"; do
+      run $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv $kv
+    done
+    run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv turboquant_mse:bits=3 ;;
+  *) echo "usage: $0 KIT tests|part|kv" >&2; exit 2 ;;
+esac
