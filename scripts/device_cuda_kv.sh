@@ -40,5 +40,35 @@ case $STEP in
       run $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv $kv
     done
     run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv turboquant_mse:bits=3 ;;
-  *) echo "usage: $0 KIT tests|part|kv" >&2; exit 2 ;;
+  kvx)  # where GPU and CPU differ: modes, batch, keys vs values, windows
+    M=/tmp/model.gguf
+    [ -f $M ] || cat /tmp/parts/model.part.* > $M
+    echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c || exit 1
+    for a in "--kv affine:bits=4 --kv-mode decode" "--kv affine:bits=4 --batch 1" "--kv affine:bits=4,r=64" \
+             "--kv-k affine:bits=4 --kv-v f16" "--kv-k f16 --kv-v affine:bits=4"; do
+      run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda $a
+    done
+    for a in "--kv affine:bits=4 --kv-mode decode" "--kv affine:bits=4,r=64" "--kv-k affine:bits=4 --kv-v f16" \
+             "--kv-k f16 --kv-v affine:bits=4" "--kv affine:bits=4 --ubatch 64"; do
+      run $Q eval-ppl --model $M --text $T --chunks 64 --compute bf16 $a
+    done ;;
+  gpu)  # the GPU side only (the CPU references of `kv` and `kvx` do not change with the GPU code)
+    M=/tmp/model.gguf
+    [ -f $M ] || cat /tmp/parts/model.part.* > $M
+    echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c || exit 1
+    QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda 2>&1 | grep -E "tiny |PASSED|FAILED|OK \]"
+    for a in "f16" "affine:bits=4" "kivi:bits=2" "turboquant_mse:bits=3" "kivi:bits=2 --kv-mode decode" \
+             "affine:bits=4,r=64 --kv-mode decode" "turboquant_mse:bits=2.5" "affine:bits=4,r=64" \
+             "turboquant_mse:bits=3,r=64 --kv-mode decode"; do
+      run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv $a
+    done
+    run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv-k affine:bits=4 --kv-v f16
+    run $Q eval-ppl --model $M --text $T --chunks 64 --compute bf16 --kv turboquant_mse:bits=3,r=64 --kv-mode decode
+    for kv in "f16" "affine:bits=4" "kivi:bits=2" "turboquant_mse:bits=3" "kivi:bits=2 --kv-mode decode" "f16" \
+              "affine:bits=4" "kivi:bits=2" "turboquant_mse:bits=3"; do
+      run $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv $kv
+    done
+    run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv f16
+    run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv affine:bits=4 ;;
+  *) echo "usage: $0 KIT tests|part|kv|kvx|gpu" >&2; exit 2 ;;
 esac

@@ -490,18 +490,18 @@ size_t GpuKv::scratch_bytes(const kv::KVConfig& cfg, int D, int chunks, int T, i
   (void)cfg;
   const size_t N = size_t(chunks) * T, KV = size_t(nkv) * D, Q = size_t(nh) * D;
   // codes (at most a byte per element plus side data), domain K/V, rotated q, exact rotated K/V
-  return 2 * N * KV * 2 + 2 * N * KV * 2 + N * Q * 2 + 2 * N * KV * 2;
+  return 2 * N * KV * 2 + 2 * N * KV * 2 + N * Q * 2 + N * KV * 2;
 }
 
 void GpuKv::reserve(int chunks, int T, int nh, int nkv) {
   chunks_ = chunks, T_ = T, nh_ = nh, nkv_ = nkv;
   const size_t N = size_t(chunks) * T, KV = size_t(nkv) * k_.D;
-  for (auto [side, codes, dom, ex] : {std::tuple{&k_, &ck_, &kd_, &ke_}, std::tuple{&v_, &cv_, &vd_, &ve_}}) {
+  for (auto [side, codes, dom] : {std::tuple{&k_, &ck_, &kd_}, std::tuple{&v_, &cv_, &vd_}}) {
     if (side->kind == KvSideGpu::Exact) continue;
     codes->resize(std::max<size_t>(1, size_t(chunks) * nkv * side->groups(T) * side->group_bytes));
     dom->resize(N * KV * 2);
-    if (side->rotated() && decode_ && side->windowed()) ex->resize(N * KV * 2);
   }
+  if (v_.rotated() && value_window()) ve_.resize(N * KV * 2);
   if (k_.rotated()) qd_.resize(N * size_t(nh) * k_.D * 2);
 }
 
@@ -512,10 +512,7 @@ void GpuKv::prepare(const __half* q, const __half* k, const __half* v, int chunk
     QT_CUDA_CHECK(cudaMemsetAsync(ck_.get(), 0, ck_.bytes(), st));
     kv_encode(k_, k, chunks, T, nkv, ck_.get<uint8_t>(), st);
     kv_decode(k_, ck_.get<uint8_t>(), k, chunks, T, nkv, kd_.get<__half>(), st);
-    if (k_.rotated()) {
-      kv_rotate(k_, q, int64_t(chunks) * T * nh_, qd_.get<__half>(), st);
-      if (key_window()) kv_rotate(k_, k, int64_t(chunks) * T * nkv, ke_.get<__half>(), st);
-    }
+    if (k_.rotated()) kv_rotate(k_, q, int64_t(chunks) * T * nh_, qd_.get<__half>(), st);
   }
   if (v_.kind != KvSideGpu::Exact) {
     QT_CUDA_CHECK(cudaMemsetAsync(cv_.get(), 0, cv_.bytes(), st));

@@ -98,7 +98,8 @@ class GpuKv {
   const __half* q_ptr(const __half* q) const { return k_.rotated() ? qd_.get<__half>() : q; }
   const __half* k_ptr(const __half* k) const { return k_.kind == KvSideGpu::Exact ? k : kd_.get<__half>(); }
   const __half* v_ptr(const __half* v) const { return v_.kind == KvSideGpu::Exact ? v : vd_.get<__half>(); }
-  const __half* k2_ptr(const __half* k) const { return k_.rotated() ? ke_.get<__half>() : k; }
+  // The exact keys of a decode window are scored in head space, as the CPU scores them: q · k.
+  const __half* k2_ptr(const __half* k) const { return k; }
   const __half* v2_ptr(const __half* v) const { return v_.rotated() ? ve_.get<__half>() : v; }
   // Encodes and decodes one layer's K/V of `chunks` chunks (after RoPE), rotates the queries.
   void prepare(const __half* q, const __half* k, const __half* v, int chunks, cudaStream_t st);
@@ -112,7 +113,7 @@ class GpuKv {
   KvSideGpu k_, v_;
   bool decode_ = false;
   int chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0;
-  DeviceBuffer ck_, cv_, kd_, vd_, qd_, ke_, ve_;
+  DeviceBuffer ck_, cv_, kd_, vd_, qd_, ve_;
 };
 
 }  // namespace qt::cuda

@@ -284,7 +284,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     const __half *qh = q.get<__half>(), *kh = k.get<__half>(), *vh = v.get<__half>();
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
                att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
-               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr);
+               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh);
   } else {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
                att.get<float>());
