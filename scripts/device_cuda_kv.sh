@@ -70,5 +70,28 @@ case $STEP in
     done
     run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv f16
     run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $M --text $T --ctx 4096 --device cuda --kv affine:bits=4 ;;
-  *) echo "usage: $0 KIT tests|part|kv|kvx|gpu" >&2; exit 2 ;;
+  8b)  # the Llama-3-8B-shaped random checkpoint (made here): bf16 against NF4 (weight-only, decoded per GEMM)
+    QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda 2>&1 | grep -E "PASSED|FAILED|OK \]"
+    $Q bench --peak --device cuda 2>&1 | tail -4
+    [ -d /tmp/l8b ] || python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from $K/tok --out /tmp/l8b > /dev/null
+    [ -d /tmp/l8b-nf4 ] || run $Q convert --in /tmp/l8b --out /tmp/l8b-nf4 --scheme nf4 --group-size 64 --max-shard-size 2GB
+    run $Q eval-ppl --model /tmp/l8b-nf4 --text $T --device cuda
+    run $Q eval-ppl --model /tmp/l8b --text $T --device cuda
+    run $Q eval-ppl --model /tmp/l8b-nf4 --text $T --device cuda --batch 8
+    run $Q eval-ppl --model /tmp/l8b --text $T --device cuda --batch 8
+    run env QT_CUDA_PROFILE=1 $Q eval-ppl --model /tmp/l8b-nf4 --text $T --device cuda --batch 8 ;;
+  8bkv)  # (earlier call) KV caches at ctx 4096 on the 8B shape, 16 chunks
+    run $Q eval-ppl --model /tmp/l8b --text $T --device cuda --ctx 4096 --chunks 16
+    run $Q eval-ppl --model /tmp/l8b --text $T --device cuda --ctx 4096 --chunks 16 --kv turboquant_mse:bits=3
+    run $Q eval-ppl --model /tmp/l8b --text $T --device cuda --ctx 4096 --chunks 16 --kv kivi:bits=2 ;;
+  nf4)  # SmolLM2 as NF4 (blocks of 64): GPU against CPU at 64 chunks
+    M=/tmp/model.gguf
+    [ -f $M ] || cat /tmp/parts/model.part.* > $M
+    echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c || exit 1
+    run $Q convert --in $M --out /tmp/n4 --scheme nf4 --group-size 64
+    run $Q eval-ppl --model /tmp/n4 --text $T --chunks 64 --device cuda
+    run $Q eval-ppl --model /tmp/n4 --text $T --chunks 64 --compute bf16 --kv f16
+    run $Q eval-ppl --model /tmp/n4 --text $T --chunks 64 --kv f16
+    run $Q eval-ppl --model /tmp/n4 --text $T --device cuda ;;
+  *) echo "usage: $0 KIT tests|part|kv|kvx|gpu|8b|nf4" >&2; exit 2 ;;
 esac

@@ -432,6 +432,38 @@ TEST(Cuda, TinyLlamaAffine4MatchesCpu) {
   EXPECT_LT(rms_diff(got, want), 1.5 * bf16_err) << "affine gpu vs cpu, against the dense model's bf16 error";
 }
 
+// bitsandbytes NF4 and FP4 (blocks of 64 over the flattened weights): decoded to bf16 per GEMM
+// on the GPU, against the CPU's forward of the same folder (fp32 decode), held to the dense
+// model's bf16 error as affine is.
+TEST(Cuda, TinyLlamaNf4Fp4MatchCpu) {
+  QT_REQUIRE_GPU();
+  for (const std::string scheme : {"nf4", "fp4"}) {
+    const std::string dir = test::temp_dir("cuda-" + scheme) + "/m";
+    std::string out;
+    ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir + " --scheme " +
+                                scheme + " --group-size 64",
+                            &out),
+              0)
+        << out;
+    const auto ids = random_ids(40, 16);
+    Checkpoint a = load_checkpoint(dir);
+    LlamaModel cpu(a, checkpoint_linear_factory(a, {}));
+    const int n = int(ids.size()), V = cpu.config().vocab;
+    auto cache = cpu.make_cache(n, "f16");
+    std::vector<float> want(size_t(n) * V);
+    cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+    Checkpoint d = load_checkpoint(tiny_dir());
+    const auto dense = cpu_logits(d, Compute::F32, "f32", ids);
+    const double bf16_err = rms_diff(cpu_logits(d, Compute::BF16, "f16", ids), dense);
+    cuda::GpuModel gpu(load_checkpoint(dir));
+    EXPECT_EQ(gpu.kind(), scheme + "-b64");
+    const auto got = cuda::forward_logits(gpu, ids);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_GT(rms_diff(want, dense), 2 * bf16_err) << scheme << ": the quantization must move the logits more";
+    EXPECT_LT(rms_diff(got, want), 1.5 * bf16_err) << scheme << " gpu vs cpu, against the dense model's bf16 error";
+  }
+}
+
 // KLD on the GPU, end to end: the tiny model's W8A8 folder against the bf16 model, both on the GPU,
 // against the CPU's evaluate_perplexity with the same pair (W8A8 and a bf16 baseline, f16 caches);
 // and a model against itself gives KLD 0 and the same top token everywhere.

@@ -25,6 +25,7 @@
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/model/ops.h"
+#include "libquant/schemes/detail.h"
 #include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {
@@ -90,12 +91,49 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   if (is_q8("model.layers.0.self_attn.q_proj.weight")) {
     const std::string sch = packed_weight(ck, "model.layers.0.self_attn.q_proj.weight")->params.scheme;
     affine = sch == "affine";
-    q8 = !affine;
+    bnb4 = sch == "nf4" || sch == "fp4";
+    q8 = !affine && !bnb4;
   }
   auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
-                     AffineWeight* aw) {
+                     AffineWeight* aw, Bnb4Weight* nw) {
     int64_t rows = 0;
     for (auto& [n, r] : parts) rows += r;
+    if (bnb4) {  // the parts' flattened code streams and absmax back to back (whole blocks each)
+      std::vector<uint8_t> codes;
+      std::vector<float> am;
+      std::string sch;
+      for (auto& [n, r] : parts) {
+        std::optional<PackedTensor> p = packed_weight(ck, n);
+        if (!p || (p->params.scheme != "nf4" && p->params.scheme != "fp4") || (!sch.empty() && p->params.scheme != sch))
+          user_error("{}: {} is not {} while the first projection is: mixed layouts: not on cuda yet", ck.path, n,
+                     sch.empty() ? "nf4/fp4" : sch);
+        sch = p->params.scheme;
+        const int64_t bs = p->params.group_size;
+        if (nw->block == 0) {
+          nw->block = int(bs);
+          affine_desc = fmt::format("{}-b{}", sch, bs);
+        } else if (nw->block != bs) {
+          user_error("{}: {}: block sizes differ within q|k|v or gate|up: not on cuda yet", ck.path, n);
+        }
+        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        if ((r * in) % bs || bs % 2)
+          user_error("{}: {}: {} values are not whole blocks of {}: not on cuda yet", ck.path, n, r * in, bs);
+        const size_t nb = size_t(r * in / 2);
+        codes.insert(codes.end(), p->data.data, p->data.data + nb);
+        const std::vector<float> a = to_f32(p->scales);
+        am.insert(am.end(), a.begin(), a.end());
+        release_pages(p->data);
+        done(n);
+      }
+      nw->rows = rows, nw->cols = in;
+      nw->codes.resize(codes.size());
+      QT_CUDA_CHECK(cudaMemcpy(nw->codes.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+      nw->absmax = upload_f32(am);
+      nw->table = upload_f32(std::vector<float>(sch == "nf4" ? schemes_detail::nf4_table() : schemes_detail::fp4_table(),
+                                                (sch == "nf4" ? schemes_detail::nf4_table() : schemes_detail::fp4_table()) + 16));
+      weight_bytes += nw->codes.bytes() + nw->absmax.bytes();
+      return DeviceBuffer();
+    }
     if (affine) {
       std::vector<uint8_t> codes;
       std::vector<float> sc, bi;
@@ -212,10 +250,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     L.ffn_norm = norm(p + "post_attention_layernorm.weight", H);
     L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
                       {p + "self_attn.v_proj.weight", KV}},
-                     H, &L.sqkv, &L.aqkv);
-    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao);
-    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu);
-    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown);
+                     H, &L.sqkv, &L.aqkv, &L.nqkv);
+    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao, &L.no);
+    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu, &L.ngu);
+    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown, &L.ndown);
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
@@ -235,7 +273,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
-  if (affine) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
+  if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
   return b;
 }
 
@@ -272,7 +310,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
-  if (affine) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
+  if (affine || bnb4) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
   if (q8) {
     xq.resize(N * std::max({H, size_t(Q), F}));
     sxa.resize(N * 4);
@@ -309,7 +347,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     prof.mark("norm", stream);
-    gemm->run(weight(L.wqkv, L.aqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wqkv, L.aqkv, L.nqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm qkv", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
                rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
@@ -317,20 +355,25 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     attend(chunks);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
-    gemm->run(weight(L.wo, L.ao), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    gemm->run(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
     prof.mark("gemm o", stream);
     rmsnorm(x.get<float>(), L.ffn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     prof.mark("norm", stream);
-    gemm->run(weight(L.wgu, L.agu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wgu, L.agu, L.ngu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm gate|up", stream);
     swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
     prof.mark("swiglu", stream);
-    gemm->run(weight(L.wdown, L.adown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    gemm->run(weight(L.wdown, L.adown, L.ndown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
     prof.mark("gemm down", stream);
   }
 }
 
-const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a) {
+const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n) {
+  if (!n.empty()) {
+    bnb4_dequant(n, wdec.get<bf16>(), stream);
+    prof.mark("nf4/fp4 decode", stream);
+    return wdec.get<bf16>();
+  }
   if (a.empty()) return dense.get<bf16>();
   affine_dequant(a, wdec.get<bf16>(), stream);
   prof.mark("affine decode", stream);
@@ -416,6 +459,8 @@ GpuModel::GpuModel(Checkpoint&& ck) : impl_(std::make_unique<Impl>(std::move(ck)
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
-std::string GpuModel::kind() const { return impl_->q8 ? "w8a8" : impl_->affine ? impl_->affine_desc : "bf16"; }
+std::string GpuModel::kind() const {
+  return impl_->q8 ? "w8a8" : impl_->affine || impl_->bnb4 ? impl_->affine_desc : "bf16";
+}
 
 }  // namespace qt::cuda

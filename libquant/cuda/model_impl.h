@@ -28,6 +28,8 @@ struct GpuModel::Impl {
     DeviceBuffer sqkv, so, sgu, sdown;
     // Affine (weight-only): the same matrices as MLX codes, decoded to bf16 before each GEMM.
     AffineWeight aqkv, ao, agu, adown;
+    // bitsandbytes NF4 / FP4 (weight-only): codes and absmax, decoded to bf16 before each GEMM.
+    Bnb4Weight nqkv, no, ngu, ndown;
   };
 
   ModelConfig cfg;
@@ -39,7 +41,8 @@ struct GpuModel::Impl {
   std::vector<Layer> layers;
   bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
   bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
-  std::string affine_desc;  // "affine4-g64"
+  bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
+  std::string affine_desc;  // "affine4-g64", "nf4-b64"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
 
@@ -74,7 +77,7 @@ struct GpuModel::Impl {
   void forward(const int32_t* ids, int chunks);
   void forward_layer_q8(const Layer& L, int chunks);
   // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
-  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a);
+  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
   void final_norm_rows(int chunks, int first, int n);
   // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).
