@@ -55,6 +55,21 @@ void upload_bf16(const Tensor& t, void* dst, cudaStream_t s) {
   QT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+// Symmetric int4 with zero point 8 per output channel (schemes/int4.cpp: byte i of a row is
+// u[2i] << 4 | u[2i+1]) as int8 codes u − 8 ∈ [−8, 7]: w = (u − 8)·s exactly as the int8 path's
+// w = q·s, so W4A8 runs on the W8A8 kernels (int8 tensor cores, per-token int8 activations).
+std::vector<int8_t> unpack_int4(const uint8_t* src, int64_t rows, int64_t cols) {
+  std::vector<int8_t> out(size_t(rows * cols));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols / 2; ++i) {
+      const uint8_t b = src[r * (cols / 2) + i];
+      out[size_t(r * cols + 2 * i)] = int8_t(int(b >> 4) - 8);
+      out[size_t(r * cols + 2 * i + 1)] = int8_t(int(b & 15) - 8);
+    }
+  return out;
+}
+
 DeviceBuffer upload_f32(const std::vector<float>& v) {
   DeviceBuffer b(v.size() * sizeof(float));
   QT_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
@@ -176,11 +191,18 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
         user_error("{}: {} is {} while the first projection is not: mixed dense and W8A8 projections: not on cuda yet",
                    ck.path, n, q8 ? "dense" : "quantized");
       if (q8) {
-        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct") || p->params.group_size != 0)
-          user_error("{}: {} is {} while the first projection is W8A8: mixed layouts: not on cuda yet", ck.path, n,
-                     p->params.scheme);
-        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
-        QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
+        const bool i4 = p->params.scheme == "int4";
+        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct" && !i4) || p->params.group_size != 0)
+          user_error("{}: {} is {} while the first projection is W8A8/W4A8: mixed layouts: not on cuda yet", ck.path,
+                     n, p->params.scheme);
+        if (p->rows != r || p->cols != in || (i4 && in % 2)) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        if (i4) {  // W4A8: the int4 codes unpacked to int8 once, here; then the W8A8 kernels
+          w4 = true;
+          const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), r, in);
+          QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, u.data(), u.size(), cudaMemcpyHostToDevice));
+        } else {
+          QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
+        }
         const std::vector<float> s = to_f32(p->scales);
         sc.insert(sc.end(), s.begin(), s.end());
         release_pages(p->data);
@@ -460,7 +482,7 @@ GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
 std::string GpuModel::kind() const {
-  return impl_->q8 ? "w8a8" : impl_->affine || impl_->bnb4 ? impl_->affine_desc : "bf16";
+  return impl_->q8 ? (impl_->w4 ? "w4a8" : "w8a8") : impl_->affine || impl_->bnb4 ? impl_->affine_desc : "bf16";
 }
 
 }  // namespace qt::cuda

@@ -41,6 +41,7 @@ struct GpuModel::Impl {
   std::vector<Layer> layers;
   bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
   bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
+  bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
