@@ -4,8 +4,9 @@
 // stub.cpp answers device_count() 0 and every other call is a UserError saying the build has no
 // CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the Llama block
 // (llama, mistral) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
-// per channel (int8 tensor cores, int32 accumulate, per-token int8 activations), an f16 KV cache
-// with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
+// per channel (int8 tensor cores, int32 accumulate, per-token int8 activations; W4A8's int4 codes
+// unpacked to int8 at load), MLX affine and NF4/FP4 weight-only (decoded to bf16 per GEMM), an f16
+// or quantized (kv.h: affine, kivi, turboquant_mse) KV cache with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
 // the per-token NLL (log-softmax) — only the forward pass; loading, tokenizing, chunking and the
 // result's accumulation and JSON are the CPU path's own (perplexity.h).
 #pragma once
