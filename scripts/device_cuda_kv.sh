@@ -9,6 +9,10 @@
 #        part  — keep K/model.part.* in /tmp/parts
 #        kv    — the model from /tmp/parts + K's part: GPU against CPU PPL at 64 chunks for each KV
 #                method and mode, then tokens/s at --ctx 4096 over the full text (f16 first and last)
+#        kvx   — where GPU and CPU differ (modes, --batch, keys vs values, windows)
+#        gpu   — the GPU side of kv/kvx again (after a GPU change) and ctx-4096 profiles
+#        8b    — the Llama-3-8B-shaped checkpoint (made here from K/tok): bf16 against NF4
+#        8bkv  — KV caches at ctx 4096 on it;  nf4 — SmolLM2 as NF4, GPU against CPU
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw
