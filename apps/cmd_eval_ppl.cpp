@@ -286,10 +286,12 @@ int run_cuda(const Options& o) {
   if (!o.kv_recipe.empty()) not_yet("--kv-recipe");
   if (!o.kv_key_center.empty()) not_yet("--kv-key-center");
   if (o.kv_stats) not_yet("--kv-stats");
-  if (o.kv_mode != "cache") not_yet("--kv-mode " + o.kv_mode);
-  for (const std::string* kv : {&o.kv, &o.kv_k, &o.kv_v})
-    if (!kv->empty() && *kv != "f16") not_yet("--kv " + *kv + " (cuda keeps an f16 cache)");
-  if (o.kv_residual >= 0) not_yet("--kv-residual");
+  if (o.kv_mode != "cache" && o.kv_mode != "decode") user_error("--kv-mode {}: cache or decode", o.kv_mode);
+  for (const std::string* kv : {&o.kv, &o.kv_k, &o.kv_v}) {  // the rest is checked with the model's head_dim
+    const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
+    if (m != "f16" && m != "affine" && m != "kivi" && m != "turboquant_mse")
+      not_yet("--kv " + *kv + " (cuda runs f16, affine, kivi and turboquant_mse)");
+  }
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
   if (o.threads > 0) set_threads(o.threads);
   if (o.batch < 0) user_error("--batch: must be positive, got {}", o.batch);
@@ -309,6 +311,16 @@ int run_cuda(const Options& o) {
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   cuda::check_supported(ck);
   const ModelConfig cfg = ck.config;
+  {  // the KV cache on the GPU: f16 (the default), or a method cuda runs (libquant/cuda/kv.h)
+    const std::string both = o.kv.empty() ? "f16" : o.kv;
+    po.kv = kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kv_k.empty() ? both : o.kv_k, "--kv-k"),
+                                  kv::parse_kv_spec(o.kv_v.empty() ? both : o.kv_v, "--kv-v"));
+    po.kv.residual = o.kv_residual;
+    po.kv.mode = o.kv_mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
+    po.kv.artifacts = o.artifacts;
+    po.kv.seed = o.kv_seed;
+    cuda::check_kv(po.kv, cfg.head_dim);
+  }
   if (cfg.max_position > 0 && po.ctx > cfg.max_position)
     user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
   const std::vector<int32_t> ids = ck.tokenizer->encode(text, true);
@@ -327,6 +339,7 @@ int run_cuda(const Options& o) {
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   cuda::GpuModel model(std::move(ck));
+  cuda::set_kv(model, po.kv);  // before auto_batch: decode windows take more attention scratch
   int batch = o.batch > 0 ? o.batch : cuda::auto_batch(model, po.ctx);
   if (base && o.batch == 0) batch = std::max(1, std::min(batch, cuda::auto_batch(*base, po.ctx)) / 2);
   const double load_s = std::chrono::duration<double>(clock::now() - t_start).count();

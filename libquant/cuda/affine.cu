@@ -3,6 +3,8 @@
 // prefill sizes, the decode of 0.5–1 byte per weight into 2 is a few percent of it). The value is
 // mlx.core.dequantize's, as the CPU's (schemes/affine.cpp): w = round(round(q·s) + b) in the scales'
 // dtype, then rounded to bf16 (exact when the scales are bf16).
+#include <algorithm>
+
 #include "libquant/cuda/affine.h"
 #include "libquant/cuda/check.h"
 
@@ -34,7 +36,33 @@ __global__ void affine_dequant_kernel(const uint8_t* codes, const float* scales,
   }
 }
 
+// Two values per thread: byte i holds codes 2i (high nibble) and 2i + 1 (low nibble).
+__global__ void bnb4_dequant_kernel(const uint8_t* codes, const float* absmax, const float* table, int64_t n_bytes,
+                                    int block, __nv_bfloat16* out) {
+  __shared__ float t[16];
+  if (threadIdx.x < 16) t[threadIdx.x] = table[threadIdx.x];
+  __syncthreads();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_bytes; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint32_t b = codes[i];
+    const int64_t e = 2 * i;
+    const float a0 = absmax[e / block], a1 = absmax[(e + 1) / block];
+    __nv_bfloat162 v;
+    v.x = __float2bfloat16_rn(__fmul_rn(t[b >> 4], a0));
+    v.y = __float2bfloat16_rn(__fmul_rn(t[b & 15u], a1));
+    reinterpret_cast<__nv_bfloat162*>(out)[i] = v;
+  }
+}
+
 }  // namespace
+
+void bnb4_dequant(const Bnb4Weight& w, __nv_bfloat16* out, cudaStream_t s) {
+  if (w.rows <= 0) return;
+  const int64_t n_bytes = w.rows * w.cols / 2;
+  const int64_t blocks = std::min<int64_t>((n_bytes + 255) / 256, 132 * 16);
+  bnb4_dequant_kernel<<<unsigned(blocks), 256, 0, s>>>(w.codes.get<uint8_t>(), w.absmax.get<float>(),
+                                                        w.table.get<float>(), n_bytes, w.block, out);
+  QT_CUDA_LAUNCHED();
+}
 
 void affine_dequant(const AffineWeight& w, __nv_bfloat16* out, cudaStream_t s) {
   if (w.rows <= 0) return;

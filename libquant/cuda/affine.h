@@ -18,4 +18,17 @@ struct AffineWeight {
 // out [rows, cols] bf16 = the dequantized weight.
 void affine_dequant(const AffineWeight& w, __nv_bfloat16* out, cudaStream_t s);
 
+// A weight stored as bitsandbytes NF4 / FP4 (schemes/bnb4.cpp): the flattened tensor's 4-bit
+// codes, two per byte (high nibble first), and an fp32 absmax per block of `block` values;
+// w = table[code] · absmax in fp32, rounded to bf16 (the CPU's dequantize, then bf16).
+struct Bnb4Weight {
+  DeviceBuffer codes;   // [rows·cols / 2] bytes
+  DeviceBuffer absmax;  // fp32 [rows·cols / block]
+  DeviceBuffer table;   // fp32 [16]
+  int64_t rows = 0, cols = 0;
+  int block = 0;
+  bool empty() const { return rows == 0; }
+};
+void bnb4_dequant(const Bnb4Weight& w, __nv_bfloat16* out, cudaStream_t s);
+
 }  // namespace qt::cuda

@@ -12,14 +12,18 @@ Attention::~Attention() {
 }
 
 void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k,
-                     const __half* v, float* out) {
+                     const __half* v, float* out, const __half* k2, const __half* v2, const __half* q2) {
   max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
+  k2_ = k2 != nullptr, v2_ = v2 != nullptr;
+  if (!q2) q2 = q;
   const size_t heads = size_t(max_chunks) * nh, tt = size_t(T) * T;
   S_.resize(heads * tt * sizeof(float));
   P_.resize(heads * tt * sizeof(__half));
+  S2_.resize(k2_ ? heads * tt * sizeof(float) : 0);
+  P2_.resize(v2_ ? heads * tt * sizeof(__half) : 0);
   // Per (chunk c, head h): the pointer arrays of the two batched GEMMs, in this order:
-  // QKᵀ: A = K, B = Q, C = S;  PV: A = V, B = P, C = out.
-  std::vector<const void*> p(6 * heads);
+  // QKᵀ: A = K, B = Q, C = S;  PV: A = V, B = P, C = out;  then K2, S2, V2, P2 (decode windows).
+  std::vector<const void*> p(11 * heads);
   const int Q = nh * hd, KV = nkv * hd, group = nh / nkv;
   for (int c = 0; c < max_chunks; ++c)
     for (int h = 0; h < nh; ++h) {
@@ -32,12 +36,17 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
       p[3 * heads + i] = v + row0 * KV + size_t(g) * hd;
       p[4 * heads + i] = P_.get<__half>() + i * tt;
       p[5 * heads + i] = out + row0 * Q + size_t(h) * hd;
+      p[6 * heads + i] = k2 ? k2 + row0 * KV + size_t(g) * hd : nullptr;
+      p[7 * heads + i] = k2 ? S2_.get<float>() + i * tt : nullptr;
+      p[8 * heads + i] = v2 ? v2 + row0 * KV + size_t(g) * hd : nullptr;
+      p[9 * heads + i] = v2 ? P2_.get<__half>() + i * tt : nullptr;
+      p[10 * heads + i] = q2 + row0 * Q + size_t(h) * hd;
     }
   ptrs_.resize(p.size() * sizeof(void*));
   QT_CUDA_CHECK(cudaMemcpy(ptrs_.get(), p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-void Attention::run(int chunks, float scale, cudaStream_t s) {
+void Attention::run(int chunks, float scale, cudaStream_t s, KvBound kb, KvBound vb) {
   if (chunks <= 0) return;
   if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
   QT_CUBLAS_CHECK(cublasSetStream(h_, s));
@@ -50,11 +59,23 @@ void Attention::run(int chunks, float scale, cudaStream_t s) {
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 0 * heads, CUDA_R_16F, KV,
                                       P + 1 * heads, CUDA_R_16F, Q, &zero, P + 2 * heads, CUDA_R_32F, T, batch,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s);
+  if (k2_)  // S2 = K2ᵀ Q2: the exact keys' scores
+    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 6 * heads, CUDA_R_16F, KV,
+                                        P + 10 * heads, CUDA_R_16F, Q, &zero, P + 7 * heads, CUDA_R_32F, T, batch,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (k2_ || v2_)
+    window_softmax(S_.get<float>(), k2_ ? S2_.get<float>() : nullptr, int64_t(batch) * T, T, scale, kb, vb,
+                   P_.get<__half>(), v2_ ? P2_.get<__half>() : nullptr, s);
+  else
+    causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s);
   // out (hd × T_q, ld Q) = V (hd × T_k, ld KV) · P (T_k × T_q, ld T).
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_16F, KV,
                                       P + 4 * heads, CUDA_R_16F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (v2_)  // out += V2 · P2: the exact value window
+    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 8 * heads, CUDA_R_16F, KV,
+                                        P + 9 * heads, CUDA_R_16F, T, &one, P + 5 * heads, CUDA_R_32F, Q, batch,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace qt::cuda

@@ -4,8 +4,9 @@
 // stub.cpp answers device_count() 0 and every other call is a UserError saying the build has no
 // CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the Llama block
 // (llama, mistral) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
-// per channel (int8 tensor cores, int32 accumulate, per-token int8 activations), an f16 KV cache
-// with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
+// per channel (int8 tensor cores, int32 accumulate, per-token int8 activations; W4A8's int4 codes
+// unpacked to int8 at load), MLX affine and NF4/FP4 weight-only (decoded to bf16 per GEMM), an f16
+// or quantized (kv.h: affine, kivi, turboquant_mse) KV cache with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
 // the per-token NLL (log-softmax) — only the forward pass; loading, tokenizing, chunking and the
 // result's accumulation and JSON are the CPU path's own (perplexity.h).
 #pragma once
@@ -55,12 +56,20 @@ class GpuModel {
   std::unique_ptr<Impl> impl_;
 };
 
+// The KV cache of the next evaluate_perplexity: f16 (every layer f16) or a quantized method the
+// GPU runs (libquant/cuda/kv.h: affine, kivi, turboquant_mse; cache or decode mode); UserError
+// "... not on cuda yet" for the others. evaluate_perplexity sets opt.kv itself; this is for
+// auto_batch, whose scratch depends on it.
+void set_kv(GpuModel& m, const kv::KVConfig& cfg);
+// The same checks before any loading (UserError for what the GPU does not run).
+void check_kv(const kv::KVConfig& cfg, int head_dim);
+
 // Chunks per forward call when `batch` is 0: as many as fit a budget of tokens and memory.
 int auto_batch(const GpuModel& m, int ctx);
 
 // evaluate_perplexity (perplexity.h) with the forward on the GPU, `batch` chunks per forward
 // (0: auto_batch). Same plan, BOS rule, NLL sums in the same fixed order, same PplResult; the
-// KV cache is f16 (opt.kv must be empty or f16 everywhere). With `base`, the KL divergence against
+// KV cache is opt.kv (empty: f16; see set_kv). With `base`, the KL divergence against
 // it (both models on the GPU, the full-vocabulary log-softmax of both per scored row, kld.cu).
 PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
                               const ProgressFn& progress = {}, GpuModel* base = nullptr);
@@ -110,6 +119,17 @@ Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                                   const std::vector<float>& biases, int rows, int cols, int bits, int group,
                                   int round_mode);
+// KV methods (kv.h) on one sequence of n tokens of one kv head, x [n, D] rounded to f16 on the
+// way up: the code array of positions < boundary(n) (the CPU codec's layout, groups back to back),
+// and the f16 domain vectors attention reads (decoded, then the exact window in the domain).
+std::vector<uint8_t> kv_encode(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, const std::vector<float>& x,
+                               int n, int D);
+std::vector<float> kv_decode(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, const std::vector<float>& x,
+                             int n, int D);
+// Causal attention of B chunks of T tokens through the GPU KV cache of cfg (cfg.k[0], cfg.v[0],
+// mode, residual): q [B·T, nh·D], k, v [B·T, nkv·D] (rounded to f16), out [B·T, nh·D].
+std::vector<float> kv_attention(const kv::KVConfig& cfg, const std::vector<float>& q, const std::vector<float>& k,
+                                const std::vector<float>& v, int B, int T, int nh, int nkv, int D, float scale);
 // kld_token (kld.h) of rows × V base and test logits.
 std::vector<KldToken> kld_rows(const std::vector<float>& base, const std::vector<float>& test, int rows, int V,
                                const std::vector<int32_t>& targets);

@@ -55,12 +55,15 @@ void check_supported(const Checkpoint& ck) {
       if (proj && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) any_dense = true;
       continue;
     }
+    if (name.find(".weight.") != std::string::npos) continue;  // bitsandbytes' absmax / quant_state of a weight
     const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
     const std::optional<PackedTensor> p = proj || table ? packed_weight(ck, name) : std::nullopt;
     if (p && table) continue;  // dequantized once at load
-    const bool int8_pc = p && (p->params.scheme == "int8" || p->params.scheme == "int8_ct") && p->params.group_size == 0;
-    if (!p || !(int8_pc || p->params.scheme == "affine"))
-      refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8 per channel and MLX affine)",
+    const bool int8_pc = p && (p->params.scheme == "int8" || p->params.scheme == "int8_ct" || p->params.scheme == "int4") &&
+                         p->params.group_size == 0;
+    const bool bnb4 = p && (p->params.scheme == "nf4" || p->params.scheme == "fp4");
+    if (!p || !(int8_pc || bnb4 || p->params.scheme == "affine"))
+      refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8 and W4A8 int4 per channel, MLX affine, NF4/FP4)",
                          p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
                            : std::string(dtype_name(t.dtype)),
                          name));

@@ -7,6 +7,7 @@
 
 #include "formats/error.h"
 #include "libquant/cuda/model_impl.h"
+#include "libquant/kv/cache.h"
 
 namespace qt::cuda {
 
@@ -18,6 +19,8 @@ int head_rows_for(const ModelConfig& c, int rows) {
   return int(std::min<int64_t>(rows, cap));
 }
 }  // namespace
+
+void set_kv(GpuModel& m, const kv::KVConfig& cfg) { m.impl().set_kv(cfg); }
 
 int auto_batch(const GpuModel& m, int ctx) {
   const GpuModel::Impl& I = const_cast<GpuModel&>(m).impl();
@@ -37,9 +40,10 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
   GpuModel::Impl* Bm = base ? &base->impl() : nullptr;
   if (Bm && Bm->cfg.vocab != c.vocab)
     user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", Bm->cfg.vocab, c.vocab);
-  for (size_t l = 0; l < opt.kv.k.size(); ++l)
-    if (opt.kv.k[l].text() != "f16" || opt.kv.v[l].text() != "f16")
-      user_error("--kv {}: not on cuda yet (cuda keeps an f16 cache)", opt.kv.k[l].text() == "f16" ? opt.kv.v[l].text() : opt.kv.k[l].text());
+  // The KV cache: f16 (opt.kv empty, or f16 everywhere), or a quantized one on the GPU (kv.h;
+  // what it does not run is a "not on cuda yet" UserError from set_kv).
+  if (!opt.kv.k.empty()) I.set_kv(opt.kv);
+  else I.set_kv(kv::uniform_kv_config(c.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv")));
   if (opt.ubatch > 0 && opt.ubatch < opt.ctx) user_error("--ubatch {}: not on cuda yet (cuda runs whole chunks)", opt.ubatch);
 
   PplResult res;
@@ -61,6 +65,14 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
   KldAccumulator kacc;
   res.kv_name = "f16";
   res.kv_bytes_per_token = res.kv_f16_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
+  if (I.kvq) {  // the CPU cache's own name and bytes per token (the GPU stores the same codes)
+    KVShape s;
+    s.n_layers = c.n_layers, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads, s.head_dim = c.head_dim;
+    s.max_ctx = P.ctx, s.scale = c.attn_scale();
+    const std::unique_ptr<KVCache> cpu = make_kv_cache(opt.kv, s);
+    res.kv_name = cpu->name();
+    res.kv_bytes_per_token = cpu->bytes_per_token();
+  }
 
   std::vector<int32_t> ids(size_t(B) * P.ctx), tgt(static_cast<size_t>(rows_all));
   std::vector<double> nll(static_cast<size_t>(rows_all));

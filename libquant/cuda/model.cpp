@@ -25,6 +25,7 @@
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/model/ops.h"
+#include "libquant/schemes/detail.h"
 #include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {
@@ -52,6 +53,21 @@ void upload_bf16(const Tensor& t, void* dst, cudaStream_t s) {
   }
   QT_CUDA_CHECK(cudaMemcpyAsync(dst, h.data(), n * 2, cudaMemcpyHostToDevice, s));
   QT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+// Symmetric int4 with zero point 8 per output channel (schemes/int4.cpp: byte i of a row is
+// u[2i] << 4 | u[2i+1]) as int8 codes u − 8 ∈ [−8, 7]: w = (u − 8)·s exactly as the int8 path's
+// w = q·s, so W4A8 runs on the W8A8 kernels (int8 tensor cores, per-token int8 activations).
+std::vector<int8_t> unpack_int4(const uint8_t* src, int64_t rows, int64_t cols) {
+  std::vector<int8_t> out(size_t(rows * cols));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols / 2; ++i) {
+      const uint8_t b = src[r * (cols / 2) + i];
+      out[size_t(r * cols + 2 * i)] = int8_t(int(b >> 4) - 8);
+      out[size_t(r * cols + 2 * i + 1)] = int8_t(int(b & 15) - 8);
+    }
+  return out;
 }
 
 DeviceBuffer upload_f32(const std::vector<float>& v) {
@@ -90,12 +106,49 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   if (is_q8("model.layers.0.self_attn.q_proj.weight")) {
     const std::string sch = packed_weight(ck, "model.layers.0.self_attn.q_proj.weight")->params.scheme;
     affine = sch == "affine";
-    q8 = !affine;
+    bnb4 = sch == "nf4" || sch == "fp4";
+    q8 = !affine && !bnb4;
   }
   auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
-                     AffineWeight* aw) {
+                     AffineWeight* aw, Bnb4Weight* nw) {
     int64_t rows = 0;
     for (auto& [n, r] : parts) rows += r;
+    if (bnb4) {  // the parts' flattened code streams and absmax back to back (whole blocks each)
+      std::vector<uint8_t> codes;
+      std::vector<float> am;
+      std::string sch;
+      for (auto& [n, r] : parts) {
+        std::optional<PackedTensor> p = packed_weight(ck, n);
+        if (!p || (p->params.scheme != "nf4" && p->params.scheme != "fp4") || (!sch.empty() && p->params.scheme != sch))
+          user_error("{}: {} is not {} while the first projection is: mixed layouts: not on cuda yet", ck.path, n,
+                     sch.empty() ? "nf4/fp4" : sch);
+        sch = p->params.scheme;
+        const int64_t bs = p->params.group_size;
+        if (nw->block == 0) {
+          nw->block = int(bs);
+          affine_desc = fmt::format("{}-b{}", sch, bs);
+        } else if (nw->block != bs) {
+          user_error("{}: {}: block sizes differ within q|k|v or gate|up: not on cuda yet", ck.path, n);
+        }
+        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        if ((r * in) % bs || bs % 2)
+          user_error("{}: {}: {} values are not whole blocks of {}: not on cuda yet", ck.path, n, r * in, bs);
+        const size_t nb = size_t(r * in / 2);
+        codes.insert(codes.end(), p->data.data, p->data.data + nb);
+        const std::vector<float> a = to_f32(p->scales);
+        am.insert(am.end(), a.begin(), a.end());
+        release_pages(p->data);
+        done(n);
+      }
+      nw->rows = rows, nw->cols = in;
+      nw->codes.resize(codes.size());
+      QT_CUDA_CHECK(cudaMemcpy(nw->codes.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+      nw->absmax = upload_f32(am);
+      nw->table = upload_f32(std::vector<float>(sch == "nf4" ? schemes_detail::nf4_table() : schemes_detail::fp4_table(),
+                                                (sch == "nf4" ? schemes_detail::nf4_table() : schemes_detail::fp4_table()) + 16));
+      weight_bytes += nw->codes.bytes() + nw->absmax.bytes();
+      return DeviceBuffer();
+    }
     if (affine) {
       std::vector<uint8_t> codes;
       std::vector<float> sc, bi;
@@ -138,11 +191,18 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
         user_error("{}: {} is {} while the first projection is not: mixed dense and W8A8 projections: not on cuda yet",
                    ck.path, n, q8 ? "dense" : "quantized");
       if (q8) {
-        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct") || p->params.group_size != 0)
-          user_error("{}: {} is {} while the first projection is W8A8: mixed layouts: not on cuda yet", ck.path, n,
-                     p->params.scheme);
-        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
-        QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
+        const bool i4 = p->params.scheme == "int4";
+        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct" && !i4) || p->params.group_size != 0)
+          user_error("{}: {} is {} while the first projection is W8A8/W4A8: mixed layouts: not on cuda yet", ck.path,
+                     n, p->params.scheme);
+        if (p->rows != r || p->cols != in || (i4 && in % 2)) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        if (i4) {  // W4A8: the int4 codes unpacked to int8 once, here; then the W8A8 kernels
+          w4 = true;
+          const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), r, in);
+          QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, u.data(), u.size(), cudaMemcpyHostToDevice));
+        } else {
+          QT_CUDA_CHECK(cudaMemcpy(b.get<char>() + off, p->data.data, size_t(r * in), cudaMemcpyHostToDevice));
+        }
         const std::vector<float> s = to_f32(p->scales);
         sc.insert(sc.end(), s.begin(), s.end());
         release_pages(p->data);
@@ -212,10 +272,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     L.ffn_norm = norm(p + "post_attention_layernorm.weight", H);
     L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
                       {p + "self_attn.v_proj.weight", KV}},
-                     H, &L.sqkv, &L.aqkv);
-    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao);
-    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu);
-    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown);
+                     H, &L.sqkv, &L.aqkv, &L.nqkv);
+    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao, &L.no);
+    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu, &L.ngu);
+    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown, &L.ndown);
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
@@ -230,11 +290,12 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
   size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 +
                   F * 2);
-  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads);
+  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window());
+  if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
-  if (affine) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
+  if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
   return b;
 }
 
@@ -271,15 +332,23 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
-  if (affine) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
+  if (affine || bnb4) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
   if (q8) {
     xq.resize(N * std::max({H, size_t(Q), F}));
     sxa.resize(N * 4);
     sxb.resize(N * 4);
     acc.resize(N * std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   }
-  attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
-             att.get<float>());
+  if (kvq) {
+    kvq->reserve(chunks, T_, c.n_heads, c.n_kv_heads);
+    const __half *qh = q.get<__half>(), *kh = k.get<__half>(), *vh = v.get<__half>();
+    attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
+               att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
+               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh);
+  } else {
+    attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
+               att.get<float>());
+  }
   max_chunks = chunks, T = T_, head_rows = rows;
 }
 
@@ -293,7 +362,6 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
   prof.mark("embed", stream);
-  const float scale = c.attn_scale();
   for (const Layer& L : layers) {
     if (q8) {
       forward_layer_q8(L, chunks);
@@ -301,29 +369,33 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     prof.mark("norm", stream);
-    gemm->run(weight(L.wqkv, L.aqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wqkv, L.aqkv, L.nqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm qkv", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
                rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
     prof.mark("rope", stream);
-    attn->run(chunks, scale, stream);
-    prof.mark("attention", stream);
+    attend(chunks);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
-    gemm->run(weight(L.wo, L.ao), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    gemm->run(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
     prof.mark("gemm o", stream);
     rmsnorm(x.get<float>(), L.ffn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
     prof.mark("norm", stream);
-    gemm->run(weight(L.wgu, L.agu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wgu, L.agu, L.ngu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm gate|up", stream);
     swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
     prof.mark("swiglu", stream);
-    gemm->run(weight(L.wdown, L.adown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    gemm->run(weight(L.wdown, L.adown, L.ndown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
     prof.mark("gemm down", stream);
   }
 }
 
-const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a) {
+const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n) {
+  if (!n.empty()) {
+    bnb4_dequant(n, wdec.get<bf16>(), stream);
+    prof.mark("nf4/fp4 decode", stream);
+    return wdec.get<bf16>();
+  }
   if (a.empty()) return dense.get<bf16>();
   affine_dequant(a, wdec.get<bf16>(), stream);
   prof.mark("affine decode", stream);
@@ -345,8 +417,7 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
              rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
   prof.mark("rope", stream);
-  attn->run(chunks, c.attn_scale(), stream);
-  prof.mark("attention", stream);
+  attend(chunks);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
   gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
@@ -363,6 +434,32 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   prof.mark("gemm down", stream);
   dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
   prof.mark("dequant", stream);
+}
+
+void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
+  bool f16 = true;
+  for (size_t l = 0; l < kc.k.size(); ++l) f16 = f16 && kc.k[l].text() == "f16" && kc.v[l].text() == "f16";
+  if (f16 && !kc.key_center && !kc.stats) {
+    if (kvq) kvq.reset(), max_chunks = 0;
+    return;
+  }
+  kvq = std::make_unique<GpuKv>(kc, cfg.head_dim);
+  max_chunks = 0;  // the next reserve binds attention to the cache's buffers
+}
+
+void GpuModel::Impl::attend(int chunks) {
+  const float scale = cfg.attn_scale();
+  if (!kvq) {
+    attn->run(chunks, scale, stream);
+    prof.mark("attention", stream);
+    return;
+  }
+  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream);
+  prof.mark("kv encode/decode", stream);
+  attn->run(chunks, scale, stream, kvq->keys().bound(), kvq->values().bound());
+  prof.mark("attention", stream);
+  kvq->finish(att.get<float>(), chunks, stream);
+  prof.mark("kv encode/decode", stream);
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
@@ -384,6 +481,8 @@ GpuModel::GpuModel(Checkpoint&& ck) : impl_(std::make_unique<Impl>(std::move(ck)
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
-std::string GpuModel::kind() const { return impl_->q8 ? "w8a8" : impl_->affine ? impl_->affine_desc : "bf16"; }
+std::string GpuModel::kind() const {
+  return impl_->q8 ? (impl_->w4 ? "w4a8" : "w8a8") : impl_->affine || impl_->bnb4 ? impl_->affine_desc : "bf16";
+}
 
 }  // namespace qt::cuda

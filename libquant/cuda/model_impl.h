@@ -11,6 +11,7 @@
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/kv.h"
 #include "libquant/cuda/ops.h"
 #include "libquant/cuda/profile.h"
 
@@ -27,6 +28,8 @@ struct GpuModel::Impl {
     DeviceBuffer sqkv, so, sgu, sdown;
     // Affine (weight-only): the same matrices as MLX codes, decoded to bf16 before each GEMM.
     AffineWeight aqkv, ao, agu, adown;
+    // bitsandbytes NF4 / FP4 (weight-only): codes and absmax, decoded to bf16 before each GEMM.
+    Bnb4Weight nqkv, no, ngu, ndown;
   };
 
   ModelConfig cfg;
@@ -38,13 +41,16 @@ struct GpuModel::Impl {
   std::vector<Layer> layers;
   bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
   bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
-  std::string affine_desc;  // "affine4-g64"
+  bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
+  bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
+  std::string affine_desc;  // "affine4-g64", "nf4-b64"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
 
   cudaStream_t stream = nullptr;
   std::unique_ptr<GemmLt> gemm;
   std::unique_ptr<Attention> attn;
+  std::unique_ptr<GpuKv> kvq;  // a quantized KV cache (kv.h); null: the f16 cache
   StageProfile prof;  // QT_CUDA_PROFILE=1
 
   // Scratch for up to max_chunks chunks of T tokens.
@@ -59,6 +65,10 @@ struct GpuModel::Impl {
   explicit Impl(Checkpoint&& ck);
   ~Impl();
   const bf16* head_weight() const { return lm_head.bytes() ? lm_head.get<bf16>() : embed.get<bf16>(); }
+  // The KV cache's methods: f16 everywhere (kvq null) or a GpuKv; the next reserve re-binds.
+  void set_kv(const kv::KVConfig& cfg);
+  // Attention of the layer's q, k, v (after RoPE) into att, through kvq when set.
+  void attend(int chunks);
   // Sizes the scratch for `chunks` chunks of T tokens and `rows` output-head rows at once.
   void reserve(int chunks, int T, int rows);
   // Bytes reserve(chunks, T, rows) needs beyond the weights.
@@ -68,7 +78,7 @@ struct GpuModel::Impl {
   void forward(const int32_t* ids, int chunks);
   void forward_layer_q8(const Layer& L, int chunks);
   // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
-  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a);
+  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
   void final_norm_rows(int chunks, int first, int n);
   // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).

@@ -24,6 +24,8 @@ const ModelConfig& GpuModel::config() const { no_cuda(); }
 size_t GpuModel::weight_bytes() const { no_cuda(); }
 std::string GpuModel::kind() const { no_cuda(); }
 int auto_batch(const GpuModel&, int) { no_cuda(); }
+void set_kv(GpuModel&, const kv::KVConfig&) { no_cuda(); }
+void check_kv(const kv::KVConfig&, int) { no_cuda(); }
 PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&,
                               GpuModel*) {
   no_cuda();
@@ -33,6 +35,16 @@ std::vector<float> forward_logits(GpuModel&, const std::vector<int32_t>&) { no_c
 GpuPeaks measure_peaks(int) { no_cuda(); }
 
 namespace testing {
+std::vector<uint8_t> kv_encode(const kv::KVSpec&, bool, const kv::KVConfig&, const std::vector<float>&, int, int) {
+  no_cuda();
+}
+std::vector<float> kv_decode(const kv::KVSpec&, bool, const kv::KVConfig&, const std::vector<float>&, int, int) {
+  no_cuda();
+}
+std::vector<float> kv_attention(const kv::KVConfig&, const std::vector<float>&, const std::vector<float>&,
+                                const std::vector<float>&, int, int, int, int, int, float) {
+  no_cuda();
+}
 std::vector<float> rmsnorm(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
 std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int, const std::vector<float>&,
                               const std::vector<float>&) {

@@ -7,6 +7,7 @@
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
 #include "libquant/cuda/int8_ops.h"
+#include "libquant/cuda/kv.h"
 #include "libquant/cuda/ops.h"
 
 namespace qt::cuda::testing {
@@ -140,6 +141,41 @@ std::vector<double> token_nll(const std::vector<float>& logits, int rows, int V,
   DeviceBuffer dl = up(logits), dt = up(targets), dn(size_t(rows) * 8);
   cuda::token_nll(dl.get<float>(), rows, V, dt.get<int32_t>(), dn.get<double>(), nullptr);
   return down<double>(dn, size_t(rows));
+}
+
+std::vector<uint8_t> kv_encode(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, const std::vector<float>& x,
+                               int n, int D) {
+  const KvSideGpu s = make_kv_side(spec, key, cfg, D);
+  DeviceBuffer dx = up_f16(x), codes(std::max<size_t>(1, size_t(s.groups(n)) * s.group_bytes));
+  QT_CUDA_CHECK(cudaMemset(codes.get(), 0, codes.bytes()));
+  cuda::kv_encode(s, dx.get<__half>(), 1, n, 1, codes.get<uint8_t>(), nullptr);
+  const int64_t enc = s.bound().at(n);
+  return down<uint8_t>(codes, size_t(enc / s.G) * s.group_bytes);
+}
+
+std::vector<float> kv_decode(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, const std::vector<float>& x,
+                             int n, int D) {
+  const KvSideGpu s = make_kv_side(spec, key, cfg, D);
+  DeviceBuffer dx = up_f16(x), codes(std::max<size_t>(1, size_t(s.groups(n)) * s.group_bytes)), dom(size_t(n) * D * 2);
+  QT_CUDA_CHECK(cudaMemset(codes.get(), 0, codes.bytes()));
+  cuda::kv_encode(s, dx.get<__half>(), 1, n, 1, codes.get<uint8_t>(), nullptr);
+  cuda::kv_decode(s, codes.get<uint8_t>(), dx.get<__half>(), 1, n, 1, dom.get<__half>(), nullptr);
+  return f16_to_host_f32(dom, size_t(n) * D);
+}
+
+std::vector<float> kv_attention(const kv::KVConfig& cfg, const std::vector<float>& q, const std::vector<float>& k,
+                                const std::vector<float>& v, int B, int T, int nh, int nkv, int D, float scale) {
+  GpuKv kvq(cfg, D);
+  kvq.reserve(B, T, nh, nkv);
+  DeviceBuffer dq = up_f16(q), dk = up_f16(k), dv = up_f16(v), out(size_t(B) * T * nh * D * 4);
+  const __half *qh = dq.get<__half>(), *kh = dk.get<__half>(), *vh = dv.get<__half>();
+  Attention a;
+  a.bind(B, T, nh, nkv, D, kvq.q_ptr(qh), kvq.k_ptr(kh), kvq.v_ptr(vh), out.get<float>(),
+         kvq.key_window() ? kvq.k2_ptr(kh) : nullptr, kvq.value_window() ? kvq.v2_ptr(vh) : nullptr, qh);
+  kvq.prepare(qh, kh, vh, B, nullptr);
+  a.run(B, scale, nullptr, kvq.keys().bound(), kvq.values().bound());
+  kvq.finish(out.get<float>(), B, nullptr);
+  return down<float>(out, size_t(B) * T * nh * D);
 }
 
 }  // namespace qt::cuda::testing
