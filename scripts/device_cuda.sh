@@ -2,7 +2,8 @@
 # The CUDA backend's measurements on the device machine (README "CUDA"), as this session ran them.
 # The device has no compiler toolchain for our dependencies (fmt, CLI11, …), so the binaries are
 # built here (scripts/build_cuda.sh) and carried: a kit folder K with quanttool, test_cuda, lib/
-# (libfmt.so.9, libpcre2-8.so.0, libgomp.so.1 from this machine), tok/ (SmolLM2's tokenizer files,
+# (libfmt.so.9, libpcre2-8.so.0, libgomp.so.1, and since GPTQ uses LAPACK libopenblas.so.0,
+# libgfortran.so.5, libquadmath.so.0 — `ldd build-cuda/quanttool` lists them — from this machine), tok/ (SmolLM2's tokenizer files,
 # from `quanttool convert --in SmolLM2.gguf --out DIR`), src/tests/golden/logits/tiny-llama3, and for
 # the real model its GGUF in parts (at most 64 MiB travel per call: model.part.aa/ab/ac, `cat`ed on
 # the device; calls back to back so the machine stays warm).
