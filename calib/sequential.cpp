@@ -119,7 +119,7 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
   PackedSpill spill;
   const bool tty = isatty(2);
   const auto t0 = std::chrono::steady_clock::now();
-  auto quantize_one = [&](const std::string& name, const std::vector<float>& Hs, const std::string& site) {
+  auto quantize_one = [&](const std::string& name, std::vector<float>& Hs, const std::string& site) {
     const Tensor& w = ck.get(name);
     PackedTensor p = spill.keep(quantize(name, to_f32(w), w.shape[0], w.shape[1], Hs, site));
     std::vector<float> deq = dequantize_weights(p, name);

@@ -28,10 +28,12 @@ struct SequentialOptions {
 };
 
 // Quantizes the weight `name` (w: [rows, cols] fp32) given the Hessian H [cols, cols] = Σ xᵀx of
-// its input. Projections reading the same input get the same H and the same `site`
-// ("model.layers.3.attn_in"), so a caller may prepare H once per site.
+// its input. Projections reading the same input come one after another with the same `site`
+// ("model.layers.3.attn_in") and the same H, so a caller prepares H once per site — and may take
+// it (move from it) then: the others of the site are then handed what is left (an 8B model's
+// down_proj Hessian is 822 MB, not held twice).
 using HessianQuantizer = std::function<PackedTensor(const std::string& name, const std::vector<float>& w,
-                                                    int64_t rows, int64_t cols, const std::vector<float>& H,
+                                                    int64_t rows, int64_t cols, std::vector<float>& H,
                                                     const std::string& site)>;
 
 // The packed tensors of `targets` (HF weight names) by name. UserError for a target that is not a

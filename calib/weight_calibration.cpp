@@ -91,8 +91,11 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
   GptqHessian prepared;
   gptq_done_ = quantize_sequential(ck, targets, ids, so,
                                    [&](const std::string& name, const std::vector<float>& w, int64_t rows,
-                                       int64_t cols, const std::vector<float>& H, const std::string& site) {
-                                     if (site != prepared_site) prepared = prepare_gptq_hessian(H, cols, go), prepared_site = site;
+                                       int64_t cols, std::vector<float>& H, const std::string& site) {
+                                     if (site != prepared_site) {  // the site's first projection: H is not needed after
+                                       prepared = GptqHessian();
+                                       prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
+                                     }
                                      return gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
                                    });
 }

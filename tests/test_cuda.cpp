@@ -279,6 +279,18 @@ TEST(Cuda, KldRowsMatchCpu) {
 
 std::string tiny_dir() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
 
+// The tiny llama converted with `flags` into a fresh folder named after `tag`: the folder's path,
+// or "" (and a test failure with convert's output) when convert fails.
+std::string convert_tiny(const std::string& tag, const std::string& flags) {
+  const std::string dir = test::temp_dir(tag) + "/m";
+  std::string out;
+  if (test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir + " " + flags, &out) != 0) {
+    ADD_FAILURE() << "convert " << flags << ": " << out;
+    return "";
+  }
+  return dir;
+}
+
 std::vector<int32_t> random_ids(int n, uint32_t seed) {
   std::vector<int32_t> ids;
   std::mt19937 g(seed);
@@ -361,13 +373,8 @@ TEST(Cuda, TinyLlamaPerplexityMatchesCpu) {
 // the same order as the CPU's (dense output head in bf16 on both).
 TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   QT_REQUIRE_GPU();
-  const std::string dir = test::temp_dir("cuda-w8a8") + "/m";
-  std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
-                              " --scheme int8 --group-size 0",
-                          &out),
-            0)
-      << out;
+  const std::string dir = convert_tiny("cuda-w8a8", "--scheme int8 --group-size 0");
+  ASSERT_FALSE(dir.empty());
   const auto ids = random_ids(40, 13);
   Checkpoint a = load_checkpoint(dir);
   PackedLinearOptions lo;
@@ -407,13 +414,8 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
 // kernels, against the CPU's W4A8 forward (per-token int8 activations, int32 sums), held as W8A8 is.
 TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
   QT_REQUIRE_GPU();
-  const std::string dir = test::temp_dir("cuda-w4a8") + "/m";
-  std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
-                              " --scheme int4 --group-size 0",
-                          &out),
-            0)
-      << out;
+  const std::string dir = convert_tiny("cuda-w4a8", "--scheme int4 --group-size 0");
+  ASSERT_FALSE(dir.empty());
   const auto ids = random_ids(40, 17);
   Checkpoint a = load_checkpoint(dir);
   PackedLinearOptions lo;
@@ -439,13 +441,8 @@ TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
 // bf16 error of the dense model (the CPU's bf16 path against its f32 path).
 TEST(Cuda, TinyLlamaAffine4MatchesCpu) {
   QT_REQUIRE_GPU();
-  const std::string dir = test::temp_dir("cuda-affine") + "/m";
-  std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
-                              " --scheme affine --bits 4 --group-size 32",
-                          &out),
-            0)
-      << out;
+  const std::string dir = convert_tiny("cuda-affine", "--scheme affine --bits 4 --group-size 32");
+  ASSERT_FALSE(dir.empty());
   const auto ids = random_ids(40, 15);
   Checkpoint a = load_checkpoint(dir);
   LlamaModel cpu(a, checkpoint_linear_factory(a, {}));
@@ -469,13 +466,8 @@ TEST(Cuda, TinyLlamaAffine4MatchesCpu) {
 TEST(Cuda, TinyLlamaNf4Fp4MatchCpu) {
   QT_REQUIRE_GPU();
   for (const std::string scheme : {"nf4", "fp4"}) {
-    const std::string dir = test::temp_dir("cuda-" + scheme) + "/m";
-    std::string out;
-    ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir + " --scheme " +
-                                scheme + " --group-size 64",
-                            &out),
-              0)
-        << out;
+    const std::string dir = convert_tiny("cuda-" + scheme, "--scheme " + scheme + " --group-size 64");
+    ASSERT_FALSE(dir.empty());
     const auto ids = random_ids(40, 16);
     Checkpoint a = load_checkpoint(dir);
     LlamaModel cpu(a, checkpoint_linear_factory(a, {}));
@@ -500,13 +492,8 @@ TEST(Cuda, TinyLlamaNf4Fp4MatchCpu) {
 // and a model against itself gives KLD 0 and the same top token everywhere.
 TEST(Cuda, TinyLlamaKldMatchesCpu) {
   QT_REQUIRE_GPU();
-  const std::string dir = test::temp_dir("cuda-kld") + "/m";
-  std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
-                              " --scheme int8 --group-size 0",
-                          &out),
-            0)
-      << out;
+  const std::string dir = convert_tiny("cuda-kld", "--scheme int8 --group-size 0");
+  ASSERT_FALSE(dir.empty());
   const auto text = random_ids(6 * 32, 16);
   PplOptions po;
   po.ctx = 32;

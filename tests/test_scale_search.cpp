@@ -85,7 +85,9 @@ TEST(AwqSearch, MatchesTheTorchReference) {
   for (size_t k = 0; k < ws.size(); ++k) {  // the weight is clamped to the chosen values
     const float mv = got[(k / g.cols) * 2 + (k % g.cols) / 128];
     ASSERT_LE(std::abs(ws[k]), mv);
-    if (std::abs(before[k]) <= mv) ASSERT_EQ(ws[k], before[k]);
+    if (std::abs(before[k]) <= mv) {
+      ASSERT_EQ(ws[k], before[k]);
+    }
   }
   // A sample smaller than a group (107 tokens, 128 columns) measures the error through the
   // tokens rather than the Gram matrix: the same choices as the reference's.
