@@ -83,10 +83,17 @@ int nearest_codeword(const float* r, const float* ct, const float* cn, int k, in
 constexpr int kRows = 6;
 typedef float v8 __attribute__((vector_size(32)));
 
+typedef int v8i __attribute__((vector_size(32)));
+
 __attribute__((target_clones("avx2", "default")))
 void nearest_rows(const float* m2, int d, const float* ct, const float* cn, int k, int* best) {
-  float bestd[kRows];
-  for (int t = 0; t < kRows; ++t) best[t] = 0, bestd[t] = INFINITY;
+  // Per row and lane, the smallest distance so far and its codeword (a strict < keeps the lower
+  // index of a tie, as codewords are visited in increasing order); the lanes are merged at the end.
+  v8 bd[kRows][2];
+  v8i bi[kRows][2];
+  const v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  const v8i zero = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int t = 0; t < kRows; ++t) bd[t][0] = bd[t][1] = inf, bi[t][0] = bi[t][1] = zero;
   for (int c0 = 0; c0 < k; c0 += 16) {
     v8 a[kRows][2];
     v8 n0, n1;
@@ -104,11 +111,22 @@ void nearest_rows(const float* m2, int d, const float* ct, const float* cn, int 
         a[t][1] += xv * w1;
       }
     }
-    for (int t = 0; t < kRows; ++t)
-      for (int j = 0; j < 16; ++j) {
-        const float v = a[t][j >> 3][j & 7];
-        if (v < bestd[t]) bestd[t] = v, best[t] = c0 + j;
-      }
+    const v8i i0 = {c0, c0 + 1, c0 + 2, c0 + 3, c0 + 4, c0 + 5, c0 + 6, c0 + 7}, i1 = i0 + 8;
+    for (int t = 0; t < kRows; ++t) {
+      const v8i m0 = a[t][0] < bd[t][0], m1 = a[t][1] < bd[t][1];
+      bd[t][0] = m0 ? a[t][0] : bd[t][0], bi[t][0] = m0 ? i0 : bi[t][0];
+      bd[t][1] = m1 ? a[t][1] : bd[t][1], bi[t][1] = m1 ? i1 : bi[t][1];
+    }
+  }
+  for (int t = 0; t < kRows; ++t) {  // the smallest distance, ties to the lowest index
+    float bv = INFINITY;
+    int b = 0;
+    for (int j = 0; j < 16; ++j) {
+      const float v = bd[t][j >> 3][j & 7];
+      const int i = bi[t][j >> 3][j & 7];
+      if (v < bv || (v == bv && i < b)) bv = v, b = i;
+    }
+    best[t] = b;
   }
 }
 
@@ -118,9 +136,9 @@ class CommVQHead final : public Codec {
       : Codec(d, std::move(name)), n_(n), cb_(cb), k_(1 << cb), C_(std::move(codebooks)), rope_(std::move(rope)) {
     ct_.resize(C_.size());
     cn_.assign(size_t(n_) * k_, 0.0f);
-    for (int s = 0; s < n_; ++s)
-      for (int c = 0; c < k_; ++c)
-        for (int i = 0; i < d_; ++i) {
+    for (int s = 0; s < n_; ++s)  // ‖c‖² summed over i in increasing order, as before
+      for (int i = 0; i < d_; ++i)
+        for (int c = 0; c < k_; ++c) {
           const float x = C_[(size_t(s) * k_ + c) * d_ + i];
           ct_[(size_t(s) * d_ + i) * k_ + c] = x;
           cn_[size_t(s) * k_ + c] += x * x;
