@@ -119,12 +119,14 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
   PackedSpill spill;
   const bool tty = isatty(2);
   const auto t0 = std::chrono::steady_clock::now();
-  auto quantize_one = [&](const std::string& name, std::vector<float>& Hs, const std::string& site) {
+  // The packed weight goes to the spill; its dequantized values come back when a block's forward
+  // still needs them (not for the output head).
+  auto quantize_one = [&](const std::string& name, std::vector<float>& Hs, const std::string& site, bool deq) {
     const Tensor& w = ck.get(name);
     PackedTensor p = spill.keep(quantize(name, to_f32(w), w.shape[0], w.shape[1], Hs, site));
-    std::vector<float> deq = dequantize_weights(p, name);
+    std::vector<float> d = deq ? dequantize_weights(p, name) : std::vector<float>();
     out.emplace(name, std::move(p));
-    return deq;
+    return d;
   };
   double t_fwd = 0, t_q = 0;
   auto now = [] { return std::chrono::steady_clock::now(); };
@@ -150,12 +152,17 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
       }
       model.set_observer(nullptr);
       for (auto& [site, Hs] : hess) symmetrize(Hs, int64_t(std::sqrt(double(Hs.size()))));
+      for (const char* p : kProjections)  // the source weights of the targets are not run again
+        if (targets.count(prefix + p)) {
+          const Tensor& w = ck.get(prefix + p);
+          model.set_linear(l, p, std::make_unique<Unloaded>(w.shape[0], w.shape[1]));
+        }
       auto tb = now();
       t_fwd += secs(ta, tb);
       for (const char* p : kProjections) {
         const std::string name = prefix + p;
         if (!targets.count(name)) continue;
-        const std::vector<float> deq = quantize_one(name, hess.at(site_of(p)), prefix + site_of(p));
+        const std::vector<float> deq = quantize_one(name, hess.at(site_of(p)), prefix + site_of(p), true);
         const Tensor& w = ck.get(name);
         const std::vector<float> b = bias_of(name);
         model.set_linear(l, p, make_dense_linear(deq.data(), w.shape[0], w.shape[1], b.empty() ? nullptr : b.data(),
@@ -183,7 +190,7 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
       accumulate(Hh, tmp.data(), opt.ctx, H);
     }
     symmetrize(Hh, H);
-    quantize_one(head, Hh, "head_in");
+    quantize_one(head, Hh, "head_in", false);
   }
   return out;
 }
