@@ -297,14 +297,18 @@ std::vector<int32_t> random_ids(int n, uint32_t seed) {
   for (int i = 0; i < n; ++i) ids.push_back(int32_t(g() % 64));
   return ids;
 }
-std::vector<float> cpu_logits(const Checkpoint& ck, Compute compute, const std::string& kv,
-                              const std::vector<int32_t>& ids) {
-  LlamaModel m(ck, compute);
+// The logits of every position of `ids` from model m with a fresh `kv` cache.
+std::vector<float> model_logits(LlamaModel& m, const std::vector<int32_t>& ids, const std::string& kv) {
   const int n = int(ids.size());
   auto cache = m.make_cache(n, kv);
   std::vector<float> out(size_t(n) * m.config().vocab);
   m.forward(ids.data(), n, 0, *cache, 0, n, out.data());
   return out;
+}
+std::vector<float> cpu_logits(const Checkpoint& ck, Compute compute, const std::string& kv,
+                              const std::vector<int32_t>& ids) {
+  LlamaModel m(ck, compute);
+  return model_logits(m, ids, kv);
 }
 double rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
@@ -381,10 +385,7 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   lo.compute = Compute::BF16;
   LlamaModel cpu(a, checkpoint_linear_factory(a, lo));
   EXPECT_EQ(cpu.linear_kind(), "w8a8");
-  const int n = int(ids.size()), V = cpu.config().vocab;
-  auto cache = cpu.make_cache(n, "f16");
-  std::vector<float> want(size_t(n) * V);
-  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  const auto want = model_logits(cpu, ids, "f16");
   const auto f32 = cpu_logits(load_checkpoint(tiny_dir()), Compute::F32, "f32", ids);
   cuda::GpuModel gpu(load_checkpoint(dir));
   EXPECT_EQ(gpu.kind(), "w8a8");
@@ -421,10 +422,7 @@ TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
   PackedLinearOptions lo;
   lo.compute = Compute::BF16;
   LlamaModel cpu(a, checkpoint_linear_factory(a, lo));
-  const int n = int(ids.size()), V = cpu.config().vocab;
-  auto cache = cpu.make_cache(n, "f16");
-  std::vector<float> want(size_t(n) * V);
-  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  const auto want = model_logits(cpu, ids, "f16");
   const auto f32 = cpu_logits(load_checkpoint(tiny_dir()), Compute::F32, "f32", ids);
   cuda::GpuModel gpu(load_checkpoint(dir));
   EXPECT_EQ(gpu.kind(), "w4a8");
@@ -446,10 +444,7 @@ TEST(Cuda, TinyLlamaAffine4MatchesCpu) {
   const auto ids = random_ids(40, 15);
   Checkpoint a = load_checkpoint(dir);
   LlamaModel cpu(a, checkpoint_linear_factory(a, {}));
-  const int n = int(ids.size()), V = cpu.config().vocab;
-  auto cache = cpu.make_cache(n, "f16");
-  std::vector<float> want(size_t(n) * V);
-  cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+  const auto want = model_logits(cpu, ids, "f16");
   Checkpoint d = load_checkpoint(tiny_dir());
   const double bf16_err = rms_diff(cpu_logits(d, Compute::BF16, "f16", ids), cpu_logits(d, Compute::F32, "f32", ids));
   cuda::GpuModel gpu(load_checkpoint(dir));
@@ -471,10 +466,7 @@ TEST(Cuda, TinyLlamaNf4Fp4MatchCpu) {
     const auto ids = random_ids(40, 16);
     Checkpoint a = load_checkpoint(dir);
     LlamaModel cpu(a, checkpoint_linear_factory(a, {}));
-    const int n = int(ids.size()), V = cpu.config().vocab;
-    auto cache = cpu.make_cache(n, "f16");
-    std::vector<float> want(size_t(n) * V);
-    cpu.forward(ids.data(), n, 0, *cache, 0, n, want.data());
+    const auto want = model_logits(cpu, ids, "f16");
     Checkpoint d = load_checkpoint(tiny_dir());
     const auto dense = cpu_logits(d, Compute::F32, "f32", ids);
     const double bf16_err = rms_diff(cpu_logits(d, Compute::BF16, "f16", ids), dense);
