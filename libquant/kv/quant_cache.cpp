@@ -450,19 +450,15 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
           for (int j = 0; j < nj; ++j)
             for (int d = 0; d < dtk; ++d) TT[size_t(d) * kv::kTile + j] = TILE[size_t(j) * dtk + d];
         }
-        auto keep = [&](int v, const float* sv) {  // the scores of v's visible encoded keys
-          if (BK[v] > j0) std::memcpy(S.data() + size_t(v) * sst + j0, sv, sizeof(float) * std::min(nj, BK[v] - j0));
-        };
+        // A whole tile's scores go straight into S (sst is whole tiles): those at or past BK[v]
+        // are overwritten by the window's (step 2) or never read (past NVIS[v]).
+        auto row = [&](int v) { return BK[v] > j0 ? S.data() + size_t(v) * sst + j0 : s; };
         int v = 0;
         for (; v + 2 <= nv; v += 2) {  // pairs of queries share each tile row's loads
           if (BK[v] <= j0 && BK[v + 1] <= j0) continue;
-          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, tt, dtk, s, s2);
-          keep(v, s), keep(v + 1, s2);
+          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, tt, dtk, row(v), BK[v + 1] > j0 ? row(v + 1) : s2);
         }
-        if (v < nv && BK[v] > j0) {
-          K.score_tile(QT.data() + size_t(v) * dtk, tt, dtk, s);
-          keep(v, s);
-        }
+        if (v < nv && BK[v] > j0) K.score_tile(QT.data() + size_t(v) * dtk, tt, dtk, row(v));
       }
     }
     // 2. scores against the full-precision window
