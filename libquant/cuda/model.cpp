@@ -290,7 +290,8 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
   size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 +
                   F * 2);
-  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window());
+  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
+                                kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
@@ -344,7 +345,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     const __half *qh = q.get<__half>(), *kh = k.get<__half>(), *vh = v.get<__half>();
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
                att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
-               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh);
+               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh, kvq->keys().bound(), kvq->values().bound());
   } else {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
                att.get<float>());
@@ -456,7 +457,7 @@ void GpuModel::Impl::attend(int chunks) {
   }
   kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream);
   prof.mark("kv encode/decode", stream);
-  attn->run(chunks, scale, stream, kvq->keys().bound(), kvq->values().bound());
+  attn->run(chunks, scale, stream);
   prof.mark("attention", stream);
   kvq->finish(att.get<float>(), chunks, stream);
   prof.mark("kv encode/decode", stream);
