@@ -19,7 +19,7 @@ if [ ! -x /tmp/kit/quanttool ] || [ "$K/quanttool.xz" -nt /tmp/kit/stamp ]; then
   mkdir -p /tmp/kit && for b in quanttool test_cuda; do [ -f "$K/$b.xz" ] && xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
   [ -f "$K/lib.tar.xz" ] && tar -xJf "$K/lib.tar.xz" -C /tmp/kit
   [ -d "$K/tok" ] && cp -r "$K/tok" /tmp/kit/
-  touch /tmp/kit/stamp
+  cp "$0" /tmp/kit/device_cuda3.sh; touch /tmp/kit/stamp
 fi
 CUBLAS_PY=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null)
 export LD_LIBRARY_PATH=/tmp/kit/lib:/usr/local/cuda/lib64:$CUBLAS_PY

@@ -1,5 +1,6 @@
 // W8A8 kernels (int8_ops.cu): per-token int8 activations and the int32 GEMM's epilogue.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,14 @@ void dequant(const int32_t* acc, int rows, int out, const float* sx, const float
 // sx_in and sw [2F]), quantized per token into q [rows, F], sx_out [rows].
 void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const float* sw, int8_t* q, float* sx_out,
                cudaStream_t s);
-bool swiglu_q8_fits(int F);  // F floats of shared memory per block
+bool swiglu_q8_fits(int F);
+// Fused (QT_CUDA_Q8_FUSE, on by default; the same values as the separate kernels):
+// x += sx_acc · (sw · acc) (the o / down GEMM's residual add), then rmsnorm_q8 of the new x.
+void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
+                         int dim, float eps, int8_t* q, float* sx, cudaStream_t s);
+bool residual_rmsnorm_q8_fits(int dim);  // dim floats of shared memory per block
+// rope_split (ops.h) of the q|k|v GEMM's int32 acc [n, Q + 2KV] dequantized on the fly (sx [n], sw [Q + 2KV]).
+void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s);  // F floats of shared memory per block
 
 }  // namespace qt::cuda

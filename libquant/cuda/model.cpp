@@ -17,6 +17,7 @@
 //
 // The same block as LlamaModel::forward_layer (libquant/model/llama.cpp) for llama and mistral.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -279,6 +280,8 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
+  if (const char* e = std::getenv("QT_CUDA_Q8_FUSE")) q8_fuse = std::string(e) != "0";
+  if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   ck.tensors.clear();
 }
 
@@ -363,9 +366,10 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
   prof.mark("embed", stream);
-  for (const Layer& L : layers) {
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Layer& L = layers[li];
     if (q8) {
-      forward_layer_q8(L, chunks);
+      forward_layer_q8(L, chunks, li ? &layers[li - 1] : nullptr, li + 1 == layers.size());
       continue;
     }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
@@ -403,29 +407,43 @@ const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight
   return wdec.get<bf16>();
 }
 
-void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
+void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last) {
   const ModelConfig& c = cfg;
   const int N = chunks * T, H = c.hidden, F = c.intermediate;
   int8_t* a = xq.get<int8_t>();
   float *sa = sxa.get<float>(), *sb = sxb.get<float>();
   int32_t* y = acc.get<int32_t>();
-  rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  if (q8_fuse && prev)  // the previous layer's down output (acc, sb) added here
+    residual_rmsnorm_q8(y, sb, prev->sdown.get<float>(), x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps,
+                        a, sa, stream);
+  else
+    rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   prof.mark("norm", stream);
   gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
   prof.mark("gemm qkv", stream);
-  dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
-  prof.mark("dequant", stream);
-  rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-             rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  if (q8_fuse) {
+    rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  } else {
+    dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
+    prof.mark("dequant", stream);
+    rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  }
   prof.mark("rope", stream);
   attend(chunks);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
   gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
   prof.mark("gemm o", stream);
-  dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
-  prof.mark("dequant", stream);
-  rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  if (q8_fuse) {
+    residual_rmsnorm_q8(y, sa, L.so.get<float>(), x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa,
+                        stream);
+  } else {
+    dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
+    prof.mark("dequant", stream);
+    rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  }
   prof.mark("norm", stream);
   gemm->run_i8(L.wgu.get<int8_t>(), 2 * F, H, a, N, y, stream);
   prof.mark("gemm gate|up", stream);
@@ -433,8 +451,10 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   prof.mark("swiglu", stream);
   gemm->run_i8(L.wdown.get<int8_t>(), H, F, a, N, y, stream);
   prof.mark("gemm down", stream);
-  dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
-  prof.mark("dequant", stream);
+  if (!q8_fuse || last) {  // else the next layer's first norm adds it
+    dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
+    prof.mark("dequant", stream);
+  }
 }
 
 void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {

@@ -41,6 +41,7 @@ struct GpuModel::Impl {
   std::vector<Layer> layers;
   bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
   bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
+  bool q8_fuse = true;   // W8A8: epilogues fused into RoPE and the next norm (QT_CUDA_Q8_FUSE=0: separate kernels)
   bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
@@ -76,7 +77,9 @@ struct GpuModel::Impl {
   // Runs chunks × T tokens (host ids, row-major [chunks, T]), each chunk a fresh sequence from
   // position 0; leaves the last hidden states in x.
   void forward(const int32_t* ids, int chunks);
-  void forward_layer_q8(const Layer& L, int chunks);
+  // prev: the layer before (its down GEMM's sums still in acc, added to x by this layer's first
+  // norm when q8_fuse); last: add this layer's down output to x here.
+  void forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last);
   // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
   const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
