@@ -83,5 +83,24 @@ case $STEP in
     run env QT_CUDA_KV_BAND=0 $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv kivi:bits=2 --kv-mode decode
     run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv affine:bits=4,r=64 --kv-mode decode
     kvside $M ;;
-  *) echo "usage: $0 KIT tests|kvrand|part|8b|smol" >&2; exit 2 ;;
+  8bmk)  # the 8B-shaped checkpoint and its W8A8 folder, for 8bf
+    [ -d /tmp/l8b ] || python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from /tmp/kit/tok --out /tmp/l8b > /dev/null
+    [ -d /tmp/l8b-w8 ] || run $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 --max-shard-size 2GB ;;
+  8bf)  # the fp32 attention's cost on the 8B shape (QT_CUDA_ATTN_F32=1) against the default
+    for m in /tmp/l8b-w8 /tmp/l8b; do
+      run $Q eval-ppl --model $m --text $T --device cuda
+      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --device cuda
+    done ;;
+  par)  # SmolLM2 at 64 chunks: GPU default vs the fp32 attention (QT_CUDA_ATTN_F32=1), GGUF bf16, W8A8, W4A8
+    model
+    [ -d /tmp/w4 ] || run $Q convert --in $M --out /tmp/w4 --scheme int4 --group-size 0
+    [ -d /tmp/w8 ] || run $Q convert --in $M --out /tmp/w8 --scheme int8 --group-size 0
+    for m in $M /tmp/w8 /tmp/w4; do
+      run $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
+      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
+      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --device cuda
+    done
+    run $Q eval-ppl --model /tmp/w4 --text $T --chunks 64 --compute bf16 --kv f16
+    run $Q eval-ppl --model /tmp/w4 --text $T --chunks 64 --kv f16 ;;
+  *) echo "usage: $0 KIT tests|kvrand|part|8b|smol|8bmk|8bf|par" >&2; exit 2 ;;
 esac

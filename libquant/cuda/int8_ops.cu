@@ -131,7 +131,8 @@ __global__ void residual_rmsnorm_q8_kernel(const int32_t* acc, const float* sx_a
 // rope_split (rope.cu) reading the q|k|v GEMM's int32 sums through the epilogue: the same
 // values dequant would have written, without the fp32 round trip.
 __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const float* sw, int T, int nh, int nkv,
-                                     int hd, const float* cos_t, const float* sin_t, __half* q, __half* k, __half* v) {
+                                     int hd, const float* cos_t, const float* sin_t, __half* q, __half* k, __half* v,
+                                     float* q32, float* k32, float* v32) {
   const int r = blockIdx.x, half = hd / 2, pos = r % T;
   const int Q = nh * hd, KV = nkv * hd;
   const int32_t* in = acc + int64_t(r) * (Q + 2 * KV);
@@ -145,9 +146,17 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
     __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
     o[i] = __float2half_rn(y0);
     o[i + half] = __float2half_rn(y1);
+    if (q32) {
+      float* o32 = h < nh ? q32 + int64_t(r) * Q + h * hd : k32 + int64_t(r) * KV + (h - nh) * hd;
+      o32[i] = h < nh ? y0 : __half2float(__float2half_rn(y0));
+      o32[i + half] = h < nh ? y1 : __half2float(__float2half_rn(y1));
+    }
   }
-  for (int t = threadIdx.x; t < KV; t += blockDim.x)
-    v[int64_t(r) * KV + t] = __float2half_rn(deq(s_in, sw[Q + KV + t], in[Q + KV + t]));
+  for (int t = threadIdx.x; t < KV; t += blockDim.x) {
+    const float x = deq(s_in, sw[Q + KV + t], in[Q + KV + t]);
+    v[int64_t(r) * KV + t] = __float2half_rn(x);
+    if (v32) v32[int64_t(r) * KV + t] = __half2float(__float2half_rn(x));
+  }
 }
 
 }  // namespace
@@ -162,9 +171,10 @@ void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* s
 }
 
 void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
-                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s) {
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s, float* q32,
+                   float* k32, float* v32) {
   if (n <= 0) return;
-  rope_split_q8_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v);
+  rope_split_q8_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v, q32, k32, v32);
   QT_CUDA_LAUNCHED();
 }
 

@@ -26,6 +26,7 @@ void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* s
 bool residual_rmsnorm_q8_fits(int dim);  // dim floats of shared memory per block
 // rope_split (ops.h) of the q|k|v GEMM's int32 acc [n, Q + 2KV] dequantized on the fly (sx [n], sw [Q + 2KV]).
 void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
-                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s);  // F floats of shared memory per block
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s,
+                   float* q32 = nullptr, float* k32 = nullptr, float* v32 = nullptr);  // F floats of shared memory per block
 
 }  // namespace qt::cuda

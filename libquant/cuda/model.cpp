@@ -281,6 +281,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
   if (const char* e = std::getenv("QT_CUDA_Q8_FUSE")) q8_fuse = std::string(e) != "0";
+  if (const char* e = std::getenv("QT_CUDA_ATTN_F32")) attn_f32 = std::string(e) == "1";
   if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   ck.tensors.clear();
 }
@@ -296,6 +297,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
                                 kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
+  if (attn_f32 && !kvq) b += N * size_t(Q + 2 * KV) * 4 + size_t(chunks) * cfg.n_heads * T_ * T_ * 2;
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
@@ -349,6 +351,12 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
                att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
                kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh, kvq->keys().bound(), kvq->values().bound());
+  } else if (attn_f32) {
+    q32.resize(N * size_t(Q) * 4);
+    k32.resize(N * size_t(KV) * 4);
+    v32.resize(N * size_t(KV) * 4);
+    attn->bind_f32(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q32.get<float>(), k32.get<float>(),
+                   v32.get<float>(), att.get<float>());
   } else {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
                att.get<float>());
@@ -377,7 +385,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     gemm->run(weight(L.wqkv, L.aqkv, L.nqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm qkv", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(), f32v());
     prof.mark("rope", stream);
     attend(chunks);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
@@ -423,12 +431,13 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   prof.mark("gemm qkv", stream);
   if (q8_fuse) {
     rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(),
+                  f32v());
   } else {
     dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
     prof.mark("dequant", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(), f32v());
   }
   prof.mark("rope", stream);
   attend(chunks);
