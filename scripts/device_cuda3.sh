@@ -102,5 +102,21 @@ case $STEP in
     done
     run $Q eval-ppl --model /tmp/w4 --text $T --chunks 64 --compute bf16 --kv f16
     run $Q eval-ppl --model /tmp/w4 --text $T --chunks 64 --kv f16 ;;
-  *) echo "usage: $0 KIT tests|kvrand|part|8b|smol|8bmk|8bf|par" >&2; exit 2 ;;
+  par2)  # after the int8 head: W4A8 / W8A8 GPU at 64 chunks and full text; the CPU's own spread
+         # between its kernel levels (QT_KERNEL_LEVEL=avx2 against the default avx512, same binary)
+    model
+    [ -d /tmp/w4 ] || run $Q convert --in $M --out /tmp/w4 --scheme int4 --group-size 0
+    [ -d /tmp/w8 ] || run $Q convert --in $M --out /tmp/w8 --scheme int8 --group-size 0
+    for m in /tmp/w4 /tmp/w8; do
+      run $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
+      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
+      run $Q eval-ppl --model $m --text $T --device cuda
+      run $Q eval-ppl --model $m --text $T --chunks 64 --compute bf16 --kv f16
+      run env QT_KERNEL_LEVEL=avx2 $Q eval-ppl --model $m --text $T --chunks 64 --compute bf16 --kv f16
+      run $Q eval-ppl --model $m --text $T --chunks 64
+    done
+    run $Q logits --model /tmp/w4 --text $T --tokens 64 --compute bf16 --kv f16 --out /tmp/cpu4.bin
+    run $Q logits --model /tmp/w4 --text $T --tokens 64 --compute bf16 --kv f16 --device cuda --out /tmp/gpu4.bin
+    python3 -c "import numpy as n;a=n.fromfile('/tmp/cpu4.bin','<f4');b=n.fromfile('/tmp/gpu4.bin','<f4');print('w4a8 logits max|diff|',abs(a-b).max(),'rms',((a-b)**2).mean()**.5,'max|cpu|',abs(a).max())" ;;
+  *) echo "usage: $0 KIT tests|kvrand|part|8b|smol|8bmk|8bf|par|par2" >&2; exit 2 ;;
 esac

@@ -442,6 +442,19 @@ TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
   // wrong unpack lands near the int4 error itself, not below half of it.
   EXPECT_GT(rms_diff(want, f32), 0.0);
   EXPECT_LT(rms_diff(got, want), 0.5 * rms_diff(want, f32)) << "cpu " << cpu.linear_kind();
+  // The PPL held as W8A8's: within twice what an f16 instead of an f32 cache moves the CPU's own
+  // (the folder's tied embedding is int4 too: the CPU's head runs on int8 activations, and so must the GPU's).
+  PplOptions po;
+  po.ctx = 32;
+  po.bos_id = 1;
+  const auto text = random_ids(5 * 32, 18);
+  PplOptions pc = po;
+  pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
+  const PplResult pw = evaluate_perplexity(cpu, text, pc), pg = cuda::evaluate_perplexity(gpu, text, po, 2);
+  const PplResult p32 = evaluate_perplexity(cpu, text, po);
+  const double own = std::abs(pw.ppl / p32.ppl - 1.0);
+  std::printf("tiny w4a8: gpu/cpu PPL %.5f, cpu f16/f32 cache %.5f\n", pg.ppl / pw.ppl, pw.ppl / p32.ppl);
+  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3) << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
 }
 
 // MLX affine 4-bit (every Linear, the embedding and the head quantized): decoded to bf16 for the

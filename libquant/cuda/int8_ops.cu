@@ -24,10 +24,13 @@ __device__ __forceinline__ float scale_of(float amax) {
   return s == 0.0f ? 1.0f : s;
 }
 
-__global__ void rmsnorm_q8_kernel(const float* x, const float* w, int dim, float eps, int8_t* q, float* sx) {
+// Row r reads x row (r / group)·group_stride + group_off + r % group (rmsnorm's selection: the
+// scored rows of each chunk for the output head; group = rows, stride 0, off 0: every row).
+__global__ void rmsnorm_q8_kernel(const float* x, const float* w, int dim, float eps, int8_t* q, float* sx, int group,
+                                  int group_stride, int group_off) {
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * dim;
+  const float* xr = x + (int64_t(r / group) * group_stride + group_off + r % group) * dim;
   float ss = 0;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) ss += xr[d] * xr[d];
   ss = block_sum(ss, sh);
@@ -180,7 +183,14 @@ void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, 
 
 void rmsnorm_q8(const float* x, const float* w, int rows, int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx);
+  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx, rows, 0, 0);
+  QT_CUDA_LAUNCHED();
+}
+
+void rmsnorm_q8_rows(const float* x, const float* w, int rows, int dim, float eps, int group, int group_stride,
+                     int group_off, int8_t* q, float* sx, cudaStream_t s) {
+  if (rows <= 0) return;
+  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx, group, group_stride, group_off);
   QT_CUDA_LAUNCHED();
 }
 

@@ -9,6 +9,9 @@ namespace qt::cuda {
 
 // RMSNorm of each row (the CPU's formula) quantized per token: q [rows, dim], sx [rows].
 void rmsnorm_q8(const float* x, const float* w, int rows, int dim, float eps, int8_t* q, float* sx, cudaStream_t s);
+// rmsnorm_q8 of the rows rmsnorm (ops.h) selects with group / group_stride / group_off (the output head's).
+void rmsnorm_q8_rows(const float* x, const float* w, int rows, int dim, float eps, int group, int group_stride,
+                     int group_off, int8_t* q, float* sx, cudaStream_t s);
 // x [rows, dim] quantized per token.
 void quant_rows(const float* x, int rows, int dim, int8_t* q, float* sx, cudaStream_t s);
 // y [rows, out] (+)= sx[t] · (sw[n] · float(acc[t, n])).

@@ -238,6 +238,23 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     return dequantize_weights(*p, name);
   };
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
+  {  // an int8 / int4 per-channel head: int8 codes and scales (the CPU runs it with int8 activations)
+    std::optional<PackedTensor> p = packed_weight(ck, tied ? "model.embed_tokens.weight" : "lm_head.weight");
+    const std::string sch = p ? p->params.scheme : "";
+    if (p && (sch == "int8" || sch == "int8_ct" || sch == "int4") && p->params.group_size == 0 && p->rows == c.vocab &&
+        p->cols == H && H % 2 == 0) {
+      head_q8 = true;
+      head_codes.resize(size_t(c.vocab * H));
+      if (sch == "int4") {
+        const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), c.vocab, H);
+        QT_CUDA_CHECK(cudaMemcpy(head_codes.get(), u.data(), u.size(), cudaMemcpyHostToDevice));
+      } else {
+        QT_CUDA_CHECK(cudaMemcpy(head_codes.get(), p->data.data, size_t(c.vocab * H), cudaMemcpyHostToDevice));
+      }
+      head_scales = upload_f32(to_f32(p->scales));
+      weight_bytes += head_codes.bytes() + head_scales.bytes();
+    }
+  }
   std::optional<std::vector<float>> emb_q = dequantized("model.embed_tokens.weight");
   if (emb_q) {  // exact fp32 rows for the lookup, as the CPU's dequantize_row gives them
     embed_dtype = 0;
@@ -250,8 +267,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
   }
   weight_bytes += embed.bytes();
-  std::optional<std::vector<float>> head_q = tied ? std::move(emb_q) : dequantized("lm_head.weight");
-  if (head_q) {
+  std::optional<std::vector<float>> head_q =
+      head_q8 ? std::nullopt : tied ? std::move(emb_q) : dequantized("lm_head.weight");
+  if (head_q8) {
+  } else if (head_q) {
     lm_head.resize(size_t(c.vocab * H) * 2);
     upload_bf16(Tensor::from_f32(std::move(*head_q), {c.vocab, H}), lm_head.get(), stream);
     weight_bytes += lm_head.bytes();
@@ -299,6 +318,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
   if (attn_f32 && !kvq) b += N * size_t(Q + 2 * KV) * 4 + size_t(chunks) * cfg.n_heads * T_ * T_ * 2;
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
+  if (head_q8) b += size_t(chunks) * T_ * (H + 4);            // hq, hsx
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
@@ -335,6 +355,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   gu.resize(N * 2 * F * 4);
   hb.resize(N * F * 2);
   hs.resize(N * H * 2);
+  if (head_q8) hq.resize(N * H), hsx.resize(N * 4);
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
@@ -493,13 +514,26 @@ void GpuModel::Impl::attend(int chunks) {
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
-  rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
-          stream);
+  if (head_q8)
+    rmsnorm_q8_rows(x.get<float>(), final_norm.get<float>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
+                    hq.get<int8_t>(), hsx.get<float>(), stream);
+  else
+    rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
+            stream);
   prof.mark("norm", stream);
 }
 
 void GpuModel::Impl::head(int r0, int rows) {
   if (rows > head_rows) throw std::logic_error("GpuModel: head of more rows than reserved");
+  if (head_q8) {  // int32 sums into the logits buffer, then y = s_x · (s_w · acc) in place
+    gemm->run_i8(head_codes.get<int8_t>(), cfg.vocab, cfg.hidden, hq.get<int8_t>() + size_t(r0) * cfg.hidden, rows,
+                 logits.get<int32_t>(), stream);
+    prof.mark("gemm lm_head", stream);
+    dequant(logits.get<int32_t>(), rows, cfg.vocab, hsx.get<float>() + r0, head_scales.get<float>(),
+            logits.get<float>(), false, stream);
+    prof.mark("dequant", stream);
+    return;
+  }
   gemm->run(head_weight(), cfg.vocab, cfg.hidden, hs.get<bf16>() + size_t(r0) * cfg.hidden, rows, logits.get(),
             CUDA_R_32F, false, stream);
   prof.mark("gemm lm_head", stream);

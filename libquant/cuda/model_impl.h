@@ -68,6 +68,11 @@ struct GpuModel::Impl {
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
   int head_rows = 0;
   DeviceBuffer hs, logits, target, nll;
+  // An int8 / int4 per-channel output head (a native W4A8/W8A8 folder's quantized tied embedding,
+  // or a quantized lm_head): run as the CPU's IntLinear runs it — the final norm's rows quantized
+  // per token (hq, hsx), the int8 GEMM into the logits buffer, the epilogue in place.
+  bool head_q8 = false;
+  DeviceBuffer head_codes, head_scales, hq, hsx;
 
   explicit Impl(Checkpoint&& ck);
   ~Impl();
