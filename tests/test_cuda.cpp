@@ -395,6 +395,16 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
   EXPECT_LT(worst, 0.5);
   EXPECT_LT(rms_diff(got, want), 3 * rms_diff(want, f32) + 1e-3);
+  {  // the fused epilogues (RoPE, residual + norm) compute what the separate kernels do, bit for bit
+    setenv("QT_CUDA_Q8_FUSE", "0", 1);
+    cuda::GpuModel sep(load_checkpoint(dir));
+    unsetenv("QT_CUDA_Q8_FUSE");
+    const auto g2 = cuda::forward_logits(sep, ids);
+    ASSERT_EQ(g2.size(), got.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != g2[i];
+    EXPECT_EQ(differ, 0u) << "fused vs separate W8A8 epilogues";
+  }
   PplOptions po;
   po.ctx = 32;
   po.bos_id = 1;
@@ -432,6 +442,19 @@ TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
   // wrong unpack lands near the int4 error itself, not below half of it.
   EXPECT_GT(rms_diff(want, f32), 0.0);
   EXPECT_LT(rms_diff(got, want), 0.5 * rms_diff(want, f32)) << "cpu " << cpu.linear_kind();
+  // The PPL held as W8A8's: within twice what an f16 instead of an f32 cache moves the CPU's own
+  // (the folder's tied embedding is int4 too: the CPU's head runs on int8 activations, and so must the GPU's).
+  PplOptions po;
+  po.ctx = 32;
+  po.bos_id = 1;
+  const auto text = random_ids(5 * 32, 18);
+  PplOptions pc = po;
+  pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
+  const PplResult pw = evaluate_perplexity(cpu, text, pc), pg = cuda::evaluate_perplexity(gpu, text, po, 2);
+  const PplResult p32 = evaluate_perplexity(cpu, text, po);
+  const double own = std::abs(pw.ppl / p32.ppl - 1.0);
+  std::printf("tiny w4a8: gpu/cpu PPL %.5f, cpu f16/f32 cache %.5f\n", pg.ppl / pw.ppl, pw.ppl / p32.ppl);
+  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3) << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
 }
 
 // MLX affine 4-bit (every Linear, the embedding and the head quantized): decoded to bf16 for the
@@ -652,12 +675,19 @@ TEST(Cuda, KvAttentionMatchesCpuQuantCache) {
       {"turboquant_mse:bits=2.5,r=40", "turboquant_mse:bits=2,r=24"},
       {"kivi:bits=2", "f16"},
       {"f16", "turboquant_mse:bits=2"},
+      {"kivi:bits=2,r=64", "kivi:bits=2,r=64"},
   };
-  for (auto mode : {kv::KVMode::Cache, kv::KVMode::Decode})
+  // Decode windows run banded where 2W < T (attention.h: r = 48, 16; 40 with a partial last
+  // block; kivi r = 0's token groups; r = 64) and over T × T otherwise (r = 128) — and each once
+  // more with the band off (QT_CUDA_KV_BAND=0), so both paths meet the CPU.
+  for (int pass = 0; pass < 3; ++pass)
     for (auto& [km, vm] : methods) {
+      const kv::KVMode mode = pass == 0 ? kv::KVMode::Cache : kv::KVMode::Decode;
       const kv::KVConfig cfg = kv_config(km, vm, mode);
       const auto want = cpu_attention(cfg);
+      if (pass == 2) setenv("QT_CUDA_KV_BAND", "0", 1);
       const auto got = cuda::testing::kv_attention(cfg, q, k, v, B, T, nh, nkv, D, scale);
+      unsetenv("QT_CUDA_KV_BAND");
       ASSERT_EQ(got.size(), want.size());
       double worst = 0, moved = 0, mag = 0;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -665,7 +695,7 @@ TEST(Cuda, KvAttentionMatchesCpuQuantCache) {
         moved = std::max(moved, double(std::abs(want[i] - exact[i])));
         mag = std::max(mag, double(std::abs(want[i])));
       }
-      const std::string what = km + " / " + vm + (mode == kv::KVMode::Decode ? " decode" : " cache");
+      const std::string what = km + " / " + vm + (pass == 0 ? " cache" : pass == 1 ? " decode" : " decode, no band");
       std::printf("kv attention %-58s worst %.2e of |out| <= %.1f, the method moves it %.3f\n", what.c_str(), worst, mag, moved);
       // f16 domain vectors and f16 probabilities: about 1e-3 of the largest output, as the f16
       // cache's own test (AttentionMatchesCpuF16Cache: 3e-3 for outputs up to ~4)

@@ -12,15 +12,19 @@ Attention::~Attention() {
 }
 
 void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k,
-                     const __half* v, float* out, const __half* k2, const __half* v2, const __half* q2) {
+                     const __half* v, float* out, const __half* k2, const __half* v2, const __half* q2, KvBound kb,
+                     KvBound vb) {
   max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
-  k2_ = k2 != nullptr, v2_ = v2 != nullptr;
+  k2_ = k2 != nullptr, v2_ = v2 != nullptr, f32_ = false;
+  kb_ = kb, vb_ = vb;
+  band_ = band(T, k2_, v2_, kb, vb);
+  nbf_ = band_ ? T / band_ : 0, tail_ = band_ ? T % band_ : 0;
   if (!q2) q2 = q;
-  const size_t heads = size_t(max_chunks) * nh, tt = size_t(T) * T;
+  const size_t heads = size_t(max_chunks) * nh, tt = size_t(T) * T, t2 = band_ ? size_t(T) * 2 * band_ : tt;
   S_.resize(heads * tt * sizeof(float));
   P_.resize(heads * tt * sizeof(__half));
-  S2_.resize(k2_ ? heads * tt * sizeof(float) : 0);
-  P2_.resize(v2_ ? heads * tt * sizeof(__half) : 0);
+  S2_.resize(k2_ ? heads * t2 * sizeof(float) : 0);
+  P2_.resize(v2_ ? heads * t2 * sizeof(__half) : 0);
   // Per (chunk c, head h): the pointer arrays of the two batched GEMMs, in this order:
   // QKᵀ: A = K, B = Q, C = S;  PV: A = V, B = P, C = out;  then K2, S2, V2, P2 (decode windows).
   std::vector<const void*> p(11 * heads);
@@ -44,9 +48,59 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
     }
   ptrs_.resize(p.size() * sizeof(void*));
   QT_CUDA_CHECK(cudaMemcpy(ptrs_.get(), p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  if (!band_) return;
+  // Band: per (chunk, head, query block b of W rows) the keys [ks, ks + 2W), ks = band_start(b):
+  // S2 = K2[ks..]ᵀ Q2[bW..] (2W × rows, ld 2W) and out[bW..] += V2[ks..] · P2 (2W × rows).
+  // Arrays: K2, Q2, S2, V2, P2, out — the whole blocks (index (c·nh + h)·nbf + b), then the tail.
+  const int W = band_, w2 = 2 * W;
+  const size_t nfull = heads * size_t(nbf_), nall = nfull + (tail_ ? heads : 0);
+  std::vector<const void*> b(6 * nall, nullptr);
+  auto put = [&](size_t base, size_t n, size_t idx, size_t c, int h, int blk) {
+    const size_t row0 = c * T, i = c * nh + h;
+    const int g = h / group, ks = band_start(blk, W, T), q0 = blk * W;
+    b[base + 0 * n + idx] = k2 ? k2 + (row0 + ks) * KV + size_t(g) * hd : nullptr;
+    b[base + 1 * n + idx] = q2 + (row0 + q0) * Q + size_t(h) * hd;
+    b[base + 2 * n + idx] = k2 ? S2_.get<float>() + (i * T + q0) * w2 : nullptr;
+    b[base + 3 * n + idx] = v2 ? v2 + (row0 + ks) * KV + size_t(g) * hd : nullptr;
+    b[base + 4 * n + idx] = v2 ? P2_.get<__half>() + (i * T + q0) * w2 : nullptr;
+    b[base + 5 * n + idx] = out + (row0 + q0) * Q + size_t(h) * hd;
+  };
+  for (int c = 0; c < max_chunks; ++c)
+    for (int h = 0; h < nh; ++h) {
+      for (int blk = 0; blk < nbf_; ++blk) put(0, nfull, (size_t(c) * nh + h) * nbf_ + blk, c, h, blk);
+      if (tail_) put(6 * nfull, heads, size_t(c) * nh + h, c, h, nbf_);
+    }
+  bptrs_.resize(b.size() * sizeof(void*));
+  QT_CUDA_CHECK(cudaMemcpy(bptrs_.get(), b.data(), b.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-void Attention::run(int chunks, float scale, cudaStream_t s, KvBound kb, KvBound vb) {
+void Attention::bind_f32(int max_chunks, int T, int nh, int nkv, int hd, const float* q, const float* k,
+                         const float* v, float* out) {
+  max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
+  k2_ = v2_ = false, f32_ = true, band_ = 0;
+  const size_t heads = size_t(max_chunks) * nh, tt = size_t(T) * T;
+  S_.resize(heads * tt * sizeof(float));
+  P_.resize(heads * tt * sizeof(float));
+  S2_.resize(0), P2_.resize(0);
+  std::vector<const void*> p(11 * heads, nullptr);
+  const int Q = nh * hd, KV = nkv * hd, group = nh / nkv;
+  for (int c = 0; c < max_chunks; ++c)
+    for (int h = 0; h < nh; ++h) {
+      const size_t i = size_t(c) * nh + h, row0 = size_t(c) * T;
+      const int g = h / group;
+      p[0 * heads + i] = k + row0 * KV + size_t(g) * hd;
+      p[1 * heads + i] = q + row0 * Q + size_t(h) * hd;
+      p[2 * heads + i] = S_.get<float>() + i * tt;
+      p[3 * heads + i] = v + row0 * KV + size_t(g) * hd;
+      p[4 * heads + i] = P_.get<float>() + i * tt;
+      p[5 * heads + i] = out + row0 * Q + size_t(h) * hd;
+    }
+  ptrs_.resize(p.size() * sizeof(void*));
+  QT_CUDA_CHECK(cudaMemcpy(ptrs_.get(), p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
+}
+
+void Attention::run(int chunks, float scale, cudaStream_t s) {
+  const KvBound kb = kb_, vb = vb_;
   if (chunks <= 0) return;
   if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
   QT_CUBLAS_CHECK(cublasSetStream(h_, s));
@@ -55,27 +109,60 @@ void Attention::run(int chunks, float scale, cudaStream_t s, KvBound kb, KvBound
   void* const* P = ptrs_.get<void*>();
   const float one = 1.0f, zero = 0.0f;
   const int Q = nh_ * hd_, KV = nkv_ * hd_, T = T_;
+  if (f32_) {  // fp32 operands and probabilities, plain SGEMM (CUBLAS_COMPUTE_32F_PEDANTIC: no TF32)
+    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 0 * heads, CUDA_R_32F, KV,
+                                        P + 1 * heads, CUDA_R_32F, Q, &zero, P + 2 * heads, CUDA_R_32F, T, batch,
+                                        CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    causal_softmax_f32(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<float>(), s);
+    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_32F, KV,
+                                        P + 4 * heads, CUDA_R_32F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,
+                                        CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   // S (T_k × T_q, column-major, ld T) = Kᵀ (T_k × hd) · Q (hd × T_q): row i of S is query i.
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 0 * heads, CUDA_R_16F, KV,
                                       P + 1 * heads, CUDA_R_16F, Q, &zero, P + 2 * heads, CUDA_R_32F, T, batch,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  if (k2_)  // S2 = K2ᵀ Q2: the exact keys' scores
-    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 6 * heads, CUDA_R_16F, KV,
-                                        P + 10 * heads, CUDA_R_16F, Q, &zero, P + 7 * heads, CUDA_R_32F, T, batch,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  // The exact window's GEMMs (decode mode): whole T × T, or the band's blocks.
+  const int W = band_, w2 = 2 * W;
+  const size_t nfull = heads * size_t(nbf_);
+  void* const* B = bptrs_.get<void*>();
+  // (pointer arrays, rows of the query block, batch count) of the band's whole blocks and its tail
+  struct Part { void* const* p; size_t n; int rows, batch; };
+  std::vector<Part> parts;
+  if (W) {
+    parts.push_back({B, nfull, W, chunks * nh_ * nbf_});
+    if (tail_) parts.push_back({B + 6 * nfull, heads, tail_, batch});
+  }
+  if (k2_) {  // S2 = K2ᵀ Q2: the exact keys' scores
+    if (!W)
+      QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 6 * heads, CUDA_R_16F, KV,
+                                          P + 10 * heads, CUDA_R_16F, Q, &zero, P + 7 * heads, CUDA_R_32F, T, batch,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    for (const Part& pt : parts)
+      QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, w2, pt.rows, hd_, &one, pt.p + 0 * pt.n,
+                                          CUDA_R_16F, KV, pt.p + 1 * pt.n, CUDA_R_16F, Q, &zero, pt.p + 2 * pt.n,
+                                          CUDA_R_32F, w2, pt.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
   if (k2_ || v2_)
     window_softmax(S_.get<float>(), k2_ ? S2_.get<float>() : nullptr, int64_t(batch) * T, T, scale, kb, vb,
-                   P_.get<__half>(), v2_ ? P2_.get<__half>() : nullptr, s);
+                   P_.get<__half>(), v2_ ? P2_.get<__half>() : nullptr, W, s);
   else
     causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s);
   // out (hd × T_q, ld Q) = V (hd × T_k, ld KV) · P (T_k × T_q, ld T).
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_16F, KV,
                                       P + 4 * heads, CUDA_R_16F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  if (v2_)  // out += V2 · P2: the exact value window
-    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 8 * heads, CUDA_R_16F, KV,
-                                        P + 9 * heads, CUDA_R_16F, T, &one, P + 5 * heads, CUDA_R_32F, Q, batch,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (v2_) {  // out += V2 · P2: the exact value window
+    if (!W)
+      QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 8 * heads, CUDA_R_16F, KV,
+                                          P + 9 * heads, CUDA_R_16F, T, &one, P + 5 * heads, CUDA_R_32F, Q, batch,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    for (const Part& pt : parts)
+      QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, pt.rows, w2, &one, pt.p + 3 * pt.n,
+                                          CUDA_R_16F, KV, pt.p + 4 * pt.n, CUDA_R_16F, w2, &one, pt.p + 5 * pt.n,
+                                          CUDA_R_32F, Q, pt.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
 }
 
 }  // namespace qt::cuda

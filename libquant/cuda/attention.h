@@ -6,6 +6,10 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/kv.h"
 
@@ -23,19 +27,45 @@ class Attention {
   // and/or v2 (exact values: a second probability matrix, P2·V2 added to the output); the
   // softmax then reads S or S2 per (query, key) by the bounds given to run(). q2: the queries S2
   // uses (head space, where q is in a rotated key domain: exact keys are scored as q · k).
+  // kb / vb: the key and value bounds of k2 / v2.
+  // Banded windows: every query t reads exact positions within [t − W + 1, t] only (W the
+  // widest bound's width()), so where 2W < T the second GEMMs run over a band instead of T × T:
+  // per block of W queries, the 2W keys from band_start (kv.h) — S2 and P2 are T × 2W per head,
+  // not T × T, and the window costs O(T·W) instead of doubling the attention.
   void bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k, const __half* v,
-            float* out, const __half* k2 = nullptr, const __half* v2 = nullptr, const __half* q2 = nullptr);
-  // Runs the first `chunks` chunks (kb / vb: the key and value bounds of the bound k2 / v2).
-  void run(int chunks, float scale, cudaStream_t s, KvBound kb = {}, KvBound vb = {});
-  static size_t scratch_bytes(int chunks, int T, int nh, bool k2 = false, bool v2 = false) {
-    return size_t(chunks) * nh * T * T * (4 * (1 + k2) + 2 * (1 + v2));
+            float* out, const __half* k2 = nullptr, const __half* v2 = nullptr, const __half* q2 = nullptr,
+            KvBound kb = {}, KvBound vb = {});
+  // The fp32 attention (QT_CUDA_ATTN_F32=1, f16 caches only): q fp32, k / v fp32 holding the
+  // f16-rounded values, fp32 probabilities, fp32 GEMMs (no TF32) — the CPU's f16-cache attention
+  // up to the summation order.
+  void bind_f32(int max_chunks, int T, int nh, int nkv, int hd, const float* q, const float* k, const float* v,
+                float* out);
+  // Runs the first `chunks` chunks.
+  void run(int chunks, float scale, cudaStream_t s);
+  // The band's block (0: the second GEMMs over whole T × T; QT_CUDA_KV_BAND=0 forces that, for
+  // the tests and comparisons).
+  static int band(int T, bool k2, bool v2, KvBound kb, KvBound vb) {
+    const char* e = std::getenv("QT_CUDA_KV_BAND");
+    if (e && std::string(e) == "0") return 0;
+    const int w = std::max(k2 ? kb.width() : 0, v2 ? vb.width() : 0);
+    return w > 0 && 2 * w < T ? w : 0;
+  }
+  int band() const { return band_; }
+  static size_t scratch_bytes(int chunks, int T, int nh, bool k2 = false, bool v2 = false, KvBound kb = {},
+                              KvBound vb = {}) {
+    const int b = band(T, k2, v2, kb, vb);
+    const size_t tt = size_t(T) * T, t2 = b ? size_t(T) * 2 * b : tt;
+    return size_t(chunks) * nh * (tt * 6 + t2 * (4 * k2 + 2 * v2));
   }
 
  private:
   cublasHandle_t h_ = nullptr;
   int max_chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0, hd_ = 0;
-  bool k2_ = false, v2_ = false;
+  bool k2_ = false, v2_ = false, f32_ = false;
+  KvBound kb_, vb_;
+  int band_ = 0, nbf_ = 0, tail_ = 0;  // band block, whole blocks per chunk, rows of the last partial one
   DeviceBuffer S_, P_, S2_, P2_, ptrs_;  // ptrs_: 11 arrays of max_chunks·nh device pointers
+  DeviceBuffer bptrs_;                   // band: 6 arrays of max_chunks·nh·nbf_, then 6 of max_chunks·nh (tail)
 };
 
 }  // namespace qt::cuda

@@ -8,12 +8,16 @@
 namespace qt::cuda {
 namespace {
 constexpr int kWarps = 8;
-__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, __half* P) {
+template <typename O> __device__ __forceinline__ O to_p(float v);
+template <> __device__ __forceinline__ __half to_p<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ float to_p<float>(float v) { return v; }
+template <typename O>
+__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, O* P) {
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= rows) return;
   const int lane = threadIdx.x & 31, last = int(r % T);
   const float* s = S + r * T;
-  __half* p = P + r * T;
+  O* p = P + r * T;
   float m = -INFINITY;
   for (int j = lane; j <= last; j += 32) m = fmaxf(m, s[j] * scale);
   m = warp_max(m);
@@ -21,11 +25,18 @@ __global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float
   for (int j = lane; j <= last; j += 32) sum += expf(s[j] * scale - m);
   sum = warp_sum(sum);
   const float inv = 1.0f / sum;
-  for (int j = lane; j < T; j += 32) p[j] = __float2half_rn(j <= last ? expf(s[j] * scale - m) * inv : 0.0f);
+  for (int j = lane; j < T; j += 32) p[j] = to_p<O>(j <= last ? expf(s[j] * scale - m) * inv : 0.0f);
 }
 }  // namespace
 
 void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P);
+  QT_CUDA_LAUNCHED();
+}
+
+void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kWarps - 1) / kWarps;
   causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P);

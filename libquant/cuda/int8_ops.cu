@@ -24,10 +24,13 @@ __device__ __forceinline__ float scale_of(float amax) {
   return s == 0.0f ? 1.0f : s;
 }
 
-__global__ void rmsnorm_q8_kernel(const float* x, const float* w, int dim, float eps, int8_t* q, float* sx) {
+// Row r reads x row (r / group)·group_stride + group_off + r % group (rmsnorm's selection: the
+// scored rows of each chunk for the output head; group = rows, stride 0, off 0: every row).
+__global__ void rmsnorm_q8_kernel(const float* x, const float* w, int dim, float eps, int8_t* q, float* sx, int group,
+                                  int group_stride, int group_off) {
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * dim;
+  const float* xr = x + (int64_t(r / group) * group_stride + group_off + r % group) * dim;
   float ss = 0;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) ss += xr[d] * xr[d];
   ss = block_sum(ss, sh);
@@ -100,11 +103,94 @@ __global__ void swiglu_q8_kernel(const int32_t* acc, int F, const float* sx_in, 
   if (threadIdx.x == 0) sx_out[r] = s;
 }
 
+// The residual add of the previous o / down GEMM (x += sx·(sw·acc), as dequant with accumulate)
+// and the next RMSNorm + per-token int8 (as rmsnorm_q8_kernel, same loops and block size, the
+// new row from shared memory): one pass over x instead of dequant's and the norm's.
+__global__ void residual_rmsnorm_q8_kernel(const int32_t* acc, const float* sx_acc, const float* sw, float* x,
+                                           const float* w, int dim, float eps, int8_t* q, float* sx) {
+  extern __shared__ float xs[];
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const float s_acc = sx_acc[r];
+  const int32_t* a = acc + r * dim;
+  float* xr = x + r * dim;
+  float ss = 0;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    const float v = __fadd_rn(xr[d], deq(s_acc, sw[d], a[d]));
+    xr[d] = v;
+    xs[d] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, sh);  // synchronizes: every thread has read sx_acc[r] before sx[r] is written
+  const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
+  float amax = 0;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) amax = fmaxf(amax, fabsf(w[d] * (xs[d] * inv)));
+  const float s = scale_of(block_max(amax, sh));
+  const float qi = 1.0f / s;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) q[r * dim + d] = q8(w[d] * (xs[d] * inv), qi);
+  if (threadIdx.x == 0) sx[r] = s;
+}
+
+// rope_split (rope.cu) reading the q|k|v GEMM's int32 sums through the epilogue: the same
+// values dequant would have written, without the fp32 round trip.
+__global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const float* sw, int T, int nh, int nkv,
+                                     int hd, const float* cos_t, const float* sin_t, __half* q, __half* k, __half* v,
+                                     float* q32, float* k32, float* v32) {
+  const int r = blockIdx.x, half = hd / 2, pos = r % T;
+  const int Q = nh * hd, KV = nkv * hd;
+  const int32_t* in = acc + int64_t(r) * (Q + 2 * KV);
+  const float s_in = sx[r];
+  const float* c = cos_t + int64_t(pos) * half;
+  const float* s = sin_t + int64_t(pos) * half;
+  for (int t = threadIdx.x; t < (nh + nkv) * half; t += blockDim.x) {
+    const int h = t / half, i = t % half, j = h * hd + i;
+    const float x0 = deq(s_in, sw[j], in[j]), x1 = deq(s_in, sw[j + half], in[j + half]);
+    const float y0 = x0 * c[i] - x1 * s[i], y1 = x1 * c[i] + x0 * s[i];
+    __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
+    o[i] = __float2half_rn(y0);
+    o[i + half] = __float2half_rn(y1);
+    if (q32) {
+      float* o32 = h < nh ? q32 + int64_t(r) * Q + h * hd : k32 + int64_t(r) * KV + (h - nh) * hd;
+      o32[i] = h < nh ? y0 : __half2float(__float2half_rn(y0));
+      o32[i + half] = h < nh ? y1 : __half2float(__float2half_rn(y1));
+    }
+  }
+  for (int t = threadIdx.x; t < KV; t += blockDim.x) {
+    const float x = deq(s_in, sw[Q + KV + t], in[Q + KV + t]);
+    v[int64_t(r) * KV + t] = __float2half_rn(x);
+    if (v32) v32[int64_t(r) * KV + t] = __half2float(__float2half_rn(x));
+  }
+}
+
 }  // namespace
+
+void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
+                         int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
+  if (rows <= 0) return;
+  const size_t smem = size_t(dim) * 4;
+  QT_CUDA_CHECK(cudaFuncSetAttribute(residual_rmsnorm_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  residual_rmsnorm_q8_kernel<<<rows, 512, smem, s>>>(acc, sx_acc, sw, x, w, dim, eps, q, sx);
+  QT_CUDA_LAUNCHED();
+}
+
+void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s, float* q32,
+                   float* k32, float* v32) {
+  if (n <= 0) return;
+  rope_split_q8_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v, q32, k32, v32);
+  QT_CUDA_LAUNCHED();
+}
 
 void rmsnorm_q8(const float* x, const float* w, int rows, int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx);
+  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx, rows, 0, 0);
+  QT_CUDA_LAUNCHED();
+}
+
+void rmsnorm_q8_rows(const float* x, const float* w, int rows, int dim, float eps, int group, int group_stride,
+                     int group_off, int8_t* q, float* sx, cudaStream_t s) {
+  if (rows <= 0) return;
+  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx, group, group_stride, group_off);
   QT_CUDA_LAUNCHED();
 }
 
@@ -127,6 +213,8 @@ bool swiglu_q8_fits(int F) {
   QT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return size_t(F) * 4 + 256 <= size_t(optin);
 }
+
+bool residual_rmsnorm_q8_fits(int dim) { return swiglu_q8_fits(dim); }
 
 void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const float* sw, int8_t* q, float* sx_out,
                cudaStream_t s) {

@@ -1,5 +1,6 @@
 // W8A8 kernels (int8_ops.cu): per-token int8 activations and the int32 GEMM's epilogue.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -8,6 +9,9 @@ namespace qt::cuda {
 
 // RMSNorm of each row (the CPU's formula) quantized per token: q [rows, dim], sx [rows].
 void rmsnorm_q8(const float* x, const float* w, int rows, int dim, float eps, int8_t* q, float* sx, cudaStream_t s);
+// rmsnorm_q8 of the rows rmsnorm (ops.h) selects with group / group_stride / group_off (the output head's).
+void rmsnorm_q8_rows(const float* x, const float* w, int rows, int dim, float eps, int group, int group_stride,
+                     int group_off, int8_t* q, float* sx, cudaStream_t s);
 // x [rows, dim] quantized per token.
 void quant_rows(const float* x, int rows, int dim, int8_t* q, float* sx, cudaStream_t s);
 // y [rows, out] (+)= sx[t] · (sw[n] · float(acc[t, n])).
@@ -17,6 +21,15 @@ void dequant(const int32_t* acc, int rows, int out, const float* sx, const float
 // sx_in and sw [2F]), quantized per token into q [rows, F], sx_out [rows].
 void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const float* sw, int8_t* q, float* sx_out,
                cudaStream_t s);
-bool swiglu_q8_fits(int F);  // F floats of shared memory per block
+bool swiglu_q8_fits(int F);
+// Fused (QT_CUDA_Q8_FUSE, on by default; the same values as the separate kernels):
+// x += sx_acc · (sw · acc) (the o / down GEMM's residual add), then rmsnorm_q8 of the new x.
+void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
+                         int dim, float eps, int8_t* q, float* sx, cudaStream_t s);
+bool residual_rmsnorm_q8_fits(int dim);  // dim floats of shared memory per block
+// rope_split (ops.h) of the q|k|v GEMM's int32 acc [n, Q + 2KV] dequantized on the fly (sx [n], sw [Q + 2KV]).
+void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s,
+                   float* q32 = nullptr, float* k32 = nullptr, float* v32 = nullptr);  // F floats of shared memory per block
 
 }  // namespace qt::cuda

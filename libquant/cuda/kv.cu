@@ -287,13 +287,15 @@ __global__ void unrotate_kernel(float* y, int D, int64_t nvec, const float* sign
 
 constexpr int kWarps = 8;
 __global__ void window_softmax_kernel(const float* Sq, const float* Se, int64_t rows, int T, float scale, KvBound kb,
-                                      KvBound vb, __half* Pq, __half* Pe) {
+                                      KvBound vb, __half* Pq, __half* Pe, int band) {
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= rows) return;
   const int lane = threadIdx.x & 31, last = int(r % T);
   const int bk = Se ? int(kb.at(last + 1)) : last + 1, bv = Pe ? int(vb.at(last + 1)) : last + 1;
+  // The exact side's row: all T keys, or (band) 2·band keys from ks.
+  const int ks = band > 0 ? band_start(last / band, band, T) : 0, we = band > 0 ? 2 * band : T;
   const float* sq = Sq + r * T;
-  const float* se = Se ? Se + r * T : nullptr;
+  const float* se = Se ? Se + r * we - ks : nullptr;
   auto s = [&](int j) { return (j < bk ? sq[j] : se[j]) * scale; };
   float m = -INFINITY;
   for (int j = lane; j <= last; j += 32) m = fmaxf(m, s(j));
@@ -303,11 +305,13 @@ __global__ void window_softmax_kernel(const float* Sq, const float* Se, int64_t 
   sum = warp_sum(sum);
   const float inv = 1.0f / sum;
   __half* pq = Pq + r * T;
-  __half* pe = Pe ? Pe + r * T : nullptr;
-  for (int j = lane; j < T; j += 32) {
-    const float p = j <= last ? expf(s(j) - m) * inv : 0.0f;
-    pq[j] = __float2half_rn(j < bv ? p : 0.0f);
-    if (pe) pe[j] = __float2half_rn(j < bv ? 0.0f : p);
+  for (int j = lane; j < T; j += 32) pq[j] = __float2half_rn(j <= last && j < bv ? expf(s(j) - m) * inv : 0.0f);
+  if (Pe) {
+    __half* pe = Pe + r * we;
+    for (int i = lane; i < we; i += 32) {
+      const int j = ks + i;
+      pe[i] = __float2half_rn(j <= last && j >= bv ? expf(s(j) - m) * inv : 0.0f);
+    }
   }
 }
 
@@ -465,10 +469,10 @@ void kv_unrotate(const KvSideGpu& s, float* y, int64_t vectors, cudaStream_t st)
 }
 
 void window_softmax(const float* Sq, const float* Se, int64_t rows, int T, float scale, KvBound kb, KvBound vb,
-                    __half* Pq, __half* Pe, cudaStream_t st) {
+                    __half* Pq, __half* Pe, int band, cudaStream_t st) {
   if (rows <= 0) return;
   window_softmax_kernel<<<unsigned((rows + kWarps - 1) / kWarps), 32 * kWarps, 0, st>>>(Sq, Se, rows, T, scale, kb,
-                                                                                       vb, Pq, Pe);
+                                                                                       vb, Pq, Pe, band);
   QT_CUDA_LAUNCHED();
 }
 

@@ -40,6 +40,8 @@ struct KvBound {
     if (kind == 1) return n > R ? n - R : 0;
     return n / U * U;
   }
+  // Every query t reads its full-precision positions within [t − width() + 1, t].
+  __host__ __device__ int width() const { return kind == 1 ? R : kind == 2 ? U : 0; }
 };
 
 struct KvSideGpu {
@@ -77,8 +79,15 @@ void kv_unrotate(const KvSideGpu& s, float* y, int64_t vectors, cudaStream_t st)
 // decode mode: per query row r (position r % T) the causal softmax over keys j ≤ t of
 // (j < kb.at(t + 1) || !Se ? Sq : Se), written into Pq where j < vb.at(t + 1) (or everywhere
 // when Pe is null) and into Pe elsewhere; zeros after t.
+// band > 0: Se and Pe hold only a band of 2·band keys per row (attention.h's band layout: the
+// query block b = t / band reads keys [band_start(b), band_start(b) + 2·band)).
 void window_softmax(const float* Sq, const float* Se, int64_t rows, int T, float scale, KvBound kb, KvBound vb,
-                    __half* Pq, __half* Pe, cudaStream_t st);
+                    __half* Pq, __half* Pe, int band, cudaStream_t st);
+// The first key of query block b's band (blocks of `band` queries, bands of 2·band keys, T ≥ 2·band).
+__host__ __device__ inline int band_start(int b, int band, int T) {
+  const int s = (b - 1) * band;
+  return s < 0 ? 0 : s > T - 2 * band ? T - 2 * band : s;
+}
 
 // The cache of one eval-ppl run: one method for keys and one for values on every layer.
 class GpuKv {

@@ -17,6 +17,7 @@
 //
 // The same block as LlamaModel::forward_layer (libquant/model/llama.cpp) for llama and mistral.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -237,6 +238,23 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     return dequantize_weights(*p, name);
   };
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
+  {  // an int8 / int4 per-channel head: int8 codes and scales (the CPU runs it with int8 activations)
+    std::optional<PackedTensor> p = packed_weight(ck, tied ? "model.embed_tokens.weight" : "lm_head.weight");
+    const std::string sch = p ? p->params.scheme : "";
+    if (p && (sch == "int8" || sch == "int8_ct" || sch == "int4") && p->params.group_size == 0 && p->rows == c.vocab &&
+        p->cols == H && H % 2 == 0) {
+      head_q8 = true;
+      head_codes.resize(size_t(c.vocab * H));
+      if (sch == "int4") {
+        const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), c.vocab, H);
+        QT_CUDA_CHECK(cudaMemcpy(head_codes.get(), u.data(), u.size(), cudaMemcpyHostToDevice));
+      } else {
+        QT_CUDA_CHECK(cudaMemcpy(head_codes.get(), p->data.data, size_t(c.vocab * H), cudaMemcpyHostToDevice));
+      }
+      head_scales = upload_f32(to_f32(p->scales));
+      weight_bytes += head_codes.bytes() + head_scales.bytes();
+    }
+  }
   std::optional<std::vector<float>> emb_q = dequantized("model.embed_tokens.weight");
   if (emb_q) {  // exact fp32 rows for the lookup, as the CPU's dequantize_row gives them
     embed_dtype = 0;
@@ -249,8 +267,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
   }
   weight_bytes += embed.bytes();
-  std::optional<std::vector<float>> head_q = tied ? std::move(emb_q) : dequantized("lm_head.weight");
-  if (head_q) {
+  std::optional<std::vector<float>> head_q =
+      head_q8 ? std::nullopt : tied ? std::move(emb_q) : dequantized("lm_head.weight");
+  if (head_q8) {
+  } else if (head_q) {
     lm_head.resize(size_t(c.vocab * H) * 2);
     upload_bf16(Tensor::from_f32(std::move(*head_q), {c.vocab, H}), lm_head.get(), stream);
     weight_bytes += lm_head.bytes();
@@ -279,6 +299,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
+  if (const char* e = std::getenv("QT_CUDA_Q8_FUSE")) q8_fuse = std::string(e) != "0";
+  if (const char* e = std::getenv("QT_CUDA_ATTN_F32")) attn_f32 = std::string(e) == "1";
+  if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   ck.tensors.clear();
 }
 
@@ -290,9 +313,12 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
   size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 +
                   F * 2);
-  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window());
+  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
+                                kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
+  if (attn_f32 && !kvq) b += N * size_t(Q + 2 * KV) * 4 + size_t(chunks) * cfg.n_heads * T_ * T_ * 2;
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
+  if (head_q8) b += size_t(chunks) * T_ * (H + 4);            // hq, hsx
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
@@ -329,6 +355,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   gu.resize(N * 2 * F * 4);
   hb.resize(N * F * 2);
   hs.resize(N * H * 2);
+  if (head_q8) hq.resize(N * H), hsx.resize(N * 4);
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
@@ -344,7 +371,13 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     const __half *qh = q.get<__half>(), *kh = k.get<__half>(), *vh = v.get<__half>();
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
                att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
-               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh);
+               kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh, kvq->keys().bound(), kvq->values().bound());
+  } else if (attn_f32) {
+    q32.resize(N * size_t(Q) * 4);
+    k32.resize(N * size_t(KV) * 4);
+    v32.resize(N * size_t(KV) * 4);
+    attn->bind_f32(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q32.get<float>(), k32.get<float>(),
+                   v32.get<float>(), att.get<float>());
   } else {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
                att.get<float>());
@@ -362,9 +395,10 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
   prof.mark("embed", stream);
-  for (const Layer& L : layers) {
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Layer& L = layers[li];
     if (q8) {
-      forward_layer_q8(L, chunks);
+      forward_layer_q8(L, chunks, li ? &layers[li - 1] : nullptr, li + 1 == layers.size());
       continue;
     }
     rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
@@ -372,7 +406,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     gemm->run(weight(L.wqkv, L.aqkv, L.nqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm qkv", stream);
     rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(), f32v());
     prof.mark("rope", stream);
     attend(chunks);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
@@ -402,29 +436,44 @@ const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight
   return wdec.get<bf16>();
 }
 
-void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
+void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last) {
   const ModelConfig& c = cfg;
   const int N = chunks * T, H = c.hidden, F = c.intermediate;
   int8_t* a = xq.get<int8_t>();
   float *sa = sxa.get<float>(), *sb = sxb.get<float>();
   int32_t* y = acc.get<int32_t>();
-  rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  if (q8_fuse && prev)  // the previous layer's down output (acc, sb) added here
+    residual_rmsnorm_q8(y, sb, prev->sdown.get<float>(), x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps,
+                        a, sa, stream);
+  else
+    rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   prof.mark("norm", stream);
   gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
   prof.mark("gemm qkv", stream);
-  dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
-  prof.mark("dequant", stream);
-  rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-             rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+  if (q8_fuse) {
+    rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(),
+                  f32v());
+  } else {
+    dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
+    prof.mark("dequant", stream);
+    rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(), f32v());
+  }
   prof.mark("rope", stream);
   attend(chunks);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
   gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
   prof.mark("gemm o", stream);
-  dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
-  prof.mark("dequant", stream);
-  rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  if (q8_fuse) {
+    residual_rmsnorm_q8(y, sa, L.so.get<float>(), x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa,
+                        stream);
+  } else {
+    dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
+    prof.mark("dequant", stream);
+    rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
+  }
   prof.mark("norm", stream);
   gemm->run_i8(L.wgu.get<int8_t>(), 2 * F, H, a, N, y, stream);
   prof.mark("gemm gate|up", stream);
@@ -432,8 +481,10 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks) {
   prof.mark("swiglu", stream);
   gemm->run_i8(L.wdown.get<int8_t>(), H, F, a, N, y, stream);
   prof.mark("gemm down", stream);
-  dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
-  prof.mark("dequant", stream);
+  if (!q8_fuse || last) {  // else the next layer's first norm adds it
+    dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
+    prof.mark("dequant", stream);
+  }
 }
 
 void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
@@ -456,20 +507,33 @@ void GpuModel::Impl::attend(int chunks) {
   }
   kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream);
   prof.mark("kv encode/decode", stream);
-  attn->run(chunks, scale, stream, kvq->keys().bound(), kvq->values().bound());
+  attn->run(chunks, scale, stream);
   prof.mark("attention", stream);
   kvq->finish(att.get<float>(), chunks, stream);
   prof.mark("kv encode/decode", stream);
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
-  rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
-          stream);
+  if (head_q8)
+    rmsnorm_q8_rows(x.get<float>(), final_norm.get<float>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
+                    hq.get<int8_t>(), hsx.get<float>(), stream);
+  else
+    rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
+            stream);
   prof.mark("norm", stream);
 }
 
 void GpuModel::Impl::head(int r0, int rows) {
   if (rows > head_rows) throw std::logic_error("GpuModel: head of more rows than reserved");
+  if (head_q8) {  // int32 sums into the logits buffer, then y = s_x · (s_w · acc) in place
+    gemm->run_i8(head_codes.get<int8_t>(), cfg.vocab, cfg.hidden, hq.get<int8_t>() + size_t(r0) * cfg.hidden, rows,
+                 logits.get<int32_t>(), stream);
+    prof.mark("gemm lm_head", stream);
+    dequant(logits.get<int32_t>(), rows, cfg.vocab, hsx.get<float>() + r0, head_scales.get<float>(),
+            logits.get<float>(), false, stream);
+    prof.mark("dequant", stream);
+    return;
+  }
   gemm->run(head_weight(), cfg.vocab, cfg.hidden, hs.get<bf16>() + size_t(r0) * cfg.hidden, rows, logits.get(),
             CUDA_R_32F, false, stream);
   prof.mark("gemm lm_head", stream);

@@ -41,6 +41,12 @@ struct GpuModel::Impl {
   std::vector<Layer> layers;
   bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
   bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
+  bool attn_f32 = false;  // QT_CUDA_ATTN_F32=1 (f16 caches): the fp32 attention (attention.h)
+  bool f32_attn_on() const { return attn_f32 && !kvq; }
+  float* f32q() { return f32_attn_on() ? q32.get<float>() : nullptr; }
+  float* f32k() { return f32_attn_on() ? k32.get<float>() : nullptr; }
+  float* f32v() { return f32_attn_on() ? v32.get<float>() : nullptr; }
+  bool q8_fuse = true;   // W8A8: epilogues fused into RoPE and the next norm (QT_CUDA_Q8_FUSE=0: separate kernels)
   bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
@@ -57,10 +63,16 @@ struct GpuModel::Impl {
   int max_chunks = 0, T = 0;
   DeviceBuffer rope_cos, rope_sin;              // fp32 [T, hd/2]
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
+  DeviceBuffer q32, k32, v32;      // QT_CUDA_ATTN_F32=1: fp32 q, f16-rounded k / v for the fp32 attention
   DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
   int head_rows = 0;
   DeviceBuffer hs, logits, target, nll;
+  // An int8 / int4 per-channel output head (a native W4A8/W8A8 folder's quantized tied embedding,
+  // or a quantized lm_head): run as the CPU's IntLinear runs it — the final norm's rows quantized
+  // per token (hq, hsx), the int8 GEMM into the logits buffer, the epilogue in place.
+  bool head_q8 = false;
+  DeviceBuffer head_codes, head_scales, hq, hsx;
 
   explicit Impl(Checkpoint&& ck);
   ~Impl();
@@ -76,7 +88,9 @@ struct GpuModel::Impl {
   // Runs chunks × T tokens (host ids, row-major [chunks, T]), each chunk a fresh sequence from
   // position 0; leaves the last hidden states in x.
   void forward(const int32_t* ids, int chunks);
-  void forward_layer_q8(const Layer& L, int chunks);
+  // prev: the layer before (its down GEMM's sums still in acc, added to x by this layer's first
+  // norm when q8_fuse); last: add this layer's down output to x here.
+  void forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last);
   // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
   const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).

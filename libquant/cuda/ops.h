@@ -22,8 +22,11 @@ void rmsnorm(const float* x, const float* w, bf16* y, int rows, int dim, float e
 
 // rope.cu: qkv [n, (nh + 2·nkv)·hd] fp32 → q [n, nh·hd], k, v [n, nkv·hd] f16, RoPE (rotate-half)
 // on q and k at position r % T from the tables cos/sin [T, hd/2].
+// q32/k32/v32 (optional, the fp32 attention): q unrounded, k and v rounded to f16 and widened
+// (the CPU's f16 cache), fp32.
 void rope_split(const float* qkv, int n, int T, int nh, int nkv, int hd, const float* cos, const float* sin, __half* q,
-                __half* k, __half* v, cudaStream_t s);
+                __half* k, __half* v, cudaStream_t s, float* q32 = nullptr, float* k32 = nullptr,
+                float* v32 = nullptr);
 
 // swiglu.cu: h [n, F] = silu(gu[:, :F]) · gu[:, F:] as bf16.
 void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s);
@@ -36,6 +39,8 @@ void fill_random(uint32_t* p, size_t n_words, uint32_t seed, uint32_t mask, cuda
 // attn_softmax.cu: rows of T scores (row r is query position r % T): P = softmax(scale · S) over
 // keys 0 … r % T, zero after, as f16.
 void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s);
+// The same with fp32 probabilities (the fp32 attention, QT_CUDA_ATTN_F32=1).
+void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s);
 
 // kld.cu: per row of base and test logits (kld.h's KldToken; same_top as 0/1).
 struct KldRow {

@@ -171,9 +171,10 @@ std::vector<float> kv_attention(const kv::KVConfig& cfg, const std::vector<float
   const __half *qh = dq.get<__half>(), *kh = dk.get<__half>(), *vh = dv.get<__half>();
   Attention a;
   a.bind(B, T, nh, nkv, D, kvq.q_ptr(qh), kvq.k_ptr(kh), kvq.v_ptr(vh), out.get<float>(),
-         kvq.key_window() ? kvq.k2_ptr(kh) : nullptr, kvq.value_window() ? kvq.v2_ptr(vh) : nullptr, qh);
+         kvq.key_window() ? kvq.k2_ptr(kh) : nullptr, kvq.value_window() ? kvq.v2_ptr(vh) : nullptr, qh,
+         kvq.keys().bound(), kvq.values().bound());
   kvq.prepare(qh, kh, vh, B, nullptr);
-  a.run(B, scale, nullptr, kvq.keys().bound(), kvq.values().bound());
+  a.run(B, scale, nullptr);
   kvq.finish(out.get<float>(), B, nullptr);
   return down<float>(out, size_t(B) * T * nh * D);
 }
