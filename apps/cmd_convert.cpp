@@ -4,6 +4,7 @@
 //                   [--imatrix STATS] [--smooth STATS [--alpha A|auto]] [--awq [--no-clip]]
 //                   [--gptq [--act-order] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
 //                   (calibration: calib/weight_calibration.h)
+//                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
+#include "calib/rotation.h"
 #include "calib/weight_calibration.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
@@ -475,7 +477,8 @@ bool is_nonempty(const fs::path& p) {
 
 struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
-  bool force = false, fsync = false;
+  bool force = false, fsync = false, rotate = false;
+  uint64_t rotate_seed = 0;
   int threads = 0;
   QuantArgs q;
   calib::WeightCalibArgs c;
@@ -502,8 +505,8 @@ int run_gguf(const Args& a) {
       a.q.strict || a.q.untie)
     user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
-  if (!a.c.smooth.empty() || a.c.gptq || a.c.awq)
-    user_error("--smooth, --gptq, --awq: not supported with --format gguf yet");
+  if (!a.c.smooth.empty() || a.c.gptq || a.c.awq || a.rotate)
+    user_error("--smooth, --gptq, --awq, --rotate: not supported with --format gguf yet");
   const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, kGgufExportTypes);
@@ -578,6 +581,10 @@ int run(const Args& a) {
     }
     if (pos == 0 || pos != a.alpha.size()) user_error("--alpha: '{}' is neither a number nor auto", a.alpha);
   }
+  if (a.rotate && (!ca.smooth.empty() || !ca.imatrix.empty() || ca.awq))
+    user_error("--rotate: act-stats are per channel of the unrotated model; write the rotated model first "
+               "(convert --rotate, no --scheme), take act-stats on it, then quantize that");
+  if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
   calib::WeightCalibration calib(ca);
   if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq, --awq: need --scheme");
 
@@ -594,6 +601,10 @@ int run(const Args& a) {
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  if (a.rotate) {  // before projections are fused and before any calibration reads the weights
+    for (auto& [name, t] : ck.tensors) t = materialize(t);
+    calib::rotate_residual(ck, a.rotate_seed);
+  }
   if (ck.config.fused_proj && planner.active()) {
     if (calib.active())  // its statistics and the GPTQ pass are per projection
       user_error("{}: {} stores qkv_proj / gate_up_proj fused; --smooth, --imatrix and --gptq are not "
@@ -689,6 +700,10 @@ const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) i
                        sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")
                            ->capture_default_str();
                        sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
+                       sub.add_flag("--rotate", a->rotate,
+                                    "turn the residual stream by a random orthogonal matrix folded into the weights "
+                                    "(QuaRot/SpinQuant; norms folded, head untied)");
+                       sub.add_option("--rotate-seed", a->rotate_seed, "seed of --rotate's matrix")->capture_default_str();
                        sub.add_option("--threads", a->threads, "threads (default: all cores)");
                        return [a] { return run(*a); };
                      }});
