@@ -39,17 +39,17 @@ for s in ${STEP//,/ }; do case $s in
     E="$Q eval-ppl --text $T --device cuda --model"
     run $E /tmp/l8b
     run $E /tmp/l8b-w8
-    run env QT_CUDA_LT_TUNE=0 $E /tmp/l8b-w8
-    run env QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8
+    for v in 1 2 3 4 5; do run env QT_CUDA_PROFILE=1 QT_CUDA_SWIGLU_V=$v $E /tmp/l8b-w8 | grep -E "swiglu|total|^tokens|^PPL|^rc"; done
     run $E /tmp/l8b-w8 --batch 8
     run $E /tmp/l8b --batch 8
     run $E /tmp/l8b
     run $E /tmp/l8b-w8
-    run env QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8 --batch 8
     run $E /tmp/l8b-w8 --batch 8
+    run env QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8
+    run env QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8 --batch 8
     run env QT_CUDA_LT_TUNE=2 $E /tmp/l8b
     run env QT_CUDA_LT_TUNE=2 $E /tmp/l8b --batch 8
     run env QT_CUDA_PROFILE=1 $E /tmp/l8b-w8
-    run env QT_CUDA_PROFILE=1 QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8 ;;
+    run env QT_CUDA_PROFILE=1 $E /tmp/l8b ;;
   *) echo "usage: $0 KIT tests|8b[,..]" >&2; exit 2 ;;
 esac; done

@@ -117,6 +117,7 @@ Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector
 // The W8A8 passes in their vectorized (vec) or scalar forms (set_q8_vectorized), for the tests'
 // side-by-side comparisons: swiglu_q8; x += sx·(sw·acc) then RMSNorm + int8 (x returned too);
 // per-token int8 of x; rope_split_q8 of a q|k|v int32 product (q, k, v as f16 values, concatenated).
+void swiglu_variant(int v);  // swiglu_q8's vectorized variant (QT_CUDA_SWIGLU_V; 0: the default)
 Q8 swiglu_q8_form(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
                   const std::vector<float>& sw, bool vec);
 Q8 residual_rmsnorm_q8(const std::vector<int32_t>& acc, const std::vector<float>& sx_acc, const std::vector<float>& sw,

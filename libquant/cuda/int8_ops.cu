@@ -167,8 +167,8 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
 // ---- Vectorized forms (stop 27b): 16-byte loads and stores, so that each SM keeps enough bytes in
 // flight to run these passes at the HBM's rate (the scalar forms above reached 2.1–2.4 TB/s of the
 // 3 TB/s). Same formulas, element for element; a block's reductions see the same values (max is
-// exact; the RMSNorm sums run in a different order than the scalar forms', the same in the fused
-// and the separate norm). Used where the width is a multiple of 4 (every model here).
+// exact, the RMSNorm's sum of squares runs in the scalar kernels' order): the same bits as the
+// scalar forms. Used where the width is a multiple of 4 (every model here).
 __device__ __forceinline__ char4 q8x4(float4 v, float inv) {
   return make_char4(q8(v.x, inv), q8(v.y, inv), q8(v.z, inv), q8(v.w, inv));
 }
@@ -178,11 +178,27 @@ __device__ __forceinline__ float amax4(float m, float4 v) {
 __device__ __forceinline__ float4 deq4(float sx, float4 w, int4 a) {
   return make_float4(deq(sx, w.x, a.x), deq(sx, w.y, a.y), deq(sx, w.z, a.z), deq(sx, w.w, a.w));
 }
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-// swiglu_q8_kernel, four columns per thread and step; h in shared memory (F floats).
-__global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __restrict__ acc, int F, const float* __restrict__ sx_in,
-                                    const float* __restrict__ sw, int8_t* __restrict__ q, float* __restrict__ sx_out) {
+// swiglu_q8_kernel, four columns per thread and step; h in shared memory (F floats). Variants
+// (QT_CUDA_SWIGLU_V, for measuring; the exact ones give the scalar kernel's bits): GUARD skips the
+// IEEE division's slow path where 1 + exp(−g) is infinite (g/∞ = ±0: the same code 0); F2I rounds
+// and converts in one instruction (cvt.rni, ties to even as rintf) and clamps as integers; FAST
+// (not exact, a diagnostic only) uses __expf and __fdividef.
+template <bool GUARD, bool F2I, bool FAST> __device__ __forceinline__ float silu_mul_t(float g, float u) {
+  if (FAST) return __fdividef(g, 1.0f + __expf(-g)) * u;
+  const float d = 1.0f + expf(-g);
+  if (GUARD && d == INFINITY) return copysignf(0.0f, g) * u;
+  return g / d * u;
+}
+template <bool F2I> __device__ __forceinline__ int8_t q8_t(float v, float inv) {
+  if (F2I) return int8_t(min(max(__float2int_rn(v * inv), -128), 127));
+  return q8(v, inv);
+}
+template <bool GUARD, bool F2I, bool FAST>
+__global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __restrict__ acc, int F,
+                                                            const float* __restrict__ sx_in,
+                                                            const float* __restrict__ sw, int8_t* __restrict__ q,
+                                                            float* __restrict__ sx_out) {
   extern __shared__ float4 h4[];
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
@@ -197,21 +213,30 @@ __global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __res
   for (int c = threadIdx.x; c < F4; c += blockDim.x) {
     const int4 a = __ldcs(g + c), b = __ldcs(u + c);
     const float4 x = deq4(s_in, __ldg(wg + c), a), y = deq4(s_in, __ldg(wu + c), b);
-    const float4 v = make_float4(silu_mul(x.x, y.x), silu_mul(x.y, y.y), silu_mul(x.z, y.z), silu_mul(x.w, y.w));
+    const float4 v = make_float4(silu_mul_t<GUARD, F2I, FAST>(x.x, y.x), silu_mul_t<GUARD, F2I, FAST>(x.y, y.y),
+                                 silu_mul_t<GUARD, F2I, FAST>(x.z, y.z), silu_mul_t<GUARD, F2I, FAST>(x.w, y.w));
     h4[c] = v;
     amax = amax4(amax, v);
   }
   const float s = scale_of(block_max(amax, sh));  // block_max synchronizes: h is complete
   const float qi = 1.0f / s;
   char4* o = reinterpret_cast<char4*>(q + r * F);
-  for (int c = threadIdx.x; c < F4; c += blockDim.x) o[c] = q8x4(h4[c], qi);
+  for (int c = threadIdx.x; c < F4; c += blockDim.x) {
+    const float4 v = h4[c];
+    o[c] = make_char4(q8_t<F2I>(v.x, qi), q8_t<F2I>(v.y, qi), q8_t<F2I>(v.z, qi), q8_t<F2I>(v.w, qi));
+  }
   if (threadIdx.x == 0) sx_out[r] = s;
 }
 
 // The RMSNorm + int8 of one row held in shared memory (xs, dim floats), four columns per thread and
-// step: the sum of squares in the order both norm kernels below use.
-__device__ __forceinline__ void norm_q8_row_v4(const float4* xs, const float4* w, int dim4, float ss, float eps,
-                                               int dim, char4* q, float* sx, float* sh) {
+// step — but the sum of squares read back one column per thread and step, as the scalar kernels
+// sum it (same block size, 512): the same sum, bit for bit, so the same codes.
+__device__ __forceinline__ void norm_q8_row_v4(const float4* xs, const float4* w, int dim4, float eps, int dim,
+                                               char4* q, float* sx, float* sh) {
+  __syncthreads();
+  const float* x1 = reinterpret_cast<const float*>(xs);
+  float ss = 0;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) ss += x1[d] * x1[d];
   ss = block_sum(ss, sh);
   const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
   float amax = 0;
@@ -227,13 +252,6 @@ __device__ __forceinline__ void norm_q8_row_v4(const float4* xs, const float4* w
   }
   if (threadIdx.x == 0) *sx = s;
 }
-__device__ __forceinline__ float sq4(float ss, float4 v) {
-  ss += v.x * v.x;
-  ss += v.y * v.y;
-  ss += v.z * v.z;
-  ss += v.w * v.w;
-  return ss;
-}
 
 __global__ void rmsnorm_q8_v4_kernel(const float* x, const float* w, int dim, float eps, int8_t* q, float* sx,
                                      int group, int group_stride, int group_off) {
@@ -242,13 +260,8 @@ __global__ void rmsnorm_q8_v4_kernel(const float* x, const float* w, int dim, fl
   const int64_t r = blockIdx.x;
   const int dim4 = dim / 4;
   const float4* xr = reinterpret_cast<const float4*>(x + (int64_t(r / group) * group_stride + group_off + r % group) * dim);
-  float ss = 0;
-  for (int d = threadIdx.x; d < dim4; d += blockDim.x) {
-    const float4 v = xr[d];
-    xs4[d] = v;
-    ss = sq4(ss, v);
-  }
-  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, ss, eps, dim, reinterpret_cast<char4*>(q + r * dim),
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) xs4[d] = xr[d];
+  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim),
                  sx + r, sh);
 }
 
@@ -263,16 +276,14 @@ __global__ void residual_rmsnorm_q8_v4_kernel(const int32_t* __restrict__ acc, c
   const int4* a = reinterpret_cast<const int4*>(acc + r * dim);
   const float4* ws = reinterpret_cast<const float4*>(sw);
   float4* xr = reinterpret_cast<float4*>(x + r * dim);
-  float ss = 0;
   for (int d = threadIdx.x; d < dim4; d += blockDim.x) {
     const float4 o = xr[d], y = deq4(s_acc, __ldg(ws + d), __ldcs(a + d));
     const float4 v = make_float4(__fadd_rn(o.x, y.x), __fadd_rn(o.y, y.y), __fadd_rn(o.z, y.z), __fadd_rn(o.w, y.w));
     xr[d] = v;
     xs4[d] = v;
-    ss = sq4(ss, v);
   }
-  // block_sum in norm_q8_row_v4 synchronizes: every thread has read sx_acc[r] before sx[r] is written
-  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, ss, eps, dim, reinterpret_cast<char4*>(q + r * dim),
+  // norm_q8_row_v4 synchronizes: every thread has read sx_acc[r] before sx[r] is written
+  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim),
                  sx + r, sh);
 }
 
@@ -344,13 +355,23 @@ bool use_vec(int width) {
   }
   return g_vec && width % 4 == 0;
 }
-int norm_threads(int dim) { return dim >= 2048 ? 512 : 256; }
+int norm_threads(int) { return 512; }  // the scalar kernels' block size: the same sums
 template <typename K> void smem_attr(K kernel, size_t bytes) {
   QT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 }  // namespace
 
 void set_q8_vectorized(bool on) { g_vec = on ? 1 : 0; }
+
+int g_swiglu = -1;  // QT_CUDA_SWIGLU_V (see swiglu_q8_v4_kernel); 0: the default
+int swiglu_variant() {
+  if (g_swiglu < 0) {
+    const char* e = std::getenv("QT_CUDA_SWIGLU_V");
+    g_swiglu = e ? std::atoi(e) : 0;
+  }
+  return g_swiglu;
+}
+void set_swiglu_variant(int v) { g_swiglu = v; }
 
 void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
                          int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
@@ -432,9 +453,19 @@ void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const fl
   if (rows <= 0) return;
   const size_t smem = size_t(F) * 4;
   if (use_vec(F)) {
-    smem_attr(swiglu_q8_v4_kernel, smem);
-    swiglu_q8_v4_kernel<<<rows, F >= 8192 ? 1024 : 512, smem, s>>>(acc, F, sx_in, sw, q, sx_out);
-    QT_CUDA_LAUNCHED();
+    auto go = [&](auto kernel, int threads) {
+      smem_attr(kernel, smem);
+      kernel<<<rows, threads, smem, s>>>(acc, F, sx_in, sw, q, sx_out);
+      QT_CUDA_LAUNCHED();
+    };
+    switch (swiglu_variant()) {
+      case 1: go(swiglu_q8_v4_kernel<false, false, false>, 1024); break;
+      case 2: go(swiglu_q8_v4_kernel<false, false, false>, 512); break;
+      case 3: go(swiglu_q8_v4_kernel<true, true, false>, 1024); break;
+      case 4: go(swiglu_q8_v4_kernel<true, true, false>, 512); break;
+      case 5: go(swiglu_q8_v4_kernel<false, false, true>, 1024); break;  // not exact: a diagnostic
+      default: go(swiglu_q8_v4_kernel<true, true, false>, 512); break;
+    }
     return;
   }
   QT_CUDA_CHECK(cudaFuncSetAttribute(swiglu_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

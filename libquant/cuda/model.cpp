@@ -415,6 +415,15 @@ void GpuModel::Impl::tune_gemms(int n) {
     one("o", L.wo.get(), H, Q, a, y, CUDA_R_32I, CUDA_R_8I);
     one("gate|up", L.wgu.get(), 2 * F, H, a, y, CUDA_R_32I, CUDA_R_8I);
     one("down", L.wdown.get(), H, F, a, y, CUDA_R_32I, CUDA_R_8I);
+    if (head_q8 && head_rows >= 1024) {  // the output head, at the slice eval-ppl runs (head_rows)
+      fill_random(hq.get<uint32_t>(), hq.bytes() / 4, 28, 0x3f3f3f3fu, stream);
+      float first = 0, best = 0;
+      const int pick = gemm->tune(head_codes.get(), cfg.vocab, H, hq.get(), head_rows, logits.get(), CUDA_R_32I,
+                                  CUDA_R_8I, stream, 8, &first, &best);
+      if (log)
+        std::fprintf(stderr, "lt tune %-10s int8 n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", "lm_head",
+                     head_rows, pick, best, first);
+    }
   } else {
     for (DeviceBuffer* b : {&xb, &hb, &attb})  // bf16 words of high byte ≤ 0x3f: finite, positive, below 2
       fill_random(b->get<uint32_t>(), b->bytes() / 4, 27, 0x3fff3fffu, stream);

@@ -63,6 +63,7 @@ std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vec
   no_cuda();
 }
 Q8 swiglu_q8(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
+void swiglu_variant(int) { no_cuda(); }
 Q8 swiglu_q8_form(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&, bool) {
   no_cuda();
 }

@@ -116,6 +116,8 @@ Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector
   return {down<int8_t>(q, size_t(rows) * F), down<float>(so, size_t(rows))};
 }
 
+void swiglu_variant(int v) { set_swiglu_variant(v); }
+
 Q8 swiglu_q8_form(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
                   const std::vector<float>& sw, bool vec) {
   set_q8_vectorized(vec);
