@@ -4,6 +4,7 @@
 // s = absmax/127 (1 for a zero row), q = clamp(rint(x · (1/s)), −128, 127), and
 // y = s_x · (s_w · float(acc)) — the int32 sums are exact, so only the fp32 steps can differ.
 #include <algorithm>
+#include <cstdlib>
 
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/int8_ops.h"
@@ -162,12 +163,226 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
   }
 }
 
+
+// ---- Vectorized forms (stop 27b): 16-byte loads and stores, so that each SM keeps enough bytes in
+// flight to run these passes at the HBM's rate (the scalar forms above reached 2.1–2.4 TB/s of the
+// 3 TB/s). Same formulas, element for element; a block's reductions see the same values (max is
+// exact, the RMSNorm's sum of squares runs in the scalar kernels' order): the same bits as the
+// scalar forms. Used where the width is a multiple of 4 (every model here).
+__device__ __forceinline__ char4 q8x4(float4 v, float inv) {
+  return make_char4(q8(v.x, inv), q8(v.y, inv), q8(v.z, inv), q8(v.w, inv));
+}
+__device__ __forceinline__ float amax4(float m, float4 v) {
+  return fmaxf(fmaxf(fmaxf(m, fabsf(v.x)), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+__device__ __forceinline__ float4 deq4(float sx, float4 w, int4 a) {
+  return make_float4(deq(sx, w.x, a.x), deq(sx, w.y, a.y), deq(sx, w.z, a.z), deq(sx, w.w, a.w));
+}
+
+// swiglu_q8_kernel, four columns per thread and step; h in shared memory (F floats). Variants
+// (QT_CUDA_SWIGLU_V, for measuring; the exact ones give the scalar kernel's bits): GUARD skips the
+// IEEE division's slow path where 1 + exp(−g) is infinite (g/∞ = ±0: the same code 0); F2I rounds
+// and converts in one instruction (cvt.rni, ties to even as rintf) and clamps as integers; FAST
+// (not exact, a diagnostic only) uses __expf and __fdividef.
+template <bool GUARD, bool F2I, bool FAST> __device__ __forceinline__ float silu_mul_t(float g, float u) {
+  if (FAST) return __fdividef(g, 1.0f + __expf(-g)) * u;
+  const float d = 1.0f + expf(-g);
+  if (GUARD && d == INFINITY) return copysignf(0.0f, g) * u;
+  return g / d * u;
+}
+template <bool F2I> __device__ __forceinline__ int8_t q8_t(float v, float inv) {
+  if (F2I) return int8_t(min(max(__float2int_rn(v * inv), -128), 127));
+  return q8(v, inv);
+}
+template <bool GUARD, bool F2I, bool FAST>
+__global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __restrict__ acc, int F,
+                                                            const float* __restrict__ sx_in,
+                                                            const float* __restrict__ sw, int8_t* __restrict__ q,
+                                                            float* __restrict__ sx_out) {
+  extern __shared__ float4 h4[];
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const int F4 = F / 4;
+  const int4* g = reinterpret_cast<const int4*>(acc + r * 2 * F);
+  const int4* u = g + F4;
+  const float4* wg = reinterpret_cast<const float4*>(sw);
+  const float4* wu = wg + F4;
+  const float s_in = sx_in[r];
+  float amax = 0;
+#pragma unroll 4
+  for (int c = threadIdx.x; c < F4; c += blockDim.x) {
+    const int4 a = __ldcs(g + c), b = __ldcs(u + c);
+    const float4 x = deq4(s_in, __ldg(wg + c), a), y = deq4(s_in, __ldg(wu + c), b);
+    const float4 v = make_float4(silu_mul_t<GUARD, F2I, FAST>(x.x, y.x), silu_mul_t<GUARD, F2I, FAST>(x.y, y.y),
+                                 silu_mul_t<GUARD, F2I, FAST>(x.z, y.z), silu_mul_t<GUARD, F2I, FAST>(x.w, y.w));
+    h4[c] = v;
+    amax = amax4(amax, v);
+  }
+  const float s = scale_of(block_max(amax, sh));  // block_max synchronizes: h is complete
+  const float qi = 1.0f / s;
+  char4* o = reinterpret_cast<char4*>(q + r * F);
+  for (int c = threadIdx.x; c < F4; c += blockDim.x) {
+    const float4 v = h4[c];
+    o[c] = make_char4(q8_t<F2I>(v.x, qi), q8_t<F2I>(v.y, qi), q8_t<F2I>(v.z, qi), q8_t<F2I>(v.w, qi));
+  }
+  if (threadIdx.x == 0) sx_out[r] = s;
+}
+
+// The RMSNorm + int8 of one row held in shared memory (xs, dim floats), four columns per thread and
+// step — but the sum of squares read back one column per thread and step, as the scalar kernels
+// sum it (same block size, 512): the same sum, bit for bit, so the same codes.
+__device__ __forceinline__ void norm_q8_row_v4(const float4* xs, const float4* w, int dim4, float eps, int dim,
+                                               char4* q, float* sx, float* sh) {
+  __syncthreads();
+  const float* x1 = reinterpret_cast<const float*>(xs);
+  float ss = 0;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) ss += x1[d] * x1[d];
+  ss = block_sum(ss, sh);
+  const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
+  float amax = 0;
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) {
+    const float4 x = xs[d], ww = __ldg(w + d);
+    amax = amax4(amax, make_float4(ww.x * (x.x * inv), ww.y * (x.y * inv), ww.z * (x.z * inv), ww.w * (x.w * inv)));
+  }
+  const float s = scale_of(block_max(amax, sh));
+  const float qi = 1.0f / s;
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) {
+    const float4 x = xs[d], ww = __ldg(w + d);
+    q[d] = q8x4(make_float4(ww.x * (x.x * inv), ww.y * (x.y * inv), ww.z * (x.z * inv), ww.w * (x.w * inv)), qi);
+  }
+  if (threadIdx.x == 0) *sx = s;
+}
+
+__global__ void rmsnorm_q8_v4_kernel(const float* x, const float* w, int dim, float eps, int8_t* q, float* sx,
+                                     int group, int group_stride, int group_off) {
+  extern __shared__ float4 xs4[];
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const int dim4 = dim / 4;
+  const float4* xr = reinterpret_cast<const float4*>(x + (int64_t(r / group) * group_stride + group_off + r % group) * dim);
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) xs4[d] = xr[d];
+  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim),
+                 sx + r, sh);
+}
+
+__global__ void residual_rmsnorm_q8_v4_kernel(const int32_t* __restrict__ acc, const float* sx_acc,
+                                              const float* __restrict__ sw, float* x, const float* w, int dim,
+                                              float eps, int8_t* q, float* sx) {
+  extern __shared__ float4 xs4[];
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const int dim4 = dim / 4;
+  const float s_acc = sx_acc[r];
+  const int4* a = reinterpret_cast<const int4*>(acc + r * dim);
+  const float4* ws = reinterpret_cast<const float4*>(sw);
+  float4* xr = reinterpret_cast<float4*>(x + r * dim);
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) {
+    const float4 o = xr[d], y = deq4(s_acc, __ldg(ws + d), __ldcs(a + d));
+    const float4 v = make_float4(__fadd_rn(o.x, y.x), __fadd_rn(o.y, y.y), __fadd_rn(o.z, y.z), __fadd_rn(o.w, y.w));
+    xr[d] = v;
+    xs4[d] = v;
+  }
+  // norm_q8_row_v4 synchronizes: every thread has read sx_acc[r] before sx[r] is written
+  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim),
+                 sx + r, sh);
+}
+
+__global__ void quant_rows_v4_kernel(const float* x, int dim, int8_t* q, float* sx) {
+  extern __shared__ float4 xs4[];
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const int dim4 = dim / 4;
+  const float4* xr = reinterpret_cast<const float4*>(x + r * dim);
+  float amax = 0;
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) {
+    const float4 v = __ldcs(xr + d);
+    xs4[d] = v;
+    amax = amax4(amax, v);
+  }
+  const float s = scale_of(block_max(amax, sh));
+  const float qi = 1.0f / s;
+  char4* o = reinterpret_cast<char4*>(q + r * dim);
+  for (int d = threadIdx.x; d < dim4; d += blockDim.x) o[d] = q8x4(xs4[d], qi);
+  if (threadIdx.x == 0) sx[r] = s;
+}
+
+// rope_split_q8_kernel, four rotation pairs per thread (half a multiple of 4, no fp32 copies).
+__device__ __forceinline__ void rope1(float x0, float x1, float c, float s, __half& o0, __half& o1) {
+  const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+  o0 = __float2half_rn(y0);
+  o1 = __float2half_rn(y1);
+}
+__global__ void rope_split_q8_v4_kernel(const int32_t* __restrict__ acc, const float* sx, const float* __restrict__ sw,
+                                        int T, int nh, int nkv, int hd, const float* __restrict__ cos_t,
+                                        const float* __restrict__ sin_t, __half* q, __half* k, __half* v) {
+  const int r = blockIdx.x, half = hd / 2, pos = r % T, h4 = half / 4;
+  const int Q = nh * hd, KV = nkv * hd;
+  const int32_t* in = acc + int64_t(r) * (Q + 2 * KV);
+  const float s_in = sx[r];
+  const float* cr = cos_t + int64_t(pos) * half;
+  const float* sr = sin_t + int64_t(pos) * half;
+  for (int t = threadIdx.x; t < (nh + nkv) * h4; t += blockDim.x) {
+    const int h = t / h4, i = (t % h4) * 4, j = h * hd + i;
+    const float4 x0 = deq4(s_in, __ldg(reinterpret_cast<const float4*>(sw + j)), __ldcs(reinterpret_cast<const int4*>(in + j)));
+    const float4 x1 = deq4(s_in, __ldg(reinterpret_cast<const float4*>(sw + j + half)),
+                           __ldcs(reinterpret_cast<const int4*>(in + j + half)));
+    const float4 c = __ldg(reinterpret_cast<const float4*>(cr + i)), s = __ldg(reinterpret_cast<const float4*>(sr + i));
+    __align__(8) __half lo[4], hi[4];
+    rope1(x0.x, x1.x, c.x, s.x, lo[0], hi[0]);
+    rope1(x0.y, x1.y, c.y, s.y, lo[1], hi[1]);
+    rope1(x0.z, x1.z, c.z, s.z, lo[2], hi[2]);
+    rope1(x0.w, x1.w, c.w, s.w, lo[3], hi[3]);
+    __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
+    *reinterpret_cast<uint2*>(o + i) = *reinterpret_cast<const uint2*>(lo);
+    *reinterpret_cast<uint2*>(o + i + half) = *reinterpret_cast<const uint2*>(hi);
+  }
+  for (int t = threadIdx.x * 4; t < KV; t += blockDim.x * 4) {
+    const float4 x = deq4(s_in, __ldg(reinterpret_cast<const float4*>(sw + Q + KV + t)),
+                          __ldcs(reinterpret_cast<const int4*>(in + Q + KV + t)));
+    __align__(8) __half o[4] = {__float2half_rn(x.x), __float2half_rn(x.y), __float2half_rn(x.z), __float2half_rn(x.w)};
+    *reinterpret_cast<uint2*>(v + int64_t(r) * KV + t) = *reinterpret_cast<const uint2*>(o);
+  }
+}
+
 }  // namespace
+
+namespace {
+int g_vec = -1;  // -1: QT_CUDA_Q8_VEC from the environment on first use (0 = the scalar kernels)
+bool use_vec(int width) {
+  if (g_vec < 0) {
+    const char* e = std::getenv("QT_CUDA_Q8_VEC");
+    g_vec = !(e && e[0] == '0');
+  }
+  return g_vec && width % 4 == 0;
+}
+int norm_threads(int) { return 512; }  // the scalar kernels' block size: the same sums
+template <typename K> void smem_attr(K kernel, size_t bytes) {
+  QT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+}  // namespace
+
+void set_q8_vectorized(bool on) { g_vec = on ? 1 : 0; }
+
+int g_swiglu = -1;  // QT_CUDA_SWIGLU_V (see swiglu_q8_v4_kernel); 0: the default
+int swiglu_variant() {
+  if (g_swiglu < 0) {
+    const char* e = std::getenv("QT_CUDA_SWIGLU_V");
+    g_swiglu = e ? std::atoi(e) : 0;
+  }
+  return g_swiglu;
+}
+void set_swiglu_variant(int v) { g_swiglu = v; }
 
 void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
                          int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
   if (rows <= 0) return;
   const size_t smem = size_t(dim) * 4;
+  if (use_vec(dim)) {
+    smem_attr(residual_rmsnorm_q8_v4_kernel, smem);
+    residual_rmsnorm_q8_v4_kernel<<<rows, norm_threads(dim), smem, s>>>(acc, sx_acc, sw, x, w, dim, eps, q, sx);
+    QT_CUDA_LAUNCHED();
+    return;
+  }
   QT_CUDA_CHECK(cudaFuncSetAttribute(residual_rmsnorm_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   residual_rmsnorm_q8_kernel<<<rows, 512, smem, s>>>(acc, sx_acc, sw, x, w, dim, eps, q, sx);
   QT_CUDA_LAUNCHED();
@@ -177,25 +392,42 @@ void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, 
                    const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s, float* q32,
                    float* k32, float* v32) {
   if (n <= 0) return;
+  if (!q32 && use_vec(hd / 2) && use_vec(nkv * hd)) {
+    rope_split_q8_v4_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v);
+    QT_CUDA_LAUNCHED();
+    return;
+  }
   rope_split_q8_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v, q32, k32, v32);
   QT_CUDA_LAUNCHED();
 }
 
 void rmsnorm_q8(const float* x, const float* w, int rows, int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
-  if (rows <= 0) return;
-  rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx, rows, 0, 0);
-  QT_CUDA_LAUNCHED();
+  rmsnorm_q8_rows(x, w, rows, dim, eps, rows, 0, 0, q, sx, s);
 }
 
 void rmsnorm_q8_rows(const float* x, const float* w, int rows, int dim, float eps, int group, int group_stride,
                      int group_off, int8_t* q, float* sx, cudaStream_t s) {
   if (rows <= 0) return;
+  if (use_vec(dim) && residual_rmsnorm_q8_fits(dim)) {
+    const size_t smem = size_t(dim) * 4;
+    smem_attr(rmsnorm_q8_v4_kernel, smem);
+    rmsnorm_q8_v4_kernel<<<rows, norm_threads(dim), smem, s>>>(x, w, dim, eps, q, sx, group, group_stride, group_off);
+    QT_CUDA_LAUNCHED();
+    return;
+  }
   rmsnorm_q8_kernel<<<rows, 512, 0, s>>>(x, w, dim, eps, q, sx, group, group_stride, group_off);
   QT_CUDA_LAUNCHED();
 }
 
 void quant_rows(const float* x, int rows, int dim, int8_t* q, float* sx, cudaStream_t s) {
   if (rows <= 0) return;
+  if (use_vec(dim) && swiglu_q8_fits(dim)) {
+    const size_t smem = size_t(dim) * 4;
+    smem_attr(quant_rows_v4_kernel, smem);
+    quant_rows_v4_kernel<<<rows, norm_threads(dim), smem, s>>>(x, dim, q, sx);
+    QT_CUDA_LAUNCHED();
+    return;
+  }
   quant_rows_kernel<<<rows, 512, 0, s>>>(x, dim, q, sx);
   QT_CUDA_LAUNCHED();
 }
@@ -220,6 +452,22 @@ void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const fl
                cudaStream_t s) {
   if (rows <= 0) return;
   const size_t smem = size_t(F) * 4;
+  if (use_vec(F)) {
+    auto go = [&](auto kernel, int threads) {
+      smem_attr(kernel, smem);
+      kernel<<<rows, threads, smem, s>>>(acc, F, sx_in, sw, q, sx_out);
+      QT_CUDA_LAUNCHED();
+    };
+    switch (swiglu_variant()) {
+      case 1: go(swiglu_q8_v4_kernel<false, false, false>, 1024); break;
+      case 2: go(swiglu_q8_v4_kernel<false, false, false>, 512); break;
+      case 3: go(swiglu_q8_v4_kernel<true, true, false>, 1024); break;
+      case 4: go(swiglu_q8_v4_kernel<true, true, false>, 512); break;
+      case 5: go(swiglu_q8_v4_kernel<false, false, true>, 1024); break;  // not exact: a diagnostic
+      default: go(swiglu_q8_v4_kernel<true, true, false>, 512); break;
+    }
+    return;
+  }
   QT_CUDA_CHECK(cudaFuncSetAttribute(swiglu_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   swiglu_q8_kernel<<<rows, 512, smem, s>>>(acc, F, sx_in, sw, q, sx_out);
   QT_CUDA_LAUNCHED();

@@ -32,4 +32,11 @@ void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, 
                    const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s,
                    float* q32 = nullptr, float* k32 = nullptr, float* v32 = nullptr);  // F floats of shared memory per block
 
+// The kernels above in their 16-byte vectorized forms (default; QT_CUDA_Q8_VEC=0 or false here: the
+// scalar forms, for the tests' side-by-side comparison).
+void set_q8_vectorized(bool on);
+// swiglu_q8's vectorized variants (int8_ops.cu; QT_CUDA_SWIGLU_V): 0 the default, 1–4 exact, 5 fast-math.
+int swiglu_variant();
+void set_swiglu_variant(int v);
+
 }  // namespace qt::cuda

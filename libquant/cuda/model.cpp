@@ -17,6 +17,7 @@
 //
 // The same block as LlamaModel::forward_layer (libquant/model/llama.cpp) for llama and mistral.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -300,6 +301,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
   if (const char* e = std::getenv("QT_CUDA_Q8_FUSE")) q8_fuse = std::string(e) != "0";
+  if (const char* e = std::getenv("QT_CUDA_LT_TUNE")) lt_tune = std::atoi(e);
   if (const char* e = std::getenv("QT_CUDA_ATTN_F32")) attn_f32 = std::string(e) == "1";
   if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   ck.tensors.clear();
@@ -383,6 +385,55 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
                att.get<float>());
   }
   max_chunks = chunks, T = T_, head_rows = rows;
+  tune_gemms(int(N));
+}
+
+// Before the timed evaluation: each projection's GEMM at the batch's n tokens, cuBLASLt's
+// candidates timed on layer 0's weights and pattern-filled activations (GemmLt::tune). The int8
+// GEMMs by default (their heuristic's first choice left up to 15% on the table at the 8B shape's
+// gate|up, stop 27b); bf16's too with QT_CUDA_LT_TUNE=2. QT_CUDA_PROFILE=1 prints the choices.
+void GpuModel::Impl::tune_gemms(int n) {
+  if (lt_tune <= 0 || layers.empty() || n < 1024) return;
+  const bool dense = !q8 && !affine && !bnb4;
+  if (!q8 && !(dense && lt_tune >= 2)) return;
+  const int H = cfg.hidden, F = cfg.intermediate;
+  const Layer& L = layers[0];
+  const bool log = std::getenv("QT_CUDA_PROFILE") != nullptr;
+  auto one = [&](const char* name, const void* W, int out, int in, const void* X, void* Y, cudaDataType_t yt,
+                 cudaDataType_t abt) {
+    float first = 0, best = 0;
+    const int pick = gemm->tune(W, out, in, X, n, Y, yt, abt, stream, 8, &first, &best);
+    if (log)
+      std::fprintf(stderr, "lt tune %-10s %s n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", name,
+                   abt == CUDA_R_8I ? "int8" : "bf16", n, pick, best, first);
+  };
+  if (q8) {
+    fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);  // int8 codes in 0..63
+    void* y = acc.get();
+    const void* a = xq.get();
+    one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, y, CUDA_R_32I, CUDA_R_8I);
+    one("o", L.wo.get(), H, Q, a, y, CUDA_R_32I, CUDA_R_8I);
+    one("gate|up", L.wgu.get(), 2 * F, H, a, y, CUDA_R_32I, CUDA_R_8I);
+    one("down", L.wdown.get(), H, F, a, y, CUDA_R_32I, CUDA_R_8I);
+    if (head_q8 && head_rows >= 1024) {  // the output head, at the slice eval-ppl runs (head_rows)
+      fill_random(hq.get<uint32_t>(), hq.bytes() / 4, 28, 0x3f3f3f3fu, stream);
+      float first = 0, best = 0;
+      const int pick = gemm->tune(head_codes.get(), cfg.vocab, H, hq.get(), head_rows, logits.get(), CUDA_R_32I,
+                                  CUDA_R_8I, stream, 8, &first, &best);
+      if (log)
+        std::fprintf(stderr, "lt tune %-10s int8 n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", "lm_head",
+                     head_rows, pick, best, first);
+    }
+  } else {
+    for (DeviceBuffer* b : {&xb, &hb, &attb})  // bf16 words of high byte ≤ 0x3f: finite, positive, below 2
+      fill_random(b->get<uint32_t>(), b->bytes() / 4, 27, 0x3fff3fffu, stream);
+    void* y = gu.get();
+    one("qkv", L.wqkv.get(), Q + 2 * KV, H, xb.get(), y, CUDA_R_32F, CUDA_R_16BF);
+    one("o", L.wo.get(), H, Q, attb.get(), y, CUDA_R_32F, CUDA_R_16BF);
+    one("gate|up", L.wgu.get(), 2 * F, H, xb.get(), y, CUDA_R_32F, CUDA_R_16BF);
+    one("down", L.wdown.get(), H, F, hb.get(), y, CUDA_R_32F, CUDA_R_16BF);
+  }
+  QT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void GpuModel::Impl::forward(const int32_t* ids, int chunks) {

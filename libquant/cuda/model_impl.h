@@ -46,6 +46,8 @@ struct GpuModel::Impl {
   float* f32q() { return f32_attn_on() ? q32.get<float>() : nullptr; }
   float* f32k() { return f32_attn_on() ? k32.get<float>() : nullptr; }
   float* f32v() { return f32_attn_on() ? v32.get<float>() : nullptr; }
+  int lt_tune = 1;       // QT_CUDA_LT_TUNE: 1 (default) times cuBLASLt's int8 candidates at reserve, 2 also bf16's, 0 none
+  void tune_gemms(int n);
   bool q8_fuse = true;   // W8A8: epilogues fused into RoPE and the next norm (QT_CUDA_Q8_FUSE=0: separate kernels)
   bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
