@@ -62,6 +62,11 @@ ROWS = {
     "a3-g32-mixl-gptq-imat-actorder": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --act-order --imatrix S"),
     "a3-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 64 --dtype bf16 --recipe q3-mix-l --gptq --calib V --imatrix S"),
     "a3-g32-mixl-gptq-imat": ("GPTQ+imatrix", "--scheme affine --bits 3 --group-size 32 --dtype bf16 --recipe q3-mix-l --embedding-bits 6 --gptq --calib V --imatrix S"),
+    # Stop 27: the residual stream rotated first (R = `convert --rotate --dtype f32` of the GGUF,
+    # S_R = act-stats on R, 64 chunks), then R quantized; run on the 2-core Zen 3 (AVX2), not the Xeon.
+    "w4a8-rot-keepemb-gptq-imat-actorder": ("Rotation+GPTQ+imatrix", "--in R --scheme int4 --group-size 0 --recipe keep-embedding --dtype bf16 --gptq --calib V --act-order --imatrix S_R"),
+    "w4a8-rot-keepembhead-gptq-imat-actorder": ("Rotation+GPTQ+imatrix", "--in R --scheme int4 --group-size 0 --recipe keep-embedding-head --dtype bf16 --gptq --calib V --act-order --imatrix S_R"),
+    "w4a8-rot-keepembhead-smoothauto-gptq-imat-actorder": ("Rotation+SmoothQuant auto+GPTQ", "--in R --scheme int4 --group-size 0 --recipe keep-embedding-head --dtype bf16 --smooth S_R --alpha auto --calib V --search-chunks 4 --gptq --act-order --imatrix S_R"),
     "w4a16-g64-rtn": ("RTN", "--scheme int4_ct --group-size 64 --dtype bf16"),
     "w4a16-g64-imat": ("imatrix", "--scheme int4_ct --group-size 64 --dtype bf16 --imatrix S"),
     "w4a16-g64-gptq-imat": ("GPTQ+imatrix", "--scheme int4_ct --group-size 64 --dtype bf16 --gptq --calib V --imatrix S"),
@@ -75,6 +80,9 @@ NOTES = {
     "w4a8-keepemb-smoothauto-gptq-imat": "the tied embedding / head kept bf16",
     "a3-g32-mixm-gptq-imat": "Q3_K_M's shape: q/k/gate/up 3-bit, o 4, v/down 5, head 6",
     "a3-g32-mixl-gptq-imat": "q3-mix-m with up_proj at 4 bits",
+    "w4a8-rot-keepemb-gptq-imat-actorder": "rotated (`--rotate`): the embedding bf16, the untied head int4 W4A8; this 2-core Zen 3",
+    "w4a8-rot-keepembhead-gptq-imat-actorder": "rotated: embedding and head bf16; this 2-core Zen 3",
+    "w4a8-rot-keepembhead-smoothauto-gptq-imat-actorder": "rotated, then SmoothQuant's α searched on it: embedding and head bf16; this 2-core Zen 3",
 }
 # llama.cpp on the same source (issue 17's table and results/llama: llama-cpp-python 0.3.36's
 # sources, llama-imatrix -f wiki.valid.tokens.txt -c 512 --chunks 64, llama-quantize [--imatrix],
@@ -116,7 +124,8 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 5.5))
     marks = {"RTN": "o", "imatrix": "s", "GPTQ": "^", "GPTQ+imatrix": "D", "SmoothQuant": "v",
-             "SmoothQuant auto": "<", "SmoothQuant auto+GPTQ": ">", "AWQ": "P", "AWQ+GPTQ+imatrix": "*"}
+             "SmoothQuant auto": "<", "SmoothQuant auto+GPTQ": ">", "AWQ": "P", "AWQ+GPTQ+imatrix": "*",
+             "Rotation+GPTQ+imatrix": "h", "Rotation+SmoothQuant auto+GPTQ": "H"}
     for m, mk in marks.items():
         pts = [r for r in rows if r["method"] == m and r["bpw"] < 16 and r["name"] != "a4-g32-e6-gptq-imat"]
         if pts:
