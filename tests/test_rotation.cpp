@@ -11,6 +11,7 @@
 
 #include "calib/rotation.h"
 #include "formats/checkpoint.h"
+#include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "tests/support.h"
 
@@ -33,6 +34,14 @@ TEST(Rotation, RandomOrthogonalIsOrthogonalAndFixedBySeed) {
     EXPECT_EQ(Q, calib::random_orthogonal(d, 3));
     EXPECT_NE(Q, calib::random_orthogonal(d, 4));
   }
+}
+
+TEST(Rotation, GemmaIsRefused) {  // its post-norms sit between a writer and the residual
+  Checkpoint ck;
+  ck.config.arch = "gemma2";
+  ck.config.gemma = true;
+  ck.config.hidden = 8;
+  EXPECT_THROW(calib::rotate_residual(ck, 0), UserError);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
