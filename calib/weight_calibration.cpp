@@ -89,6 +89,26 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
   go.weighted_groups = imatrix_.has_value();
   std::string prepared_site;  // the last site's prepared Hessian serves its other projections
   GptqHessian prepared;
+  // Whether no later projection of name's site (q, k, v share one; gate, up another; the order is
+  // calib/sequential.cpp's) is a target: then its prepared Hessian goes at once, not when the next
+  // block's first site replaces it (down_proj's is 14336² floats, 0.8 GB at 8B).
+  auto last_of_site = [&](const std::string& name) {
+    auto swap_tail = [&](const std::string& from, const std::string& to) {
+      return name.size() >= from.size() && name.compare(name.size() - from.size(), from.size(), from) == 0
+                 ? name.substr(0, name.size() - from.size()) + to
+                 : std::string();
+    };
+    std::vector<std::string> later;
+    if (auto q = swap_tail("self_attn.q_proj.weight", "self_attn.k_proj.weight"); !q.empty())
+      later = {q, swap_tail("self_attn.q_proj.weight", "self_attn.v_proj.weight")};
+    else if (auto k = swap_tail("self_attn.k_proj.weight", "self_attn.v_proj.weight"); !k.empty())
+      later = {k};
+    else if (auto g = swap_tail("mlp.gate_proj.weight", "mlp.up_proj.weight"); !g.empty())
+      later = {g};
+    for (const std::string& l : later)
+      if (targets.count(l)) return false;
+    return true;
+  };
   gptq_done_ = quantize_sequential(ck, targets, ids, so,
                                    [&](const std::string& name, const std::vector<float>& w, int64_t rows,
                                        int64_t cols, std::vector<float>& H, const std::string& site) {
@@ -96,7 +116,9 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
                                        prepared = GptqHessian();
                                        prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
                                      }
-                                     return gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
+                                     auto r = gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
+                                     if (last_of_site(name)) prepared = GptqHessian(), prepared_site.clear();
+                                     return r;
                                    });
 }
 
