@@ -72,10 +72,7 @@ void rotate_residual(Checkpoint& ck, uint64_t seed) {
                "the rotation cannot be folded there", c.arch);
   const int d = c.hidden;
   const std::vector<float> Q = random_orthogonal(d, seed);
-  auto get = [&](const std::string& name) {
-    std::vector<float> v = to_f32(ck.get(name));
-    return v;
-  };
+  auto get = [&](const std::string& name) { return to_f32(ck.get(name)); };
   auto put = [&](const std::string& name, std::vector<float> v, std::vector<int64_t> shape) {
     ck.tensors[name] = Tensor::from_f32(std::move(v), std::move(shape));
   };
