@@ -12,7 +12,7 @@
 //
 // Per token: the cache hands the fp16-rounded post-RoPE key k at position m; the codec takes it
 // back to pre-RoPE, x = R(m)ᵀ k, and encodes x greedily: n stages, each the nearest of 2^cb
-// codewords (‖c‖² − 2⟨r, c⟩, ties to the lowest index) of the running residual r. Stored: n codes
+// codewords (‖c‖² − 2⟨r, c⟩, ties to the lowest index) of the running residual r (vq_search.h). Stored: n codes
 // of cb bits (n·cb/d bits per element; no norm, no scale). Scores: RoPE applied exactly at the
 // stored position — decode(j) = R(j)·Σ_s C_s[code_s] in head space (positions are the cache's
 // indices), then the query's plain dot product, 32 decoded keys at a time shared by a task's
@@ -29,6 +29,7 @@
 #include "formats/error.h"
 #include "libquant/kv/calibrated.h"
 #include "libquant/kv/codecs.h"
+#include "libquant/kv/vq_search.h"
 
 namespace qt::kv {
 
@@ -60,101 +61,11 @@ void RopeAngles::rotate(const float* x, int64_t pos, float* y, bool inverse) con
 
 namespace {
 
-// Nearest codeword of r among k (centroid-major ct[i·k + c], ‖c‖² in cn): the AVX2 and baseline
-// clones give the same floats (multiply and add stay separate).
-__attribute__((target_clones("avx2", "default")))
-int nearest_codeword(const float* r, const float* ct, const float* cn, int k, int d, float* dist) {
-  for (int c = 0; c < k; ++c) dist[c] = cn[c];
-  for (int i = 0; i < d; ++i) {
-    const float xi = -2.0f * r[i];
-    const float* row = ct + size_t(i) * k;
-    for (int c = 0; c < k; ++c) dist[c] += xi * row[c];
-  }
-  int best = 0;
-  for (int c = 1; c < k; ++c)
-    if (dist[c] < dist[best]) best = c;
-  return best;
-}
-
-// The nearest codeword (ties to the lowest index) of n residual rows (n a multiple of kRows)
-// among k (a multiple of 16), given m2[t·d + i] = −2·r_t[i]: dist = ‖c‖² + Σ_i m2_i·c_i, the same
-// sums in the same order as nearest_codeword. The stage's codebook is tiled 16 codewords at a time
-// (ctile[(c0/16)·d·16 + i·16 + j] = c_{c0+j}[i]: one 4 KiB run at d = 64), and each tile is held
-// in L1 while every row block passes over it — kRows rows × 16 codewords of sums in registers as
-// the dims stream by. (A centroid-major [i][k] walk reads 1 KiB-strided lines of a 64 KiB stage
-// once per row block: twice the time at d = 64, k = 256.) Per row and lane the smallest distance
-// so far and its codeword persist in bd/bi between tiles (a strict < keeps the lower index of a
-// tie, as tiles are visited in increasing order); the lanes are merged at the end.
-constexpr int kRows = 6;
-typedef float v8 __attribute__((vector_size(32)));
-
-typedef int v8i __attribute__((vector_size(32)));
-
-__attribute__((target_clones("avx2", "default")))
-void nearest_rows(const float* m2, int n, int d, const float* ctile, const float* cn, int k, float* bd, int* bi, int* best) {
-  for (int j = 0; j < 16 * n; ++j) bd[j] = INFINITY, bi[j] = 0;
-  for (int c0 = 0; c0 < k; c0 += 16) {
-    const float* tile = ctile + size_t(c0) * d;
-    v8 n0, n1;
-    __builtin_memcpy(&n0, cn + c0, 32);
-    __builtin_memcpy(&n1, cn + c0 + 8, 32);
-    const v8i i0 = {c0, c0 + 1, c0 + 2, c0 + 3, c0 + 4, c0 + 5, c0 + 6, c0 + 7}, i1 = i0 + 8;
-    for (int t0 = 0; t0 < n; t0 += kRows) {
-      v8 a[kRows][2];
-      for (int t = 0; t < kRows; ++t) a[t][0] = n0, a[t][1] = n1;
-      const float* x0 = m2 + size_t(t0) * d;
-      for (int i = 0; i < d; ++i) {
-        v8 w0, w1;
-        __builtin_memcpy(&w0, tile + size_t(i) * 16, 32);
-        __builtin_memcpy(&w1, tile + size_t(i) * 16 + 8, 32);
-        for (int t = 0; t < kRows; ++t) {
-          const float x = x0[size_t(t) * d + i];
-          const v8 xv = {x, x, x, x, x, x, x, x};
-          a[t][0] += xv * w0;
-          a[t][1] += xv * w1;
-        }
-      }
-      for (int t = 0; t < kRows; ++t) {  // bd/bi: 16 floats / ints per row, unaligned
-        float* bp = bd + 16 * size_t(t0 + t);
-        int* xp = bi + 16 * size_t(t0 + t);
-        v8 b0, b1;
-        v8i x0v, x1v;
-        __builtin_memcpy(&b0, bp, 32), __builtin_memcpy(&b1, bp + 8, 32);
-        __builtin_memcpy(&x0v, xp, 32), __builtin_memcpy(&x1v, xp + 8, 32);
-        const v8i m0 = a[t][0] < b0, m1 = a[t][1] < b1;
-        b0 = m0 ? a[t][0] : b0, x0v = m0 ? i0 : x0v;
-        b1 = m1 ? a[t][1] : b1, x1v = m1 ? i1 : x1v;
-        __builtin_memcpy(bp, &b0, 32), __builtin_memcpy(bp + 8, &b1, 32);
-        __builtin_memcpy(xp, &x0v, 32), __builtin_memcpy(xp + 8, &x1v, 32);
-      }
-    }
-  }
-  for (int t = 0; t < n; ++t) {  // the smallest distance, ties to the lowest index
-    float bv = INFINITY;
-    int b = 0;
-    for (int j = 0; j < 16; ++j) {
-      const float v = bd[16 * size_t(t) + j];
-      const int i = bi[16 * size_t(t) + j];
-      if (v < bv || (v == bv && i < b)) bv = v, b = i;
-    }
-    best[t] = b;
-  }
-}
-
 class CommVQHead final : public Codec {
  public:
   CommVQHead(int d, int n, int cb, std::vector<float> codebooks, std::shared_ptr<const RopeAngles> rope, std::string name)
       : Codec(d, std::move(name)), n_(n), cb_(cb), k_(1 << cb), C_(std::move(codebooks)), rope_(std::move(rope)) {
-    (k_ % 16 == 0 ? ctile_ : ct_).resize(C_.size());
-    cn_.assign(size_t(n_) * k_, 0.0f);
-    for (int s = 0; s < n_; ++s)  // ‖c‖² summed over i in increasing order, as before
-      for (int c = 0; c < k_; ++c)
-        for (int i = 0; i < d_; ++i) {
-          const float x = C_[(size_t(s) * k_ + c) * d_ + i];
-          if (k_ % 16 != 0) ct_[(size_t(s) * d_ + i) * k_ + c] = x;
-          else ctile_[(size_t(s) * k_ + c / 16 * 16) * d_ + size_t(i) * 16 + c % 16] = x;
-          cn_[size_t(s) * k_ + c] += x * x;
-        }
+    for (int s = 0; s < n_; ++s) stage_.push_back(std::make_unique<NearestCodeword>(C_.data() + size_t(s) * k_ * d_, k_, d_));
   }
   size_t group_bytes() const override { return packed_bytes(n_, cb_); }
 
@@ -162,23 +73,14 @@ class CommVQHead final : public Codec {
     throw std::logic_error(name_ + ": encodes at a position (encode_at): keys are stored before RoPE");
   }
   // n pre-RoPE keys (rows d apart, overwritten by their final residuals) into codes[t·n_ + s]:
-  // stage by stage, each row's nearest codeword of its running residual.
+  // stage by stage, each row's nearest codeword of its running residual (vq_search.h).
   void encode_pre(float* R, int n, uint8_t* codes) const {
-    const int np = (n + kRows - 1) / kRows * kRows;  // rows past n repeat row 0 (their results unused)
-    thread_local std::vector<float> m2, dist, bd;
-    thread_local std::vector<int> bi, best;
-    m2.resize(size_t(np) * d_), dist.resize(size_t(k_)), bd.resize(16 * size_t(np)), bi.resize(16 * size_t(np)), best.resize(size_t(np));
+    thread_local std::vector<float> m2;
+    thread_local std::vector<int> best;
+    m2.resize(size_t(n) * d_), best.resize(size_t(n));
     for (int s = 0; s < n_; ++s) {
-      const float* cn = cn_.data() + size_t(s) * k_;
-      if (k_ % 16 == 0) {
-        for (int t = 0; t < np; ++t) {
-          const float* r = R + size_t(t < n ? t : 0) * d_;
-          for (int i = 0; i < d_; ++i) m2[size_t(t) * d_ + i] = -2.0f * r[i];
-        }
-        nearest_rows(m2.data(), np, d_, ctile_.data() + size_t(s) * k_ * d_, cn, k_, bd.data(), bi.data(), best.data());
-      } else {
-        for (int t = 0; t < n; ++t) best[t] = nearest_codeword(R + size_t(t) * d_, ct_.data() + size_t(s) * d_ * k_, cn, k_, d_, dist.data());
-      }
+      for (size_t i = 0; i < size_t(n) * d_; ++i) m2[i] = -2.0f * R[i];
+      stage_[size_t(s)]->search(m2.data(), n, best.data());
       for (int t = 0; t < n; ++t) {
         codes[size_t(t) * n_ + s] = uint8_t(best[t]);
         const float* w = C_.data() + (size_t(s) * k_ + best[t]) * d_;
@@ -220,7 +122,8 @@ class CommVQHead final : public Codec {
 
  private:
   int n_, cb_, k_;
-  std::vector<float> C_, ct_, ctile_, cn_;  // C_[stage][codeword][d]; ct_ [stage][d][codeword] (k < 16) or ctile_ as nearest_rows reads it
+  std::vector<float> C_;  // C_[stage][codeword][d]
+  std::vector<std::unique_ptr<NearestCodeword>> stage_;  // each stage's search (reads C_)
   std::shared_ptr<const RopeAngles> rope_;
 };
 
