@@ -167,26 +167,24 @@ float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// A row's integer copy and the constants of its bound. Returns false for a row the prefilter
-// should not take (non-finite or huge values: the exhaustive search decides those).
-struct RowBound {
-  float sr;  // row scale: m2 ≈ sr·q
-  float a;   // bound per ‖c‖: ‖m2 − sr·q‖ + the rounding slack ∝ ‖m2‖
-  float b;   // bound per ‖c − sc·qc‖: sr·‖q‖
-  float m;   // ‖m2‖ rounded up (the fp32 dot products' rounding bound)
+// x (d floats, d % 32 == 0) as integers u = q + 32, q ∈ [−31, 31], x ≈ s·q with s = max|x|/31;
+// the float norms ‖x − s·q‖, ‖q‖ and ‖x‖ (each within 1e−5 relative of its float inputs; x − s·q
+// is within 2u·|x_i| of the real difference). False for NaN, inf or values near float's range.
+struct VecQuant {
+  float s, e, q, x;
 };
-bool quantize_row(const float* m2, int d, uint8_t* u, RowBound* rb) {
+bool quantize_vec(const float* x0, int d, uint8_t* u, VecQuant* vq) {
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax = _mm256_setzero_ps(), vsm = _mm256_setzero_ps();
   for (int i = 0; i < d; i += 8) {
-    const __m256 x = _mm256_loadu_ps(m2 + i);
+    const __m256 x = _mm256_loadu_ps(x0 + i);
     vmax = _mm256_max_ps(vmax, _mm256_and_ps(x, absmask));
     vsm = _mm256_add_ps(vsm, _mm256_mul_ps(x, x));
   }
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   const float amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1))), sm = hsum8(vsm);
-  if (!(sm <= 1e36f)) return false;  // NaN, inf or values near float's range: the exhaustive search decides
+  if (!(sm <= 1e36f)) return false;
   const float sr = amax / float(kQ);
   const __m256 inv = _mm256_set1_ps(amax > 0 ? float(kQ) / amax : 0.0f), vsr = _mm256_set1_ps(sr);
   const __m256 lo = _mm256_set1_ps(-float(kQ)), hi = _mm256_set1_ps(float(kQ)), off = _mm256_set1_ps(32.0f);
@@ -195,7 +193,7 @@ bool quantize_row(const float* m2, int d, uint8_t* u, RowBound* rb) {
   for (int i = 0; i < d; i += 32) {
     __m256i qi[4];
     for (int j = 0; j < 4; ++j) {
-      const __m256 x = _mm256_loadu_ps(m2 + i + 8 * j);
+      const __m256 x = _mm256_loadu_ps(x0 + i + 8 * j);
       const __m256 q = _mm256_min_ps(_mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lo), hi);
       const __m256 e = _mm256_sub_ps(x, _mm256_mul_ps(vsr, q));
       vse = _mm256_add_ps(vse, _mm256_mul_ps(e, e));
@@ -206,13 +204,44 @@ bool quantize_row(const float* m2, int d, uint8_t* u, RowBound* rb) {
     const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + i), _mm256_permutevar8x32_epi32(b, order));
   }
-  const float mn = std::sqrt(sm) * (1 + kRel);
-  // ‖e‖ computed in float is within (1 + kRel) of itself plus 3u·‖m2‖ of the real m2 − sr·q; the
-  // 2e−5·‖m2‖ per ‖c‖ is the slack for the exact and approximate sums' own rounding.
-  rb->sr = sr;
-  rb->a = (std::sqrt(hsum8(vse)) * (1 + kRel) + 1e-6f * mn + 2e-5f * mn) * (1 + kRel);
-  rb->b = sr * std::sqrt(hsum8(vsq)) * (1 + kRel) * (1 + kRel);
-  rb->m = mn;
+  vq->s = sr;
+  vq->e = std::sqrt(hsum8(vse)) * (1 + kRel) + 1e-6f * std::sqrt(sm);
+  vq->q = std::sqrt(hsum8(vsq)) * (1 + kRel);
+  vq->x = std::sqrt(sm) * (1 + kRel);
+  return true;
+}
+
+// A row's integer copy and the constants of its bound.
+struct RowBound {
+  float sr;  // row scale: m2 ≈ sr·q
+  float a;   // bound per ‖c‖: ‖m2 − sr·q‖ + 2e−5·‖m2‖ (the exact and approximate sums' own rounding)
+  float b;   // bound per ‖c − sc·qc‖: sr·‖q‖
+  float m;   // ‖m2‖ rounded up (the fp32 dot products' rounding bound)
+};
+bool quantize_row(const float* m2, int d, uint8_t* u, RowBound* rb) {
+  VecQuant v;
+  if (!quantize_vec(m2, d, u, &v)) return false;
+  rb->sr = v.s;
+  rb->a = (v.e + 2e-5f * v.x) * (1 + kRel);
+  rb->b = v.s * v.q * (1 + kRel);
+  rb->m = v.x;
+  return true;
+}
+
+// The prefilter's codebook tables; false if a codeword is not finite (the stage stays exhaustive).
+bool quantize_codebook(const float* C, int k, int d, int8_t* q8, float* sc, float* nc, float* ne, int32_t* sq32) {
+  std::vector<uint8_t> u(static_cast<size_t>(d));
+  for (int c = 0; c < k; ++c) {
+    VecQuant v;
+    if (!quantize_vec(C + size_t(c) * d, d, u.data(), &v)) return false;
+    int32_t sum = 0;
+    for (int i = 0; i < d; ++i) {
+      const int q = int(u[size_t(i)]) - 32;
+      q8[((size_t(c / 8) * (d / 4) + i / 4) * 8 + c % 8) * 4 + i % 4] = int8_t(q);
+      sum += q;
+    }
+    sc[c] = v.s, nc[c] = v.x, ne[c] = v.e, sq32[c] = 32 * sum;
+  }
   return true;
 }
 
@@ -242,8 +271,8 @@ void prefiltered(const float* m2, int n, int d, int k, const float* C, const flo
   u.assign(size_t(np) * d, 32);
   acc.resize(size_t(np) * k);
   rbs.resize(size_t(np));
-  lb.resize(size_t(k));
-  cand.resize(size_t(k) + 8), cand2.resize(size_t(k));
+  lb.resize(size_t(k) + 8);
+  cand.resize(size_t(k) + 16), cand2.resize(size_t(k));
   for (int t = 0; t < n; ++t) fallback[t] = !quantize_row(m2 + size_t(t) * d, d, u.data() + size_t(t) * d, &rbs[size_t(t)]);
   dots_u8s8(u.data(), np, d, q8, k, acc.data());
   for (int t = 0; t < n; ++t) {
@@ -281,26 +310,32 @@ void prefiltered(const float* m2, int n, int d, int k, const float* C, const flo
       fallback[t] = 1;
       continue;
     }
-    // A vector dot per candidate; |f − score| ≤ 1.2e−5·(‖c‖² + ‖m2‖·‖c‖) covers both roundings.
-    float fmin_ub = INFINITY;
-    for (int j = 0; j < nc1; ++j) {
-      const int c = cand[size_t(j)];
-      const float* w = C + size_t(c) * d;
-      __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(w));
-      __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(x + 8), _mm256_loadu_ps(w + 8));
-      __m256 s2 = _mm256_mul_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(w + 16));
-      __m256 s3 = _mm256_mul_ps(_mm256_loadu_ps(x + 24), _mm256_loadu_ps(w + 24));
-      for (int i = 32; i < d; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(w + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(w + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(w + i + 24), s3);
+    // fp32 dots of 8 candidates at a time (one FMA chain each, then a transposing reduction);
+    // |f − score| ≤ 1.2e−5·(‖c‖² + ‖m2‖·‖c‖) covers both sums' roundings. Lanes past nc1 get +inf.
+    for (int j = nc1; j < (nc1 + 7) / 8 * 8; ++j) cand[size_t(j)] = cand[0];
+    __m256 fmin = _mm256_set1_ps(INFINITY);
+    for (int j0 = 0; j0 < nc1; j0 += 8) {
+      const __m256i ix = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cand.data() + j0));
+      const float* w[8];
+      for (int j = 0; j < 8; ++j) w[j] = C + size_t(cand[size_t(j0 + j)]) * d;
+      __m256 a[8];
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+      for (int i = 0; i < d; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w[j] + i), a[j]);
       }
-      const float f = cn[c] + hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-      const float dl = 1.2e-5f * (cn[c] + rb.m * nc[c]);
-      lb[size_t(j)] = f - dl;  // lb reused: per candidate
-      fmin_ub = std::min(fmin_ub, f + dl);
+      const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+      const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+      const __m256 dot = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+      const __m256 vcn = _mm256_i32gather_ps(cn, ix, 4), vnc = _mm256_i32gather_ps(nc, ix, 4);
+      const __m256 f = _mm256_add_ps(vcn, dot);
+      const __m256 dl = _mm256_mul_ps(_mm256_set1_ps(1.2e-5f), _mm256_fmadd_ps(_mm256_set1_ps(rb.m), vnc, vcn));
+      const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nc1 - j0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+      const __m256 inf = _mm256_set1_ps(INFINITY);
+      _mm256_storeu_ps(lb.data() + j0, _mm256_blendv_ps(inf, _mm256_sub_ps(f, dl), live));  // lb reused: per candidate
+      fmin = _mm256_min_ps(fmin, _mm256_blendv_ps(inf, _mm256_add_ps(f, dl), live));
     }
+    const float fmin_ub = hmin8(fmin);
     int nc2 = 0;
     for (int j = 0; j < nc1; ++j)
       if (lb[size_t(j)] <= fmin_ub) cand2[size_t(nc2++)] = cand[size_t(j)];
@@ -330,34 +365,16 @@ NearestCodeword::NearestCodeword(const float* C, int k, int d)
 // ‖c‖² and the prefilter's tables, made on the first search (a codec built only to check a
 // configuration, as eval-ppl does before loading the model, never pays for them).
 void NearestCodeword::prepare() const {
-  const float* C = C_;
-  const int k = k_, d = d_;
-  cn_.assign(size_t(k), 0.0f);
-  for (int c = 0; c < k; ++c)
-    for (int i = 0; i < d; ++i) cn_[size_t(c)] += C[size_t(c) * d + i] * C[size_t(c) * d + i];  // in increasing i
-  if (!prefilter_) return;
-  q8_.resize(size_t(k) * d);
-  sc_.resize(size_t(k)), nc_.resize(size_t(k)), ne_.resize(size_t(k)), sq32_.resize(size_t(k));
-  std::vector<float> q(static_cast<size_t>(d));
-  for (int c = 0; c < k; ++c) {
-    const float* x = C + size_t(c) * d;
-    float amax = 0;
-    for (int i = 0; i < d; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float s = amax / float(kQ), inv = amax > 0 ? float(kQ) / amax : 0.0f;
-    float e2 = 0, c2 = 0, sum = 0;
-    for (int i = 0; i < d; ++i) {  // any rounding of q: the bound uses the q it gets
-      const float v = std::min(std::max(x[i] * inv, -float(kQ)), float(kQ));
-      q[size_t(i)] = float(int(v + (v >= 0 ? 0.5f : -0.5f)));
-      const float e = x[i] - s * q[size_t(i)];  // within 2u·|x_i| of the real c − s·q
-      e2 += e * e, c2 += x[i] * x[i], sum += q[size_t(i)];
-    }
-    for (int i = 0; i < d; ++i) q8_[((size_t(c / 8) * (d / 4) + i / 4) * 8 + c % 8) * 4 + i % 4] = int8_t(q[size_t(i)]);
-    const float cnorm = std::sqrt(c2) * (1 + kRel);
-    sc_[size_t(c)] = s;
-    nc_[size_t(c)] = cnorm;
-    ne_[size_t(c)] = std::sqrt(e2) * (1 + kRel) + 1e-6f * cnorm;
-    sq32_[size_t(c)] = 32 * int32_t(sum);
+  cn_.resize(size_t(k_));
+  for (int c = 0; c < k_; ++c) {
+    float a = 0;  // in increasing i, multiply then add
+    for (int i = 0; i < d_; ++i) a += C_[size_t(c) * d_ + i] * C_[size_t(c) * d_ + i];
+    cn_[size_t(c)] = a;
   }
+  if (!prefilter_ || max_kernel_level() < KernelLevel::AVX2) return;
+  q8_.resize(size_t(k_) * d_);
+  sc_.resize(size_t(k_)), nc_.resize(size_t(k_)), ne_.resize(size_t(k_)), sq32_.resize(size_t(k_));
+  tables_ = quantize_codebook(C_, k_, d_, q8_.data(), sc_.data(), nc_.data(), ne_.data(), sq32_.data());
 }
 
 // The exhaustive search's layouts, made on first use (where the prefilter runs, only rows with
@@ -399,7 +416,7 @@ void NearestCodeword::search_exhaustive(const float* m2, int n, int* best) const
 void NearestCodeword::search(const float* m2, int n, int* best, Stats* stats) const {
   if (stats) stats->rows += n;
   std::call_once(prepared_, [this] { prepare(); });
-  if (!prefilter_ || kernel_level() < KernelLevel::AVX2) return search_exhaustive(m2, n, best);
+  if (!tables_ || kernel_level() < KernelLevel::AVX2) return search_exhaustive(m2, n, best);
   thread_local std::vector<uint8_t> fb;  // rows the exhaustive search decides (non-finite values)
   fb.assign(size_t(n), 0);
   prefiltered(m2, n, d_, k_, C_, cn_.data(), q8_.data(), sc_.data(), nc_.data(), ne_.data(), sq32_.data(), best, fb.data(), stats);

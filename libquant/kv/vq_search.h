@@ -47,7 +47,8 @@ class NearestCodeword {
   mutable std::once_flag layout_once_;
   mutable std::vector<float> ctile_;  // tiles of 16 codewords × d (k % 16 == 0)
   mutable std::vector<float> ct_;     // [d][k] (other k)
-  // integer prefilter (k % 16 == 0, d % 32 == 0)
+  // integer prefilter (k % 16 == 0, d % 32 == 0, an AVX2 CPU, finite codewords)
+  mutable bool tables_ = false;
   mutable std::vector<int8_t> q8_;           // [c/8][i/4][c%8][i%4]: codewords as 6-bit integers
   mutable std::vector<float> sc_, nc_, ne_;  // per codeword: scale, ‖c‖ and ‖c − sc·q‖ (rounded up)
   mutable std::vector<int32_t> sq32_;        // 32·Σ_i q_i (the rows' +32 offset)
