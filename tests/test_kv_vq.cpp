@@ -118,6 +118,37 @@ void draw(std::mt19937& g, bool key, int layer, int head, float* x) {
   }
 }
 
+constexpr float kScale = 0.25f;  // the test caches' attention scale
+
+// A decode-mode cache without a window over the synthetic layers (4 query heads on kHeads kv heads,
+// scale kScale), keys and values by the given methods with tables from dir.
+std::unique_ptr<KVCache> decode_cache(const char* keys, const char* values, const std::string& dir, int max_ctx,
+                                      std::vector<float> rope_inv_freq = {}) {
+  KVShape sh;
+  sh.n_layers = kLayers, sh.n_heads = 4, sh.n_kv_heads = kHeads, sh.head_dim = kD, sh.max_ctx = max_ctx;
+  sh.scale = kScale;
+  sh.rope_inv_freq = std::move(rope_inv_freq);
+  KVConfig cfg = uniform_kv_config(kLayers, parse_kv_spec(keys, "t"), parse_kv_spec(values, "t"));
+  cfg.residual = 0;
+  cfg.mode = KVMode::Decode;
+  cfg.artifacts = dir;
+  cfg.seed = 42;
+  return make_kv_cache(cfg, sh);
+}
+
+// One layer's n positions of keys and values (draw, per kv head) and queries 0.3·N(0, 1) for 4 heads.
+void draw_layer(std::mt19937& g, int layer, int n, std::vector<float>& k, std::vector<float>& v, std::vector<float>& q) {
+  const int HD = kHeads * kD;
+  k.resize(size_t(n) * HD), v.resize(size_t(n) * HD), q.resize(size_t(n) * 4 * kD);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < kHeads; ++h) {
+      draw(g, true, layer, h, k.data() + size_t(t) * HD + h * kD);
+      draw(g, false, layer, h, v.data() + size_t(t) * HD + h * kD);
+    }
+  std::normal_distribution<float> nd;
+  for (float& e : q) e = 0.3f * nd(g);
+}
+
 calib::KvSamples synthetic(int64_t n, uint32_t seed) {
   std::mt19937 g(seed);
   calib::KvSamples s;
@@ -425,26 +456,12 @@ TEST(Spectral, EncodeDecodeScoreMatchScalarReferenceAndBeatTurboQuant) {
 // heads with their own tables, decode mode, no window) against softmax over the references'
 // reconstructions of the fp16-rounded inputs.
 TEST(CalibratedCache, AttentionMatchesReference) {
-  KVShape sh;
-  sh.n_layers = kLayers, sh.n_heads = 4, sh.n_kv_heads = kHeads, sh.head_dim = kD, sh.max_ctx = 320;
-  sh.scale = 0.25f;
-  KVConfig cfg = uniform_kv_config(kLayers, parse_kv_spec("vecinfer:bits=2", "t"), parse_kv_spec("spectral:bits=3", "t"));
-  cfg.residual = 0;
-  cfg.mode = KVMode::Decode;
-  cfg.artifacts = shared_dir();
-  cfg.seed = 42;
-  auto cache = make_kv_cache(cfg, sh);
+  auto cache = decode_cache("vecinfer:bits=2", "spectral:bits=3", shared_dir(), 320);
   std::mt19937 g(44);
-  std::normal_distribution<float> nd;
   const int n = 300, HD = kHeads * kD, QD = 4 * kD;
   for (int layer = 0; layer < kLayers; ++layer) {
-    std::vector<float> k(size_t(n) * HD), v(size_t(n) * HD), q(size_t(n) * QD), out(size_t(n) * QD);
-    for (int t = 0; t < n; ++t)
-      for (int h = 0; h < kHeads; ++h) {
-        draw(g, true, layer, h, k.data() + size_t(t) * HD + h * kD);
-        draw(g, false, layer, h, v.data() + size_t(t) * HD + h * kD);
-      }
-    for (float& e : q) e = 0.3f * nd(g);
+    std::vector<float> k, v, q, out(size_t(n) * QD);
+    draw_layer(g, layer, n, k, v, q);
     cache->append(layer, k.data(), v.data(), n, 0);
     cache->attend(layer, q.data(), n, 0, out.data());
     const KVContext c = ctx_for(layer);
@@ -474,7 +491,7 @@ TEST(CalibratedCache, AttentionMatchesReference) {
           for (int j = 0; j <= t; ++j) {
             double d = 0;
             for (int i = 0; i < kD; ++i) d += double(qq[i]) * kh[size_t(j)][size_t(i)];
-            s[size_t(j)] = d * sh.scale;
+            s[size_t(j)] = d * kScale;
             m = std::max(m, s[size_t(j)]);
           }
           std::vector<double> o(kD, 0.0);
@@ -771,27 +788,12 @@ TEST(CommVQ, EncodeDecodeScoreMatchScalarReference) {
 // Through the cache: commvq keys (positions from the cache: encode_at and decode at the stored
 // positions), fp32 values, decode mode, no window, against softmax over the reference keys.
 TEST(CommVQ, CacheAttentionMatchesReference) {
-  KVShape sh;
-  sh.n_layers = kLayers, sh.n_heads = 4, sh.n_kv_heads = kHeads, sh.head_dim = kD, sh.max_ctx = 200;
-  sh.scale = 0.25f;
-  sh.rope_inv_freq = synthetic_inv_freq();
-  KVConfig cfg = uniform_kv_config(kLayers, parse_kv_spec("commvq:bits=1,cb=4", "t"), parse_kv_spec("f32", "t"));
-  cfg.residual = 0;
-  cfg.mode = KVMode::Decode;
-  cfg.artifacts = commvq_dir();
-  cfg.seed = 42;
-  auto cache = make_kv_cache(cfg, sh);
+  auto cache = decode_cache("commvq:bits=1,cb=4", "f32", commvq_dir(), 200, synthetic_inv_freq());
   std::mt19937 g(45);
-  std::normal_distribution<float> nd;
   const int n = 180, HD = kHeads * kD, QD = 4 * kD;
   for (int layer = 0; layer < kLayers; ++layer) {
-    std::vector<float> k(size_t(n) * HD), v(size_t(n) * HD), q(size_t(n) * QD), out(size_t(n) * QD);
-    for (int t = 0; t < n; ++t)
-      for (int h = 0; h < kHeads; ++h) {
-        draw(g, true, layer, h, k.data() + size_t(t) * HD + h * kD);
-        draw(g, false, layer, h, v.data() + size_t(t) * HD + h * kD);
-      }
-    for (float& e : q) e = 0.3f * nd(g);
+    std::vector<float> k, v, q, out(size_t(n) * QD);
+    draw_layer(g, layer, n, k, v, q);
     cache->append(layer, k.data(), v.data(), 100, 0);  // two batches: positions continue
     cache->append(layer, k.data() + size_t(100) * HD, v.data() + size_t(100) * HD, n - 100, 100);
     cache->attend(layer, q.data(), n, 0, out.data());
@@ -816,7 +818,7 @@ TEST(CommVQ, CacheAttentionMatchesReference) {
           for (int j = 0; j <= t; ++j) {
             double d = 0;
             for (int i = 0; i < kD; ++i) d += double(qq[i]) * kh[size_t(j)][size_t(i)];
-            s[size_t(j)] = d * sh.scale;
+            s[size_t(j)] = d * kScale;
             m = std::max(m, s[size_t(j)]);
           }
           std::vector<double> o(kD, 0.0);
