@@ -120,19 +120,21 @@ void NearestCodeword::search(const float* m2, int n, int* best) const {
     for (int t = 0; t < n; ++t) best[t] = nearest_codeword(m2 + size_t(t) * d_, ct_.data(), cn_.data(), k_, d_, dist.data());
     return;
   }
-  const int np = (n + kRows - 1) / kRows * kRows;  // rows past n repeat row 0 (their results unused)
+  // Whole row blocks straight from m2; a last partial block through a copy padded with its first
+  // row (the padding's results unused). Each row's result depends on that row alone.
   thread_local std::vector<float> pad, bd;
   thread_local std::vector<int> bi, out;
-  const float* rows = m2;
-  if (np != n) {
-    pad.resize(size_t(np) * d_);
-    std::memcpy(pad.data(), m2, sizeof(float) * size_t(n) * d_);
-    for (int t = n; t < np; ++t) std::memcpy(pad.data() + size_t(t) * d_, m2, sizeof(float) * d_);
-    rows = pad.data();
+  const int nf = n / kRows * kRows, nr = n - nf;
+  bd.resize(16 * size_t(std::max(nf, kRows))), bi.resize(bd.size());
+  if (nf > 0) nearest_rows(m2, nf, d_, ctile_.data(), cn_.data(), k_, bd.data(), bi.data(), best);
+  if (nr > 0) {
+    pad.resize(size_t(kRows) * d_), out.resize(size_t(kRows));
+    const float* tail = m2 + size_t(nf) * d_;
+    std::memcpy(pad.data(), tail, sizeof(float) * size_t(nr) * d_);
+    for (int t = nr; t < kRows; ++t) std::memcpy(pad.data() + size_t(t) * d_, tail, sizeof(float) * d_);
+    nearest_rows(pad.data(), kRows, d_, ctile_.data(), cn_.data(), k_, bd.data(), bi.data(), out.data());
+    std::copy(out.begin(), out.begin() + nr, best + nf);
   }
-  bd.resize(16 * size_t(np)), bi.resize(16 * size_t(np)), out.resize(size_t(np));
-  nearest_rows(rows, np, d_, ctile_.data(), cn_.data(), k_, bd.data(), bi.data(), out.data());
-  std::copy(out.begin(), out.begin() + n, best);
 }
 
 }  // namespace qt::kv
