@@ -605,7 +605,7 @@ int run(const Args& a) {
     for (auto& [name, t] : ck.tensors) t = materialize(t);
     calib::rotate_residual(ck, a.rotate_seed);
   }
-  if (ck.config.fused_proj && planner.active()) {
+  if (ck.config.desc().fused_proj && planner.active()) {
     if (calib.active())  // its statistics and the GPTQ pass are per projection
       user_error("{}: {} stores qkv_proj / gate_up_proj fused; --smooth, --imatrix and --gptq are not "
                  "applied to fused projections yet (quantize without them)", a.in, ck.config.arch);

@@ -153,11 +153,11 @@ int run(const std::string& path, const std::string& json_path) {
   std::printf("%s\n", s.path.c_str());
   std::printf("  format        %s\n", s.format.c_str());
   std::printf("  architecture  %s (%s)%s%s\n", c.arch.c_str(), hf["architectures"][0].get<std::string>().c_str(),
-              c.attention_bias ? ", q/k/v bias" : "", c.qk_norm ? ", q/k norm" : "");
+              c.attention_bias ? ", q/k/v bias" : "", c.desc().qk_norm != QkNorm::None ? ", q/k norm" : "");
   std::printf("  shape         %d layers, hidden %d, intermediate %d, %d heads / %d kv heads, head_dim %d\n",
               c.n_layers, c.hidden, c.intermediate, c.n_heads, c.n_kv_heads, c.head_dim);
   std::printf("  rope          %s; rms_norm_eps %g; context %d\n", rope.c_str(), c.rms_eps, c.max_position);
-  if (c.gemma) {  // what the Gemma block adds (ModelConfig::gemma)
+  if (c.desc().gemma_attention) {  // what the Gemma block adds
     int n_sliding = 0;
     for (int i = 0; i < c.n_layers; ++i) n_sliding += c.is_sliding(i);
     std::string caps = c.attn_softcap > 0 ? fmt::format("attention {}", c.attn_softcap) : "attention none";
@@ -165,6 +165,11 @@ int run(const std::string& path, const std::string& json_path) {
     std::string local = c.rope_local_theta > 0 ? fmt::format(" (local rope theta {})", c.rope_local_theta) : "";
     std::printf("  gemma         sliding window %d on %d of %d layers%s; soft-caps: %s; query_pre_attn_scalar %g\n",
                 c.sliding_window, n_sliding, c.n_layers, local.c_str(), caps.c_str(), c.query_pre_attn_scalar);
+  }
+  if (!c.no_rope.empty()) {
+    int n = 0;
+    for (int i = 0; i < c.n_layers; ++i) n += !c.has_rope(i);
+    std::printf("  no rope       on %d of %d layers\n", n, c.n_layers);
   }
   std::printf("  vocabulary    %d, %s embeddings\n", c.vocab, c.tie_word_embeddings ? "tied" : "separate");
   std::printf("  parameters    %s (%.1f M)\n", grouped(c.n_params()).c_str(), c.n_params() / 1e6);

@@ -210,7 +210,7 @@ Checkpoint load_hf_dir(const std::string& dir) {
   ck.config = ModelConfig::from_hf_json(j, cfg_path);
 
   SafetensorsDir st = load_safetensors_dir(dir);
-  if (ck.config.fused_proj) split_fused_projections(ck.config, st.tensors, dir);  // phi3
+  if (ck.config.desc().fused_proj) split_fused_projections(ck.config, st.tensors, dir);  // phi3
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& [name, t] : st.tensors) {
     // Old exports carry the RoPE table; tied checkpoints sometimes carry a copy of the embedding
@@ -242,7 +242,7 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
                     : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
                     : kind == "bnb"                ? bnb_describe(dir, j, ck.tensors)
                                                    : native_describe(dir, j);
-  if (ck.config.fused_proj) split_fused_quantized(ck.config, ck.tensors, ck.quantization, dir);  // phi3
+  if (ck.config.desc().fused_proj) split_fused_quantized(ck.config, ck.tensors, ck.quantization, dir);  // phi3
   check_quantized_tensor_set(dir, ck.config, ck.tensors, ck.quantization);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
   return ck;
@@ -286,12 +286,9 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
   if (!c.tie_word_embeddings) m["lm_head.weight"] = {v, h};
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    m[p + "input_layernorm.weight"] = {h};
-    m[p + "post_attention_layernorm.weight"] = {h};  // gemma: after attention; others: before the MLP
-    if (c.gemma) {
-      m[p + "pre_feedforward_layernorm.weight"] = {h};
-      m[p + "post_feedforward_layernorm.weight"] = {h};
-    }
+    const BlockNorms& norms = c.desc().norms;
+    for (const char* n : {norms.attn_pre, norms.attn_post, norms.ffn_pre, norms.ffn_post})
+      if (n) m[p + n + ".weight"] = {h};
     m[p + "self_attn.q_proj.weight"] = {q, h};
     m[p + "self_attn.k_proj.weight"] = {kv, h};
     m[p + "self_attn.v_proj.weight"] = {kv, h};
@@ -304,9 +301,10 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
       m[p + "self_attn.k_proj.bias"] = {kv};
       m[p + "self_attn.v_proj.bias"] = {kv};
     }
-    if (c.qk_norm) {
-      m[p + "self_attn.q_norm.weight"] = {c.head_dim};
-      m[p + "self_attn.k_norm.weight"] = {c.head_dim};
+    const QkNorm qk = c.desc().qk_norm;
+    if (qk != QkNorm::None) {  // per head, or over the whole projection
+      m[p + "self_attn.q_norm.weight"] = {qk == QkNorm::Whole ? q : c.head_dim};
+      m[p + "self_attn.k_norm.weight"] = {qk == QkNorm::Whole ? kv : c.head_dim};
     }
   }
   return m;

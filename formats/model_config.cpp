@@ -14,48 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-struct ArchRow {
-  const char* model_type;    // HF model_type (and our arch name)
-  const char* hf_class;      // architectures[0]
-  const char* gguf_arch;     // general.architecture, "" when llama.cpp has no arch of its own
-  int default_max_position;  // transformers config defaults
-  bool qkv_bias;             // hard-coded q/k/v bias (qwen2)
-  bool qk_norm;              // per-head q/k RMSNorm (qwen3, gemma3)
-  bool gemma;                // the Gemma block (ModelConfig::gemma)
-  bool tied_default;         // tie_word_embeddings when config.json does not say
-};
-
-// One row per supported family; adding a Llama-like family is adding a row.
-// Gemma GGUFs (llama.cpp's "gemma2"/"gemma3") are not read: their norms hold 1 + w and their
-// tensor names differ; the gguf column stays empty so from_gguf refuses them by name.
-constexpr ArchRow kArchs[] = {
-    {"llama", "LlamaForCausalLM", "llama", 2048, false, false, false, false},
-    {"mistral", "MistralForCausalLM", "", 4096 * 32, false, false, false, false},  // GGUF: "llama"
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, true, false, false, false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, false, true, false, false},
-    {"gemma2", "Gemma2ForCausalLM", "", 8192, false, false, true, true},
-    {"gemma3_text", "Gemma3ForCausalLM", "", 131072, false, true, true, true},
-    {"phi3", "Phi3ForCausalLM", "", 4096, false, false, false, false},  // GGUF "phi3" not read
-};
-
-const ArchRow* arch_by_model_type(const std::string& t) {
-  for (auto& r : kArchs)
-    if (t == r.model_type) return &r;
-  return nullptr;
-}
-const ArchRow* arch_by_hf_class(const std::string& c) {
-  for (auto& r : kArchs)
-    if (c == r.hf_class) return &r;
-  return nullptr;
-}
-const ArchRow* arch_by_gguf(const std::string& a) {
-  for (auto& r : kArchs)
-    if (*r.gguf_arch && a == r.gguf_arch) return &r;
-  return nullptr;
-}
-
-const char* kSupported = "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3";
-
 // A float as JSON: the shortest decimal that round-trips the float, so 1e-5f is written 1e-05,
 // not 9.999999747378752e-06.
 double clean_float(float f) { return std::stod(fmt::format("{}", f)); }
@@ -249,7 +207,6 @@ namespace {
 // The Gemma block's parameters, with Gemma2Config's / Gemma3TextConfig's defaults.
 void read_gemma_fields(const json& j, const std::string& path, ModelConfig* c) {
   const bool g2 = c->arch == "gemma2";
-  c->gemma = true;
   c->query_pre_attn_scalar = float(num_field_or(j, "query_pre_attn_scalar", 256.0, path));
   c->attn_softcap = float(num_field_or(j, "attn_logit_softcapping", g2 ? 50.0 : 0.0, path));
   c->final_softcap = float(num_field_or(j, "final_logit_softcapping", g2 ? 30.0 : 0.0, path));
@@ -284,30 +241,55 @@ void read_gemma_fields(const json& j, const std::string& path, ModelConfig* c) {
   }
 }
 
+// SmolLM3Config: no_rope_layers[i] is 1 where layer i applies RoPE, 0 where it does not; when
+// absent, every no_rope_layer_interval-th layer (the 4th, 8th, ...) goes without.
+void read_no_rope_layers(const json& j, const std::string& path, ModelConfig* c) {
+  std::vector<uint8_t> none(size_t(c->n_layers), 0);
+  auto it = j.find("no_rope_layers");
+  if (it != j.end() && !it->is_null()) {
+    if (!it->is_array() || int(it->size()) != c->n_layers)
+      user_error("{}: 'no_rope_layers' must list the {} layers", path, c->n_layers);
+    for (int i = 0; i < c->n_layers; ++i) {
+      const json& v = (*it)[size_t(i)];
+      if (v != 0 && v != 1) user_error("{}: no_rope_layers[{}] is {}, expected 0 or 1", path, i, v.dump());
+      none[size_t(i)] = v == 0;
+    }
+  } else {
+    const int64_t every = int_field_or(j, "no_rope_layer_interval", 4, path);
+    if (every <= 0) user_error("{}: no_rope_layer_interval must be positive, got {}", path, every);
+    for (int i = 0; i < c->n_layers; ++i) none[size_t(i)] = (i + 1) % every == 0;
+  }
+  if (bool_field_or(j, "use_sliding_window", false, path))
+    user_error("{}: use_sliding_window is not supported for {}", path, c->arch);
+  for (uint8_t n : none)
+    if (n) c->no_rope = none;
+}
+
 }  // namespace
 
 float ModelConfig::attn_scale() const {
-  return gemma ? float(1.0 / std::sqrt(double(query_pre_attn_scalar))) : 1.0f / std::sqrt(float(head_dim));
+  return query_pre_attn_scalar > 0 ? float(1.0 / std::sqrt(double(query_pre_attn_scalar)))
+                                   : 1.0f / std::sqrt(float(head_dim));
 }
 
 ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   if (!j.is_object()) user_error("{}: config must be a JSON object", path);
-  const ArchRow* row = nullptr;
+  const ArchDesc* row = nullptr;
   std::string model_type = str_field_or(j, "model_type", "", path);
   if (model_type == "gemma3")  // Gemma3ForConditionalGeneration: vision tower + text_config
     user_error("{}: unsupported architecture 'gemma3' (the multimodal Gemma3ForConditionalGeneration; "
                "its text model alone, model_type 'gemma3_text', is supported; supported: {})",
-               path, kSupported);
+               path, supported_archs());
   if (!model_type.empty()) {
     row = arch_by_model_type(model_type);
-    if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, model_type, kSupported);
+    if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, model_type, supported_archs());
   } else {
     auto it = j.find("architectures");
     if (it == j.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
       user_error("{}: no 'model_type' or 'architectures' to tell the architecture", path);
     std::string cls = (*it)[0].get<std::string>();
     row = arch_by_hf_class(cls);
-    if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, cls, kSupported);
+    if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, cls, supported_archs());
   }
 
   ModelConfig c;
@@ -320,17 +302,17 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   c.n_kv_heads = int(int_field_or(j, "num_key_value_heads", c.n_heads, path));
   if (c.n_heads <= 0) user_error("{}: num_attention_heads must be positive, got {}", path, c.n_heads);
   // Qwen3Config defaults head_dim to 128, Gemma's configs to 256; the others derive it.
-  const int head_dim_default = c.arch == "qwen3" ? 128 : row->gemma ? 256 : c.hidden / c.n_heads;
+  const int head_dim_default = row->default_head_dim > 0 ? row->default_head_dim : c.hidden / c.n_heads;
   c.head_dim = int(int_field_or(j, "head_dim", head_dim_default, path));
   c.max_position = int(int_field_or(j, "max_position_embeddings", row->default_max_position, path));
   c.rms_eps = float(num_field_or(j, "rms_norm_eps", 1e-6, path));
-  c.tie_word_embeddings = bool_field_or(j, "tie_word_embeddings", row->tied_default, path);
+  c.tie_word_embeddings = bool_field_or(j, "tie_word_embeddings", row->default_tied, path);
   c.bos_token_id = token_id_field(j, "bos_token_id", path);
   c.eos_token_id = token_id_field(j, "eos_token_id", path);
   c.pad_token_id = token_id_field(j, "pad_token_id", path);
   c.torch_dtype = str_field_or(j, "torch_dtype", str_field_or(j, "dtype", "float32", path), path);
 
-  if (row->gemma) {
+  if (row->act == Activation::GeluTanh) {
     // Gemma's MLP reads hidden_activation (hidden_act is a leftover of Gemma 1's config).
     std::string act = str_field_or(j, "hidden_activation", str_field_or(j, "hidden_act", "gelu_pytorch_tanh", path), path);
     if (act != "gelu_pytorch_tanh")
@@ -346,12 +328,11 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   } else if (bool_field_or(j, "attention_bias", false, path)) {
     user_error("{}: attention_bias (q/k/v/o biases) is not supported for {}", path, c.arch);
   }
-  c.qk_norm = row->qk_norm;
 
   // RoPE: v4 keeps rope_theta / rope_scaling at the top; v5 nests both in rope_parameters, and
   // for Gemma 3 per layer type ({"full_attention": {...}, "sliding_attention": {...}}).
   auto rp = j.find("rope_parameters");
-  const double theta_default = c.arch == "gemma3_text" ? 1000000.0 : 10000.0;
+  const double theta_default = row->default_rope_theta;
   if (rp != j.end() && rp->is_object() && rp->contains("full_attention")) {
     const json& full = (*rp)["full_attention"];
     if (!full.is_object()) user_error("{}: rope_parameters.full_attention must be an object", path);
@@ -364,7 +345,7 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
         user_error("{}: RoPE scaling on sliding-window layers is not supported", path);
     }
   } else if (rp != j.end() && rp->is_object()) {
-    c.rope_theta = float(num_field_or(*rp, "rope_theta", num_field_or(j, "rope_theta", 10000.0, path), path));
+    c.rope_theta = float(num_field_or(*rp, "rope_theta", num_field_or(j, "rope_theta", theta_default, path), path));
     c.rope_scaling = parse_rope_scaling(*rp, j, path);
   } else {
     c.rope_theta = float(num_field_or(j, "rope_theta", theta_default, path));
@@ -375,9 +356,9 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
                              ? num_field_or(*rp, "partial_rotary_factor", 1.0, path)
                              : num_field_or(j, "partial_rotary_factor", 1.0, path);
   if (partial != 1.0) user_error("{}: partial_rotary_factor {} is not supported (only 1.0)", path, partial);
-  if (row->gemma) read_gemma_fields(j, path, &c);
-  if (c.arch == "phi3") {
-    c.fused_proj = true;
+  if (row->gemma_attention) read_gemma_fields(j, path, &c);
+  if (row->no_rope_layers) read_no_rope_layers(j, path, &c);
+  if (row->fused_proj) {
     // Phi3Config: a sliding_window (Phi-3-mini-4k: 2047) masks every layer; null: none.
     c.sliding_window = int(int_field_or(j, "sliding_window", 0, path));
     if (c.sliding_window < 0) user_error("{}: sliding_window must be positive, got {}", path, c.sliding_window);
@@ -390,8 +371,8 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const std::string& path = g.path();
   std::string arch = g.get_string("general.architecture");
-  const ArchRow* row = arch_by_gguf(arch);
-  if (!row) user_error("{}: unsupported architecture '{}' (supported: llama, qwen2, qwen3)", path, arch);
+  const ArchDesc* row = arch_by_gguf(arch);
+  if (!row) user_error("{}: unsupported GGUF architecture '{}' (read from GGUF: llama, qwen2, qwen3)", path, arch);
   auto key = [&](const char* k) { return arch + "." + k; };
 
   ModelConfig c;
@@ -420,7 +401,6 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   c.eos_token_id = int(g.get_int_or("tokenizer.ggml.eos_token_id", -1));
   c.pad_token_id = int(g.get_int_or("tokenizer.ggml.padding_token_id", -1));
   c.torch_dtype = "float32";  // tensors are dequantized to f32 at load
-  c.qk_norm = row->qk_norm;
   c.attention_bias = row->qkv_bias;
   if (!row->qkv_bias) {
     for (auto& t : g.tensors()) {
@@ -446,8 +426,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
 }
 
 nlohmann::json ModelConfig::to_hf_json() const {
-  const ArchRow* row = arch_by_model_type(arch);
-  if (!row) user_error("config: unsupported architecture '{}' (supported: {})", arch, kSupported);
+  const ArchDesc* row = arch_by_model_type(arch);
+  if (!row) user_error("config: unsupported architecture '{}' (supported: {})", arch, supported_archs());
   json j;
   j["architectures"] = {row->hf_class};
   j["model_type"] = arch;
@@ -459,7 +439,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
   j["head_dim"] = head_dim;
   j["vocab_size"] = vocab;
   j["max_position_embeddings"] = max_position;
-  j["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
+  j["hidden_act"] = row->act == Activation::GeluTanh ? "gelu_pytorch_tanh" : "silu";
   j["rms_norm_eps"] = clean_float(rms_eps);
   j["rope_theta"] = clean_float(rope_theta);
   if (rope_scaling.type.empty()) {
@@ -487,7 +467,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["pretraining_tp"] = 1;
   } else if (arch == "mistral") {
     j["sliding_window"] = nullptr;
-  } else if (gemma) {
+  } else if (row->gemma_attention) {
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["attention_bias"] = false;
     j["query_pre_attn_scalar"] = clean_float(query_pre_attn_scalar);
@@ -508,15 +488,23 @@ nlohmann::json ModelConfig::to_hf_json() const {
       for (int i = 0; i < n_layers; ++i) periodic &= is_sliding(i) == ((i + 1) % period != 0);
       if (periodic) j["sliding_window_pattern"] = period;
     }
-  } else if (arch == "phi3") {
+  } else if (row->fused_proj) {
     j["attention_bias"] = false;
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
     j["original_max_position_embeddings"] = max_position;
-  } else {  // qwen2, qwen3
+  } else if (arch == "qwen2" || arch == "qwen3") {
     if (arch == "qwen3") j["attention_bias"] = false;
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = n_layers;
+  } else {  // rows added later: what their config class reads beyond the common keys
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    if (row->no_rope_layers) {
+      json flags = json::array();
+      for (int i = 0; i < n_layers; ++i) flags.push_back(has_rope(i) ? 1 : 0);
+      j["no_rope_layers"] = flags;
+    }
   }
   return j;
 }
@@ -527,8 +515,12 @@ int64_t ModelConfig::n_params() const {
                   + 3 * h * int64_t(intermediate)  // gate, up, down
                   + 2 * h;                          // two RMSNorms
   if (attention_bias) layer += q + 2 * kv;
-  if (qk_norm) layer += 2 * int64_t(head_dim);
-  if (gemma) layer += 2 * h;  // the post-attention and post-feedforward norms
+  const ArchDesc& d = desc();
+  if (d.qk_norm == QkNorm::PerHead) layer += 2 * int64_t(head_dim);
+  if (d.qk_norm == QkNorm::Whole) layer += q + kv;
+  layer -= 2 * h;  // the norms, counted by the row
+  for (const char* n : {d.norms.attn_pre, d.norms.attn_post, d.norms.ffn_pre, d.norms.ffn_post})
+    if (n) layer += h;
   int64_t embed = int64_t(vocab) * h;
   return embed * (tie_word_embeddings ? 1 : 2) + h + layer * n_layers;
 }

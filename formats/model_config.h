@@ -1,11 +1,13 @@
-// ModelConfig: one struct for every supported Llama-family decoder (llama, mistral, qwen2, qwen3,
-// gemma2, gemma3_text, phi3), read from a Hugging Face config.json or from GGUF metadata.
-// FORMATS.md 2.7, 2.13, 6.
+// ModelConfig: one struct for every supported decoder (the rows of formats/arch.h), read from a
+// Hugging Face config.json or from GGUF metadata. What the config holds per model lives here; what
+// is fixed per family (norm placement, activation, q/k norm, ...) is the arch row, desc().
 #pragma once
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "formats/arch.h"
 
 namespace qt {
 
@@ -20,7 +22,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text" (HF model_type)
+  std::string arch;  // HF model_type, the name of a row of formats/arch.h
   int hidden = 0;
   int intermediate = 0;
   int n_layers = 0;
@@ -33,19 +35,17 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v bias (qwen2)
-  bool qk_norm = false;         // per-head q/k RMSNorm (qwen3)
   RopeScaling rope_scaling;
   int bos_token_id = -1;
   int eos_token_id = -1;
   int pad_token_id = -1;
   std::string torch_dtype = "float32";
 
-  // Gemma 2 / Gemma 3 text (gemma == true). The block is
-  //   x += post_attention_norm(attention(input_norm(x)))
-  //   x += post_feedforward_norm(down(gelu_tanh(gate(h)) * up(h)))   h = pre_feedforward_norm(x)
-  // with every RMSNorm scaling by (1 + w), the embedding multiplied by √hidden, scores scaled by
-  // query_pre_attn_scalar^-½ and soft-capped (cap · tanh(s / cap)), the logits soft-capped too.
-  bool gemma = false;
+  // The family's fixed facts (norm placement, activation, q/k norm, embedding scale, ...).
+  const ArchDesc& desc() const { return arch_desc(arch); }
+
+  // Gemma 2 / 3 (desc().gemma_attention): scores scaled by query_pre_attn_scalar^-½ and
+  // soft-capped (cap · tanh(s / cap)), the logits soft-capped too, some layers sliding.
   float query_pre_attn_scalar = 0;  // 0: head_dim (the score scale is its inverse square root)
   float attn_softcap = 0;           // 0: none
   float final_softcap = 0;          // 0: none
@@ -53,12 +53,15 @@ struct ModelConfig {
   std::vector<uint8_t> sliding;     // per layer, 1 = sliding-window layer; empty = all global
   float rope_local_theta = 0;       // gemma3: the sliding layers' RoPE base (no scaling); 0 = same
   bool is_sliding(int layer) const { return !sliding.empty() && sliding[size_t(layer)]; }
+  // SmolLM3 (desc().no_rope_layers): per layer, 1 = the layer applies no RoPE; empty = all do.
+  std::vector<uint8_t> no_rope;
+  bool has_rope(int layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
   float attn_scale() const;         // the score scale of every layer
 
-  // Phi-3: HF stores self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj (rows gate, up);
-  // the loader splits them into the per-projection tensors every scheme quantizes, the hf
-  // writer fuses them back (formats/fused_proj.h). Its sliding_window (when set) covers every layer.
-  bool fused_proj = false;
+  // Phi-3 (desc().fused_proj): HF stores self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj
+  // (rows gate, up); the loader splits them into the per-projection tensors every scheme
+  // quantizes, the hf writer fuses them back (formats/fused_proj.h). Its sliding_window (when
+  // set) covers every layer.
 
   // Parse an HF config.json object; `path` names the file in errors. Refuses unsupported
   // architectures with a UserError naming them.
@@ -66,12 +69,13 @@ struct ModelConfig {
   static ModelConfig from_gguf(const GgufFile& g);
   // The config.json transformers expects for this model.
   nlohmann::json to_hf_json() const;
-  // Whether llama.cpp permutes Q/K rows for this arch (normal RoPE: llama, mistral).
-  bool gguf_permutes_qk() const { return arch == "llama" || arch == "mistral"; }
+  // Whether llama.cpp permutes Q/K rows for this arch (its "llama" GGUFs: llama, mistral).
+  bool gguf_permutes_qk() const { return std::string(desc().gguf_arch) == "llama"; }
   int64_t n_params() const;  // parameter count implied by the shapes
 };
 
-// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors, FORMATS.md 2.13): the
+// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors that llama.cpp's
+// convert_hf_to_gguf.py LlamaModel.generate_extra_tensors writes): the
 // HF parameters that reproduce it (type "" when all are 1). UserError naming `path` otherwise.
 RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& freqs, double theta,
                                            int head_dim, const std::string& path);

@@ -44,8 +44,7 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
   EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
-  EXPECT_EQ(a.gemma, b.gemma);
-  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.no_rope, b.no_rope);
   EXPECT_EQ(a.sliding, b.sliding);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.attn_softcap, b.attn_softcap);
@@ -98,7 +97,7 @@ TEST_P(ArchLayouts, ConvertReadBackAndRun) {
     EXPECT_LT(worst, l.tol);
     std::printf("%s %-45s max |dlogit| %.3g\n", GetParam().c_str(), l.args, worst);
     ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " inspect " + out, &log), 0) << log;
-    if (orig.config.fused_proj && std::string(l.kind) != "hf") {
+    if (orig.config.desc().fused_proj && std::string(l.kind) != "hf") {
       // Phi-3 quantized: stored fused (qkv_proj, gate_up_proj: the names mlx_lm, vLLM and
       // transformers load), read back split; each part's codes, scales and biases are exactly
       // what quantizing that part alone gives (quantize_weights on the source's fp32 rows).
@@ -126,7 +125,7 @@ TEST_P(ArchLayouts, ConvertReadBackAndRun) {
       EXPECT_EQ(parts, 5 * ck.config.n_layers);
     }
 
-    if (orig.config.fused_proj && std::string(l.args) == "--dtype bf16") {
+    if (orig.config.desc().fused_proj && std::string(l.args) == "--dtype bf16") {
       // Written back fused under transformers' names: the source file's bytes, tensor for tensor.
       SafetensorsDir a = load_safetensors_dir(src), b = load_safetensors_dir(out);
       EXPECT_EQ(a.tensors.size(), b.tensors.size());

@@ -488,7 +488,8 @@ TEST_P(TinyModel, LogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyModel,
-                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3", "phi3"));
+                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3", "phi3",
+                                           "olmo2", "smollm3"));
 
 // ------------------------------------------------ Gemma: sliding window, soft-caps, KV methods
 // tests/golden/make_arch_logits_golden.py: 16 tokens, windows of 4 (gemma2) and 5 (gemma3).
@@ -614,14 +615,14 @@ TEST_P(TinyPpl, ChunksLongerThanTheWindowMatchTransformers) {
     EXPECT_NEAR(r.mean_nll, g["ppl_chunks_ctx8"].get<double>(), 1e-5);
   }
 }
-INSTANTIATE_TEST_SUITE_P(Archs, TinyPpl, ::testing::Values("gemma2", "gemma3", "falcon3", "phi3"));
+INSTANTIATE_TEST_SUITE_P(Archs, TinyPpl, ::testing::Values("gemma2", "gemma3", "falcon3", "phi3", "olmo2", "smollm3"));
 
 // Phi-3: the fused tensors split at load into views of the file's rows; the sliding window
 // (6 here) matters, token by token too (the batch path runs single tokens of windowed models).
 TEST(TinyPhi3, SplitAtLoadAndWindowed) {
   TinyGolden g = tiny_golden("phi3");
   const ModelConfig& c = g.ck.config;
-  EXPECT_TRUE(c.fused_proj);
+  EXPECT_TRUE(c.desc().fused_proj);
   EXPECT_TRUE(g.ck.has("model.layers.1.self_attn.k_proj.weight"));
   EXPECT_TRUE(g.ck.has("model.layers.1.mlp.up_proj.weight"));
   EXPECT_FALSE(g.ck.has("model.layers.1.self_attn.qkv_proj.weight"));
@@ -629,6 +630,28 @@ TEST(TinyPhi3, SplitAtLoadAndWindowed) {
             (std::vector<int64_t>{int64_t(c.n_kv_heads) * c.head_dim, c.hidden}));
   EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "f32", true), 1e-4);
   g.ck.config.sliding.clear();
+  EXPECT_GT(worst_diff(g.ck, g.ids, g.logits), 1e-2);
+}
+
+// Architectures that are only a row of formats/arch.h: OLMo 2 (norms after attention and the MLP,
+// none before; q/k norm over the whole projection) and SmolLM3 (no RoPE on its 4th layer).
+// Token by token (SmolLM3 through the decode step, OLMo 2's post-norms through the batch path at
+// one token), and an 8-bit KV cache as for the other families.
+class TinyRow : public ::testing::TestWithParam<std::string> {};
+TEST_P(TinyRow, OneTokenAtATimeAndKvMatchTransformers) {
+  TinyGolden g = tiny_golden(GetParam());
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "f32", true), 1e-4);
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "kivi:bits=8"), 0.05);
+  EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "kivi:bits=8", true), 0.05);
+}
+INSTANTIATE_TEST_SUITE_P(Archs, TinyRow, ::testing::Values("olmo2", "smollm3"));
+
+TEST(TinySmolLM3, NoRopeLayerMatters) {
+  TinyGolden g = tiny_golden("smollm3");
+  ASSERT_EQ(g.ck.config.no_rope, (std::vector<uint8_t>{0, 0, 0, 1}));
+  g.ck.config.no_rope.clear();  // RoPE on every layer
+  EXPECT_GT(worst_diff(g.ck, g.ids, g.logits), 1e-2);
+  g.ck.config.no_rope = {1, 1, 1, 1};
   EXPECT_GT(worst_diff(g.ck, g.ids, g.logits), 1e-2);
 }
 

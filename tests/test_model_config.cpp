@@ -53,7 +53,7 @@ void expect_facts(const ModelConfig& c, const json& e, const std::string& what) 
               e["rope_original_max_position_embeddings"].get<int>());
   }
   EXPECT_EQ(c.attention_bias, c.arch == "qwen2");
-  EXPECT_EQ(c.qk_norm, c.arch == "qwen3");
+  EXPECT_EQ(c.desc().qk_norm == QkNorm::PerHead, c.arch == "qwen3");
 }
 
 TEST(ModelConfig, TransformersSavedConfigs) {
@@ -110,8 +110,8 @@ TEST(ModelConfig, GemmaV4FormAndDefaults) {
       "sliding_window": 512, "sliding_window_pattern": 6, "final_logit_softcapping": null,
       "attn_logit_softcapping": null})");
   ModelConfig c = ModelConfig::from_hf_json(j, "g3.json");
-  EXPECT_TRUE(c.gemma);
-  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.desc().gemma_attention);
+  EXPECT_EQ(c.desc().qk_norm, QkNorm::PerHead);
   EXPECT_TRUE(c.tie_word_embeddings);  // Gemma3TextConfig default
   EXPECT_EQ(c.rope_theta, 1e6f);
   EXPECT_EQ(c.rope_local_theta, 1e4f);

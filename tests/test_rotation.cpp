@@ -36,12 +36,13 @@ TEST(Rotation, RandomOrthogonalIsOrthogonalAndFixedBySeed) {
   }
 }
 
-TEST(Rotation, GemmaIsRefused) {  // its post-norms sit between a writer and the residual
-  Checkpoint ck;
-  ck.config.arch = "gemma2";
-  ck.config.gemma = true;
-  ck.config.hidden = 8;
-  EXPECT_THROW(calib::rotate_residual(ck, 0), UserError);
+TEST(Rotation, PostNormsAreRefused) {  // a post-norm sits between a writer and the residual
+  for (const char* arch : {"gemma2", "olmo2"}) {
+    Checkpoint ck;
+    ck.config.arch = arch;
+    ck.config.hidden = 8;
+    EXPECT_THROW(calib::rotate_residual(ck, 0), UserError) << arch;
+  }
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -90,14 +90,6 @@ GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool t
   return base;
 }
 
-// Our arch -> llama.cpp's general.architecture.
-const char* gguf_arch(const std::string& arch) {
-  if (arch == "llama" || arch == "mistral") return "llama";  // convert_hf_to_gguf: MistralModel is llama
-  if (arch == "qwen2") return "qwen2";
-  if (arch == "qwen3") return "qwen3";
-  return nullptr;
-}
-
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
 std::pair<int, int> order_key(const std::string& gguf) {
@@ -163,9 +155,9 @@ bool gguf_export_is_mix(const std::string& name) {
 
 void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt) {
   const ModelConfig& c = ck.config;
-  const char* arch = gguf_arch(c.arch);
-  if (!arch) user_error("{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3)",
-                        ck.path, c.arch);
+  const char* arch = c.desc().gguf_arch;  // llama.cpp's general.architecture (mistral's is "llama")
+  if (!*arch) user_error("{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3)",
+                         ck.path, c.arch);
   const TypeRow& tr = type_row(opt.type);
   const GgmlTypeRow& block = *ggml_type_row(uint32_t(opt.type));
 

@@ -42,7 +42,10 @@ void check_supported(const Checkpoint& ck) {
   const ModelConfig& c = ck.config;
   auto refuse = [&](const std::string& what) { user_error("{}: {}: not on cuda yet", ck.path, what); };
   if (c.arch != "llama" && c.arch != "mistral") refuse("architecture '" + c.arch + "' (cuda runs llama, mistral)");
-  if (c.gemma || c.attention_bias || c.qk_norm || c.fused_proj) refuse("this block variant");
+  const ArchDesc& a = c.desc();
+  if (a.has_post_norms() || a.act != Activation::Silu || c.attention_bias || a.qk_norm != QkNorm::None ||
+      a.fused_proj || !c.no_rope.empty())
+    refuse("this block variant");
   if (!c.sliding.empty()) refuse("sliding-window attention");
   if (c.attn_softcap > 0 || c.final_softcap > 0) refuse("soft-capping");
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 || c.hidden <= 0 ||

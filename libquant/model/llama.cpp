@@ -1,5 +1,5 @@
-// The Llama-family forward pass: block code that fits on a screen (forward), and the loading
-// that turns a Checkpoint into Linears, norms and the embedding table.
+// The decoder's forward pass: one block for every arch row (forward_layer), and the loading that
+// turns a Checkpoint into Linears, norms and the embedding table.
 #include "libquant/model/llama.h"
 
 #include <cmath>
@@ -46,12 +46,10 @@ std::vector<float> vec_of(const Checkpoint& ck, const std::string& name, int64_t
 }  // namespace
 
 LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume)
-    : cfg_(ck.config) {
+    : cfg_(ck.config), desc_(arch_by_model_type(ck.config.arch)) {
   const ModelConfig& c = cfg_;
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" &&
-      !c.gemma)
-    user_error("{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3)",
-               ck.path, c.arch);
+  if (!desc_) user_error("{}: architecture '{}' is not supported ({})", ck.path, c.arch, supported_archs());
+  const ArchDesc& a = *desc_;
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 ||
       c.hidden <= 0 || c.vocab <= 0 || c.n_layers <= 0)
     user_error("{}: inconsistent head configuration ({} heads, {} kv heads, head_dim {})", ck.path,
@@ -91,7 +89,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
   // Gemma's RMSNorm scales by (1 + w), computed in float as transformers does: folded in here.
   auto norm = [&](const std::string& name, int64_t n) {
     std::vector<float> w = vec_of(ck, name, n);
-    if (c.gemma)
+    if (a.norm_plus_one)
       for (float& x : w) x = 1.0f + x;
     return w;
   };
@@ -100,17 +98,17 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     auto L = std::make_unique<Layer>();
     const std::string p = L->prefix = "model.layers." + std::to_string(i) + ".";
     auto bias = [&](const char* n) { return c.attention_bias ? p + n : std::string(); };
-    L->attn_norm = norm(p + "input_layernorm.weight", H);
-    if (c.gemma) {  // post_attention_layernorm follows attention; the MLP has its own pre-norm
-      L->post_attn_norm = norm(p + "post_attention_layernorm.weight", H);
-      L->ffn_norm = norm(p + "pre_feedforward_layernorm.weight", H);
-      L->post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", H);
-    } else {
-      L->ffn_norm = norm(p + "post_attention_layernorm.weight", H);
-    }
-    if (c.qk_norm) {
-      L->q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
-      L->k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
+    auto block_norm = [&](const char* name) {
+      return name ? norm(p + name + ".weight", H) : std::vector<float>();
+    };
+    L->attn_pre = block_norm(a.norms.attn_pre);
+    L->attn_post = block_norm(a.norms.attn_post);
+    L->ffn_pre = block_norm(a.norms.ffn_pre);
+    L->ffn_post = block_norm(a.norms.ffn_post);
+    if (a.qk_norm != QkNorm::None) {
+      const bool whole = a.qk_norm == QkNorm::Whole;
+      L->q_norm = norm(p + "self_attn.q_norm.weight", whole ? Q : c.head_dim);
+      L->k_norm = norm(p + "self_attn.k_norm.weight", whole ? KV : c.head_dim);
     }
     L->wq = lin(p + "self_attn.q_proj.weight", bias("self_attn.q_proj.bias"), Q, H);
     L->wk = lin(p + "self_attn.k_proj.weight", bias("self_attn.k_proj.bias"), KV, H);
@@ -161,6 +159,13 @@ KVShape LlamaModel::kv_shape(int max_ctx) const {
     s.rope_local.resize(size_t(cfg_.n_layers));
     for (int l = 0; l < cfg_.n_layers; ++l) s.rope_local[size_t(l)] = cfg_.is_sliding(l) ? 1 : 0;
   }
+  if (!cfg_.no_rope.empty()) {
+    // Layers without RoPE (SmolLM3) take the second table with every frequency 0: rotating by
+    // angle 0 is exactly the identity (cos 1, sin 0). No family has both kinds of second table.
+    if (!s.rope_local.empty()) user_error("{}: both local-RoPE and no-RoPE layers", cfg_.arch);
+    s.rope_local_inv_freq.assign(size_t(cfg_.head_dim / 2), 0.0f);
+    s.rope_local = cfg_.no_rope;
+  }
   s.softcap = cfg_.attn_softcap;
   if (!cfg_.sliding.empty())  // gemma, phi3
     for (int l = 0; l < cfg_.n_layers; ++l) s.window.push_back(cfg_.is_sliding(l) ? cfg_.sliding_window : 0);
@@ -174,8 +179,8 @@ size_t LlamaModel::weight_bytes() const {
     for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(),
                             L->up.get(), L->down.get()})
       b += l->weight_bytes();
-    b += (L->attn_norm.size() + L->ffn_norm.size() + L->q_norm.size() + L->k_norm.size() +
-          L->post_attn_norm.size() + L->post_ffn_norm.size()) * 4;
+    b += (L->attn_pre.size() + L->attn_post.size() + L->ffn_pre.size() + L->ffn_post.size() + L->q_norm.size() +
+          L->k_norm.size()) * 4;
   }
   return b;
 }
@@ -221,7 +226,7 @@ void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
     float* xr = x + i * H;
     if (embed_q_) {
       embed_q_->dequantize_row(tokens[i], xr);
-      if (cfg_.gemma) scale_embedding(xr, H);
+      if (desc_->embed_scale) scale_embedding(xr, H);
       continue;
     }
     switch (embedding_.dtype) {
@@ -234,7 +239,7 @@ void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
         break;
       default: break;  // rejected by the checkpoint loader
     }
-    if (cfg_.gemma) scale_embedding(xr, H);
+    if (desc_->embed_scale) scale_embedding(xr, H);
   }
 }
 
@@ -266,39 +271,63 @@ const float* LlamaModel::forward_hidden(const int32_t* tokens, int n, int pos0, 
   return xb;
 }
 
+ops::RopeTable* LlamaModel::rope_of(int l) {
+  if (!cfg_.has_rope(l)) return nullptr;
+  return cfg_.rope_local_theta > 0 && cfg_.is_sliding(l) ? &rope_local_ : &rope_;
+}
+
 void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache) {
   const ModelConfig& c = cfg_;
+  const ArchDesc& a = *desc_;
   const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim;
   const int64_t Q = c.n_heads * D, KV = c.n_kv_heads * D;
   if (l < 0 || l >= c.n_layers) user_error("forward_layer: layer {} outside 0..{}", l, c.n_layers - 1);
-  if (c.gemma) return forward_layer_gemma(l, x, n, pos0, cache);
   ensure_scratch(n);
-  rope_.ensure(pos0 + n);
+  ops::RopeTable* rope = rope_of(l);
+  if (rope) rope->ensure(pos0 + n);
   float *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(),
         *hb = hb_.data(), *hb2 = hb2_.data();
   const Layer& L = *layers_[l];
+  const float eps = c.rms_eps;
+  // x through the norm w into xb, or x itself where the row has no such norm
+  auto pre = [&](const std::vector<float>& w) -> const float* {
+    if (w.empty()) return x;
+    ops::rmsnorm(x, H, w.data(), xb, H, n, H, eps);
+    return xb;
+  };
+  // the sublayer's output in xb, normed in place where the row has a post-norm, added to x
+  auto add_post = [&](const std::vector<float>& w) {
+    if (!w.empty()) ops::rmsnorm(xb, H, w.data(), xb, H, n, H, eps);
+    ops::add_inplace(x, xb, int64_t(n) * H);
+  };
   // attention
-  ops::rmsnorm(x, H, L.attn_norm.data(), xb, H, n, H, c.rms_eps);
-  linear(*L.wq, &L.prefix, "self_attn.q_proj.weight", xb, n, q);
-  linear(*L.wk, &L.prefix, "self_attn.k_proj.weight", xb, n, k);
-  linear(*L.wv, &L.prefix, "self_attn.v_proj.weight", xb, n, v);
-  if (c.qk_norm) {  // per head, before RoPE (qwen3)
-    ops::rmsnorm(q, D, L.q_norm.data(), q, D, int64_t(n) * c.n_heads, D, c.rms_eps);
-    ops::rmsnorm(k, D, L.k_norm.data(), k, D, int64_t(n) * c.n_kv_heads, D, c.rms_eps);
+  const float* in = pre(L.attn_pre);
+  linear(*L.wq, &L.prefix, "self_attn.q_proj.weight", in, n, q);
+  linear(*L.wk, &L.prefix, "self_attn.k_proj.weight", in, n, k);
+  linear(*L.wv, &L.prefix, "self_attn.v_proj.weight", in, n, v);
+  if (a.qk_norm == QkNorm::PerHead) {
+    ops::rmsnorm(q, D, L.q_norm.data(), q, D, int64_t(n) * c.n_heads, D, eps);
+    ops::rmsnorm(k, D, L.k_norm.data(), k, D, int64_t(n) * c.n_kv_heads, D, eps);
+  } else if (a.qk_norm == QkNorm::Whole) {
+    ops::rmsnorm(q, Q, L.q_norm.data(), q, Q, n, Q, eps);
+    ops::rmsnorm(k, KV, L.k_norm.data(), k, KV, n, KV, eps);
   }
-  ops::rope(q, Q, n, c.n_heads, D, pos0, rope_);
-  ops::rope(k, KV, n, c.n_kv_heads, D, pos0, rope_);
+  if (rope) {
+    ops::rope(q, Q, n, c.n_heads, D, pos0, *rope);
+    ops::rope(k, KV, n, c.n_kv_heads, D, pos0, *rope);
+  }
   cache.append(l, k, v, n, pos0);
   cache.attend(l, q, n, pos0, att);
   linear(*L.wo, &L.prefix, "self_attn.o_proj.weight", att, n, xb);
-  ops::add_inplace(x, xb, int64_t(n) * H);
+  add_post(L.attn_post);
   // MLP
-  ops::rmsnorm(x, H, L.ffn_norm.data(), xb, H, n, H, c.rms_eps);
-  linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", xb, n, hb);
-  linear(*L.up, &L.prefix, "mlp.up_proj.weight", xb, n, hb2);
-  ops::swiglu(hb, hb2, hb, n, F);
+  in = pre(L.ffn_pre);
+  linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", in, n, hb);
+  linear(*L.up, &L.prefix, "mlp.up_proj.weight", in, n, hb2);
+  if (a.act == Activation::GeluTanh) ops::geglu_tanh(hb, hb2, hb, n, F);
+  else ops::swiglu(hb, hb2, hb, n, F);
   linear(*L.down, &L.prefix, "mlp.down_proj.weight", hb, n, xb);
-  ops::add_inplace(x, xb, int64_t(n) * H);
+  add_post(L.ffn_post);
 }
 
 void LlamaModel::final_norm(const float* x, int n, float* out) const {

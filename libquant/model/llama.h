@@ -1,17 +1,18 @@
-// The Llama-family decoder (llama, mistral, qwen2, qwen3) on the CPU, llama2.c style:
+// The decoder on the CPU, llama2.c style, for every row of formats/arch.h:
 //
-//   x = embed(tokens)
-//   per layer:  h = x + o_proj(attention(rope(q), rope(k), v))     q,k,v = proj(rmsnorm(x))
-//               x = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
-//   logits = lm_head(rmsnorm(x))
+//   x = embed(tokens)                                   (× √hidden where the row says)
+//   per layer:  x += attn_post(o_proj(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))
+//                                                       q,k,v = proj(attn_pre(x))
+//               x += ffn_post(down(act(gate(h)) * up(h)))        h = ffn_pre(x)
+//   logits = softcap(lm_head(rmsnorm(x)))
 //
-// with q/k/v biases (qwen2) and per-head q/k RMSNorm before RoPE (qwen3). Activations are fp32.
-// Gemma 2 / 3 (cfg.gemma) run their own block (forward_layer_gemma, gemma_block.cpp): norms
-// around attention and MLP, GeGLU, soft-capped and sliding-window attention (in the KV cache),
-// gemma3's local RoPE base on sliding layers, soft-capped logits.
-// Every projection is a Linear (libquant/model/linear.h) made by a LinearFactory, and the
-// attention goes through a KVCache (libquant/kv/cache.h), so packed / quantized weights and
-// quantized caches plug in without touching the block code.
+// One block reads the arch row: which of the four norms exist (llama: the two pre-norms; Gemma:
+// all four; OLMo 2: the two post-norms), the activation (SiLU or tanh-GELU), q/k norms per head or
+// over the whole projection, q/k/v biases, and per layer the RoPE table (global, Gemma 3's local
+// base, or none: SmolLM3's no-RoPE layers). Soft-capped and sliding-window attention live in the
+// KV cache (KVShape). Every projection is a Linear (libquant/model/linear.h) made by a
+// LinearFactory, and the attention goes through a KVCache (libquant/kv/cache.h), so packed /
+// quantized weights and quantized caches plug in without touching the block code.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -104,7 +105,6 @@ class LlamaModel {
               int64_t n, float* y);
   void embed(const int32_t* tokens, int n, float* x) const;
   void ensure_scratch(int n);
-  void forward_layer_gemma(int l, float* x, int n, int pos0, KVCache& cache);
   // The decode step (llama_decode.cpp): one token in one OpenMP team, every Linear's rows cut
   // between the threads (Linear::gemv_slice). Used by forward() for a single token when every
   // Linear has slices and no observer is set; logits may be null (no output head).
@@ -112,6 +112,7 @@ class LlamaModel {
   void forward_token(int32_t token, int pos, KVCache& cache, float* logits);
 
   ModelConfig cfg_;
+  const ArchDesc* desc_;  // cfg_'s row
   Tensor embedding_;  // [vocab, hidden], any float dtype, shared with the checkpoint; or, when
                       // the checkpoint stores it quantized, empty and embed_q_ holds it
   std::shared_ptr<Linear> embed_q_;  // quantized embedding (rows via dequantize_row)
@@ -120,6 +121,8 @@ class LlamaModel {
   std::shared_ptr<Linear> lm_head_;  // may be embed_q_ itself (tied, quantized)
   ops::RopeTable rope_;
   ops::RopeTable rope_local_;  // gemma3's sliding layers (base rope_local_theta); unused otherwise
+  // Layer l's RoPE table (nullptr: the layer applies none).
+  ops::RopeTable* rope_of(int l);
   LinearObserver observer_;
 
   // Scratch, sized for the largest batch seen.

@@ -26,9 +26,12 @@
 namespace qt {
 
 bool LlamaModel::decode_ready() const {
-  // Gemma's block and sliding windows (phi3) are not in the decode step: the batch forward runs
-  // them at one token.
-  if (cfg_.gemma || !cfg_.sliding.empty() || observer_ || !lm_head_->has_gemv_slices()) return false;
+  // The decode step runs the pre-norm SiLU block of the arch row (any q/k norm, any layer's RoPE);
+  // post-norms (Gemma, OLMo 2), tanh-GELU and sliding windows (Gemma, phi3) are not in it: the
+  // batch forward runs those at one token.
+  const ArchDesc& a = *desc_;
+  if (a.has_post_norms() || !a.norms.attn_pre || !a.norms.ffn_pre || a.act != Activation::Silu) return false;
+  if (!cfg_.sliding.empty() || observer_ || !lm_head_->has_gemv_slices()) return false;
   for (const auto& L : layers_)
     for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(),
                             L->down.get()})
@@ -48,7 +51,8 @@ void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* lo
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, D = c.head_dim, Q = int64_t(c.n_heads) * D, KV = int64_t(c.n_kv_heads) * D;
   ensure_scratch(1);
-  rope_.ensure(pos + 1);
+  for (int l = 0; l < c.n_layers; ++l)
+    if (ops::RopeTable* r = rope_of(l)) r->ensure(pos + 1);
   float *x = x_.data(), *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(),
         *hb = hb_.data(), *hb2 = hb2_.data();
   embed(&token, 1, x);
@@ -76,7 +80,7 @@ void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* lo
   auto before_attention = [&](int l, int t, int T, float* xn) {
     const Layer& L = *layers_[size_t(l)];
     step([&] {
-      ops::rmsnorm(x, H, L.attn_norm.data(), xn, H, 1, H, c.rms_eps);
+      ops::rmsnorm(x, H, L.attn_pre.data(), xn, H, 1, H, c.rms_eps);
       L.wq->gemv_slice(xn, t, T, q);
       L.wk->gemv_slice(xn, t, T, k);
       L.wv->gemv_slice(xn, t, T, v);
@@ -84,12 +88,17 @@ void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* lo
     barrier.wait(T);
     if (t == 0)
       step([&] {
-        if (c.qk_norm) {
+        if (desc_->qk_norm == QkNorm::PerHead) {
           ops::rmsnorm(q, D, L.q_norm.data(), q, D, c.n_heads, D, c.rms_eps);
           ops::rmsnorm(k, D, L.k_norm.data(), k, D, c.n_kv_heads, D, c.rms_eps);
+        } else if (desc_->qk_norm == QkNorm::Whole) {
+          ops::rmsnorm(q, Q, L.q_norm.data(), q, Q, 1, Q, c.rms_eps);
+          ops::rmsnorm(k, KV, L.k_norm.data(), k, KV, 1, KV, c.rms_eps);
         }
-        ops::rope(q, Q, 1, c.n_heads, D, pos, rope_);
-        ops::rope(k, KV, 1, c.n_kv_heads, D, pos, rope_);
+        if (ops::RopeTable* rope = rope_of(l)) {
+          ops::rope(q, Q, 1, c.n_heads, D, pos, *rope);
+          ops::rope(k, KV, 1, c.n_kv_heads, D, pos, *rope);
+        }
         cache.append(l, k, v, 1, pos);
       });
   };
@@ -98,7 +107,7 @@ void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* lo
     step([&] { add_rows(x, xb, L.wo->gemv_slice(att, t, T, xb)); });
     barrier.wait(T);
     step([&] {
-      ops::rmsnorm(x, H, L.ffn_norm.data(), xn, H, 1, H, c.rms_eps);
+      ops::rmsnorm(x, H, L.ffn_pre.data(), xn, H, 1, H, c.rms_eps);
       const RowSlice g = L.gate->gemv_slice(xn, t, T, hb);
       const RowSlice u = L.up->gemv_slice(xn, t, T, hb2);
       if (g.r0 != u.r0 || g.r1 != u.r1 || (g.r0 % kSwigluAlign && g.r0 != g.r1))

@@ -11,8 +11,9 @@ namespace qt {
 
 struct LlamaModel::Layer {
   std::string prefix;  // "model.layers.N."
-  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;
-  std::vector<float> post_attn_norm, post_ffn_norm;  // gemma only (its sandwich norms)
+  // The block's RMSNorm weights where the arch row has them (formats/arch.h BlockNorms; empty
+  // where it has none), (1 + w) already folded in for Gemma; q/k norms per head or whole.
+  std::vector<float> attn_pre, attn_post, ffn_pre, ffn_post, q_norm, k_norm;
   std::unique_ptr<Linear> wq, wk, wv, wo, gate, up, down;
 };
 

@@ -5,8 +5,10 @@ recipe: transformers builds each model from a config (AutoModelForCausalLM.from_
 download), random weights rounded to bf16, saved with save_pretrained (config.json +
 model.safetensors in bf16), and its fp32 logits on N random tokens.
 
-Run:  /work/venv-torch/bin/python tests/golden/make_arch_logits_golden.py
-      (a venv with torch, transformers, safetensors, numpy)
+Run:  python tests/golden/make_arch_logits_golden.py [--only NAME,NAME]
+      (a venv with torch, transformers, safetensors, numpy). --only remakes just those models;
+      each model's random numbers come from its own generator seed, so one model's golden does not
+      depend on which others were made in the same run (the first four share the original one).
 
 Writes tests/golden/logits/tiny-<name>/{config.json, model.safetensors, logits.json}:
   gemma2   head_dim 256, query_pre_attn_scalar != head_dim, attention-logit and final-logit
@@ -19,6 +21,9 @@ Writes tests/golden/logits/tiny-<name>/{config.json, model.safetensors, logits.j
            here), rope_theta 1000042, GQA, untied head
   phi3     Phi3ForCausalLM: fused qkv_proj (GQA: 4 heads, 2 kv heads) and gate_up_proj, a
            sliding_window of 6 on every layer (Phi-3-mini-4k has 2047), untied head
+  olmo2    Olmo2ForCausalLM: norms after attention and after the MLP only (none before), q/k
+           RMSNorm over the whole projection (n_heads·head_dim), GQA, untied head
+  smollm3  SmolLM3ForCausalLM: no RoPE on every 4th layer (4 layers: the last one), GQA, tied head
 Each sequence has 16 tokens, longer than every sliding window. logits.json also holds
 ppl_chunks_ctx8: the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (two chunks of 8 tokens,
 each from an empty cache, every token but a chunk's first scored), from transformers' logits.
@@ -28,7 +33,10 @@ import os
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, Phi3Config
+import argparse
+
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, Olmo2Config, Phi3Config,
+                          SmolLM3Config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 16
@@ -57,11 +65,32 @@ TINY = {
                        original_max_position_embeddings=512, rms_norm_eps=1e-5, sliding_window=6,
                        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "olmo2": Olmo2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                         eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "smollm3": SmolLM3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                             rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+                             eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}),
 }
+# Models added after the first four draw from their own generator (see --only).
+OWN_SEED = {"olmo2": 5001, "smollm3": 5002}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--only", default="", help="comma-separated names to (re)make")
+args = ap.parse_args()
+only = set(filter(None, args.only.split(",")))
 
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(4321)
 for name, cfg in TINY.items():
+    if only and name not in only:
+        continue
+    if name in OWN_SEED:
+        g = torch.Generator().manual_seed(OWN_SEED[name])
+    elif only:
+        raise SystemExit("--only: the first four models share one generator; remake them all together")
     m = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     with torch.no_grad():
         for pname, p in m.named_parameters():

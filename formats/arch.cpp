@@ -1,0 +1,70 @@
+#include "formats/arch.h"
+
+#include "formats/error.h"
+
+namespace qt {
+
+namespace {
+
+constexpr BlockNorms kPreNorms{"input_layernorm", nullptr, "post_attention_layernorm", nullptr};
+// Gemma 2/3: both sublayers normed before and after (modeling_gemma2.py Gemma2DecoderLayer).
+constexpr BlockNorms kSandwichNorms{"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                                    "post_feedforward_layernorm"};
+// OLMo 2: no pre-norms; each sublayer's output is normed before the residual add
+// (modeling_olmo2.py Olmo2DecoderLayer).
+constexpr BlockNorms kPostNorms{nullptr, "post_attention_layernorm", nullptr, "post_feedforward_layernorm"};
+
+using A = Activation;
+using Q = QkNorm;
+
+// clang-format off
+constexpr ArchDesc kArchs[] = {
+  // model_type     hf_class               gguf     reads  max_pos   theta  hdim  tied   qkv_b  qk_norm     norms           1+w    emb√H  act          gemma  fused  no_rope
+  {"llama",       "LlamaForCausalLM",     "llama", true,  2048,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false},
+  {"mistral",     "MistralForCausalLM",   "llama", false, 4096*32,  1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false},
+  {"qwen2",       "Qwen2ForCausalLM",     "qwen2", true,  32768,    1e4,   0,    false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false},
+  {"qwen3",       "Qwen3ForCausalLM",     "qwen3", true,  32768,    1e4,   128,  false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false},
+  {"gemma2",      "Gemma2ForCausalLM",    "",      false, 8192,     1e4,   256,  true,  false, Q::None,    kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false},
+  {"gemma3_text", "Gemma3ForCausalLM",    "",      false, 131072,   1e6,   256,  true,  false, Q::PerHead, kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false},
+  {"phi3",        "Phi3ForCausalLM",      "",      false, 4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false},
+  {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false},
+  {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true},
+};
+// clang-format on
+
+}  // namespace
+
+const ArchDesc* arch_by_model_type(const std::string& t) {
+  for (auto& r : kArchs)
+    if (t == r.model_type) return &r;
+  return nullptr;
+}
+
+const ArchDesc* arch_by_hf_class(const std::string& c) {
+  for (auto& r : kArchs)
+    if (c == r.hf_class) return &r;
+  return nullptr;
+}
+
+const ArchDesc* arch_by_gguf(const std::string& a) {
+  for (auto& r : kArchs)
+    if (r.gguf_reads && a == r.gguf_arch) return &r;
+  return nullptr;
+}
+
+const ArchDesc& arch_desc(const std::string& model_type) {
+  const ArchDesc* r = arch_by_model_type(model_type);
+  if (!r) user_error("unsupported architecture '{}' (supported: {})", model_type, supported_archs());
+  return *r;
+}
+
+const std::string& supported_archs() {
+  static const std::string s = [] {
+    std::string out;
+    for (auto& r : kArchs) out += (out.empty() ? "" : ", ") + std::string(r.model_type);
+    return out;
+  }();
+  return s;
+}
+
+}  // namespace qt
