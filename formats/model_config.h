@@ -1,6 +1,6 @@
 // ModelConfig: one struct for every supported Llama-family decoder (llama, mistral, qwen2, qwen3,
 // gemma2, gemma3_text, phi3), read from a Hugging Face config.json or from GGUF metadata.
-// FORMATS.md 2.7, 2.13, 6.
+// Facts: docs/spec/gguf.md §Model keys, §rope_freqs; docs/spec/hf-config.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -71,8 +71,9 @@ struct ModelConfig {
   int64_t n_params() const;  // parameter count implied by the shapes
 };
 
-// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors, FORMATS.md 2.13): the
-// HF parameters that reproduce it (type "" when all are 1). UserError naming `path` otherwise.
+// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors, docs/spec/gguf.md
+// §rope_freqs): the HF parameters that reproduce it (type "" when all are 1). UserError naming
+// `path` otherwise.
 RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& freqs, double theta,
                                            int head_dim, const std::string& path);
 // The divisors convert_hf_to_gguf.py writes for a llama3 scaling (computed in double).
