@@ -253,7 +253,7 @@ TEST(Checkpoint, RealModelEqualsTransformers) {
   Checkpoint ck = load_checkpoint(test::model_gguf());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("load_checkpoint(SmolLM2 Q4_1): %.3f s\n", secs);
-  EXPECT_LT(secs, 2.0);  // the bound; typically a few tenths
+  EXPECT_LT(secs, 2.0);  // the acceptance bound; typically a few tenths
   json g = golden("smollm2_q4_1.json");
   expect_tensors(ck, g["tensors"]);
   EXPECT_FALSE(ck.has("lm_head.weight"));  // tied

@@ -179,7 +179,7 @@ LlamaModel* SmolLMEval::model_ = nullptr;
 void expect_protocol(const PplResult& r, const json& g) {
   EXPECT_EQ(r.tokens_scored, g["count"].get<int64_t>());
   EXPECT_EQ(r.plan.n_chunks, g["chunks"].get<int>());
-  // The bar: mean NLL within 1e-5 relative of transformers.
+  // Acceptance bound: mean NLL within 1e-5 relative of transformers.
   expect_rel(r.mean_nll, g["mean_nll"], 1e-5, "mean NLL");
   expect_rel(r.ppl, g["ppl"], 2e-5, "PPL");
   expect_rel(r.ppl_err, g["ppl_err"], 1e-3, "PPL error");

@@ -2,7 +2,7 @@
 //  * affine:rot=qr|wht[,qjl=1] (turboquant-mlx's V2): the rotation against Π x in double, the affine
 //    codes of the rotated vector, the QJL residual sketch and γ, the score and the reconstruction;
 //    the QJL stage unbiased over S and smaller in score error than the rotation alone;
-//  * turboquant_mse at any fractional rate: codes against the two f_d codebooks, the old 2.5/3.5
+//  * turboquant_mse at any fractional rate: codes against the two f_d codebooks, bits=2.5/3.5
 //    byte-identical to their n_outlier/outlier_bits spelling, MSE against the weighted theory;
 //  * rabitq 1–4 bits: the sign code and ⟨ō, o⟩ of the paper, the extended code's t optimal over a
 //    dense sweep, the estimator unbiased over many random vectors (and the uncorrected one not);
