@@ -58,8 +58,9 @@ void print_peaks(const std::vector<bench::PeakResult>& peaks, int threads) {
   }
 }
 
-// The seed's latency table: its two shapes at M ∈ --kernel-tokens, and SmolLM2's own shapes; each
-// cell's milliseconds and its ratio to f32; for the integer columns GOP/s and % of the INT8 peak.
+// Cider's latency table (docs/spec/int8-w8a8.md §Kernel latency shapes): its two shapes at
+// M ∈ --kernel-tokens, and SmolLM2's own shapes; each cell's milliseconds and its ratio to f32;
+// for the integer columns GOP/s and % of the INT8 peak.
 // --kernel-columns: the columns asked for, f32 always (the ratios' reference); UserError naming
 // the columns there are for one that is not.
 std::vector<bench::KernelColumn> kernel_columns(const std::vector<std::string>& asked,
@@ -115,7 +116,7 @@ nlohmann::json kernel_table(const BenchOpts& o, const std::vector<bench::KernelC
 }
 
 // One token through weights streamed from DRAM (gemv_bench.h): packed GB/s of every column on the
-// seed's two shapes, beside the memory read bandwidth measured in the same run at these threads.
+// Cider's two shapes, beside the memory read bandwidth measured in the same run at these threads.
 nlohmann::json gemv_table(const BenchOpts& o, int threads) {
   const auto all = bench::default_kernel_columns();
   const size_t min_bytes = std::max<size_t>(4 * bench::l3_cache_bytes(), size_t(128) << 20);

@@ -1,4 +1,5 @@
-// Per-layer bit allocation by reverse water-filling (METHODS.md B.9, RateQuant-style).
+// Per-layer bit allocation by reverse water-filling (RateQuant-style; docs/spec/calibration.md
+// §Per-layer bit allocation).
 //
 // Layer i at b_i bits is modelled as distortion w_i · β^(−b_i) (w_i its measured sensitivity,
 // β the per-bit decay of the quantizer: 4 in the high-resolution limit, ≈3.5 for Gaussian

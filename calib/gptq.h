@@ -1,13 +1,13 @@
-// GPTQ (arXiv 2210.17323; METHODS.md A.4) on one weight, as AutoGPTQ's / llm-compressor's
-// `fasterquant`: columns quantized left to right, each one's rounding error spread over the
-// columns not yet quantized through the inverse Hessian's upper Cholesky factor, in blocks of
-// `block` columns (lazy batch updates). Dampening `damp`·mean(diag H) on the diagonal; dead
-// inputs (H_jj = 0) get weight 0. Group parameters are fitted when the pass reaches a group's
-// first column, from the weights as updated so far (`--act-order` instead fits every group once
-// from the original weights — AutoGPTQ's static_groups — since the permuted pass would visit a
-// group's columns out of order and MLX / compressed-tensors groups are contiguous columns).
-// Codes are the scheme's nearest rounding under the group's stored parameters (grid.h), so the
-// result is an ordinary file of the scheme.
+// GPTQ (arXiv 2210.17323; docs/spec/calibration.md §GPTQ) on one weight, as AutoGPTQ's /
+// llm-compressor's `fasterquant`: columns quantized left to right, each one's rounding error spread
+// over the columns not yet quantized through the inverse Hessian's upper Cholesky factor, in blocks
+// of `block` columns (lazy batch updates). Dampening `damp`·mean(diag H) on the diagonal; dead
+// inputs (H_jj = 0) get weight 0. Group parameters are fitted when the pass reaches a group's first
+// column, from the weights as updated so far (`--act-order` instead fits every group once from the
+// original weights — AutoGPTQ's static_groups — since the permuted pass would visit a group's
+// columns out of order and MLX / compressed-tensors groups are contiguous columns). Codes are the
+// scheme's nearest rounding under the group's stored parameters (grid.h), so the result is an
+// ordinary file of the scheme.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,5 @@
-// k-means for product-quantization codebooks (METHODS.md C.5), deterministic per seed.
+// k-means for product-quantization codebooks (docs/spec/calibration.md §k-means for codebooks),
+// deterministic per seed.
 //
 //   init     k-means++: the first centre a uniformly drawn point; each next one drawn with
 //            probability ∝ D(x)², D the distance to the nearest centre chosen so far (the

@@ -1,4 +1,4 @@
-// Per-layer KV-cache sensitivity (the w_i of B.9's bit allocation), measured on calibration
+// Per-layer KV-cache sensitivity (the w_i of bit_allocation.h), measured on calibration
 // text: for each layer and side (keys, values), the mean KL divergence of the next-token
 // distribution when only that layer's side is quantized with the reference method, all else
 // in the fp16 cache. Chunks follow llama-perplexity's protocol (the second half of each chunk

@@ -1,4 +1,5 @@
-// Lloyd-Max scalar quantizer fitted to samples (METHODS.md C.1 on the empirical distribution):
+// Lloyd-Max scalar quantizer fitted to samples (docs/spec/lloyd-max.md §Algorithm on the
+// empirical distribution):
 // the 1-D k-means of the sample, started from the unit-Gaussian Lloyd-Max table (the samples are
 // standardized coordinates, so that start is close), thresholds at the midpoints, centroids the
 // means of their cells (in double, over the sorted samples), until no centroid moves by more than

@@ -1,7 +1,8 @@
 // The searches behind `convert --awq` and `convert --smooth STATS --alpha auto` for one fold site
 // (smoothquant.h's FoldSite): which per-channel scale s to fold, chosen on calibration activations.
 //
-// Scale search (AWQ's _search_module_scale, METHODS.md A.5; llm-compressor's SmoothQuant α grid):
+// Scale search (AWQ's _search_module_scale, docs/spec/calibration.md §AWQ; llm-compressor's
+// SmoothQuant α grid):
 // for each candidate ratio α the caller's rule gives scales s (AWQ: mean|X|^α, floored at 1e-4,
 // normalised by sqrt(max·min); SmoothQuant: max|X|^α / max|W|^(1−α)); every reader's W·diag(s) is
 // fake-quantized with its scheme's RTN rule and divided back by s, the input is

@@ -1,5 +1,6 @@
-// SmoothQuant (arXiv 2211.10438; METHODS.md A.3; the seed's tools/smoothquant.py): per input
-// channel j of a group of projections that read the same activation X,
+// SmoothQuant (arXiv 2211.10438; docs/spec/calibration.md §SmoothQuant; Cider's
+// tools/smoothquant.py): per input channel j of a group of projections that read the same
+// activation X,
 //   s_j = max|X_j|^α / max_rows|W_j|^(1−α)        (max|W_j| over every reading projection's rows)
 // and the model is rewritten exactly: X_j / s_j comes out of the producer, W[:, j] · s_j goes into
 // each reader, so X·Wᵀ is unchanged while activation outliers move into the weights.

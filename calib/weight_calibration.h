@@ -9,7 +9,7 @@
 //                                sequential GPTQ over the calibration text (gptq.h, sequential.h);
 //                                with --imatrix the group parameters use the weighted search too
 // Tensors no method reaches (the embedding of an untied model, a shape the grid does not fit) are
-// quantized by the scheme's RTN rule as before.
+// quantized by the scheme's plain RTN rule.
 #pragma once
 #include <map>
 #include <optional>

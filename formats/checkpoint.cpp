@@ -1,5 +1,6 @@
 // load_checkpoint: GGUF file or Hugging Face folder -> Checkpoint (HF names, HF layout).
-// FORMATS.md 2.10 (names), 2.11 (Q/K permutation), 2.12 (tied), 2.13 (rope_freqs), 1.5 (shards).
+// Facts: docs/spec/gguf.md §Tensor names, §Q/K permutation, §Tied embeddings, §rope_freqs;
+// docs/spec/safetensors.md §Sharded checkpoints.
 #include "formats/checkpoint.h"
 
 #include <algorithm>
@@ -33,7 +34,7 @@ const Tensor& Checkpoint::get(const std::string& name) const {
 
 namespace {
 
-// Per-layer names (after "blk.N." / "model.layers.N."), FORMATS.md 2.10.
+// Per-layer names (after "blk.N." / "model.layers.N."), docs/spec/gguf.md §Tensor names.
 struct NameRow {
   const char* gguf;
   const char* hf;
@@ -310,7 +311,8 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
   return m;
 }
 
-// Within a head of hd rows: GGUF row 2*i + j <-> HF row j*(hd/2) + i (FORMATS.md 2.11).
+// Within a head of hd rows: GGUF row 2*i + j <-> HF row j*(hd/2) + i (convert_hf_to_gguf.py
+// LlamaModel.permute; docs/spec/gguf.md §Q/K permutation).
 // One loop serves both directions: `to_hf` picks which side of that pairing is the source.
 static std::vector<float> move_qk_rows(const float* src, int64_t rows, int64_t cols, int n_heads,
                                        bool to_hf) {

@@ -50,8 +50,9 @@ std::string hf_to_gguf_name(const std::string& hf_name);
 // not tied). Loaders check a checkpoint against it.
 std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c);
 
-// llama.cpp's Q/K row permutation (FORMATS.md 2.11) on a row-major [rows, cols] matrix (cols = 1
-// for a bias), heads of rows / n_heads rows each. unpermute: GGUF order -> HF order.
+// llama.cpp's Q/K row permutation (docs/spec/gguf.md §Q/K permutation) on a row-major
+// [rows, cols] matrix (cols = 1 for a bias), heads of rows / n_heads rows each.
+// unpermute: GGUF order -> HF order.
 std::vector<float> gguf_unpermute_rows(const float* src, int64_t rows, int64_t cols, int n_heads);
 std::vector<float> gguf_permute_rows(const float* src, int64_t rows, int64_t cols, int n_heads);
 

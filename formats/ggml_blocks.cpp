@@ -1,4 +1,5 @@
-// ggml block types: the table (ids, block sizes and bytes from ggml's type traits; FORMATS.md 2.4)
+// ggml block types: the table (ids, block sizes and bytes from ggml's type traits, ggml.h and
+// ggml-common.h; docs/spec/gguf.md §Tensor types and sizes)
 // and dequantization, written to match gguf-py's numpy code (gguf/quants.py) bit for bit:
 // the same operations in the same order, all in fp32.
 // FMA: numpy never fuses a*b+c. With f16 scales every product below is exact in fp32 except

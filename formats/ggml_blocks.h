@@ -1,4 +1,5 @@
-// One row per ggml tensor type: block size, bytes per block, to-float. FORMATS.md 2.4-2.5.
+// One row per ggml tensor type: block size, bytes per block, to-float (docs/spec/gguf.md §Tensor
+// types and sizes, §Block layouts).
 // Dequantization must be bit-exact with gguf-py's numpy implementation (see tests/golden/).
 #pragma once
 #include <cstddef>

@@ -1,5 +1,6 @@
-// GGUF reader. Mirrors the checks of ggml's gguf.cpp (gguf_init_from_file_impl), FORMATS.md
-// 2.1-2.4, but every failure is a UserError "PATH: problem" instead of a log line + nullptr.
+// GGUF reader. Mirrors the checks of ggml's gguf.cpp (gguf_init_from_file_impl; docs/spec/gguf.md
+// §File layout to §Tensor types and sizes), but every failure is a UserError "PATH: problem"
+// instead of a log line + nullptr.
 // All reads go through Cursor, which bounds-checks against the buffer, so no input can make us
 // read past the end; counts are checked against the bytes left before anything is allocated.
 #include "formats/gguf.h"

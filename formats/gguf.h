@@ -1,4 +1,5 @@
-// GGUF reader (versions 2 and 3) over mmap. FORMATS.md section 2.
+// GGUF reader (versions 2 and 3) over mmap. Format: ggml's docs/gguf.md and src/gguf.cpp
+// (summary: docs/spec/gguf.md).
 // Validates everything ggml's gguf.cpp validates; any violation is a UserError naming the file.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// GGUF v3 writer (the reverse of formats/gguf.h; FORMATS.md section 2): metadata in the order it
+// GGUF v3 writer (the reverse of formats/gguf.h; docs/spec/gguf.md): metadata in the order it
 // is added, tensor infos, then the data section, every tensor at a 32-byte aligned offset.
 // Tensors are produced one at a time while the file is written (a deferred source is
 // dequantized, permuted and quantized only when its turn comes), so memory holds one tensor's

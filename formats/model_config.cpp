@@ -1,5 +1,5 @@
 // ModelConfig from HF config.json (transformers v4 and v5 forms) and from GGUF metadata.
-// Facts: FORMATS.md 2.7 (GGUF keys), 2.12 (tied), 2.13 (llama3 rope_freqs), 6 (config.json).
+// Facts: docs/spec/gguf.md §Model keys, §Tied embeddings, §rope_freqs; docs/spec/hf-config.md.
 #include "formats/model_config.h"
 
 #include <cmath>
@@ -117,8 +117,8 @@ void validate(const ModelConfig& c, const std::string& path) {
 
 }  // namespace
 
-// llama3 scaling as ggml sees it: per-frequency divisors (FORMATS.md 2.13), computed in double
-// as convert_hf_to_gguf.py does, for comparison with a file's rope_freqs.weight.
+// llama3 scaling as ggml sees it: per-frequency divisors (docs/spec/gguf.md §rope_freqs),
+// computed in double as convert_hf_to_gguf.py does, for comparison with a file's rope_freqs.weight.
 std::vector<double> llama3_rope_factors(const RopeScaling& r, double theta, int dim) {
   std::vector<double> out;
   const double lo_wavelen = r.original_max_position_embeddings / double(r.low_freq_factor);
@@ -396,7 +396,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   } else if (auto* t = g.find_tensor("token_embd.weight"); t && t->ne.size() == 2) {
     c.vocab = int(t->ne[1]);
   }
-  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;  // FORMATS.md 2.12
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;  // tied: docs/spec/gguf.md
   c.bos_token_id = int(g.get_int_or("tokenizer.ggml.bos_token_id", -1));
   c.eos_token_id = int(g.get_int_or("tokenizer.ggml.eos_token_id", -1));
   c.pad_token_id = int(g.get_int_or("tokenizer.ggml.padding_token_id", -1));

@@ -1,6 +1,7 @@
 // ModelConfig: one struct for every supported decoder (the rows of formats/arch.h), read from a
 // Hugging Face config.json or from GGUF metadata. What the config holds per model lives here; what
 // is fixed per family (norm placement, activation, q/k norm, ...) is the arch row, desc().
+// Facts: docs/spec/gguf.md §Model keys, §rope_freqs; docs/spec/hf-config.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -74,9 +75,9 @@ struct ModelConfig {
   int64_t n_params() const;  // parameter count implied by the shapes
 };
 
-// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors that llama.cpp's
-// convert_hf_to_gguf.py LlamaModel.generate_extra_tensors writes): the
-// HF parameters that reproduce it (type "" when all are 1). UserError naming `path` otherwise.
+// Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors, docs/spec/gguf.md
+// §rope_freqs): the HF parameters that reproduce it (type "" when all are 1). UserError naming
+// `path` otherwise.
 RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& freqs, double theta,
                                            int head_dim, const std::string& path);
 // The divisors convert_hf_to_gguf.py writes for a llama3 scaling (computed in double).

@@ -1,6 +1,6 @@
 // safetensors: reader over mmap with zero-copy tensor views, atomic writer, and sharded
 // checkpoints (model.safetensors.index.json). Format facts and the rules the reference reader
-// (huggingface/safetensors tensor.rs) enforces: FORMATS.md section 1.
+// (huggingface/safetensors tensor.rs) enforces: docs/spec/safetensors.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>

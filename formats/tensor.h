@@ -15,7 +15,7 @@ namespace qt {
 
 enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
 
-// Bits per element (safetensors dtype table; FORMATS.md 1.2).
+// Bits per element (safetensors dtype table; docs/spec/safetensors.md §Dtypes).
 int dtype_bits(DType t);
 // F64/F32/F16/BF16: a tensor of values rather than of packed codes.
 inline bool is_float(DType t) {

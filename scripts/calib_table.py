@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's calibrated-quantization table and plot (issue 17) from results/calib/*.json
+"""The README's calibrated-quantization table and plot from results/calib/*.json
 (made by scripts/device_calib_table.sh: 64 chunks of wiki.test.raw, KLD against the SmolLM2 Q4_1
 GGUF). Prints a Markdown table; with --plot FILE (matplotlib) draws KLD (log) against bits per
 weight for our rows by method beside llama.cpp's types.
@@ -84,7 +84,7 @@ NOTES = {
     "w4a8-rot-keepembhead-gptq-imat-actorder": "rotated: embedding and head bf16; this 2-core Zen 3",
     "w4a8-rot-keepembhead-smoothauto-gptq-imat-actorder": "rotated, then SmoothQuant's α searched on it: embedding and head bf16; this 2-core Zen 3",
 }
-# llama.cpp on the same source (issue 17's table and results/llama: llama-cpp-python 0.3.36's
+# llama.cpp on the same source (results/llama: llama-cpp-python 0.3.36's
 # sources, llama-imatrix -f wiki.valid.tokens.txt -c 512 --chunks 64, llama-quantize [--imatrix],
 # llama-perplexity -c 512 --chunks 64 --kl-divergence against the F32 GGUF).
 LLAMA = [("Q8_0", 8.51, 0.0039), ("Q5_0", 6.14, 0.0796), ("Q4_0", 5.36, 0.289), ("Q4_0 + imatrix", 5.36, 0.175),

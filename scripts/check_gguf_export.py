@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance checks of `quanttool convert --format gguf` with gguf-py (issue 19, part 2).
+"""Acceptance checks of `quanttool convert --format gguf` with gguf-py.
 
 Needs numpy and the `gguf` package (/work/venv); never run in CI.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance check of `quanttool convert --format hf` with transformers (issue 2, section 8).
+"""Acceptance check of `quanttool convert --format hf` with transformers.
 
 Needs a virtual environment with torch, transformers, tokenizers, gguf (never run in CI):
   /work/venv/bin/python scripts/check_hf_export.py [--model GGUF] [--text FILE] [--bin QUANTTOOL]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's convert bars on a big checkpoint (README "Streaming convert"): for each layout and
+# Convert's time and memory on a big checkpoint (README "Streaming convert"): for each layout and
 # --max-shard-size, `cp -r` of the source folder and then `convert`, back to back (the same
 # machine state), each under scripts/peak_mem.py (wall time, peak anonymous memory, peak RSS).
 #   SRC=/path/llama3-8b WORK=/path/scratch [SHARDS="2GB 5GB"] [THREADS=2] [FSYNC=1] bash scripts/convert_scale_bench.sh

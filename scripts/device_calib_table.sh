@@ -1,4 +1,4 @@
-# The calibrated-quantization rows of README's quality table (issue 17), run on the device
+# The calibrated-quantization rows of README's quality table, run on the device
 # machine's 16-core CPU: every row converted from the SmolLM2 Q4_1 GGUF with our calibration flags,
 # then `eval-ppl --method llama --ctx 512 --chunks 64` on wiki.test.raw with the GGUF itself as the
 # KL baseline. Eight rows at a time, 2 threads each (GPTQ on 32 chunks of 512 tokens). Results: $OUT/rows.tar.gz (one JSON and one
@@ -43,7 +43,7 @@ C[w4a8-keepemb-gptq-imat]="--scheme int4 --group-size 0 --recipe $RC/keep-embedd
 C[w8a8-smooth-0.8]="--scheme int8 --group-size 0 --smooth $S --alpha 0.8"
 C[w8a8-smooth-gptq]="--scheme int8 --group-size 0 --smooth $S --alpha 0.5 $G"
 C[nf4-gptq-imat]="--scheme nf4 --group-size 64 --format native --embedding-bits 4 $G --imatrix $S"
-# issue 17, second round: searched SmoothQuant α, AWQ (4 chunks of the calibration text for the searches)
+# searched SmoothQuant α, AWQ (4 chunks of the calibration text for the searches)
 A="--calib $V --search-chunks 4"
 G2="--gptq --calib-chunks 32"
 C[w8a8-smooth-auto]="--scheme int8 --group-size 0 --smooth $S --alpha auto $A"

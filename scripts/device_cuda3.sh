@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20, stop 27 on the device machine: the GPU tests (TinyLlamaW4A8MatchesCpu's first run),
+# On the device machine: the GPU tests (TinyLlamaW4A8MatchesCpu among them),
 # decode-mode KV windows (banded, attention.h) side by side with f16 at ctx 4096, SmolLM2 W4A8
 # parity and speed, W8A8's fused epilogue (QT_CUDA_Q8_FUSE=0 runs the separate kernels).
 # Kit K (carried under a git-ignored folder of the checkout): quanttool.xz, test_cuda.xz (stripped),

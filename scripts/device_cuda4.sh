@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Issue 20, stop 27b on the device machine: W8A8's passes vectorized (QT_CUDA_Q8_VEC=0: the stop-27
-# scalar kernels) and cuBLASLt's int8 candidates timed at reserve (QT_CUDA_LT_TUNE=0: the heuristic's
-# first choice; =2: bf16's GEMMs tuned too), side by side with bf16 on the 8B shape, one call.
+# On the device machine: W8A8's passes vectorized (QT_CUDA_Q8_VEC=0: the scalar kernels) and
+# cuBLASLt's int8 candidates timed at reserve (QT_CUDA_LT_TUNE=0: the heuristic's first choice;
+# =2: bf16's GEMMs tuned too), side by side with bf16 on the 8B shape, one call.
 # Kit K (carried under a git-ignored folder of the checkout): quanttool.xz, test_cuda.xz (stripped),
 # lib.tar.xz (libfmt, libpcre2-8, libgomp, libopenblas, libgfortran, libquadmath from `ldd`),
 # tok/ (SmolLM2's tokenizer), scripts/device_cuda4.sh (this file).
 # Usage, from the repository root on the device: bash K/scripts/device_cuda4.sh K STEP
 #   tests — the GPU tests (QT_REQUIRE_GPU=1), bench --peak
 #   8b    — the 8B-shaped checkpoint (made here) and its W8A8 folder; bf16 vs W8A8 at the default
-#           batch and --batch 8, the stop-27 W8A8 path, profiles
+#           batch and --batch 8, the scalar untuned W8A8 path (QT_CUDA_Q8_VEC=0 QT_CUDA_LT_TUNE=0),
+#           profiles
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20's second slice on the device machine: the GPU tests and the quantized KV caches on the
+# On the device machine: the GPU tests and the quantized KV caches on the
 # real SmolLM2 (README "CUDA", "KV caches on the GPU"). Same kit as scripts/device_cuda.sh, but the
 # binaries travel xz-compressed (quanttool.xz, test_cuda.xz, stripped) and the GGUF in parts of at
 # most ~33 MiB, one per call (the working tree and the carried kit travel together, 64 MiB a call),

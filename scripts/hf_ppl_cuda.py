@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The transformers anchor of `eval-ppl --device cuda` (issue 20): AutoModelForCausalLM in bf16 on
+"""The transformers anchor of `eval-ppl --device cuda`: AutoModelForCausalLM in bf16 on
 the GPU, llama.cpp's method (chunks of --ctx tokens, the first replaced by BOS when the tokenizer
 adds one, logits of positions ctx/2 … ctx−2 scoring the next token), --batch chunks per forward,
 NLL summed in float64.

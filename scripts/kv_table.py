@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's KV-cache table for SmolLM2 (issue 5).
+"""The README's KV-cache table for SmolLM2.
 
   run    evaluates rows with `quanttool eval-ppl --method llama --kv-mode decode` on wiki.test.raw,
          the same model with an fp16 cache as the KL baseline (run alongside), one --json per row
@@ -59,7 +59,7 @@ ROWS += [
      "turboquant_mse-4, keys centered by their wiki.valid means (r=0)"),
     ("turboquant_mse-3-kc", "--kv turboquant_mse:bits=3 --kv-key-center {key_means}", ""),
     ("affine-4-kc", "--kv affine:bits=4,group=32 --kv-key-center {key_means}", ""),
-    # issue 18 part A: TurboQuant V2 (seed 004), fractional turboquant_mse, RaBitQ
+    # turboquant-mlx's V2 (docs/spec/kv-methods.md §TurboQuant), fractional turboquant_mse, RaBitQ
     ("affine-4-rotqr", "--kv affine:bits=4,group=32,rot=qr", "seed 004 V2 \"rotated\": QR rotation + affine groups of 32 (r=0)"),
     ("affine-4-rotwht", "--kv affine:bits=4,group=32,rot=wht", "the same with the randomized Hadamard rotation"),
     ("affine-4-rotqr-g64", "--kv affine:bits=4,group=64,rot=qr", "seed 004's own group size, 64 (one group per head)"),
@@ -81,14 +81,14 @@ ROWS += [
     ("rabitq2-vtq4", "--kv-k rabitq:bits=2 --kv-v turboquant_mse:bits=4", "extended RaBitQ 2-bit keys"),
     ("rabitq3-vtq4", "--kv-k rabitq:bits=3 --kv-v turboquant_mse:bits=4", "extended RaBitQ 3-bit keys"),
     ("rabitq4-vtq4", "--kv-k rabitq:bits=4 --kv-v turboquant_mse:bits=4", "extended RaBitQ 4-bit keys"),
-    # calibrated methods (issue 18): tables from calibrate --method kv-codebook, passed with --artifacts
+    # calibrated methods: tables from calibrate --method kv-codebook, passed with --artifacts
     ("vecinfer2-ktq4", "--kv-k vecinfer:bits=2 --kv-v turboquant_mse:bits=4",
      "keys VecInfer-2 (calibrated PQ, 4-dim sub-vectors, 256 centroids), values turboquant_mse-4"),
     ("vecinfer1-ktq4", "--kv-k vecinfer:bits=1 --kv-v turboquant_mse:bits=4", "keys VecInfer-1 (8-dim sub-vectors)"),
     ("kivi2-ktq4", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4 --kv-residual 0",
      "keys KIVI-2 (G=32, r=0), values turboquant_mse-4"),
     ("kivi2-ktq4-r128", "--kv-k kivi:bits=2 --kv-v turboquant_mse:bits=4", "keys KIVI-2 with its R=128 window"),
-    # CommVQ (issue 18 part B): residual VQ of the pre-RoPE keys, RoPE-commuting codeword pairs
+    # CommVQ: residual VQ of the pre-RoPE keys, RoPE-commuting codeword pairs
     ("commvq2-ktq4", "--kv-k commvq:bits=2 --kv-v turboquant_mse:bits=4",
      "keys CommVQ-2 (16 stages of 256 codewords, pre-RoPE, RoPE at score time), values turboquant_mse-4"),
     ("commvq3-ktq4", "--kv-k commvq:bits=3 --kv-v turboquant_mse:bits=4",

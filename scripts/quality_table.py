@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's weight-quantization quality table for SmolLM2 (issue 4).
+"""The README's weight-quantization quality table for SmolLM2.
 
 For every row: `quanttool convert` the source model with the row's flags, then
 `quanttool eval-ppl --method llama --ctx 512` on wiki.test.raw with the unquantized model as the

@@ -1,4 +1,4 @@
-// The architectures of issue 19 (Gemma 2, Gemma 3 text, Falcon3) through `convert` into every
+// The Gemma 2, Gemma 3 text and Falcon3 architectures through `convert` into every
 // layout and back: the folder's config.json reads back to the same configuration (sliding
 // layers, soft-caps, local RoPE base, scaling: what the layout's consumer needs to run it), and
 // the model loaded from the folder gives transformers' fp32 logits (make_arch_logits_golden.py)

@@ -1,4 +1,5 @@
-// Calibration: reverse water-filling against its closed form (METHODS.md B.9) and the
+// Calibration: reverse water-filling against its closed form (docs/spec/calibration.md
+// §Per-layer bit allocation) and the
 // `calibrate --method kv-sensitivity` command end to end (its recipe is what eval-ppl takes).
 #include <cmath>
 #include <filesystem>

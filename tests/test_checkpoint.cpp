@@ -69,7 +69,7 @@ std::string user_error_of(F&& f) {
 }
 
 TEST(Checkpoint, TensorNames) {
-  // FORMATS.md 2.10.
+  // docs/spec/gguf.md §Tensor names.
   const std::pair<const char*, const char*> rows[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -100,7 +100,7 @@ TEST(Checkpoint, TensorNames) {
 }
 
 TEST(Checkpoint, QkPermutation) {
-  // FORMATS.md 2.11 example, head_dim 8: GGUF rows of a head hold HF rows 0,4,1,5,2,6,3,7.
+  // docs/spec/gguf.md §Q/K permutation, head_dim 8: GGUF rows of a head hold HF rows 0,4,1,5,2,6,3,7.
   std::vector<float> gguf_rows = {0, 4, 1, 5, 2, 6, 3, 7};
   std::vector<float> hf = gguf_unpermute_rows(gguf_rows.data(), 8, 1, 1);
   EXPECT_EQ(hf, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
@@ -253,7 +253,7 @@ TEST(Checkpoint, RealModelEqualsTransformers) {
   Checkpoint ck = load_checkpoint(test::model_gguf());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("load_checkpoint(SmolLM2 Q4_1): %.3f s\n", secs);
-  EXPECT_LT(secs, 2.0);  // the bound; typically a few tenths
+  EXPECT_LT(secs, 2.0);  // the acceptance bound; typically a few tenths
   json g = golden("smollm2_q4_1.json");
   expect_tensors(ck, g["tensors"]);
   EXPECT_FALSE(ck.has("lm_head.weight"));  // tied

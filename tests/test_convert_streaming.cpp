@@ -1,4 +1,4 @@
-// Streaming convert (issue 16): the writer makes quantized and cast tensors a batch at a time
+// Streaming convert: the writer makes quantized and cast tensors a batch at a time
 // while it writes each shard, so
 //  - sharding changes nothing but the files: every tensor's bytes and config.json are the same at
 //    any --max-shard-size, for every layout, from a GGUF and from a Hugging Face folder (the

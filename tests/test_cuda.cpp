@@ -321,7 +321,7 @@ TEST(Cuda, Q8VectorizedKernelsMatchScalarAndCpu) {
   }
 }
 
-// GemmLt::tune (timing cuBLASLt's candidates, stop 27b) keeps an algorithm whose int32 sums are exact.
+// GemmLt::tune (timing cuBLASLt's candidates) keeps an algorithm whose int32 sums are exact.
 TEST(Cuda, Int8GemmTunedIsExact) {
   QT_REQUIRE_GPU();
   const int out = 384, in = 512, n = 1024;

@@ -1,7 +1,8 @@
 // Perplexity and KL divergence.
 //  * chunk plans against llama-perplexity's own count for wiki.test.raw (592 chunks of 512);
 //  * KLD statistics on synthetic logits against torch's kl_div, numpy's percentiles and
-//    METHODS.md D.2.5's formulas (tests/golden/make_ppl_golden.py);
+//    llama.cpp's uncertainty formulas (docs/spec/perplexity.md §KL divergence;
+//    tests/golden/make_ppl_golden.py);
 //  * both protocols on the real model against transformers running the same protocol
 //    (first 4×512 tokens of wiki.test.raw; first 2048 of wiki.test.joined.txt);
 //  * eval-ppl end to end: the same numbers through the CLI and our tokenizer, its JSON, and the
@@ -178,7 +179,7 @@ LlamaModel* SmolLMEval::model_ = nullptr;
 void expect_protocol(const PplResult& r, const json& g) {
   EXPECT_EQ(r.tokens_scored, g["count"].get<int64_t>());
   EXPECT_EQ(r.plan.n_chunks, g["chunks"].get<int>());
-  // The bar: mean NLL within 1e-5 relative of transformers.
+  // Acceptance bound: mean NLL within 1e-5 relative of transformers.
   expect_rel(r.mean_nll, g["mean_nll"], 1e-5, "mean NLL");
   expect_rel(r.ppl, g["ppl"], 2e-5, "PPL");
   expect_rel(r.ppl_err, g["ppl_err"], 1e-3, "PPL error");

@@ -2,7 +2,8 @@
 // References: golden files written by gguf-py (tests/golden/make_gguf_goldens.py): dequantized
 // values from gguf.quants.dequantize, metadata from GGUFWriter; facts about the real model and
 // the vocab files as read by gguf-py's GGUFReader; malformed files built here, byte by byte,
-// following the layout of FORMATS.md 2.1 (each must give a UserError naming the file).
+// following the layout of docs/spec/gguf.md §File layout (each must give a UserError naming
+// the file).
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -110,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
       return s.substr(0, s.find('.'));
     });
 
-// Block sizes and bytes per block: ggml's type traits as listed in FORMATS.md 2.4.
+// Block sizes and bytes per block: ggml's type traits (ggml.h, ggml-common.h; docs/spec/gguf.md
+// §Tensor types and sizes).
 TEST(GgmlBlocks, TableMatchesGgml) {
   struct Row { uint32_t id; const char* name; int block, bytes; };
   const Row rows[] = {{0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
@@ -239,7 +241,7 @@ TEST(GgufMetadata, EveryValueTypeFromGgufPy) {
   EXPECT_EQ(f.find_tensor("nope"), nullptr);
 }
 
-// Version 2 has the same layout as version 3 (FORMATS.md 2.3).
+// Version 2 has the same layout as version 3 (docs/spec/gguf.md §Versions).
 TEST(GgufMetadata, Version2ReadsLikeVersion3) {
   std::vector<uint8_t> bytes = read_bytes(golden("metadata.gguf"));
   ASSERT_GT(bytes.size(), 8u);

@@ -1,10 +1,11 @@
 // KV-cache quantization.
-//  * Lloyd-Max codebooks against the published tables (METHODS.md C.2–C.4);
-//  * rotations are orthogonal; every codec's bits per element against B.12's formulas (d = 64);
+//  * Lloyd-Max codebooks against the reference tables (docs/spec/lloyd-max.md);
+//  * rotations are orthogonal; every codec's bits per element against the formulas of
+//    docs/spec/kv-methods.md (d = 64);
 //  * the codecs' fast loops (whole-byte packing, projections, sign expansion) against plain
 //    definitions at every kernel level;
 //  * reconstruction error against the quantizers' theory (TurboQuant d·MSE of f_d, RVQ's
-//    two-stage MSE of B.11), unbiasedness of the QJL / TurboQuant_prod inner-product estimators;
+//    two-stage MSE), unbiasedness of the QJL / TurboQuant_prod inner-product estimators;
 //  * the quantized cache's attention against a scalar reference over the reconstructed K̂/V̂
 //    (cache and decode visibility, residual windows, KIVI token groups, batches ending on and
 //    just past window edges, decode batches longer than the window);
@@ -52,7 +53,7 @@ void expect_table(const Codebook& cb, const std::vector<double>& pos, double tol
   }
 }
 
-TEST(LloydMax, GaussianMatchesPublishedTable) {  // METHODS.md C.2
+TEST(LloydMax, GaussianMatchesPublishedTable) {  // docs/spec/lloyd-max.md §Standard normal
   expect_table(lloyd_max(Density::Gaussian, 2), {0.7978846}, 1e-6, "b=1");
   expect_table(lloyd_max(Density::Gaussian, 4), {0.4527800, 1.5104176}, 1e-6, "b=2");
   expect_table(lloyd_max(Density::Gaussian, 8), {0.2450942, 0.7560053, 1.3439093, 2.1519457}, 1e-6, "b=3");
@@ -64,7 +65,7 @@ TEST(LloydMax, GaussianMatchesPublishedTable) {  // METHODS.md C.2
   for (int b = 1; b <= 4; ++b) EXPECT_NEAR(lloyd_max(Density::Gaussian, 1 << b).mse, mse[b - 1], 2e-7) << b;
 }
 
-TEST(LloydMax, LaplacianMatchesPublishedTable) {  // C.3, unit variance
+TEST(LloydMax, LaplacianMatchesPublishedTable) {  // lloyd-max.md §Laplacian, unit variance
   const Codebook b2 = lloyd_max(Density::Laplacian, 4);
   expect_table(b2, {0.4197557, 1.8339693}, 1e-6, "b=2");
   EXPECT_NEAR(b2.thresholds[2], 1.1268625, 1e-6);
@@ -75,7 +76,7 @@ TEST(LloydMax, LaplacianMatchesPublishedTable) {  // C.3, unit variance
   EXPECT_NEAR(lloyd_max(Density::Laplacian, 2).mse, 0.5, 1e-6);
 }
 
-TEST(LloydMax, SphereCoordinateMatchesPublishedTable) {  // C.4, shown there as √d·c
+TEST(LloydMax, SphereCoordinateMatchesPublishedTable) {  // lloyd-max.md §Sphere coordinate: √d·c
   for (auto [d, tab, dmse] :
        {std::tuple{64, std::vector<std::vector<double>>{{0.8010}, {0.4521, 1.5000}, {0.2438, 0.7507, 1.3293, 2.1113},
                                                         {0.1274, 0.3847, 0.6505, 0.9319, 1.2394, 1.5908, 2.0233, 2.6464}},
@@ -191,7 +192,8 @@ TEST(KvKernels, ProjectionAndSignExpansionMatchDefinitions) {
   set_kernel_level(max_kernel_level());
 }
 
-TEST(KvCodecs, BitsPerElementAsPublished) {  // B.12 with d = 64 (fp16 side data: 16/64 per norm)
+// kv-methods.md §Bits per element at a glance with d = 64 (fp16 side data: 16/64 per norm).
+TEST(KvCodecs, BitsPerElementAsPublished) {
   struct Case {
     const char* spec;
     Side side;
@@ -232,7 +234,7 @@ double rel_mse(const Codec& c, int n = 2000, uint32_t seed = 3) {
 }
 
 TEST(KvCodecs, TurboQuantMseMatchesTheory) {
-  // Unit vectors rotated: each coordinate follows f_d, so the error is d·MSE(f_d, b) (C.4).
+  // Unit vectors rotated: each coordinate follows f_d, so the error is d·MSE(f_d, b) (lloyd-max.md).
   const double dmse[] = {0.3584, 0.1145, 0.0334, 0.0091};
   for (int b = 1; b <= 4; ++b)
     for (const char* rot : {"wht", "dense"}) {
@@ -244,7 +246,8 @@ TEST(KvCodecs, TurboQuantMseMatchesTheory) {
 }
 
 TEST(KvCodecs, RvqMatchesTwoStageMse) {
-  // B.11: 0.134 / 0.026 / 0.0027 for Gaussian coordinates with the variance-matched Laplacian.
+  // kv-methods.md §RVQ: 0.134 / 0.026 / 0.0027 for Gaussian coordinates with the variance-matched
+  // Laplacian.
   // At d = 64 the rotated coordinates follow f_d (lighter tails than the Gaussian), so the
   // error lands a little below: within −15 % … +5 %.
   const double want[] = {0.134, 0.026, 0.0027};
@@ -322,7 +325,7 @@ void estimator_stats(const std::string& spec, double* bias_in_sd, double* var) {
 
 TEST(KvCodecs, QjlAndProdEstimatorsAreUnbiased) {
   double z, var;
-  // TurboQuant_prod: D_prod ≤ √3·π²/d · 4^(−b) for unit q, x (B.2).
+  // TurboQuant_prod: D_prod ≤ √3·π²/d · 4^(−b) for unit q, x (kv-methods.md §TurboQuant).
   for (int b = 2; b <= 4; ++b) {
     estimator_stats(fmt::format("turboquant_prod:bits={}", b), &z, &var);
     EXPECT_LT(z, 4.0) << "prod bias, b=" << b;
@@ -483,7 +486,7 @@ TEST(QuantCache, AttentionMatchesScalarReference) {
     }
 }
 
-// Issue 18 part A's codecs (TurboQuant V2 rotated / rot+QJL, fractional turboquant_mse, RaBitQ)
+// The rotation-based codecs (turboquant-mlx's V2 rotated / rot+QJL, fractional turboquant_mse, RaBitQ)
 // through the cache: the same reference over their reconstructions.
 TEST(QuantCache, Issue18PartACodecsMatchScalarReference) {
   const std::vector<int> ragged = {37, 1, 1, 45, 16};

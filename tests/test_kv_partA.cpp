@@ -1,12 +1,12 @@
-// KV methods of issue 18, part A, each against a scalar reference written here from its formulas:
-//  * affine:rot=qr|wht[,qjl=1] (TurboQuant V2): the rotation against Π x in double, the affine
+// Rotation-based KV methods, each against a scalar reference written here from its formulas:
+//  * affine:rot=qr|wht[,qjl=1] (turboquant-mlx's V2): the rotation against Π x in double, the affine
 //    codes of the rotated vector, the QJL residual sketch and γ, the score and the reconstruction;
 //    the QJL stage unbiased over S and smaller in score error than the rotation alone;
-//  * turboquant_mse at any fractional rate: codes against the two f_d codebooks, the old 2.5/3.5
+//  * turboquant_mse at any fractional rate: codes against the two f_d codebooks, bits=2.5/3.5
 //    byte-identical to their n_outlier/outlier_bits spelling, MSE against the weighted theory;
 //  * rabitq 1–4 bits: the sign code and ⟨ō, o⟩ of the paper, the extended code's t optimal over a
 //    dense sweep, the estimator unbiased over many random vectors (and the uncorrected one not);
-//  * bytes per token exact (codecs and the seed's 1-bit-keys + turboquant_mse-4 pairing);
+//  * bytes per token exact (codecs and VeloxQuant-MLX's 1-bit-keys + turboquant_mse-4 pairing);
 //  * --kv-stats: the cache's per-layer cos, relative MSE, score error and attention TV against
 //    the same quantities computed here from reconstructions; the CLI's table and JSON;
 //  * bad options: UserError (exit 2 through the CLI, one line).
@@ -156,7 +156,8 @@ TEST(KvPartA, AffineRotatedMatchesFormulas) {
 }
 
 // ⟨q, x̃⟩ − ⟨q, x⟩ over many seeds (S and Π random) and vectors: rot+QJL is unbiased, and its
-// error variance is QJL's (Lemma 3 of B.3 with m = d Gaussian rows): per vector
+// error variance is QJL's (arXiv 2406.03482 Lemma 3, m = d Gaussian rows; docs/spec/kv-methods.md
+// §QJL): per vector
 //   Var = ((π/2)·γ²·‖q‖² − ⟨q, r⟩²)/d,  r = x − (the rotated code alone), γ = ‖r‖,
 // which is (π/2)× the rotation's own squared error ⟨q, r⟩² when r points anywhere (so at d = 64
 // the sketch trades bias for variance rather than removing error: README).
@@ -219,7 +220,8 @@ TEST(KvPartA, TurboQuantFractionalMatchesFormulas) {
         ASSERT_EQ(dec[i], nh * float(cb.centroids[k])) << cs.spec << " coordinate " << i;
       }
     }
-    // Relative MSE: each coordinate at its width's d·MSE(f_d, b) (C.4), weighted by the counts.
+    // Relative MSE: each coordinate at its width's d·MSE(f_d, b) (lloyd-max.md), weighted by the
+    // counts.
     const double dmse[] = {0, 0.3584, 0.1145, 0.0334, 0.0091};
     const double want = (cs.n_hi * dmse[cs.h] + (D - cs.n_hi) * dmse[cs.b]) / D;
     double e = 0;
@@ -357,7 +359,7 @@ TEST(KvPartA, RaBitQEstimatorIsUnbiased) {
   }
 }
 
-// ---- bytes per token of the seed's pairing, and bad options ---------------------------------------
+// ---- bytes per token of VeloxQuant-MLX's pairing, and bad options --------------------------------
 
 TEST(KvPartA, RaBitQKeysWithTurboQuant4ValuesBytesPerToken) {
   KVShape s;  // SmolLM2-135M: 30 layers, 3 kv heads of 64

@@ -1,4 +1,4 @@
-// Calibrated KV methods (issue 18 part B): k-means against a numpy golden, the empirical
+// Calibrated KV methods: k-means against a numpy golden, the empirical
 // Lloyd-Max, codebook calibration byte-identical per seed, VecInfer and SpectralQuant codecs
 // against scalar references written here, and the quantized cache scoring them (lookup tables,
 // per-head tables) against attention computed from those references.

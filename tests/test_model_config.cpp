@@ -1,7 +1,8 @@
 // ModelConfig against transformers: config.json files saved by transformers' own config classes
 // (v5 form) with the attributes transformers derives from them, llama3 rope factors from
 // transformers' rope init, tiny GGUFs read by transformers' GGUF loader, and the real model's
-// published facts (issue 2). Golden files: tests/golden/make_hf_export_golden.py.
+// published configuration (HuggingFaceTB/SmolLM2-135M). Golden files:
+// tests/golden/make_hf_export_golden.py.
 #include <filesystem>
 #include <fstream>
 
@@ -233,7 +234,7 @@ TEST(ModelConfig, RealModelFacts) {
   QT_REQUIRE_FILE(test::model_gguf());
   GgufFile g = GgufFile::open(test::model_gguf());
   ModelConfig c = ModelConfig::from_gguf(g);
-  // Issue 2's facts.
+  // SmolLM2-135M's published configuration (its config.json on the Hugging Face Hub).
   EXPECT_EQ(c.arch, "llama");
   EXPECT_EQ(c.hidden, 576);
   EXPECT_EQ(c.intermediate, 1536);

@@ -243,7 +243,8 @@ TEST(Safetensors, AgreesWithReferenceOnEdgeCases) {
   }
 }
 
-// The bad inputs of issue 2, generated here: each names the file and the problem.
+// Malformed files the reference reader rejects (docs/spec/safetensors.md §Reader rules), generated
+// here: each must give an error naming the file and the problem.
 TEST(Safetensors, MalformedFilesNameFileAndProblem) {
   std::string dir = qt::test::temp_dir("st_bad");
   const std::string u8a = R"("a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]})";

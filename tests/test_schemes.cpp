@@ -3,7 +3,7 @@
 // with the libraries that define each format — mlx.core.quantize / dequantize on the CPU (mlx
 // 0.32.4) for affine; bitsandbytes 0.50.2 quantize_4bit / dequantize_4bit on CPU tensors for
 // nf4/fp4; compressed-tensors 0.20.0 (calculate_qparams + its int-quantized compressor) for
-// int8_ct; a numpy restatement of Cider's int8/int4 functions (seed 000) for int8/int4 and the
+// int8_ct; a numpy restatement of Cider's int8/int4 functions (cider/ops.py) for int8/int4 and the
 // per-token activation quantizer. Packed codes, scales and biases must match byte for byte and
 // dequantized values bit for bit. The scalar reference GEMM is checked against an fp32 GEMM of the
 // dequantized weights (weight-only: summation error only; int8 activations: within the bound

@@ -4,7 +4,7 @@
 //  - for SmolLM2 on wiki.test.raw and for the Llama-3 / Qwen2 pre-tokenizers: ids produced by the
 //    Python `tokenizers` library (tests/golden/make_tokenizer_goldens.py, committed output under
 //    tests/golden/tokenizer/);
-//  - facts about the real model's GGUF (issue 2, FORMATS.md 2.8);
+//  - facts about the real model's GGUF (docs/spec/gguf.md §Tokenizer keys);
 //  - decode(encode(x)) == x for the byte-exact tokenizers.
 #include <chrono>
 #include <cstring>

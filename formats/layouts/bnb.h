@@ -1,5 +1,5 @@
 // bitsandbytes 4-bit folder, as transformers saves a model loaded with BitsAndBytesConfig
-// (FORMATS.md 4.4-4.5): a quantized Linear weight W stores
+// (docs/spec/bitsandbytes.md §Serialized keys, §config.json): a quantized Linear weight W stores
 //   W                                      U8  [ceil(out·in/2), 1]  codes, first element high nibble
 //   W.absmax                               F32 [ceil(out·in/blocksize)]
 //   W.quant_map                            F32 [16]  the NF4 / FP4 code table

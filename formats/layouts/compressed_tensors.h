@@ -1,5 +1,5 @@
 // compressed-tensors "int-quantized" folder (llm-compressor's W8A8 preset, what vLLM loads;
-// FORMATS.md 5): a quantized Linear M stores
+// docs/spec/compressed-tensors.md): a quantized Linear M stores
 //   M.weight        I8 [out, in]
 //   M.weight_scale  dtype [out, 1] (strategy "channel") or [out, in/group] (strategy "group")
 // (symmetric: no weight_zero_point) and config.json "quantization_config" is the package's

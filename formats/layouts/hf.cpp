@@ -92,7 +92,7 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   all.insert(opt.extra_tensors.begin(), opt.extra_tensors.end());
   if (ck.config.desc().fused_proj) fuse_projections(ck.config, all);  // phi3: the names transformers loads
   for (auto& [name, t] : all) {
-    if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;  // FORMATS.md 2.12
+    if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;  // tied: docs/spec/gguf.md
     names.push_back(name);
   }
   std::sort(names.begin(), names.end(),

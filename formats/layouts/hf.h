@@ -1,6 +1,7 @@
 // Hugging Face folder writer: Checkpoint -> config.json, model.safetensors (sharded above a
 // size, with model.safetensors.index.json), tokenizer.json, tokenizer_config.json,
-// generation_config.json. What transformers' from_pretrained expects (FORMATS.md 1.4-1.5, 6).
+// generation_config.json. What transformers' from_pretrained expects (docs/spec/hf-config.md,
+// docs/spec/safetensors.md §Writers, §Sharded checkpoints).
 #pragma once
 #include <cstdint>
 #include <map>

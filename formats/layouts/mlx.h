@@ -1,4 +1,4 @@
-// MLX folder (what mlx_lm.convert writes, FORMATS.md 3): config.json + model.safetensors
+// MLX folder (what mlx_lm.convert writes, docs/spec/mlx-affine.md): config.json + model.safetensors
 // (__metadata__ {"format": "mlx"}) + tokenizer files. A quantized module M stores
 //   M.weight  U32 [rows, cols*bits/32]   packed codes (mx.quantize, mode "affine")
 //   M.scales  dtype [rows, cols/group]

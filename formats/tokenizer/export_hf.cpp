@@ -1,10 +1,12 @@
 // HF tokenizer.json / tokenizer_config.json for a tokenizer read from GGUF (a tokenizer read from
 // a HF folder re-emits the files it was read from).
-//  - Byte-level BPE: the structure HF's own files have for the family (FORMATS.md 7.4): GPT-2
+//  - Byte-level BPE: the structure HF's own files have for the family (docs/spec/tokenizer.md
+//    §Pre-tokenizers): GPT-2
 //    `ByteLevel(use_regex)`; SmolLM/StarCoder `Sequence[Digits(individual), ByteLevel(use_regex)]`;
 //    Llama-3 / Qwen2 `Sequence[Split(regex, Isolated), ByteLevel(use_regex false)]`; other
 //    families one Split per llama.cpp regex.
-//  - SentencePiece (llama.cpp `llama` model): the Llama-2 legacy layout (FORMATS.md 7.7), with
+//  - SentencePiece (llama.cpp `llama` model): the Llama-2 legacy layout (docs/spec/tokenizer.md
+//    §SentencePiece-style BPE), with
 //    merges recovered from the scores as transformers does (tokenization_utils_base.generate_merges).
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Tokenizer from GGUF metadata, read the way llama.cpp's llama_vocab::impl::load reads it
-// (src/llama-vocab.cpp): FORMATS.md 2.8-2.9.
+// (src/llama-vocab.cpp): docs/spec/gguf.md §Tokenizer keys, §Pre-tokenizer ids.
 #include <algorithm>
 #include <cctype>
 

@@ -1,5 +1,5 @@
 // Tokenizer from a Hugging Face folder: tokenizer.json (huggingface/tokenizers serialization,
-// FORMATS.md 7) plus tokenizer_config.json for BOS/EOS handling. Supported: model "BPE" with
+// docs/spec/tokenizer.md) plus tokenizer_config.json for BOS/EOS handling. Supported: model "BPE" with
 //   - byte-level pre-tokenization: ByteLevel, Split(Regex|String, Isolated), Digits, in a Sequence
 //     (GPT-2, SmolLM2, StarCoder, Llama-3, Qwen2), or
 //   - SentencePiece style: normalizer Prepend("▁")+Replace(" ","▁") (Llama-2 legacy) or a

@@ -43,7 +43,7 @@ class RegexSplitter {
 // `\s`, `\S` rewritten to explicit White_Space classes (exposed for tests).
 std::string expand_whitespace_classes(std::string_view pattern);
 
-// Common regexes, in HF spelling (FORMATS.md 7.5).
+// Common regexes, in HF spelling (docs/spec/tokenizer.md §Regexes).
 namespace re {
 // GPT-2 as HF ByteLevel(use_regex) applies it (with the final `|\s+`).
 inline constexpr const char* kGpt2 =

@@ -1,5 +1,6 @@
 // One Tokenizer interface for byte-level BPE (GPT-2 family, SmolLM2, Llama-3, Qwen2) and
-// SentencePiece-style BPE with byte fallback (Llama-2, Mistral, Phi-3). FORMATS.md 2.8-2.9, 7.
+// SentencePiece-style BPE with byte fallback (Llama-2, Mistral, Phi-3). docs/spec/tokenizer.md,
+// docs/spec/gguf.md §Tokenizer keys.
 #pragma once
 #include <cstdint>
 #include <memory>

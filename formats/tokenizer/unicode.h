@@ -36,7 +36,8 @@ bool is_valid_utf8(std::string_view s);
 // regexes can run on `match` and their offsets apply to `text`.
 void sanitize_utf8(std::string_view in, std::string* text, std::string* match);
 
-// GPT-2's byte-level alphabet (FORMATS.md 7.3): byte b <-> one printable code point.
+// GPT-2's byte-level alphabet (docs/spec/tokenizer.md §Byte-level alphabet): byte b <-> one
+// printable code point.
 struct ByteAlphabet {
   std::array<uint32_t, 256> byte_to_cpt;
   std::array<std::string, 256> byte_to_utf8;

@@ -1,5 +1,5 @@
-// Token generation speed, as llama-bench and the seeds' throughput tables measure it: prefill a
-// prompt, then generate one token at a time (greedy: each step feeds back the argmax of the last
+// Token generation speed, as llama-bench and turboquant-mlx's throughput table measure it: prefill
+// a prompt, then generate one token at a time (greedy: each step feeds back the argmax of the last
 // logits), appending every token's K/V to the cache — a quantized one too.
 #pragma once
 #include <cstdint>

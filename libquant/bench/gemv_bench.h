@@ -1,8 +1,8 @@
 // The memory-bound end of the kernel table: one token (M = 1) through a Linear whose weights come
-// from DRAM, as in token-by-token decoding. A single matrix of the seed's shapes fits in a server's
+// from DRAM, as in token-by-token decoding. A single matrix of Cider's shapes fits in a server's
 // L3 and would be timed from cache, so the bench cycles through copies of it whose packed bytes
 // add up to at least `min_bytes` (4× L3), each copy its own allocation, and reports the packed
-// bytes read per second — what the "70% of the measured memory bandwidth" is counted in.
+// bytes read per second — the unit of the "70% of the measured memory bandwidth" target.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,6 +1,7 @@
-// The seed's kernel latency table (seed 000): y[M,N] = x[M,K]·Wᵀ for one random matrix per shape,
-// through every Linear kind we have — dense f32 and bf16, and the packed schemes built from
-// quantize_weights — each cell timed in the same run, so ratios to f32 are side by side.
+// Cider's kernel latency table (docs/spec/int8-w8a8.md §Kernel latency shapes): y[M,N] =
+// x[M,K]·Wᵀ for one random matrix per shape, through every Linear kind we have — dense f32 and
+// bf16, and the packed schemes built from quantize_weights — each cell timed in the same run, so
+// ratios to f32 are side by side.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,7 +24,7 @@ struct KernelCell {
 };
 
 struct KernelRow {
-  std::string shape;  // "seed 10240x2560", "smollm2 gate"
+  std::string shape;  // "smollm2 gate", or "seed" and N×K for Cider's shapes
   int64_t n = 0, k = 0, m = 0;
   std::vector<KernelCell> cells;  // one per column
 };

@@ -164,7 +164,7 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
 }
 
 
-// ---- Vectorized forms (stop 27b): 16-byte loads and stores, so that each SM keeps enough bytes in
+// ---- Vectorized forms: 16-byte loads and stores, so that each SM keeps enough bytes in
 // flight to run these passes at the HBM's rate (the scalar forms above reached 2.1–2.4 TB/s of the
 // 3 TB/s). Same formulas, element for element; a block's reductions see the same values (max is
 // exact, the RMSNorm's sum of squares runs in the scalar kernels' order): the same bits as the

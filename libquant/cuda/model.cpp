@@ -391,7 +391,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
 // Before the timed evaluation: each projection's GEMM at the batch's n tokens, cuBLASLt's
 // candidates timed on layer 0's weights and pattern-filled activations (GemmLt::tune). The int8
 // GEMMs by default (their heuristic's first choice left up to 15% on the table at the 8B shape's
-// gate|up, stop 27b); bf16's too with QT_CUDA_LT_TUNE=2. QT_CUDA_PROFILE=1 prints the choices.
+// gate|up); bf16's too with QT_CUDA_LT_TUNE=2. QT_CUDA_PROFILE=1 prints the choices.
 void GpuModel::Impl::tune_gemms(int n) {
   if (lt_tune <= 0 || layers.empty() || n < 1024) return;
   const bool dense = !q8 && !affine && !bnb4;

@@ -1,8 +1,8 @@
 // KL divergence of a model's next-token distributions against a baseline's, with the statistics
 // llama.cpp's `llama-perplexity --kl-divergence` prints (tools/perplexity/perplexity.cpp,
-// kl_divergence(); METHODS.md D.2) — computed exactly from both models' fp32 logits over the
-// whole vocabulary, where llama.cpp reads the baseline back from uint16-quantized log-probs
-// and skips entries with log p_base ≤ −16.
+// kl_divergence(); docs/spec/perplexity.md §KL divergence) — computed exactly from both models'
+// fp32 logits over the whole vocabulary, where llama.cpp reads the baseline back from
+// uint16-quantized log-probs and skips entries with log p_base ≤ −16.
 #pragma once
 #include <cstdint>
 #include <string>

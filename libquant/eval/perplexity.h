@@ -1,4 +1,4 @@
-// Perplexity over a tokenized text, by one of two published protocols (METHODS.md D.1, D.3),
+// Perplexity over a tokenized text, by one of two published protocols (docs/spec/perplexity.md),
 // optionally with the KL divergence against a baseline model run alongside (kld.h).
 //
 //  llama  — llama.cpp llama-perplexity: chunks of ctx tokens [i·ctx, (i+1)·ctx), each from an

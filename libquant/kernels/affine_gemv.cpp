@@ -51,7 +51,7 @@ QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* b
   const __m256i low4 = _mm256_set1_epi16(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
     // The next R rows' group (when the caller has R more rows): a thread's rows are short streams
-    // (SmolLM2's 576 codes, the seed's 2560) that the hardware prefetcher barely ramps up on; this
+    // (SmolLM2's 576 codes, Cider's K = 2560) that the hardware prefetcher barely ramps up on; this
     // took 4-bit codes from ~50% to ~70% of the memory bandwidth here.
     if (prefetch)
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);

@@ -1,17 +1,18 @@
-// affine:rot=qr|wht[,qjl=1] — TurboQuant V2 of seed 004 ("rotated", "rot+QJL"), issue 18.
+// affine:rot=qr|wht[,qjl=1] — turboquant-mlx's V2 ("rotated", "rot+QJL"; docs/spec/kv-methods.md
+// §TurboQuant).
 //
 // rotated: y = Π x with a random rotation (rot=qr: the dense QR-of-Gaussian Π TurboQuant uses,
 // rot=wht: Walsh–Hadamard with random signs), then the affine min–max groups of codec_affine.cpp
-// on y (fp16 scale and min per group of G channels, round-half-even codes). Seed 004 divides by
-// ‖x‖ before quantizing and multiplies the norm back into the scales and biases ("norm
-// baking"); min–max quantization is scale-equivariant (the codes of y/n equal those of y, and
-// n·scale, n·min are what it stores), so quantizing y itself is the same code and costs no norm
-// bytes. Domain = the rotated space: the query is rotated once, values rotated back once.
+// on y (fp16 scale and min per group of G channels, round-half-even codes). turboquant-mlx divides
+// by ‖x‖ before quantizing and multiplies the norm back into the scales and biases ("norm baking");
+// min–max quantization is scale-equivariant (the codes of y/n equal those of y, and n·scale, n·min
+// are what it stores), so quantizing y itself is the same code and costs no norm bytes. Domain =
+// the rotated space: the query is rotated once, values rotated back once.
 //
-// +qjl (qjl=1): a 1-bit QJL sketch of the residual on top, as seed 004's V2 "rot+QJL":
+// +qjl (qjl=1): a 1-bit QJL sketch of the residual on top, as turboquant-mlx's V2 "rot+QJL":
 //   r = y − ŷ, γ = ‖r‖ (fp16), z = sign(S r) (d bits), S a d × d i.i.d. N(0,1) matrix
 //   (TurboQuant_prod's, SeedUse::ProdJL), and x̃ = Πᵀ(ŷ + √(π/2)/d · γ · Sᵀ z)
-// whose inner product with any q is unbiased over S (B.2's QJL stage). Domain =
+// whose inner product with any q is unbiased over S (TurboQuant_prod's QJL stage). Domain =
 // [rotated (d) | sketch (d)]: decode gives [ŷ ; √(π/2)/d·γ·z], the query becomes [Πq ; SΠq].
 // Unlike turboquant_prod the sketch is spent on top of all b bits, not instead of one.
 //

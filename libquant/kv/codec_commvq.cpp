@@ -1,5 +1,6 @@
-// CommVQ (arXiv 2506.18879, METHODS.md B.7): keys as residual VQ codes of the *pre-RoPE* key,
-// with RoPE-commutative codebooks (calibrate --method kv-codebook --kv commvq:bits=B).
+// CommVQ (arXiv 2506.18879; docs/spec/kv-methods.md §CommVQ): keys as residual VQ codes of the
+// *pre-RoPE* key, with RoPE-commutative codebooks (calibrate --method kv-codebook --kv
+// commvq:bits=B).
 //
 // Layout: the model's rotate-half RoPE pairs dims (i, i + d/2) into d/2 planes; RoPE at position
 // m rotates plane i by m·θ_i, i.e. multiplies the complex number x_i + j·x_{i+d/2} by e^{j m θ_i}.

@@ -1,6 +1,6 @@
-// polar (PolarQuant, arXiv 2502.02617, METHODS.md B.4): after the shared random rotation,
-// each block of 16 coordinates becomes one radius and 15 angles by a 4-level recursive polar
-// transform:
+// polar (PolarQuant, arXiv 2502.02617; docs/spec/kv-methods.md §PolarQuant): after the shared
+// random rotation, each block of 16 coordinates becomes one radius and 15 angles by a 4-level
+// recursive polar transform:
 //   level 1: pairs (y_2j, y_2j+1) → r_j, ψ_j = atan2 ∈ [0, 2π)   (8 angles, uniform density)
 //   level ℓ: pairs of radii (a, b) → √(a² + b²), ψ = atan(b/a) ∈ [0, π/2]  (4, 2, 1 angles,
 //            density ∝ sin^(2^(ℓ−1)−1)(2ψ))

@@ -1,11 +1,11 @@
-// qjl (arXiv 2406.03482, METHODS.md B.3): the 1-bit Johnson–Lindenstrauss sketch of a key,
-// z = sign(S k) ∈ {±1}^m, plus ‖k‖ (fp16). S is m × d Gaussian, orthogonalized per d × d block
+// qjl (arXiv 2406.03482; docs/spec/kv-methods.md §QJL): the 1-bit Johnson–Lindenstrauss sketch of a
+// key, z = sign(S k) ∈ {±1}^m, plus ‖k‖ (fp16). S is m × d Gaussian, orthogonalized per d × d block
 // as the reference code does. The asymmetric estimator is scored directly:
 //   q · k ≈ √(π/2)/m · ‖k‖ · ⟨S q, z⟩
 // (domain = the m-dim sketch space; the query is sketched once). For values the same code
 // gives the unbiased reconstruction √(π/2)/m · ‖v‖ · Sᵀ z (mixed in the sketch space, mapped
 // back with Sᵀ once per query).
-// Not here: the reference's per-block outlier channels with their own sketch (B.3).
+// Not here: the reference's per-block outlier channels with their own sketch.
 #include <cmath>
 #include <cstring>
 

@@ -1,4 +1,5 @@
-// rabitq (arXiv 2405.12497; extended RaBitQ arXiv 2409.09913 at 2–4 bits; METHODS.md B.8).
+// rabitq (arXiv 2405.12497; extended RaBitQ arXiv 2409.09913 at 2–4 bits;
+// docs/spec/kv-methods.md §RaBitQ).
 //
 // Per vector x (a key; values work the same way): n = ‖x‖, o' = Π x / n with Π a random
 // rotation (rot=wht: Walsh–Hadamard with random signs, the "randomized Hadamard"; rot=qr: dense

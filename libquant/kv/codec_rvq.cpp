@@ -1,9 +1,9 @@
-// rvq (METHODS.md B.11): two scalar stages in the rotated domain, unit-variance coordinates
-// y = Π x · √d / ‖x‖:
+// rvq (VeloxQuant-MLX quantizers/turboquant_rvq.py; docs/spec/kv-methods.md §RVQ): two scalar
+// stages in the rotated domain, unit-variance coordinates y = Π x · √d / ‖x‖:
 //   stage 1: b-bit Gaussian Lloyd-Max, ŷ₁ = c¹[i₁];
 //   stage 2: the residual r = y − ŷ₁ with a b-bit unit-variance Laplacian Lloyd-Max scaled to
 //            σ_r = √MSE₁ (the residual's exact variance; VeloxQuant's Panter–Dite constant is
-//            not copied, B.11), ŷ₂ = σ_r · c^Lap[i₂].
+//            not copied), ŷ₂ = σ_r · c^Lap[i₂].
 // Decode (domain = rotated space): (‖x‖/√d)·(ŷ₁ + ŷ₂). 2b bits per coordinate + fp16 norm.
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,6 @@
-// SpectralQuant (METHODS.md B.10): a calibrated eigenvector rotation with per-coordinate scalar
-// codebooks (calibrate --method kv-codebook --kv spectral:bits=B).
+// SpectralQuant (VeloxQuant-MLX spectral/; docs/spec/kv-methods.md §SpectralQuant): a calibrated
+// eigenvector rotation with per-coordinate scalar codebooks (calibrate --method kv-codebook --kv
+// spectral:bits=B).
 //
 // Per layer, side and kv head, calibration measured the mean μ and the covariance of the vectors
 // as the cache sees them (keys after RoPE), and stored its eigenvectors U (rows, descending

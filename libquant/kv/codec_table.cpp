@@ -141,8 +141,8 @@ struct Args {
   }
 };
 
-// affine[:rot=qr|wht[,qjl=1]]: without rot (or rot=none) the plain per-token groups, bit for bit
-// as before; with a rotation seed 004's V2 "rotated", with qjl=1 its "rot+QJL".
+// affine[:rot=qr|wht[,qjl=1]]: without rot (or rot=none) the plain per-token groups
+// (codec_affine.cpp); with a rotation turboquant-mlx's V2 "rotated", with qjl=1 its "rot+QJL".
 std::unique_ptr<Codec> make_affine_row(const Args& a) {
   const std::string rot = a.spec.str("rot", "none");
   const int qjl = a.integer("qjl", 0, 0, 1);
@@ -226,7 +226,7 @@ const std::vector<Row>& table() {
       {"spectral", {1, 2, 3, 4}, 3, {},
        [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); }},
       // bits per element = n·cb/d: n residual stages of 2^cb codewords (cb 2, 4 or 8); comm=0 the
-      // unprojected ablation. 0.25 at d = 64 is the seed's 64× (d = 128, 4 stages of 8 bits).
+      // unprojected ablation. 0.25 at d = 64 is VeloxQuant-MLX's 64× (d = 128, 4 stages of 8 bits).
       {"commvq", {0.25, 0.5, 1, 2, 3}, 2, {"cb", "comm"},
        [](const Args& a) {
          const int cb = a.integer("cb", 8, 2, 8);

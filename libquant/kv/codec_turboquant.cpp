@@ -1,15 +1,17 @@
-// TurboQuant (arXiv 2504.19874, METHODS.md B.2).
+// TurboQuant (arXiv 2504.19874; docs/spec/kv-methods.md §TurboQuant).
 //
 // turboquant_mse (Algorithm 1): n = ‖x‖ (fp16), y = Π x / n, each coordinate to the nearest
 // centroid of the Lloyd-Max codebook of f_d (one coordinate of a random unit vector in R^d,
-// computed for this head dimension — C.4: it differs from the Gaussian table by up to 3% at
-// d = 64). Domain = the rotated space: decode gives n·c[idx], the query is rotated once.
-// Fractional rates (§4.3, seed 004's V3 "mixed"): the first N rotated coordinates ("outliers")
-// at H bits, the other d − N at b, each with its own f_d codebook: (N·H + (d − N)·b)/d bits.
-// bits=b.5 is N = d/2, H = b + 1 (the split seed 004 uses; the paper's outlier-channel split
-// needs calibration it does not specify); any bits=B with B·d whole is N = (B − ⌊B⌋)·d,
-// H = ⌊B⌋ + 1, and n_outlier / outlier_bits set N and H directly. The split is fixed: after the
-// rotation every coordinate has the same distribution, so which N carry more bits is arbitrary.
+// computed for this head dimension — docs/spec/lloyd-max.md: it differs from the Gaussian table
+// by up to 3% at d = 64). Domain = the rotated space: decode gives n·c[idx], the query is rotated
+// once.
+// Fractional rates (the paper's §4.3; turboquant-mlx's V3 "mixed"): the first N rotated
+// coordinates ("outliers") at H bits, the other d − N at b, each with its own f_d codebook:
+// (N·H + (d − N)·b)/d bits. bits=b.5 is N = d/2, H = b + 1 (turboquant-mlx's split; the paper's
+// outlier-channel split needs calibration it does not specify); any bits=B with B·d whole is
+// N = (B − ⌊B⌋)·d, H = ⌊B⌋ + 1, and n_outlier / outlier_bits set N and H directly. The split is
+// fixed: after the rotation every coordinate has the same distribution, so which N carry more
+// bits is arbitrary.
 //
 // turboquant_prod (Algorithm 2): the (b−1)-bit MSE code of y, then the residual r = y − ŷ in
 // the rotated domain, γ = ‖r‖ (fp16) and z = sign(S r) with S a d × d i.i.d. Gaussian matrix

@@ -1,5 +1,5 @@
-// VecInfer (arXiv 2510.06175, METHODS.md B.6): product vector quantization with calibrated
-// codebooks (calibrate --method kv-codebook --kv vecinfer:bits=B).
+// VecInfer (arXiv 2510.06175; docs/spec/kv-methods.md §VecInfer): product vector quantization with
+// calibrated codebooks (calibrate --method kv-codebook --kv vecinfer:bits=B).
 //
 // Keys: per-channel smoothing λ_i = √max_t|K[t,i]| (calibration) and an orthonormal Walsh–
 // Hadamard H, k̃ = H (k / λ) — the query gets the inverse, q̃ = H (q ⊙ λ), so q̃·k̃ = q·k exactly.

@@ -14,7 +14,7 @@ std::unique_ptr<Codec> make_kivi_key_codec(int d, int bits, int group, const std
 // n_outlier = d: every coordinate at outlier_bits.
 std::unique_ptr<Codec> make_turboquant_mse_codec(const KVContext& ctx, int bits, int n_outlier, int outlier_bits,
                                                  const std::string& rot, const std::string& name);
-// TurboQuant V2 of seed 004: affine groups of the rotated vector (rot "wht" or "dense"), with
+// turboquant-mlx's V2: affine groups of the rotated vector (rot "wht" or "dense"), with
 // `qjl` a 1-bit QJL sketch of the residual on top (codec_affine_rot.cpp).
 std::unique_ptr<Codec> make_affine_rotated_codec(const KVContext& ctx, int bits, int group, const std::string& rot,
                                                  bool qjl, const std::string& name);

@@ -1,5 +1,6 @@
-// Reconstruction metrics of a quantized KV cache beside PPL (`eval-ppl --kv-stats`, issue 18):
-// the seeds' own quality measures, per layer, so their tables compare with ours.
+// Reconstruction metrics of a quantized KV cache beside PPL (`eval-ppl --kv-stats`): the quality
+// measures KV-quantization libraries such as VeloxQuant-MLX report (cosine similarity), per layer,
+// so their tables compare with ours.
 //
 //   keys / values  cos  — mean over encoded vectors of cos(x, x̂)
 //                  rel MSE — Σ‖x − x̂‖² / Σ‖x‖² over encoded vectors

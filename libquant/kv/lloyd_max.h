@@ -1,12 +1,13 @@
-// Lloyd-Max scalar quantizers (METHODS.md C.1): the 2^b levels that minimize the mean squared
-// error for a known density, found by alternating the nearest-neighbour cells (thresholds at
-// midpoints) and the centroid condition until the centroids move less than 1e-12.
+// Lloyd-Max scalar quantizers (docs/spec/lloyd-max.md §Algorithm): the 2^b levels that minimize the
+// mean squared error for a known density, found by alternating the nearest-neighbour cells
+// (thresholds at midpoints) and the centroid condition until the centroids move less than 1e-12.
 //
-// The densities the KV methods need: the standard normal (RVQ stage 1, C.2), the unit-variance
-// Laplacian (RVQ stage 2, C.3), one coordinate of a random unit vector in R^d (TurboQuant's f_d,
-// C.4) and PolarQuant's level-ℓ angle density (B.4). Cell integrals come from cumulative tables
-// of ∫f and ∫x·f on a fine grid (trapezoid, 2^20 intervals, linear interpolation between grid
-// points): accurate to ~1e-9, enough for the published 7-digit tables.
+// The densities the KV methods need: the standard normal (RVQ stage 1), the unit-variance
+// Laplacian (RVQ stage 2), one coordinate of a random unit vector in R^d (TurboQuant's f_d) —
+// tables in docs/spec/lloyd-max.md — and PolarQuant's level-ℓ angle density (kv-methods.md). Cell
+// integrals come from cumulative tables of ∫f and ∫x·f on a fine grid (trapezoid, 2^20 intervals,
+// linear interpolation between grid points): accurate to ~1e-9, enough for the published 7-digit
+// tables.
 #pragma once
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@ enum class Density { Gaussian, Laplacian, Sphere, PolarAngle };
 Codebook lloyd_max(Density density, int levels, double param = 0);
 
 // The index of the cell x falls in: #{i : x > thresholds[i]} (an exact tie goes to the lower
-// cell, C.1).
+// cell, docs/spec/lloyd-max.md §Algorithm).
 inline int codebook_index(const float* thresholds, int n_thresholds, float x) {
   int i = 0;
   for (int t = 0; t < n_thresholds; ++t) i += x > thresholds[t];

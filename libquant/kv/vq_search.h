@@ -3,7 +3,7 @@
 // with the score summed in float, in index order, multiply and add separate, ties to the lowest
 // index — the same codes on every kernel level.
 //
-// Tried and removed (stop 28): an AVX2 integer prefilter (6-bit rows and codewords through
+// Tried and removed: an AVX2 integer prefilter (6-bit rows and codewords through
 // VPMADDUBSW with a proven error bound, fp32 scores only for the codewords it could not rule out)
 // found the same codes, and its integer sums ran 2.3× faster than these fp32 ones, but on this
 // Zen 3 the bound's bookkeeping per codeword cost as much again: the whole search was no faster

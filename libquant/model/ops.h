@@ -19,8 +19,8 @@ void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t
              int64_t rows, int64_t dim, float eps);
 
 // Cos/sin of every (position, frequency) pair, in Hugging Face's float32 arithmetic:
-// inv_freq[i] = 1 / theta^(2i/d) (then the llama3 or linear scaling of FORMATS.md 6.2),
-// angle = float(pos) * inv_freq[i]. Grown on demand, never shrunk.
+// inv_freq[i] = 1 / theta^(2i/d) (then the llama3 or linear scaling of docs/spec/hf-config.md
+// §RoPE), angle = float(pos) * inv_freq[i]. Grown on demand, never shrunk.
 class RopeTable {
  public:
   RopeTable() = default;

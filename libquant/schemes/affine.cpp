@@ -1,5 +1,5 @@
 // MLX affine quantization (mlx.core.quantize, mode "affine"): the CPU kernel
-// (mlx/backend/cpu/quantized.cpp `quantize`, mlx 0.32; FORMATS.md 3.2-3.5), bit-exact with the
+// (mlx/backend/cpu/quantized.cpp `quantize`, mlx 0.32; docs/spec/mlx-affine.md), bit-exact with the
 // mlx / mlx-cpu 0.32.4 wheels (tests/golden/make_scheme_goldens.py).
 //
 // Per group of `group_size` consecutive values of a row, all in fp32:

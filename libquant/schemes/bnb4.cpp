@@ -1,8 +1,8 @@
 // bitsandbytes blockwise 4-bit quantization, shared by the nf4 and fp4 rows: the algorithm of
 // bitsandbytes 0.50's `quantize_4bit` kernel for CPU tensors (backends/default/ops.py; there is
 // no CPU-specific quantize_4bit), bit-exact with it (tests/golden/make_scheme_goldens.py), and
-// FORMATS.md 4.2. On the flattened tensor (n values, blocks of `blocksize`, the last may be
-// partial), all in fp32:
+// docs/spec/bitsandbytes.md §Quantization and packing. On the flattened tensor (n values,
+// blocks of `blocksize`, the last may be partial), all in fp32:
 //   full block:  absmax = max|x| (stored as is, 0 for a zero block);
 //                scaled = clamp(x · (1 / max(absmax, 1e-38)), −1, 1)   (multiply by reciprocal)
 //   last, partial block: am = max(max|x|, 1e-38), stored as its absmax (so a zero tail stores

@@ -1,9 +1,9 @@
 // FP4 (bitsandbytes): sign + 2-bit exponent + 1-bit mantissa codes, blockwise absmax (bnb4.cpp).
 // Table: bitsandbytes.functional.get_4bit_type("fp4") = [0, 0.0625, 8, 12, 4, 6, 2, 3, 0, −0.0625,
-// −8, …]/12 (FORMATS.md 4.1); bit 3 is the sign, but code 8 holds +0.0, not −0.0 (bitsandbytes
-// builds the table with 0 there; its dequantize gives +0 for code 8, which the bit-exact test
-// sees). It is not monotone in the code, so quantization searches the sorted values and maps back
-// through kFp4Order.
+// −8, …]/12 (docs/spec/bitsandbytes.md §Code tables); bit 3 is the sign, but code 8 holds +0.0, not
+// −0.0 (bitsandbytes builds the table with 0 there; its dequantize gives +0 for code 8, which the
+// bit-exact test sees). It is not monotone in the code, so quantization searches the sorted values
+// and maps back through kFp4Order.
 //
 // kFp4Order is torch.argsort(table) as bitsandbytes 0.50.2 computes it on CPU
 // (_get_4bit_quantize_bounds). +0 (code 0) and −0 (code 8) are equal and argsort (not stable)

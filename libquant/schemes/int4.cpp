@@ -1,6 +1,6 @@
-// Symmetric int4 with zero point 8 (W4A8), Cider's convention (seed 000 "Symmetric INT4 (zp=8)";
-// cider.ops.pack_weight_int4; METHODS.md A.2), per output channel (group 0) or per group of 128
-// columns:
+// Symmetric int4 with zero point 8 (W4A8), Cider's convention (its README's "Symmetric INT4
+// (zp=8)"; cider.ops.pack_weight_int4; docs/spec/int8-w8a8.md), per output channel (group 0) or
+// per group of 128 columns:
 //   s = absmax/7 in fp32 (a group of zeros gets s = 1)
 //   u = clamp(rint(w/s) + 8, 0, 15)     rint = np.round, half to even; fp32 division
 //   so u ∈ [1, 15] (signed −7..7; code 0 = −8 is never produced, unlike GPTQ's grid

@@ -1,6 +1,6 @@
 // int4_ct — compressed-tensors' W4A16 "pack-quantized" weights (llm-compressor's W4A16 preset, the
-// 4-bit layout vLLM loads; FORMATS.md 5.2), per group of 32/64/128 columns, all arithmetic in the
-// weights' dtype T as for int8_ct (int8.cpp):
+// 4-bit layout vLLM loads; docs/spec/compressed-tensors.md §W4A16), per group of 32/64/128
+// columns, all arithmetic in the weights' dtype T as for int8_ct (int8.cpp):
 //   s = T(absmax / 7.5)   ((qmax − qmin)/2 with qmin = −8, qmax = 7); s == 0 → eps(T)
 //   q = rint(clamp(T(w/s), −8, 7))
 //   stored: u = q + 8, eight to an int32, element j at bits 4·(j mod 8) of word j/8 (compressed-

@@ -1,14 +1,14 @@
 // Symmetric int8 weights (W8A8) in two conventions, and the per-token int8 activation quantizer.
 //
-// int8 — Cider (seed 000; cider.ops.quantize_weight_int8, cider.nn._symmetric_quantize_pergroup;
-// METHODS.md A.1), per output channel (group 0) or per group of 64/128 columns:
+// int8 — Cider (cider.ops.quantize_weight_int8, cider.nn._symmetric_quantize_pergroup;
+// docs/spec/int8-w8a8.md), per output channel (group 0) or per group of 64/128 columns:
 //   s = absmax/127 in fp32 (a group of zeros gets s = 1); q = clamp(rint(w/s), −128, 127)
 //   (numpy's np.round: half to even; fp32 division, not a multiply by 1/s). |w/s| ≤ 127, so −128
 //   never occurs. Scales fp32 [rows, n_groups]. Dequantize: w = q·s in fp32.
 //
 // int8_ct — compressed-tensors 0.20 (calculate_qparams + the int-quantized compressor of the W8A8
-// preset; FORMATS.md 5.2), all arithmetic in the weights' dtype T (torch computes each op in fp32
-// and rounds the result to T):
+// preset; docs/spec/compressed-tensors.md §W8A8), all arithmetic in the weights' dtype T
+// (torch computes each op in fp32 and rounds the result to T):
 //   s = T(absmax / 127.5)   ((qmax − qmin)/2 with qmin = −128, qmax = 127); s == 0 → eps(T)
 //   q = rint(clamp(T(w/s), −128, 127))   (clamp first, then torch.round: half to even; the
 //   quotient is rounded to T before rint — a double rounding for bf16/f16, kept for bit-exactness)

@@ -1,6 +1,6 @@
 // NF4 (bitsandbytes): 4-bit NormalFloat code book, blockwise absmax (bnb4.cpp).
-// Table: bitsandbytes.functional.get_4bit_type("nf4") (FORMATS.md 4.1), as fp32; sorted, so the
-// sorted position is the code.
+// Table: bitsandbytes.functional.get_4bit_type("nf4") (docs/spec/bitsandbytes.md §Code tables), as
+// fp32; sorted, so the sorted position is the code.
 #include "libquant/schemes/detail.h"
 
 namespace qt::schemes_detail {

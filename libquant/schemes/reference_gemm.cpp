@@ -1,7 +1,7 @@
 // Scalar reference matmuls from packed weights: the spec the SIMD kernels are tested against
 // (formulas in scheme.h). Each format's codes are unpacked here from the stored bytes by their
-// layout's definition (FORMATS.md 3.4, 4.2; scheme.h), independently of the rows' dequantize
-// code, so the tests also cross-check the two readings of every layout.
+// layout's definition (docs/spec/mlx-affine.md §Packing, bitsandbytes.md; scheme.h), independently
+// of the rows' dequantize code, so the tests also cross-check the two readings of every layout.
 #include <algorithm>
 #include <cmath>
 #include <string_view>

@@ -5,11 +5,12 @@
 //
 // Rows (names are what `--scheme` takes):
 //   affine   MLX `mlx.core.quantize(mode="affine")`, CPU kernel; bits 2,3,4,5,6,8 × group 32/64/128.
-//   int8     W8A8 weights, Cider convention (seed 000, METHODS.md A.1): s = absmax/127 (fp32),
+//   int8     W8A8 weights, Cider convention (docs/spec/int8-w8a8.md): s = absmax/127 (fp32),
 //            per output channel (group 0) or per group 64/128 along the row.
-//   int8_ct  int8 as compressed-tensors (llm-compressor's W8A8 preset) computes it (FORMATS.md
-//            5.2): s = absmax/127.5 in the weights' dtype, per channel or group 64/128.
-//   int4     W4A8 weights, Cider convention (METHODS.md A.2): s = absmax/7, u = q + 8 in [1,15],
+//   int8_ct  int8 as compressed-tensors (llm-compressor's W8A8 preset) computes it
+//            (docs/spec/compressed-tensors.md): s = absmax/127.5 in the weights' dtype, per channel
+//            or group 64/128.
+//   int4     W4A8 weights, Cider convention (int8-w8a8.md): s = absmax/7, u = q + 8 in [1,15],
 //            two per byte (high nibble = even column), per channel or group 128.
 //   nf4/fp4  bitsandbytes blockwise absmax over the flattened tensor, blocksize 64/128.
 //
@@ -51,7 +52,7 @@ struct TensorSpec {
 };
 
 // What a packed weight consists of, as the format stores it on disk:
-//   affine   data U32 [rows, cols*bits/32] (one LSB-first bit stream per row, FORMATS.md 3.4);
+//   affine   data U32 [rows, cols*bits/32] (one LSB-first bit stream per row, mlx-affine.md);
 //            scales, biases: dtype [rows, cols/group]
 //   int8     data I8 [rows, cols]; scales F32 [rows, n_groups] (n_groups = 1 per channel).
 //            Cider keeps per-group scales transposed ([n_groups, rows]) in memory; ours are rows.
@@ -148,8 +149,8 @@ void check_packed(const PackedTensor& t, std::string_view what);
 void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, float* y,
                     ActMode mode = ActMode::Default);
 
-// Per-token dynamic symmetric int8 (METHODS.md A.1, the W8A8/W4A8 activations): for each row of
-// x [n_tokens, k]: s = absmax/127 in fp32 (1 for an all-zero row), inv = 1/s,
+// Per-token dynamic symmetric int8 (docs/spec/int8-w8a8.md, the W8A8/W4A8 activations): for
+// each row of x [n_tokens, k]: s = absmax/127 in fp32 (1 for an all-zero row), inv = 1/s,
 // q = clamp(rint(x·inv), −128, 127) with round-half-to-even (the multiply by the reciprocal is
 // Cider's w8a8_quantize.metal; the rounding is torch.round's and cvtps2dq's).
 void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q,

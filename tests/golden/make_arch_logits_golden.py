@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden logits of tiny random models of the architectures issue 19 added, computed by Hugging
+"""Golden logits of tiny random models of the architectures listed below, computed by Hugging
 Face transformers itself (fp32, CPU, eager attention). Sibling of make_logits_golden.py, same
 recipe: transformers builds each model from a config (AutoModelForCausalLM.from_config, no
 download), random weights rounded to bf16, saved with save_pretrained (config.json +

@@ -128,7 +128,7 @@ def smollm2_golden(model_path):
 # ---------------------------------------------------------------- tiny GGUF models
 
 def permute_hf_to_gguf(w, n_head):
-    # convert_hf_to_gguf.py LlamaModel.permute (FORMATS.md 2.11)
+    # convert_hf_to_gguf.py LlamaModel.permute (docs/spec/gguf.md §Q/K permutation)
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden k-means runs for tests/test_kv_vq.cpp (calib/kmeans.{h,cpp}), made by an independent
-numpy implementation of the same algorithm (METHODS.md C.5, the choices spelled out in
+numpy implementation of the same algorithm (docs/spec/calibration.md, the choices spelled out in
 calib/kmeans.h): k-means++ with the splitmix64 draws of libquant/kv/random.h (ported below),
 Lloyd iterations with float32 squared distances accumulated dimension by dimension, ties to the
 lowest index, float64 means in point order, the empty-cluster rule "the point farthest from its

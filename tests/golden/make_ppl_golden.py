@@ -3,9 +3,9 @@
 
 Run:  /work/venv/bin/python tests/golden/make_ppl_golden.py   (numpy, torch, transformers)
 
-1. tests/golden/ppl/smollm2_q4_1_protocols.json — both perplexity protocols (METHODS.md D.1, D.3)
-   computed with transformers' fp32 model of models/SmolLM2-135M-Instruct.Q4_1.gguf (loaded by
-   transformers itself from the GGUF):
+1. tests/golden/ppl/smollm2_q4_1_protocols.json — both perplexity protocols
+   (docs/spec/perplexity.md) computed with transformers' fp32 model of
+   models/SmolLM2-135M-Instruct.Q4_1.gguf (loaded by transformers itself from the GGUF):
    - "llama": the first 4 chunks of 512 tokens of wiki.test.raw (no BOS: SmolLM2 adds none),
      logits of positions 256..510 scoring tokens 257..511 of each chunk, llama-perplexity's
      running [i] estimates and its final PPL ± error formula.
@@ -16,10 +16,11 @@ Run:  /work/venv/bin/python tests/golden/make_ppl_golden.py   (numpy, torch, tra
    own tokenization when /work/ref/out/ids.pylist exists.
 
 2. tests/golden/ppl/kld_synthetic.json — the KL-divergence statistics of llama.cpp's
-   --kl-divergence summary (METHODS.md D.2.4-5) for synthetic logits that C++ regenerates bit for
-   bit (integer hash → float32), computed with torch.nn.functional.kl_div (per-token KL over the
-   full vocabulary), numpy percentiles (linear interpolation at fraction·(n−1), numpy's default)
-   and the uncertainty formulas of METHODS.md D.2.5.
+   --kl-divergence summary (docs/spec/perplexity.md §KL divergence) for synthetic logits that
+   C++ regenerates bit for bit (integer hash → float32), computed with
+   torch.nn.functional.kl_div (per-token KL over the full vocabulary), numpy percentiles (linear
+   interpolation at fraction·(n−1), numpy's default) and llama.cpp's uncertainty formulas
+   (tools/perplexity/perplexity.cpp).
 """
 import ast
 import json

@@ -16,10 +16,10 @@ Files (safetensors, written with safetensors.torch.save_file):
                       kernel: bitsandbytes 0.50.2 registers no CPU-specific quantize_4bit), with
                       compress_statistics=False; deq = functional.dequantize_4bit on CPU.
                       Keys: in.<name> (input), <nf4|fp4>.b<64|128>.<name>.{packed,absmax,deq}.
-  int.safetensors     int8 / int4 (Cider convention, seed 000 and METHODS.md A.1/A.2): a numpy
+  int.safetensors     int8 / int4 (Cider convention, docs/spec/int8-w8a8.md): a numpy
                       restatement of cider.ops.quantize_weight_int8 / pack_weight_int4 and
                       cider.nn._symmetric_quantize_pergroup (no Cider package runs off Apple M5);
-                      the per-token activation quantizer (METHODS.md A.1, Cider's
+                      the per-token activation quantizer (int8-w8a8.md, Cider's
                       w8a8_quantize.metal formula with round-half-to-even); and int8 in
                       compressed-tensors' convention made by the package itself
                       (calculate_qparams + IntQuantizationCompressor.compress / decompress of the
@@ -181,7 +181,7 @@ def make_bnb(w32):
     return out
 
 
-# --- Cider convention (seed 000), restated in numpy -------------------------------------------
+# --- Cider convention (cider/ops.py, cider/nn.py), restated in numpy ---------------------------
 def cider_int8(w, group):
     """cider.ops.quantize_weight_int8 (group 0) / cider.nn._symmetric_quantize_pergroup."""
     w = w.astype(np.float32)
@@ -210,7 +210,7 @@ def cider_int4(w, group, zero_point=8):
 
 
 def act_int8(x):
-    """Per-token dynamic symmetric int8 (METHODS.md A.1): s = absmax/127 (1 for a zero row),
+    """Per-token dynamic symmetric int8 (docs/spec/int8-w8a8.md): s = absmax/127 (1 for a zero row),
     q = clamp(rint(x * (1/s)), -128, 127) with round-half-to-even (torch.round / cvtps2dq)."""
     x = x.astype(np.float32)
     s = (np.max(np.abs(x), axis=1) / np.float32(127.0)).astype(np.float32)
