@@ -288,7 +288,7 @@ Registrar reg({"bench", "measure this machine's peaks and the kernels' speed aga
                  auto o = std::make_shared<BenchOpts>();
                  sub.add_flag("--peak", o->peak, "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
                  sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
-                 sub.add_flag("--kernel", o->kernel, "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on the seed's and SmolLM2's shapes");
+                 sub.add_flag("--kernel", o->kernel, "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on Cider's two kernel latency shapes and SmolLM2's");
                  sub.add_option("--kernel-tokens", o->kernel_ms, "M values of the --kernel table (default 1 128 1024 4096)");
                  sub.add_option("--kernel-columns", o->kernel_columns,
                                 "columns of the --kernel table (default all; f32 is always measured)");

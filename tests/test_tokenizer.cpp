@@ -246,7 +246,7 @@ TEST(SmolLM2, WikiTestMatchesHfTokenizersAndIsFast) {
   ASSERT_GE(ids.size(), first.size());
   EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + first.size()), first);
   if (!kSanitized && kOptimized) {
-    EXPECT_LT(secs, 2.0) << "issue 2: wiki.test.raw must encode in under 2 s";
+    EXPECT_LT(secs, 2.0) << "wiki.test.raw must encode in under 2 s";
   }
   EXPECT_EQ(tok->decode(ids), text);
 }
