@@ -9,7 +9,7 @@
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
 // writes it in an output layout. Quantized and cast tensors are deferred: the writer makes them
-// a batch at a time as it writes each shard (README "Streaming convert"), so memory does not grow
+// a batch at a time as it writes each shard (docs/large-models.md), so memory does not grow
 // with the model. --dtype defaults to the source's. The output is built in a temporary
 // sibling folder and renamed into place at the end, so --out is either absent, the old
 // contents (on error), or complete.
@@ -494,7 +494,7 @@ const char* closest_gguf_type(const std::string& scheme, int bits) {
   return "q8_0";
 }
 
-// --format gguf: one .gguf file at --out (README "GGUF export"). Its own path through run():
+// --format gguf: one .gguf file at --out (docs/gguf.md). Its own path through run():
 // the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
 int run_gguf(const Args& a) {
   auto t0 = std::chrono::steady_clock::now();

@@ -1,4 +1,4 @@
-// What `convert` does with the calibration flags (README "Calibrated quantization"):
+// What `convert` does with the calibration flags (docs/calibration.md):
 //   --smooth STATS [--alpha A]   SmoothQuant scales folded into the checkpoint before quantizing
 //   --imatrix STATS              importance-weighted group parameters (weighted_fit.h)
 //   --smooth STATS --alpha auto --calib TEXT

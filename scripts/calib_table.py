@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's calibrated-quantization table and plot from results/calib/*.json
+"""The calibrated-quantization table and plot of results/calib.md, from results/calib/*.json
 (made by scripts/device_calib_table.sh: 64 chunks of wiki.test.raw, KLD against the SmolLM2 Q4_1
 GGUF). Prints a Markdown table; with --plot FILE (matplotlib) draws KLD (log) against bits per
 weight for our rows by method beside llama.cpp's types.

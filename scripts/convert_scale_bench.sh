@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Convert's time and memory on a big checkpoint (README "Streaming convert"): for each layout and
-# --max-shard-size, `cp -r` of the source folder and then `convert`, back to back (the same
-# machine state), each under scripts/peak_mem.py (wall time, peak anonymous memory, peak RSS).
+# Convert's time and memory on a big checkpoint (docs/large-models.md §Streaming convert; figures
+# in results/scale.md §Convert): for each layout and --max-shard-size, `cp -r` of the source folder
+# and then `convert`, back to back (the same machine state), each under scripts/peak_mem.py (wall
+# time, peak anonymous memory, peak RSS).
 #   SRC=/path/llama3-8b WORK=/path/scratch [SHARDS="2GB 5GB"] [THREADS=2] [FSYNC=1] bash scripts/convert_scale_bench.sh
 # FSYNC=1 adds `convert --fsync` (each file on the disk before it is renamed into place; `cp -r`
 # does not wait for the disk).

@@ -1,4 +1,4 @@
-# The calibrated-quantization rows of README's quality table, run on the device
+# The calibrated-quantization rows of results/calib.md, run on the device
 # machine's 16-core CPU: every row converted from the SmolLM2 Q4_1 GGUF with our calibration flags,
 # then `eval-ppl --method llama --ctx 512 --chunks 64` on wiki.test.raw with the GGUF itself as the
 # KL baseline. Eight rows at a time, 2 threads each (GPTQ on 32 chunks of 512 tokens). Results: $OUT/rows.tar.gz (one JSON and one

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA backend's measurements on the device machine (README "CUDA"), as this session ran them.
+# The CUDA backend's measurements on the device machine (docs/cuda.md; figures in
+# results/cuda.md), as this session ran them.
 # The device has no compiler toolchain for our dependencies (fmt, CLI11, …), so the binaries are
 # built here (scripts/build_cuda.sh) and carried: a kit folder K with quanttool, test_cuda, lib/
 # (libfmt.so.9, libpcre2-8.so.0, libgomp.so.1, and since GPTQ uses LAPACK libopenblas.so.0,

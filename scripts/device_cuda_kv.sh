@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# On the device machine: the GPU tests and the quantized KV caches on the
-# real SmolLM2 (README "CUDA", "KV caches on the GPU"). Same kit as scripts/device_cuda.sh, but the
-# binaries travel xz-compressed (quanttool.xz, test_cuda.xz, stripped) and the GGUF in parts of at
-# most ~33 MiB, one per call (the working tree and the carried kit travel together, 64 MiB a call),
-# kept in /tmp/parts between calls made back to back while the machine stays warm.
+# On the device machine: the GPU tests and the quantized KV caches on the real SmolLM2
+# (results/cuda.md §Quantized KV caches on the GPU; docs/cuda.md). Same kit as
+# scripts/device_cuda.sh, but the binaries travel xz-compressed (quanttool.xz, test_cuda.xz,
+# stripped) and the GGUF in parts of at most ~33 MiB, one per call (the working tree and the
+# carried kit travel together, 64 MiB a call), kept in /tmp/parts between calls made back to back
+# while the machine stays warm.
 # Usage, from the repository root on the device: bash K/device_cuda_kv.sh K STEP
 #   STEP tests — unpack, the GPU tests (QT_REQUIRE_GPU=1), and keep K/model.part.* in /tmp/parts
 #        part  — keep K/model.part.* in /tmp/parts

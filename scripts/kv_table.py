@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's KV-cache table for SmolLM2.
+"""The KV-cache tables of results/kv.md (SmolLM2).
 
   run    evaluates rows with `quanttool eval-ppl --method llama --kv-mode decode` on wiki.test.raw,
          the same model with an fp16 cache as the KL baseline (run alongside), one --json per row

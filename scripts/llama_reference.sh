@@ -1,9 +1,9 @@
 #!/bin/bash
-# The llama.cpp rows of the README's weight and KV tables (64 chunks, 2 threads), whose logs are in
+# The llama.cpp rows of results/weights.md and results/kv.md (64 chunks, 2 threads), whose logs are in
 # results/llama/: llama-quantize the Q4_1 file to F32 and from that to Q8_0/Q5_0/Q4_0; KLD of each
 # (and of the Q4_1 file itself) against the F32 model's logits with its default f16 cache; the q8_0
 # and q4_0 caches (-fa on) on the F32 model against the same base. llama.cpp is built separately
-# (not part of this repository; see README):
+# (not part of this repository; the version and build are in results/llama.md):
 #   LLAMA_BIN=/path/llama.cpp/build/bin WORK=/tmp/llama-ref bash scripts/llama_reference.sh
 set -x
 L=${LLAMA_BIN:?llama.cpp build/bin folder}

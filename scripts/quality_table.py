@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The README's weight-quantization quality table for SmolLM2.
+"""The weight-quantization quality table of results/weights.md (SmolLM2).
 
 For every row: `quanttool convert` the source model with the row's flags, then
 `quanttool eval-ppl --method llama --ctx 512` on wiki.test.raw with the unquantized model as the
 KL baseline (run alongside in the same process), and read the --json results. llama.cpp rows are
 read from llama-perplexity --kl-divergence logs given with --llama-log (llama.cpp is not part of
-this repository; see the README for the build and command). Results are cached per row in
---work, so a rerun only evaluates what is missing. Prints a Markdown table on stdout.
+this repository; results/weights.md gives the commands, scripts/llama_reference.sh runs them).
+Results are cached per row in --work, so a rerun only evaluates what is missing. Prints a Markdown
+table on stdout.
 
   python3 scripts/quality_table.py --work /tmp/qt-quality --chunks 64 \
       --full unquantized,w8a8,affine4-g64,nf4 --llama-log Q4_0=/path/llama-kld64-Q4_0.log

@@ -294,7 +294,8 @@ TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
   }
   EXPECT_LT(ppl["imatrix"], ppl["rtn"] * 0.98) << ppl["imatrix"] << " vs " << ppl["rtn"];
   // GPTQ with the weighted group fits, calibrated on only 4 chunks, beats RTN by the same margin.
-  // (Against the imatrix fits alone it needs more text: 0.087 vs 0.115 KLD at 32 chunks, README.)
+  // (Against the imatrix fits alone it needs more text: 0.087 vs 0.115 KLD at 32 chunks,
+  // results/calib.md §Best figures.)
   EXPECT_LT(ppl["gptq"], ppl["rtn"] * 0.98) << ppl["gptq"] << " vs " << ppl["rtn"];
 
   const std::string bad[] = {

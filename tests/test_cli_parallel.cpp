@@ -1,6 +1,6 @@
 // scripts/eval_parallel.sh: a run split into parts that GNU parallel runs as local processes,
-// merged with eval-ppl --merge, equals the same run made in one process — the README's
-// "Evaluating on many machines" recipe, checked end to end on this machine.
+// merged with eval-ppl --merge, equals the same run made in one process — the
+// recipe of docs/evaluation.md §Many machines, checked end to end on this machine.
 #include <filesystem>
 #include <fstream>
 #include <string>

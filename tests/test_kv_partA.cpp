@@ -160,7 +160,7 @@ TEST(KvPartA, AffineRotatedMatchesFormulas) {
 // §QJL): per vector
 //   Var = ((π/2)·γ²·‖q‖² − ⟨q, r⟩²)/d,  r = x − (the rotated code alone), γ = ‖r‖,
 // which is (π/2)× the rotation's own squared error ⟨q, r⟩² when r points anywhere (so at d = 64
-// the sketch trades bias for variance rather than removing error: README).
+// the sketch trades bias for variance rather than removing error: results/kv.md, the rot+QJL rows).
 TEST(KvPartA, AffineQjlCorrectionIsUnbiasedWithQjlVariance) {
   std::mt19937 g(2);
   double s = 0, s2 = 0, pred = 0;

@@ -102,9 +102,9 @@ TEST(RotationCli, SamePerplexityAndInt4LosesLessOnTheRotatedModel) {
   EXPECT_NEAR(ppl["rot"], ppl["base"], 1e-4 * ppl["base"]);
   // W4A8 (int4 per channel, int8 per-token activations) with GPTQ on 4 chunks of calibration text,
   // the embedding and head kept: the rotated model loses much less (64 chunks: KLD 0.381 → 0.159,
-  // README). Round-to-nearest alone does not show it: Qᵀ·W_down spreads the few rows that write
-  // SmolLM2's massive residual channels over every row, which per-row int4 scales pay for until GPTQ
-  // compensates.
+  // results/calib.md §Notes, W4A8). Round-to-nearest alone does not show it: Qᵀ·W_down spreads the
+  // few rows that write SmolLM2's massive residual channels over every row, which per-row int4
+  // scales pay for until GPTQ compensates.
   std::ofstream(dir + "/keep-rot.json") << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}, {"match": "lm_head.weight", "keep": true}]})";
   std::ofstream(dir + "/keep-base.json") << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}]})";  // tied: the head too
   const std::string valid = test::data_file("wikitext-2/wiki.valid.tokens.txt");

@@ -1,6 +1,6 @@
 // GGUF export: Checkpoint -> one .gguf file llama.cpp loads (GGUF v3, llama.cpp tensor names,
 // the metadata convert_hf_to_gguf.py writes, Q/K rows permuted for llama/mistral, tokenizer.ggml.*
-// from the tokenizer). README "GGUF export".
+// from the tokenizer). Usage: docs/gguf.md; format facts: docs/spec/gguf.md.
 #pragma once
 #include <functional>
 #include <optional>

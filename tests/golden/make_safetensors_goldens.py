@@ -203,7 +203,8 @@ def malformed_cases():
             '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2],"x":' + "[" * depth + "]" * depth
             + "}}", b"xy")
     # Forms serde happens to accept (a struct written as a sequence, an enum as a one-key map)
-    # that the format (README) does not describe and no writer produces: quanttool refuses them.
+    # that the format (safetensors' README; docs/spec/safetensors.md) does not describe and no writer
+    # produces: quanttool refuses them.
     deviations = {
         "tensor_as_sequence": st_file('{"a":["U8",[2],[0,2]]}', b"xy"),
         "dtype_as_map": st_file('{"a":{"dtype":{"U8":null},"shape":[2],"data_offsets":[0,2]}}', b"xy"),
