@@ -141,7 +141,8 @@ TEST_P(ArchLayouts, ConvertReadBackAndRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ArchLayouts, ::testing::Values("gemma2", "gemma3", "falcon3", "phi3"));
+INSTANTIATE_TEST_SUITE_P(Archs, ArchLayouts,
+                         ::testing::Values("gemma2", "gemma3", "falcon3", "phi3", "olmo2", "smollm3"));
 
 }  // namespace
 }  // namespace qt

@@ -99,6 +99,36 @@ TEST(ModelConfig, V4FormAndDefaults) {
   EXPECT_EQ(d.rope_theta, 10000.0f);
 }
 
+// SmolLM3-3B's shape without its no_rope_layers list: SmolLM3Config leaves every
+// no_rope_layer_interval-th (default 4th) layer without RoPE; its defaults (rope_theta 2e6, tied
+// head). The parameter count is the model card's 3.08B (3,075,098,624 from these shapes).
+TEST(ModelConfig, SmolLM3DefaultsAndSize) {
+  json j = json::parse(R"({"model_type": "smollm3", "hidden_size": 2048, "intermediate_size": 11008,
+      "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 128256})");
+  ModelConfig c = ModelConfig::from_hf_json(j, "s3.json");
+  ASSERT_EQ(c.no_rope.size(), 36u);
+  for (int i = 0; i < 36; ++i) EXPECT_EQ(c.has_rope(i), (i + 1) % 4 != 0) << i;
+  EXPECT_EQ(c.rope_theta, 2e6f);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.n_params(), 3075098624);
+  ModelConfig again = ModelConfig::from_hf_json(c.to_hf_json(), "again.json");
+  EXPECT_EQ(again.no_rope, c.no_rope);
+  j["no_rope_layers"] = json::array({1, 0});
+  EXPECT_THROW(ModelConfig::from_hf_json(j, "s3.json"), UserError);
+}
+
+// OLMo-2-0425-1B's shape: q/k norms over the whole projection count n_heads·head_dim and
+// n_kv_heads·head_dim parameters each; the model card's 1.48B.
+TEST(ModelConfig, Olmo2Size) {
+  json j = json::parse(R"({"model_type": "olmo2", "hidden_size": 2048, "intermediate_size": 8192,
+      "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 100352,
+      "rms_norm_eps": 1e-6})");
+  ModelConfig c = ModelConfig::from_hf_json(j, "o2.json");
+  EXPECT_EQ(c.desc().qk_norm, QkNorm::Whole);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.n_params(), 1484916736);
+}
+
 // Gemma 2 / Gemma 3 in transformers' v4 form (released checkpoints: sliding_window_pattern,
 // rope_local_base_freq, rope_scaling at the top) and with the defaults of Gemma2Config /
 // Gemma3TextConfig (values read in transformers 5.24's configuration_gemma2/3.py). The v5
@@ -157,7 +187,7 @@ TEST(ModelConfig, BadConfigs) {
   };
   const Case cases[] = {
       {R"({"model_type": "gpt_neox", )" + base + "}",
-       "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3)"},
+       "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2"},
       {R"({"model_type": "gemma3", "text_config": {}})", "Gemma3ForConditionalGeneration"},
       {R"({"model_type": "gemma2", )" + base + R"(, "hidden_activation": "gelu"})", "hidden_activation 'gelu'"},
       {R"({"model_type": "gemma2", )" + base + R"(, "layer_types": ["full_attention", "x"]})", "layer_types"},

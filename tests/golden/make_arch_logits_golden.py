@@ -23,7 +23,8 @@ Writes tests/golden/logits/tiny-<name>/{config.json, model.safetensors, logits.j
            sliding_window of 6 on every layer (Phi-3-mini-4k has 2047), untied head
   olmo2    Olmo2ForCausalLM: norms after attention and after the MLP only (none before), q/k
            RMSNorm over the whole projection (n_heads·head_dim), GQA, untied head
-  smollm3  SmolLM3ForCausalLM: no RoPE on every 4th layer (4 layers: the last one), GQA, tied head
+  smollm3  SmolLM3ForCausalLM: no RoPE on the second layer (no_rope_layers [1, 0]; the real models
+           leave every 4th layer without), GQA, tied head
 Each sequence has 16 tokens, longer than every sliding window. logits.json also holds
 ppl_chunks_ctx8: the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (two chunks of 8 tokens,
 each from an empty cache, every token but a chunk's first scored), from transformers' logits.
@@ -69,7 +70,8 @@ TINY = {
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                          eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
-    "smollm3": SmolLM3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+    "smollm3": SmolLM3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             no_rope_layers=[1, 0],
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                              rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
                              eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}),
