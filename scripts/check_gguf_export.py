@@ -27,22 +27,10 @@ import gguf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-LAYER = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-         "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-         "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-         "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-         "attn_v.bias": "self_attn.v_proj.bias", "attn_q_norm.weight": "self_attn.q_norm.weight",
-         "attn_k_norm.weight": "self_attn.k_norm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
-         "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}
-GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-          "output.weight": "lm_head.weight"}
-
-
-def hf_name(g):
-    if g in GLOBAL:
-        return GLOBAL[g]
-    p = g.split(".")
-    return f"model.layers.{p[1]}." + LAYER[".".join(p[2:])]
+def hf_names_by_gguf(hf_names, arch, n_blocks):
+    """Our HF names keyed by their GGUF names, from gguf-py's own map (gguf/tensor_mapping.py)."""
+    m = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_blocks)
+    return {m.get_name(h, try_suffixes=(".weight", ".bias")): h for h in hf_names}
 
 
 def unpermute(w, n_head):
@@ -81,6 +69,7 @@ def readback(path, binary):
         subprocess.run([binary, "convert", "--in", path, "--out", out, "--dtype", "f32"], check=True,
                        stdout=subprocess.DEVNULL)
         ours = read_safetensors_dir(out)
+        hf_name = hf_names_by_gguf(ours, arch, field(r, f"{arch}.block_count")).get
         bad, n = [], 0
         for t in r.tensors:
             if t.name == "rope_freqs.weight":

@@ -161,22 +161,10 @@ def permute(w, n_head, n_head_kv):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-LAYER = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-         "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-         "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-         "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
-         "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
-         "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
-         "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
-GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-          "lm_head.weight": "output.weight"}
-
-
-def gguf_name(hf):
-    if hf in GLOBAL:
-        return GLOBAL[hf]
-    p = hf.split(".")
-    return f"blk.{p[2]}." + LAYER[".".join(p[3:])]
+def name_map(arch, n_blocks):
+    """gguf-py's own HF -> GGUF tensor names (gguf/tensor_mapping.py, what convert_hf_to_gguf.py uses)."""
+    m = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_blocks)
+    return lambda hf: m.get_name(hf, try_suffixes=(".weight", ".bias"))
 
 
 def llama3_factors(cfg, dim):
@@ -233,6 +221,7 @@ def write_model(model, tname):
 
     if rp.get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_factors(cfg, head_dim))
+    gguf_name = name_map(arch, cfg["num_hidden_layers"])
     for hf, v in tensors.items():
         if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
             continue
