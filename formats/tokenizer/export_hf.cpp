@@ -80,6 +80,21 @@ json template_processing(const Vocab& v, const TokenizerMeta& m) {
 
 json token_or_null(const Vocab& v, int32_t id) { return v.valid(id) ? json(v.tokens[id].text) : json(); }
 
+// tokenizer.json's "model": byte-level BPE (no unk, no fallback) or SentencePiece-style (unk,
+// unknown bytes fused and spelled as <0xXX> tokens).
+json bpe_model(const Vocab& v, json unk, bool spm_style, bool ignore_merges, json merges) {
+  return {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", std::move(unk)},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", spm_style},
+          {"byte_fallback", spm_style},
+          {"ignore_merges", ignore_merges},
+          {"vocab", vocab_object(v)},
+          {"merges", std::move(merges)}};
+}
+
 json base_config(const Vocab& v, const TokenizerMeta& m) {
   json c = json::object();
   c["add_bos_token"] = m.add_bos;
@@ -139,16 +154,7 @@ nlohmann::json BpeTokenizer::to_hf_tokenizer_json() const {
     if (vocab.find(a) < 0 || vocab.find(b) < 0 || vocab.find(a + b) < 0) continue;
     merges_json.push_back({a, b});
   }
-  j["model"] = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"ignore_merges", ignore_merges},
-                {"vocab", vocab_object(vocab)},
-                {"merges", std::move(merges_json)}};
+  j["model"] = bpe_model(vocab, json(), false, ignore_merges, std::move(merges_json));
   return j;
 }
 
@@ -230,16 +236,7 @@ nlohmann::json SpmTokenizer::to_hf_tokenizer_json() const {
   j["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
   json merges_json = json::array();
   for (const auto& [a, b] : merges_from_scores(vocab)) merges_json.push_back({a, b});
-  j["model"] = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", token_or_null(vocab, meta.unk)},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
-                {"fuse_unk", true},
-                {"byte_fallback", true},
-                {"ignore_merges", false},
-                {"vocab", vocab_object(vocab)},
-                {"merges", std::move(merges_json)}};
+  j["model"] = bpe_model(vocab, token_or_null(vocab, meta.unk), true, false, std::move(merges_json));
   return j;
 }
 
