@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configure and build the CUDA backend (-DQT_CUDA=ON) into build-cuda/: the quanttool binary and
-# the GPU tests (tests/test_cuda.cpp), nothing else. Needs nvcc (PATH or /usr/local/cuda); no GPU.
+# the GPU tests (test_cuda: tests/test_cuda*.cpp), nothing else. Needs nvcc (PATH or /usr/local/cuda); no GPU.
 # Usage: scripts/build_cuda.sh [JOBS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -40,8 +40,9 @@ class Attention {
   // up to the summation order.
   void bind_f32(int max_chunks, int T, int nh, int nkv, int hd, const float* q, const float* k, const float* v,
                 float* out);
-  // Runs the first `chunks` chunks.
-  void run(int chunks, float scale, cudaStream_t s);
+  // Runs the first `chunks` chunks; window > 0: each query sees its newest `window` keys only
+  // (sliding layers); softcap > 0: scores soft-capped before the softmax (causal_softmax, ops.h).
+  void run(int chunks, float scale, cudaStream_t s, int window = 0, float softcap = 0);
   // The band's block (0: the second GEMMs over whole T × T; QT_CUDA_KV_BAND=0 forces that, for
   // the tests and comparisons).
   static int band(int T, bool k2, bool v2, KvBound kb, KvBound vb) {

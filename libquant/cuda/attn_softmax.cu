@@ -1,5 +1,5 @@
 // Causal softmax of attention scores, one warp per query row: max and Σexp over the keys up to the
-// query's own position in fp32, probabilities written as f16 (zeros for the masked keys, so the
+// query's own position (within the sliding window where the layer has one) in fp32, probabilities written as f16 (zeros for the masked keys, so the
 // P·V GEMM can run over the whole chunk).
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/ops.h"
@@ -12,34 +12,39 @@ template <typename O> __device__ __forceinline__ O to_p(float v);
 template <> __device__ __forceinline__ __half to_p<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ float to_p<float>(float v) { return v; }
 template <typename O>
-__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, O* P) {
+__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, O* P, int window,
+                                      float cap) {
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= rows) return;
-  const int lane = threadIdx.x & 31, last = int(r % T);
+  const int lane = threadIdx.x & 31, last = int(r % T), first = window > 0 ? max(0, last - window + 1) : 0;
   const float* s = S + r * T;
   O* p = P + r * T;
+  // the scaled score, soft-capped where the model caps it (the CPU's attention_masked)
+  auto sc = [&](int j) { return cap > 0 ? tanhf(s[j] * scale / cap) * cap : s[j] * scale; };
   float m = -INFINITY;
-  for (int j = lane; j <= last; j += 32) m = fmaxf(m, s[j] * scale);
+  for (int j = first + lane; j <= last; j += 32) m = fmaxf(m, sc(j));
   m = warp_max(m);
   float sum = 0;
-  for (int j = lane; j <= last; j += 32) sum += expf(s[j] * scale - m);
+  for (int j = first + lane; j <= last; j += 32) sum += expf(sc(j) - m);
   sum = warp_sum(sum);
   const float inv = 1.0f / sum;
-  for (int j = lane; j < T; j += 32) p[j] = to_p<O>(j <= last ? expf(s[j] * scale - m) * inv : 0.0f);
+  for (int j = lane; j < T; j += 32) p[j] = to_p<O>(j >= first && j <= last ? expf(sc(j) - m) * inv : 0.0f);
 }
 }  // namespace
 
-void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s) {
+void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s, int window,
+                    float softcap) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kWarps - 1) / kWarps;
-  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P);
+  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P, window, softcap);
   QT_CUDA_LAUNCHED();
 }
 
-void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s) {
+void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s, int window,
+                        float softcap) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kWarps - 1) / kWarps;
-  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P);
+  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P, window, softcap);
   QT_CUDA_LAUNCHED();
 }
 

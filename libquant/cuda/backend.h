@@ -2,8 +2,8 @@
 //
 // With -DQT_CUDA=ON the functions below run on the GPU (libquant/cuda/*.cu, *.cpp); without it,
 // stub.cpp answers device_count() 0 and every other call is a UserError saying the build has no
-// CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the Llama block
-// (llama, mistral) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
+// CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the decoder block of
+// every arch row (formats/arch.h, as the CPU's LlamaModel reads it) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
 // per channel (int8 tensor cores, int32 accumulate, per-token int8 activations; W4A8's int4 codes
 // unpacked to int8 at load), MLX affine and NF4/FP4 weight-only (decoded to bf16 per GEMM), an f16
 // or quantized (kv.h: affine, kivi, turboquant_mse) KV cache with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
@@ -34,8 +34,9 @@ struct DeviceInfo {
 // UserError when the build has no CUDA or no device is present.
 DeviceInfo device_info();
 
-// UserError "... not on cuda yet" for a configuration the GPU forward does not run (another
-// architecture, biases, q/k norms, sliding windows, soft-caps, quantized weights).
+// UserError "... not on cuda yet" for a configuration the GPU forward does not run (weights of a
+// scheme it has no kernels for, a mix of dense and quantized projections, W8A8 with post-norms or
+// GeGLU).
 void check_supported(const Checkpoint& ck);
 
 // The model on the GPU. The constructor uploads every weight (bf16 for the projections and the

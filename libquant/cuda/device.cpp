@@ -41,21 +41,15 @@ DeviceInfo device_info() {
 void check_supported(const Checkpoint& ck) {
   const ModelConfig& c = ck.config;
   auto refuse = [&](const std::string& what) { user_error("{}: {}: not on cuda yet", ck.path, what); };
-  if (c.arch != "llama" && c.arch != "mistral") refuse("architecture '" + c.arch + "' (cuda runs llama, mistral)");
-  const ArchDesc& a = c.desc();
-  if (a.has_post_norms() || a.act != Activation::Silu || c.attention_bias || a.qk_norm != QkNorm::None ||
-      a.fused_proj || !c.no_rope.empty())
-    refuse("this block variant");
-  if (!c.sliding.empty()) refuse("sliding-window attention");
-  if (c.attn_softcap > 0 || c.final_softcap > 0) refuse("soft-capping");
+  const ArchDesc& a = c.desc();  // every row runs (model.cpp); W8A8 below refuses some
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 || c.hidden <= 0 ||
       c.vocab <= 0 || c.n_layers <= 0)
     user_error("{}: inconsistent head configuration", ck.path);
-  bool any_q = false, any_dense = false;
+  bool any_q = false, any_dense = false, any_int8 = false;
   for (const auto& [name, t] : ck.tensors) {
     const bool proj = name.find(".self_attn.") != std::string::npos || name.find(".mlp.") != std::string::npos;
     if (is_float(t.dtype) && t.dtype != DType::F64) {
-      if (proj && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) any_dense = true;
+      if (proj && name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0) any_dense = true;
       continue;
     }
     if (name.find(".weight.") != std::string::npos) continue;  // bitsandbytes' absmax / quant_state of a weight
@@ -71,8 +65,14 @@ void check_supported(const Checkpoint& ck) {
                            : std::string(dtype_name(t.dtype)),
                          name));
     any_q = true;
+    any_int8 = any_int8 || (int8_pc && proj);
   }
   if (any_q && any_dense) refuse("mixed dense and W8A8 projections");
+  // The W8A8 block quantizes the activations inside the pre-norms and SwiGLU (int8_ops.h).
+  if (any_int8 && (a.has_post_norms() || !a.norms.attn_pre || !a.norms.ffn_pre || a.act != Activation::Silu))
+    refuse(fmt::format("W8A8/W4A8 weights with {}'s block (post-norms or GeGLU; cuda runs them for the pre-norm SiLU "
+                       "families, and {} in bf16 or weight-only)",
+                       c.arch, c.arch));
 }
 
 }  // namespace qt::cuda

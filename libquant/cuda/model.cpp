@@ -15,8 +15,16 @@
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
 // epilogue y = s_x · (s_w · acc) feeds RoPE or the residual add (int8_ops.h).
 //
-// The same block as LlamaModel::forward_layer (libquant/model/llama.cpp) for llama and mistral.
+// The same block as LlamaModel::forward_layer (libquant/model/llama.cpp), driven by the same arch
+// row (formats/arch.h): pre- and/or post-norms (a post-norm takes the sublayer's output out of the
+// GEMM's residual epilogue: x += post(W·a)), q/k/v biases and q/k norms between the q|k|v GEMM and
+// RoPE, RoPE per layer (none, the global table, gemma3's local one), sliding windows and score
+// soft-caps in the softmax, SwiGLU or GeGLU, the embedding × √hidden, the final-logit soft-cap.
+// For llama and mistral these are the kernels and the order of the plain block above. W8A8 runs
+// the families with pre-norms only and SiLU (device.cpp refuses the others); a layer with biases,
+// q/k norms or another RoPE takes its q|k|v epilogue out of RoPE (dequant, then the fp32 steps).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -80,10 +88,11 @@ DeviceBuffer upload_f32(const std::vector<float>& v) {
 
 }  // namespace
 
-GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
+GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) {
   check_supported(ck);
   const ModelConfig& c = cfg;
   const int64_t H = c.hidden, F = c.intermediate;
+  if (desc->embed_scale) embed_mult = float(std::sqrt(double(H)));
   Q = c.n_heads * c.head_dim;
   KV = c.n_kv_heads * c.head_dim;
   QT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -222,10 +231,14 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
     }
     return b;
   };
+  // Gemma's RMSNorm scales by (1 + w), computed in float as transformers does: folded in here.
   auto norm = [&](const std::string& name, int64_t n) {
     const Tensor& t = ck.get(name);
     if (t.numel() != n) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), n);
-    DeviceBuffer b = upload_f32(to_f32(t));
+    std::vector<float> w = to_f32(t);
+    if (desc->norm_plus_one)
+      for (float& v : w) v = 1.0f + v;
+    DeviceBuffer b = upload_f32(w);
     weight_bytes += b.bytes();
     done(name);
     return b;
@@ -289,8 +302,32 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config) {
   for (int i = 0; i < c.n_layers; ++i) {
     Layer& L = layers[size_t(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    L.attn_norm = norm(p + "input_layernorm.weight", H);
-    L.ffn_norm = norm(p + "post_attention_layernorm.weight", H);
+    const BlockNorms& bn = desc->norms;
+    auto block_norm = [&](const char* name) { return name ? norm(p + name + ".weight", H) : DeviceBuffer(); };
+    L.attn_norm = block_norm(bn.attn_pre);
+    L.attn_post = block_norm(bn.attn_post);
+    L.ffn_norm = block_norm(bn.ffn_pre);
+    L.ffn_post = block_norm(bn.ffn_post);
+    if (desc->qk_norm != QkNorm::None) {
+      const bool whole = desc->qk_norm == QkNorm::Whole;
+      L.q_norm = norm(p + "self_attn.q_norm.weight", whole ? Q : c.head_dim);
+      L.k_norm = norm(p + "self_attn.k_norm.weight", whole ? KV : c.head_dim);
+    }
+    if (c.attention_bias) {
+      std::vector<float> b;
+      for (auto [n, r] : {std::pair<const char*, int>{"q", Q}, {"k", KV}, {"v", KV}}) {
+        const std::string name = p + "self_attn." + n + "_proj.bias";
+        const Tensor& t = ck.get(name);
+        if (t.numel() != r) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), r);
+        const std::vector<float> v = to_f32(t);
+        b.insert(b.end(), v.begin(), v.end());
+        done(name);
+      }
+      L.bqkv = upload_f32(b);
+      weight_bytes += L.bqkv.bytes();
+    }
+    L.rope = !c.has_rope(i) ? 0 : c.rope_local_theta > 0 && c.is_sliding(i) ? 2 : 1;
+    L.window = c.is_sliding(i) ? c.sliding_window : 0;
     L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
                       {p + "self_attn.v_proj.weight", KV}},
                      H, &L.sqkv, &L.aqkv, &L.nqkv);
@@ -321,6 +358,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   if (attn_f32 && !kvq) b += N * size_t(Q + 2 * KV) * 4 + size_t(chunks) * cfg.n_heads * T_ * T_ * 2;
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   if (head_q8) b += size_t(chunks) * T_ * (H + 4);            // hq, hsx
+  if (desc->has_post_norms()) b += N * H * 4;                 // post
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
@@ -334,16 +372,19 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   rows = std::max(rows, head_rows);
   const size_t N = size_t(chunks) * T_, H = c.hidden, F = c.intermediate;
   if (T_ != T) {
-    ops::RopeTable rope(c);
-    rope.ensure(T_);
-    const size_t half = size_t(c.head_dim / 2);
-    std::vector<float> cs(size_t(T_) * half), sn(size_t(T_) * half);
-    for (int p = 0; p < T_; ++p) {
-      std::copy(rope.cos(p), rope.cos(p) + half, cs.begin() + p * half);
-      std::copy(rope.sin(p), rope.sin(p) + half, sn.begin() + p * half);
-    }
-    rope_cos = upload_f32(cs);
-    rope_sin = upload_f32(sn);
+    auto upload_table = [&](ops::RopeTable rope, DeviceBuffer& cos_b, DeviceBuffer& sin_b) {
+      rope.ensure(T_);
+      const size_t half = size_t(c.head_dim / 2);
+      std::vector<float> cs(size_t(T_) * half), sn(size_t(T_) * half);
+      for (int p = 0; p < T_; ++p) {
+        std::copy(rope.cos(p), rope.cos(p) + half, cs.begin() + p * half);
+        std::copy(rope.sin(p), rope.sin(p) + half, sn.begin() + p * half);
+      }
+      cos_b = upload_f32(cs);
+      sin_b = upload_f32(sn);
+    };
+    upload_table(ops::RopeTable(c), rope_cos, rope_sin);
+    if (c.rope_local_theta > 0) upload_table(ops::RopeTable(c, c.rope_local_theta), rope_cos_l, rope_sin_l);
   }
   tok.resize(N * 4);
   x.resize(N * H * 4);
@@ -357,6 +398,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   gu.resize(N * 2 * F * 4);
   hb.resize(N * F * 2);
   hs.resize(N * H * 2);
+  if (desc->has_post_norms()) post.resize(N * H * 4);
   if (head_q8) hq.resize(N * H), hsx.resize(N * 4);
   target.resize(N * 4);
   nll.resize(N * 8);
@@ -444,7 +486,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     if (ids[i] < 0 || ids[i] >= c.vocab) user_error("token id {} is outside the vocabulary (0..{})", ids[i], c.vocab - 1);
   prof.start(stream);
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
-  cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream);
+  cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream, embed_mult);
   prof.mark("embed", stream);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& L = layers[li];
@@ -452,27 +494,59 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
       forward_layer_q8(L, chunks, li ? &layers[li - 1] : nullptr, li + 1 == layers.size());
       continue;
     }
-    rmsnorm(x.get<float>(), L.attn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
-    prof.mark("norm", stream);
+    pre_norm(L.attn_norm, N);
     gemm->run(weight(L.wqkv, L.aqkv, L.nqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm qkv", stream);
-    rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(), f32v());
-    prof.mark("rope", stream);
-    attend(chunks);
+    qkv_to_heads(L, N);
+    attend(chunks, L);
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
-    gemm->run(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    out_proj(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, L.attn_post);
     prof.mark("gemm o", stream);
-    rmsnorm(x.get<float>(), L.ffn_norm.get<float>(), xb.get<bf16>(), N, H, c.rms_eps, N, 0, 0, stream);
-    prof.mark("norm", stream);
+    pre_norm(L.ffn_norm, N);
     gemm->run(weight(L.wgu, L.agu, L.ngu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm gate|up", stream);
-    swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream);
+    swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream, desc->act == Activation::GeluTanh);
     prof.mark("swiglu", stream);
-    gemm->run(weight(L.wdown, L.adown, L.ndown), H, F, hb.get<bf16>(), N, x.get(), CUDA_R_32F, true, stream);
+    out_proj(weight(L.wdown, L.adown, L.ndown), H, F, hb.get<bf16>(), N, L.ffn_post);
     prof.mark("gemm down", stream);
   }
+}
+
+void GpuModel::Impl::pre_norm(const DeviceBuffer& w, int N) {
+  if (w.bytes())
+    rmsnorm(x.get<float>(), w.get<float>(), xb.get<bf16>(), N, cfg.hidden, cfg.rms_eps, N, 0, 0, stream);
+  else
+    to_bf16(x.get<float>(), size_t(N) * cfg.hidden, xb.get<bf16>(), stream);
+  prof.mark("norm", stream);
+}
+
+void GpuModel::Impl::qkv_to_heads(const Layer& L, int N) {
+  const ModelConfig& c = cfg;
+  float* y = qkv.get<float>();
+  if (L.bqkv.bytes()) add_bias(y, L.bqkv.get<float>(), N, Q + 2 * KV, stream);
+  if (L.q_norm.bytes()) {
+    if (desc->qk_norm == QkNorm::PerHead)
+      qk_norm(y, N, Q + 2 * KV, c.n_heads, c.head_dim, L.q_norm.get<float>(), c.n_kv_heads, c.head_dim, Q,
+              L.k_norm.get<float>(), c.rms_eps, stream);
+    else
+      qk_norm(y, N, Q + 2 * KV, 1, Q, L.q_norm.get<float>(), 1, KV, Q, L.k_norm.get<float>(), c.rms_eps, stream);
+  }
+  if (L.bqkv.bytes() || L.q_norm.bytes()) prof.mark("bias / q,k norm", stream);
+  const float* cs = L.rope == 2 ? rope_cos_l.get<float>() : L.rope == 1 ? rope_cos.get<float>() : nullptr;
+  const float* sn = L.rope == 2 ? rope_sin_l.get<float>() : L.rope == 1 ? rope_sin.get<float>() : nullptr;
+  rope_split(y, N, T, c.n_heads, c.n_kv_heads, c.head_dim, cs, sn, q.get<__half>(), k.get<__half>(), v.get<__half>(),
+             stream, f32q(), f32k(), f32v());
+  prof.mark("rope", stream);
+}
+
+void GpuModel::Impl::out_proj(const bf16* W, int out, int in, const bf16* A, int N, const DeviceBuffer& post_w) {
+  if (!post_w.bytes()) {  // the residual add in the GEMM's epilogue
+    gemm->run(W, out, in, A, N, x.get(), CUDA_R_32F, true, stream);
+    return;
+  }
+  gemm->run(W, out, in, A, N, post.get(), CUDA_R_32F, false, stream);
+  post_norm_add(post.get<float>(), post_w.get<float>(), x.get<float>(), N, out, cfg.rms_eps, stream);
 }
 
 const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n) {
@@ -501,18 +575,17 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   prof.mark("norm", stream);
   gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
   prof.mark("gemm qkv", stream);
-  if (q8_fuse) {
+  if (q8_fuse && q8_plain_qkv(L)) {
     rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
                   rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(),
                   f32v());
-  } else {
+    prof.mark("rope", stream);
+  } else {  // the epilogue alone, then the fp32 block's biases, q/k norms and the layer's RoPE
     dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
     prof.mark("dequant", stream);
-    rope_split(qkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-               rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(), f32v());
+    qkv_to_heads(L, N);
   }
-  prof.mark("rope", stream);
-  attend(chunks);
+  attend(chunks, L);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
   gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
@@ -545,14 +618,19 @@ void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
     if (kvq) kvq.reset(), max_chunks = 0;
     return;
   }
+  // The GPU's quantized caches attend causally over one RoPE table (kv.h): a model with sliding
+  // windows, soft-caps, a second RoPE base or layers without RoPE keeps the f16 cache.
+  if (!cfg.sliding.empty() || cfg.attn_softcap > 0 || cfg.rope_local_theta > 0 || !cfg.no_rope.empty())
+    user_error("a quantized KV cache with {}'s attention (sliding windows, soft-caps, per-layer RoPE): not on cuda yet",
+               cfg.arch);
   kvq = std::make_unique<GpuKv>(kc, cfg.head_dim);
   max_chunks = 0;  // the next reserve binds attention to the cache's buffers
 }
 
-void GpuModel::Impl::attend(int chunks) {
+void GpuModel::Impl::attend(int chunks, const Layer& L) {
   const float scale = cfg.attn_scale();
   if (!kvq) {
-    attn->run(chunks, scale, stream);
+    attn->run(chunks, scale, stream, L.window, cfg.attn_softcap);
     prof.mark("attention", stream);
     return;
   }
@@ -583,11 +661,19 @@ void GpuModel::Impl::head(int r0, int rows) {
     dequant(logits.get<int32_t>(), rows, cfg.vocab, hsx.get<float>() + r0, head_scales.get<float>(),
             logits.get<float>(), false, stream);
     prof.mark("dequant", stream);
+    final_softcap(rows);
     return;
   }
   gemm->run(head_weight(), cfg.vocab, cfg.hidden, hs.get<bf16>() + size_t(r0) * cfg.hidden, rows, logits.get(),
             CUDA_R_32F, false, stream);
   prof.mark("gemm lm_head", stream);
+  final_softcap(rows);
+}
+
+void GpuModel::Impl::final_softcap(int rows) {
+  if (cfg.final_softcap <= 0) return;
+  softcap(logits.get<float>(), int64_t(rows) * cfg.vocab, cfg.final_softcap, stream);
+  prof.mark("softcap", stream);
 }
 
 // ------------------------------------------------------------------------------- GpuModel

@@ -19,7 +19,13 @@ namespace qt::cuda {
 
 struct GpuModel::Impl {
   struct Layer {
-    DeviceBuffer attn_norm, ffn_norm;  // fp32 [H]
+    // fp32 [H]: the pre-norms (empty where the family has none: OLMo 2) and the post-norms
+    // (Gemma, OLMo 2; empty for llama): formats/arch.h's BlockNorms, 1 + w folded in for Gemma.
+    DeviceBuffer attn_norm, ffn_norm, attn_post, ffn_post;
+    DeviceBuffer q_norm, k_norm;       // fp32 [head_dim] or [n_heads·head_dim] / [n_kv·head_dim]
+    DeviceBuffer bqkv;                 // fp32 [Q + 2·KV]: q/k/v biases (qwen2); empty: none
+    int rope = 1;                      // 0 none (SmolLM3's no-RoPE layers), 1 the global table, 2 the local
+    int window = 0;                    // sliding-window layer: keys each query sees; 0: all
     DeviceBuffer wqkv;                 // bf16 [Q + 2·KV, H]: q_proj, k_proj, v_proj rows
     DeviceBuffer wo;                   // bf16 [H, Q]
     DeviceBuffer wgu;                  // bf16 [2F, H]: gate_proj, up_proj rows
@@ -33,7 +39,9 @@ struct GpuModel::Impl {
   };
 
   ModelConfig cfg;
+  const ArchDesc* desc = nullptr;  // the family's row (formats/arch.h)
   int Q = 0, KV = 0;
+  float embed_mult = 1.0f;  // Gemma: √hidden
   DeviceBuffer embed;       // [vocab, H] as stored
   int embed_dtype = 0;      // 0 f32, 1 bf16, 2 f16
   DeviceBuffer lm_head;     // bf16 [vocab, H] (empty when it is `embed` itself: tied bf16)
@@ -64,6 +72,8 @@ struct GpuModel::Impl {
   // Scratch for up to max_chunks chunks of T tokens.
   int max_chunks = 0, T = 0;
   DeviceBuffer rope_cos, rope_sin;              // fp32 [T, hd/2]
+  DeviceBuffer rope_cos_l, rope_sin_l;          // gemma3's sliding layers: the local base's table
+  DeviceBuffer post;                            // fp32 [N, H]: a sublayer's output before its post-norm
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
   DeviceBuffer q32, k32, v32;      // QT_CUDA_ATTN_F32=1: fp32 q, f16-rounded k / v for the fp32 attention
   DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
@@ -82,7 +92,15 @@ struct GpuModel::Impl {
   // The KV cache's methods: f16 everywhere (kvq null) or a GpuKv; the next reserve re-binds.
   void set_kv(const kv::KVConfig& cfg);
   // Attention of the layer's q, k, v (after RoPE) into att, through kvq when set.
-  void attend(int chunks);
+  void attend(int chunks, const Layer& L);
+  // The GEMM input of a sublayer: x through its pre-norm into xb (bf16), or x as bf16 without one.
+  void pre_norm(const DeviceBuffer& w, int N);
+  // qkv (fp32, after the GEMM) into RoPE'd f16 q, k, v: biases, q/k norms, the layer's RoPE table.
+  void qkv_to_heads(const Layer& L, int N);
+  // y = A · Wᵀ added to x, or (post-norm) x += post_w · rmsnorm(A · Wᵀ).
+  void out_proj(const bf16* W, int out, int in, const bf16* A, int N, const DeviceBuffer& post_w);
+  // Whether the W8A8 block runs a layer's q|k|v epilogue fused into RoPE (no bias, no q/k norm, RoPE).
+  bool q8_plain_qkv(const Layer& L) const { return !L.bqkv.bytes() && !L.q_norm.bytes() && L.rope == 1; }
   // Sizes the scratch for `chunks` chunks of T tokens and `rows` output-head rows at once.
   void reserve(int chunks, int T, int rows);
   // Bytes reserve(chunks, T, rows) needs beyond the weights.
@@ -99,6 +117,8 @@ struct GpuModel::Impl {
   void final_norm_rows(int chunks, int first, int n);
   // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).
   void head(int r0, int rows);
+  // Gemma 2's final-logit soft-cap on the first `rows` rows of `logits` (none where it has none).
+  void final_softcap(int rows);
 };
 
 }  // namespace qt::cuda

@@ -11,8 +11,10 @@ namespace qt::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// embed.cu: x[r] = table[tok[r]] as fp32; table_dtype 0 f32, 1 bf16, 2 f16.
-void embed(const int32_t* tok, int n, const void* table, int table_dtype, int H, float* x, cudaStream_t s);
+// embed.cu: x[r] = table[tok[r]] as fp32 (times `scale` where it is not 1: Gemma's √hidden);
+// table_dtype 0 f32, 1 bf16, 2 f16.
+void embed(const int32_t* tok, int n, const void* table, int table_dtype, int H, float* x, cudaStream_t s,
+           float scale = 1.0f);
 
 // rmsnorm.cu: y[r] = w · x[src(r)] / sqrt(mean(x[src(r)]²) + eps) as bf16, for r < rows, where
 // src(r) = (r / group)·group_stride + group_off + r % group (group = rows, stride 0, off 0: every
@@ -21,26 +23,44 @@ void rmsnorm(const float* x, const float* w, bf16* y, int rows, int dim, float e
              int group_off, cudaStream_t s);
 
 // rope.cu: qkv [n, (nh + 2·nkv)·hd] fp32 → q [n, nh·hd], k, v [n, nkv·hd] f16, RoPE (rotate-half)
-// on q and k at position r % T from the tables cos/sin [T, hd/2].
+// on q and k at position r % T from the tables cos/sin [T, hd/2]; cos null: no RoPE (the layer
+// applies none, SmolLM3), q and k only split and rounded.
 // q32/k32/v32 (optional, the fp32 attention): q unrounded, k and v rounded to f16 and widened
 // (the CPU's f16 cache), fp32.
 void rope_split(const float* qkv, int n, int T, int nh, int nkv, int hd, const float* cos, const float* sin, __half* q,
                 __half* k, __half* v, cudaStream_t s, float* q32 = nullptr, float* k32 = nullptr,
                 float* v32 = nullptr);
 
-// swiglu.cu: h [n, F] = silu(gu[:, :F]) · gu[:, F:] as bf16.
-void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s);
+// swiglu.cu: h [n, F] = silu(gu[:, :F]) · gu[:, F:] as bf16; gelu_tanh: Gemma's GeGLU,
+// gelu(gu[:, :F], approximate="tanh") · gu[:, F:] instead.
+void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_tanh = false);
+
+// variants.cu, the pieces of some families' blocks (formats/arch.h), fp32 in place:
+// y [rows, cols] += b (q/k/v biases);
+void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s);
+// RMSNorm of q and k inside the q|k|v rows (stride floats apart): nq segments of qlen values from
+// column 0 with weights wq, nk segments of klen from column kcol with wk (per head: segments are
+// heads; whole: one segment each);
+void qk_norm(float* qkv, int rows, int64_t stride, int nq, int qlen, const float* wq, int nk, int klen, int kcol,
+             const float* wk, float eps, cudaStream_t s);
+// x [rows, dim] += w · rmsnorm(y) (a post-norm before the residual add);
+void post_norm_add(const float* y, const float* w, float* x, int rows, int dim, float eps, cudaStream_t s);
+// x = cap · tanh(x / cap) over n values (the final-logit soft-cap).
+void softcap(float* x, int64_t n, float cap, cudaStream_t s);
 
 // convert.cu: y = bf16(x) over n values.
 void to_bf16(const float* x, size_t n, bf16* y, cudaStream_t s);
 // convert.cu: n_words pseudo-random 32-bit words (a hash of the index and seed) & mask.
 void fill_random(uint32_t* p, size_t n_words, uint32_t seed, uint32_t mask, cudaStream_t s);
 
-// attn_softmax.cu: rows of T scores (row r is query position r % T): P = softmax(scale · S) over
-// keys 0 … r % T, zero after, as f16.
-void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s);
+// attn_softmax.cu: rows of T scores (row r is query position p = r % T): P = softmax(scale · S) over
+// keys 0 … p, zero after, as f16. window > 0: over keys p − window + 1 … p only (sliding layers);
+// softcap > 0: each scaled score s becomes softcap · tanh(s / softcap) first (Gemma 2).
+void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s, int window = 0,
+                    float softcap = 0);
 // The same with fp32 probabilities (the fp32 attention, QT_CUDA_ATTN_F32=1).
-void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s);
+void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s, int window = 0,
+                        float softcap = 0);
 
 // kld.cu: per row of base and test logits (kld.h's KldToken; same_top as 0/1).
 struct KldRow {

@@ -1,5 +1,6 @@
 // RoPE (rotate-half, HF layout) on the fused q|k|v GEMM output, split into f16 q, k, v: one block
-// per token row. The cos/sin tables are the CPU's (ops::RopeTable), so the angles are the same bits.
+// per token row. The cos/sin tables are the CPU's (ops::RopeTable), so the angles are the same bits;
+// without tables (a layer without RoPE) q and k pass through unrotated.
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/ops.h"
 
@@ -11,14 +12,14 @@ __global__ void rope_split_kernel(const float* qkv, int T, int nh, int nkv, int 
   const int r = blockIdx.x, half = hd / 2, pos = r % T;
   const int Q = nh * hd, KV = nkv * hd;
   const float* in = qkv + int64_t(r) * (Q + 2 * KV);
-  const float* c = cos_t + int64_t(pos) * half;
-  const float* s = sin_t + int64_t(pos) * half;
+  const float* c = cos_t ? cos_t + int64_t(pos) * half : nullptr;
+  const float* s = sin_t ? sin_t + int64_t(pos) * half : nullptr;
   // q and k heads: pairs (i, i + half)
   for (int t = threadIdx.x; t < (nh + nkv) * half; t += blockDim.x) {
     const int h = t / half, i = t % half;
     const float* a = in + h * hd;  // k heads follow q heads in qkv
     const float x0 = a[i], x1 = a[i + half];
-    const float y0 = x0 * c[i] - x1 * s[i], y1 = x1 * c[i] + x0 * s[i];
+    const float y0 = c ? x0 * c[i] - x1 * s[i] : x0, y1 = c ? x1 * c[i] + x0 * s[i] : x1;
     __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
     o[i] = __float2half_rn(y0);
     o[i + half] = __float2half_rn(y1);

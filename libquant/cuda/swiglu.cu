@@ -1,4 +1,5 @@
-// SwiGLU on the fused gate|up GEMM output: h = silu(g) · u as bf16 (the down projection's operand).
+// SwiGLU (or Gemma's GeGLU) on the fused gate|up GEMM output: h = act(g) · u as bf16 (the down
+// projection's operand).
 #include <algorithm>
 
 #include "libquant/cuda/check.h"
@@ -7,12 +8,22 @@
 namespace qt::cuda {
 namespace {
 // One block per row; four columns per thread and step when F % 4 == 0 (no index division).
+// Gelu: torch's gelu(approximate="tanh") in float, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))),
+// as the CPU's ops::geglu_tanh.
+template <bool Gelu>
 __global__ void swiglu_kernel(const float* gu, int F, bf16* h) {
   const int64_t r = blockIdx.x;
   const float* g = gu + r * 2 * F;
   const float* u = g + F;
   bf16* o = h + r * F;
-  auto f = [](float gv, float uv) { return gv / (1.0f + expf(-gv)) * uv; };
+  auto f = [](float gv, float uv) {
+    if constexpr (Gelu) {
+      constexpr float k = 0.7978845608028654f;  // √(2/π)
+      return 0.5f * gv * (1.0f + tanhf(k * (gv + 0.044715f * gv * gv * gv))) * uv;
+    } else {
+      return gv / (1.0f + expf(-gv)) * uv;
+    }
+  };
   if (F % 4 == 0) {
     for (int c = threadIdx.x * 4; c < F; c += blockDim.x * 4) {
       const float4 a = *reinterpret_cast<const float4*>(g + c), b = *reinterpret_cast<const float4*>(u + c);
@@ -27,9 +38,10 @@ __global__ void swiglu_kernel(const float* gu, int F, bf16* h) {
 }
 }  // namespace
 
-void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s) {
+void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_tanh) {
   if (n <= 0 || F <= 0) return;
-  swiglu_kernel<<<n, 256, 0, s>>>(gu, F, h);
+  if (gelu_tanh) swiglu_kernel<true><<<n, 256, 0, s>>>(gu, F, h);
+  else swiglu_kernel<false><<<n, 256, 0, s>>>(gu, F, h);
   QT_CUDA_LAUNCHED();
 }
 
