@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # On the device machine: the GPU tests (TinyLlamaW4A8MatchesCpu among them),
 # decode-mode KV windows (banded, attention.h) side by side with f16 at ctx 4096, SmolLM2 W4A8
-# parity and speed, W8A8's fused epilogue (QT_CUDA_Q8_FUSE=0 runs the separate kernels).
+# parity and speed, W8A8 on the 8B shape.
 # Kit K (carried under a git-ignored folder of the checkout): quanttool.xz, test_cuda.xz (stripped),
 # lib.tar.xz (libfmt, libpcre2-8, libgomp, libopenblas, libgfortran, libquadmath from `ldd`),
 # tok/ (SmolLM2's tokenizer, from `quanttool convert --in SmolLM2.gguf --out DIR`), and per call
 # at most one part of the SmolLM2 GGUF (model.part.*, `split -b`; kept in /tmp/parts while warm).
 # Usage, from the repository root on the device: bash K/scripts/device_cuda3.sh K STEP
 #   tests  — unpack, the GPU tests (QT_REQUIRE_GPU=1), bench --peak
-#   kvrand — SmolLM2-shaped random checkpoint (made here): f16 vs kivi decode (banded, no band) at ctx 4096
-#   part   — keep K's part in /tmp/parts;  8b — the 8B shape: bf16, W8A8 fused / unfused, profiles
+#   kvrand — SmolLM2-shaped random checkpoint (made here): f16 vs kivi decode at ctx 4096
+#   part   — keep K's part in /tmp/parts;  8b — the 8B shape: bf16, W8A8, profiles
 #   smol   — the real SmolLM2 (parts): W4A8/W8A8 CPU vs GPU at 64 chunks, full text, KV decode at ctx 4096
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
@@ -37,16 +37,14 @@ model() {
   [ -f $M ] || cat /tmp/parts/model.part.* > $M
   echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c || exit 1
 }
-kvside() {  # $1 model: f16 vs kivi decode at ctx 4096, banded and not, f16 again; profiles
-  for a in "--kv f16" "--kv kivi:bits=2 --kv-mode decode" "QT_CUDA_KV_BAND=0 --kv kivi:bits=2 --kv-mode decode" \
+kvside() {  # $1 model: f16 vs the decode windows at ctx 4096, f16 again; profiles
+  for a in "--kv f16" "--kv kivi:bits=2 --kv-mode decode" \
            "--kv affine:bits=4,r=64 --kv-mode decode" "--kv turboquant_mse:bits=3,r=64 --kv-mode decode" \
            "--kv kivi:bits=2" "--kv f16" "--kv kivi:bits=2 --kv-mode decode"; do
-    e=""; [[ $a == QT_CUDA_KV_BAND=0* ]] && e="QT_CUDA_KV_BAND=0" && a=${a#QT_CUDA_KV_BAND=0 }
-    run env $e $Q eval-ppl --model $1 --text $T --ctx 4096 --device cuda $a
+    run $Q eval-ppl --model $1 --text $T --ctx 4096 --device cuda $a
   done
   run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $1 --text $T --ctx 4096 --device cuda --kv f16
   run env QT_CUDA_PROFILE=1 $Q eval-ppl --model $1 --text $T --ctx 4096 --device cuda --kv kivi:bits=2 --kv-mode decode
-  run env QT_CUDA_PROFILE=1 QT_CUDA_KV_BAND=0 $Q eval-ppl --model $1 --text $T --ctx 4096 --device cuda --kv kivi:bits=2 --kv-mode decode
 }
 case $STEP in
   tests)
@@ -61,47 +59,24 @@ case $STEP in
     [ -d /tmp/l8b-w8 ] || run $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 --max-shard-size 2GB
     run $Q eval-ppl --model /tmp/l8b --text $T --device cuda
     run $Q eval-ppl --model /tmp/l8b-w8 --text $T --device cuda
-    run env QT_CUDA_Q8_FUSE=0 $Q eval-ppl --model /tmp/l8b-w8 --text $T --device cuda
     run $Q eval-ppl --model /tmp/l8b-w8 --text $T --device cuda --batch 8
     run $Q eval-ppl --model /tmp/l8b --text $T --device cuda --batch 8
     run $Q eval-ppl --model /tmp/l8b --text $T --device cuda
-    run env QT_CUDA_PROFILE=1 $Q eval-ppl --model /tmp/l8b-w8 --text $T --device cuda
-    run env QT_CUDA_PROFILE=1 QT_CUDA_Q8_FUSE=0 $Q eval-ppl --model /tmp/l8b-w8 --text $T --device cuda ;;
+    run env QT_CUDA_PROFILE=1 $Q eval-ppl --model /tmp/l8b-w8 --text $T --device cuda ;;
   smol)
     model
     run $Q convert --in $M --out /tmp/w4 --scheme int4 --group-size 0
     run $Q convert --in $M --out /tmp/w8 --scheme int8 --group-size 0
     for m in /tmp/w4 /tmp/w8; do
       run $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
-      run env QT_CUDA_Q8_FUSE=0 $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
       run $Q eval-ppl --model $m --text $T --chunks 64 --compute bf16 --kv f16
       run $Q eval-ppl --model $m --text $T --chunks 64
       run $Q eval-ppl --model $m --text $T --device cuda
     done
     run $Q eval-ppl --model $M --text $T --device cuda
     run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv kivi:bits=2 --kv-mode decode
-    run env QT_CUDA_KV_BAND=0 $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv kivi:bits=2 --kv-mode decode
     run $Q eval-ppl --model $M --text $T --chunks 64 --device cuda --kv affine:bits=4,r=64 --kv-mode decode
     kvside $M ;;
-  8bmk)  # the 8B-shaped checkpoint and its W8A8 folder, for 8bf
-    [ -d /tmp/l8b ] || python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from /tmp/kit/tok --out /tmp/l8b > /dev/null
-    [ -d /tmp/l8b-w8 ] || run $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 --max-shard-size 2GB ;;
-  8bf)  # the fp32 attention's cost on the 8B shape (QT_CUDA_ATTN_F32=1) against the default
-    for m in /tmp/l8b-w8 /tmp/l8b; do
-      run $Q eval-ppl --model $m --text $T --device cuda
-      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --device cuda
-    done ;;
-  par)  # SmolLM2 at 64 chunks: GPU default vs the fp32 attention (QT_CUDA_ATTN_F32=1), GGUF bf16, W8A8, W4A8
-    model
-    [ -d /tmp/w4 ] || run $Q convert --in $M --out /tmp/w4 --scheme int4 --group-size 0
-    [ -d /tmp/w8 ] || run $Q convert --in $M --out /tmp/w8 --scheme int8 --group-size 0
-    for m in $M /tmp/w8 /tmp/w4; do
-      run $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
-      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
-      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --device cuda
-    done
-    run $Q eval-ppl --model /tmp/w4 --text $T --chunks 64 --compute bf16 --kv f16
-    run $Q eval-ppl --model /tmp/w4 --text $T --chunks 64 --kv f16 ;;
   par2)  # after the int8 head: W4A8 / W8A8 GPU at 64 chunks and full text; the CPU's own spread
          # between its kernel levels (QT_KERNEL_LEVEL=avx2 against the default avx512, same binary)
     model
@@ -109,7 +84,6 @@ case $STEP in
     [ -d /tmp/w8 ] || run $Q convert --in $M --out /tmp/w8 --scheme int8 --group-size 0
     for m in /tmp/w4 /tmp/w8; do
       run $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
-      run env QT_CUDA_ATTN_F32=1 $Q eval-ppl --model $m --text $T --chunks 64 --device cuda
       run $Q eval-ppl --model $m --text $T --device cuda
       run $Q eval-ppl --model $m --text $T --chunks 64 --compute bf16 --kv f16
       run env QT_KERNEL_LEVEL=avx2 $Q eval-ppl --model $m --text $T --chunks 64 --compute bf16 --kv f16
@@ -118,5 +92,5 @@ case $STEP in
     run $Q logits --model /tmp/w4 --text $T --tokens 64 --compute bf16 --kv f16 --out /tmp/cpu4.bin
     run $Q logits --model /tmp/w4 --text $T --tokens 64 --compute bf16 --kv f16 --device cuda --out /tmp/gpu4.bin
     python3 -c "import numpy as n;a=n.fromfile('/tmp/cpu4.bin','<f4');b=n.fromfile('/tmp/gpu4.bin','<f4');print('w4a8 logits max|diff|',abs(a-b).max(),'rms',((a-b)**2).mean()**.5,'max|cpu|',abs(a).max())" ;;
-  *) echo "usage: $0 KIT tests|kvrand|part|8b|smol|8bmk|8bf|par|par2" >&2; exit 2 ;;
+  *) echo "usage: $0 KIT tests|kvrand|part|8b|smol|par2" >&2; exit 2 ;;
 esac

@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# On the device machine: W8A8's passes vectorized (QT_CUDA_Q8_VEC=0: the scalar kernels) and
-# cuBLASLt's int8 candidates timed at reserve (QT_CUDA_LT_TUNE=0: the heuristic's first choice;
-# =2: bf16's GEMMs tuned too), side by side with bf16 on the 8B shape, one call.
+# On the device machine: W8A8 (vectorized passes, cuBLASLt's int8 candidates timed at reserve)
+# side by side with bf16 on the 8B shape, one call.
 # Kit K (carried under a git-ignored folder of the checkout): quanttool.xz, test_cuda.xz (stripped),
 # lib.tar.xz (libfmt, libpcre2-8, libgomp, libopenblas, libgfortran, libquadmath from `ldd`),
 # tok/ (SmolLM2's tokenizer), scripts/device_cuda4.sh (this file).
 # Usage, from the repository root on the device: bash K/scripts/device_cuda4.sh K STEP
 #   tests — the GPU tests (QT_REQUIRE_GPU=1), bench --peak
 #   8b    — the 8B-shaped checkpoint (made here) and its W8A8 folder; bf16 vs W8A8 at the default
-#           batch and --batch 8, the scalar untuned W8A8 path (QT_CUDA_Q8_VEC=0 QT_CUDA_LT_TUNE=0),
-#           profiles
+#           batch and --batch 8, profiles
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw
@@ -40,16 +38,11 @@ for s in ${STEP//,/ }; do case $s in
     E="$Q eval-ppl --text $T --device cuda --model"
     run $E /tmp/l8b
     run $E /tmp/l8b-w8
-    for v in 1 2 3 4 5; do run env QT_CUDA_PROFILE=1 QT_CUDA_SWIGLU_V=$v $E /tmp/l8b-w8 | grep -E "swiglu|total|^tokens|^PPL|^rc"; done
     run $E /tmp/l8b-w8 --batch 8
     run $E /tmp/l8b --batch 8
     run $E /tmp/l8b
     run $E /tmp/l8b-w8
     run $E /tmp/l8b-w8 --batch 8
-    run env QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8
-    run env QT_CUDA_LT_TUNE=0 QT_CUDA_Q8_VEC=0 $E /tmp/l8b-w8 --batch 8
-    run env QT_CUDA_LT_TUNE=2 $E /tmp/l8b
-    run env QT_CUDA_LT_TUNE=2 $E /tmp/l8b --batch 8
     run env QT_CUDA_PROFILE=1 $E /tmp/l8b-w8
     run env QT_CUDA_PROFILE=1 $E /tmp/l8b ;;
   *) echo "usage: $0 KIT tests|8b[,..]" >&2; exit 2 ;;

@@ -150,16 +150,14 @@ TEST(Cuda, KvAttentionMatchesCpuQuantCache) {
       {"kivi:bits=2,r=64", "kivi:bits=2,r=64"},
   };
   // Decode windows run banded where 2W < T (attention.h: r = 48, 16; 40 with a partial last
-  // block; kivi r = 0's token groups; r = 64) and over T × T otherwise (r = 128) — and each once
-  // more with the band off (QT_CUDA_KV_BAND=0), so both paths meet the CPU.
-  for (int pass = 0; pass < 3; ++pass)
+  // block; kivi r = 0's token groups; r = 64) and over T × T otherwise (r = 128): both paths meet
+  // the CPU.
+  for (int pass = 0; pass < 2; ++pass)
     for (auto& [km, vm] : methods) {
       const kv::KVMode mode = pass == 0 ? kv::KVMode::Cache : kv::KVMode::Decode;
       const kv::KVConfig cfg = kv_config(km, vm, mode);
       const auto want = cpu_attention(cfg);
-      if (pass == 2) setenv("QT_CUDA_KV_BAND", "0", 1);
       const auto got = cuda::testing::kv_attention(cfg, q, k, v, B, T, nh, nkv, D, scale);
-      unsetenv("QT_CUDA_KV_BAND");
       ASSERT_EQ(got.size(), want.size());
       double worst = 0, moved = 0, mag = 0;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -167,7 +165,7 @@ TEST(Cuda, KvAttentionMatchesCpuQuantCache) {
         moved = std::max(moved, double(std::abs(want[i] - exact[i])));
         mag = std::max(mag, double(std::abs(want[i])));
       }
-      const std::string what = km + " / " + vm + (pass == 0 ? " cache" : pass == 1 ? " decode" : " decode, no band");
+      const std::string what = km + " / " + vm + (pass == 0 ? " cache" : " decode");
       std::printf("kv attention %-58s worst %.2e of |out| <= %.1f, the method moves it %.3f\n", what.c_str(), worst, mag, moved);
       // f16 domain vectors and f16 probabilities: about 1e-3 of the largest output, as the f16
       // cache's own test (AttentionMatchesCpuF16Cache: 3e-3 for outputs up to ~4)

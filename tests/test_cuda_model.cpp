@@ -87,16 +87,6 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
   EXPECT_LT(worst, 0.5);
   EXPECT_LT(rms_diff(got, want), 3 * rms_diff(want, f32) + 1e-3);
-  {  // the fused epilogues (RoPE, residual + norm) compute what the separate kernels do, bit for bit
-    setenv("QT_CUDA_Q8_FUSE", "0", 1);
-    cuda::GpuModel sep(load_checkpoint(dir));
-    unsetenv("QT_CUDA_Q8_FUSE");
-    const auto g2 = cuda::forward_logits(sep, ids);
-    ASSERT_EQ(g2.size(), got.size());
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != g2[i];
-    EXPECT_EQ(differ, 0u) << "fused vs separate W8A8 epilogues";
-  }
   PplOptions po;
   po.ctx = 32;
   po.bos_id = 1;

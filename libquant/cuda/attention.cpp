@@ -15,7 +15,7 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
                      const __half* v, float* out, const __half* k2, const __half* v2, const __half* q2, KvBound kb,
                      KvBound vb) {
   max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
-  k2_ = k2 != nullptr, v2_ = v2 != nullptr, f32_ = false;
+  k2_ = k2 != nullptr, v2_ = v2 != nullptr;
   kb_ = kb, vb_ = vb;
   band_ = band(T, k2_, v2_, kb, vb);
   nbf_ = band_ ? T / band_ : 0, tail_ = band_ ? T % band_ : 0;
@@ -74,31 +74,6 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
   QT_CUDA_CHECK(cudaMemcpy(bptrs_.get(), b.data(), b.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-void Attention::bind_f32(int max_chunks, int T, int nh, int nkv, int hd, const float* q, const float* k,
-                         const float* v, float* out) {
-  max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
-  k2_ = v2_ = false, f32_ = true, band_ = 0;
-  const size_t heads = size_t(max_chunks) * nh, tt = size_t(T) * T;
-  S_.resize(heads * tt * sizeof(float));
-  P_.resize(heads * tt * sizeof(float));
-  S2_.resize(0), P2_.resize(0);
-  std::vector<const void*> p(11 * heads, nullptr);
-  const int Q = nh * hd, KV = nkv * hd, group = nh / nkv;
-  for (int c = 0; c < max_chunks; ++c)
-    for (int h = 0; h < nh; ++h) {
-      const size_t i = size_t(c) * nh + h, row0 = size_t(c) * T;
-      const int g = h / group;
-      p[0 * heads + i] = k + row0 * KV + size_t(g) * hd;
-      p[1 * heads + i] = q + row0 * Q + size_t(h) * hd;
-      p[2 * heads + i] = S_.get<float>() + i * tt;
-      p[3 * heads + i] = v + row0 * KV + size_t(g) * hd;
-      p[4 * heads + i] = P_.get<float>() + i * tt;
-      p[5 * heads + i] = out + row0 * Q + size_t(h) * hd;
-    }
-  ptrs_.resize(p.size() * sizeof(void*));
-  QT_CUDA_CHECK(cudaMemcpy(ptrs_.get(), p.data(), p.size() * sizeof(void*), cudaMemcpyHostToDevice));
-}
-
 void Attention::run(int chunks, float scale, cudaStream_t s, int window, float softcap) {
   const KvBound kb = kb_, vb = vb_;
   if (chunks <= 0) return;
@@ -109,16 +84,6 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
   void* const* P = ptrs_.get<void*>();
   const float one = 1.0f, zero = 0.0f;
   const int Q = nh_ * hd_, KV = nkv_ * hd_, T = T_;
-  if (f32_) {  // fp32 operands and probabilities, plain SGEMM (CUBLAS_COMPUTE_32F_PEDANTIC: no TF32)
-    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 0 * heads, CUDA_R_32F, KV,
-                                        P + 1 * heads, CUDA_R_32F, Q, &zero, P + 2 * heads, CUDA_R_32F, T, batch,
-                                        CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
-    causal_softmax_f32(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<float>(), s, window, softcap);
-    QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_32F, KV,
-                                        P + 4 * heads, CUDA_R_32F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,
-                                        CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
-    return;
-  }
   // S (T_k × T_q, column-major, ld T) = Kᵀ (T_k × hd) · Q (hd × T_q): row i of S is query i.
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd_, &one, P + 0 * heads, CUDA_R_16F, KV,
                                       P + 1 * heads, CUDA_R_16F, Q, &zero, P + 2 * heads, CUDA_R_32F, T, batch,

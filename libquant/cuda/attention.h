@@ -7,8 +7,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/kv.h"
@@ -35,19 +33,11 @@ class Attention {
   void bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k, const __half* v,
             float* out, const __half* k2 = nullptr, const __half* v2 = nullptr, const __half* q2 = nullptr,
             KvBound kb = {}, KvBound vb = {});
-  // The fp32 attention (QT_CUDA_ATTN_F32=1, f16 caches only): q fp32, k / v fp32 holding the
-  // f16-rounded values, fp32 probabilities, fp32 GEMMs (no TF32) — the CPU's f16-cache attention
-  // up to the summation order.
-  void bind_f32(int max_chunks, int T, int nh, int nkv, int hd, const float* q, const float* k, const float* v,
-                float* out);
   // Runs the first `chunks` chunks; window > 0: each query sees its newest `window` keys only
   // (sliding layers); softcap > 0: scores soft-capped before the softmax (causal_softmax, ops.h).
   void run(int chunks, float scale, cudaStream_t s, int window = 0, float softcap = 0);
-  // The band's block (0: the second GEMMs over whole T × T; QT_CUDA_KV_BAND=0 forces that, for
-  // the tests and comparisons).
+  // The band's block (0: the second GEMMs over whole T × T).
   static int band(int T, bool k2, bool v2, KvBound kb, KvBound vb) {
-    const char* e = std::getenv("QT_CUDA_KV_BAND");
-    if (e && std::string(e) == "0") return 0;
     const int w = std::max(k2 ? kb.width() : 0, v2 ? vb.width() : 0);
     return w > 0 && 2 * w < T ? w : 0;
   }
@@ -62,7 +52,7 @@ class Attention {
  private:
   cublasHandle_t h_ = nullptr;
   int max_chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0, hd_ = 0;
-  bool k2_ = false, v2_ = false, f32_ = false;
+  bool k2_ = false, v2_ = false;
   KvBound kb_, vb_;
   int band_ = 0, nbf_ = 0, tail_ = 0;  // band block, whole blocks per chunk, rows of the last partial one
   DeviceBuffer S_, P_, S2_, P2_, ptrs_;  // ptrs_: 11 arrays of max_chunks·nh device pointers

@@ -8,17 +8,13 @@
 namespace qt::cuda {
 namespace {
 constexpr int kWarps = 8;
-template <typename O> __device__ __forceinline__ O to_p(float v);
-template <> __device__ __forceinline__ __half to_p<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ float to_p<float>(float v) { return v; }
-template <typename O>
-__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, O* P, int window,
+__global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float scale, __half* P, int window,
                                       float cap) {
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= rows) return;
   const int lane = threadIdx.x & 31, last = int(r % T), first = window > 0 ? max(0, last - window + 1) : 0;
   const float* s = S + r * T;
-  O* p = P + r * T;
+  __half* p = P + r * T;
   // the scaled score, soft-capped where the model caps it (the CPU's attention_masked)
   auto sc = [&](int j) { return cap > 0 ? tanhf(s[j] * scale / cap) * cap : s[j] * scale; };
   float m = -INFINITY;
@@ -28,20 +24,12 @@ __global__ void causal_softmax_kernel(const float* S, int64_t rows, int T, float
   for (int j = first + lane; j <= last; j += 32) sum += expf(sc(j) - m);
   sum = warp_sum(sum);
   const float inv = 1.0f / sum;
-  for (int j = lane; j < T; j += 32) p[j] = to_p<O>(j >= first && j <= last ? expf(sc(j) - m) * inv : 0.0f);
+  for (int j = lane; j < T; j += 32) p[j] = __float2half_rn(j >= first && j <= last ? expf(sc(j) - m) * inv : 0.0f);
 }
 }  // namespace
 
 void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s, int window,
                     float softcap) {
-  if (rows <= 0) return;
-  const int64_t blocks = (rows + kWarps - 1) / kWarps;
-  causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P, window, softcap);
-  QT_CUDA_LAUNCHED();
-}
-
-void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s, int window,
-                        float softcap) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kWarps - 1) / kWarps;
   causal_softmax_kernel<<<unsigned(blocks), 32 * kWarps, 0, s>>>(S, rows, T, scale, P, window, softcap);

@@ -115,18 +115,14 @@ std::vector<float> dequant(const std::vector<int32_t>& acc, int rows, int out, c
                            const std::vector<float>& sw, std::vector<float> y, bool accumulate);
 Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
              const std::vector<float>& sw);
-// The W8A8 passes in their vectorized (vec) or scalar forms (set_q8_vectorized), for the tests'
-// side-by-side comparisons: swiglu_q8; x += sx·(sw·acc) then RMSNorm + int8 (x returned too);
-// per-token int8 of x; rope_split_q8 of a q|k|v int32 product (q, k, v as f16 values, concatenated).
-void swiglu_variant(int v);  // swiglu_q8's vectorized variant (QT_CUDA_SWIGLU_V; 0: the default)
-Q8 swiglu_q8_form(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
-                  const std::vector<float>& sw, bool vec);
+// The other W8A8 passes: x += sx·(sw·acc) then RMSNorm + int8 (x returned too); per-token int8
+// of x; rope_split_q8 of a q|k|v int32 product (q, k, v as f16 values, concatenated).
 Q8 residual_rmsnorm_q8(const std::vector<int32_t>& acc, const std::vector<float>& sx_acc, const std::vector<float>& sw,
-                       std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps, bool vec);
-Q8 quant_rows(const std::vector<float>& x, int rows, int dim, bool vec);
+                       std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps);
+Q8 quant_rows(const std::vector<float>& x, int rows, int dim);
 std::vector<float> rope_split_q8(const std::vector<int32_t>& acc, const std::vector<float>& sx,
                                  const std::vector<float>& sw, int n, int T, int nh, int nkv, int hd,
-                                 const std::vector<float>& cos, const std::vector<float>& sin, bool vec);
+                                 const std::vector<float>& cos, const std::vector<float>& sin);
 // The int8 GEMM after GemmLt::tune has timed cuBLASLt's candidates for the shape (the pick returned in *pick).
 std::vector<int32_t> gemm_i8_tuned(const std::vector<int8_t>& w, int out, int in, const std::vector<int8_t>& x, int n,
                                    int* pick);

@@ -4,7 +4,6 @@
 // s = absmax/127 (1 for a zero row), q = clamp(rint(x · (1/s)), −128, 127), and
 // y = s_x · (s_w · float(acc)) — the int32 sums are exact, so only the fp32 steps can differ.
 #include <algorithm>
-#include <cstdlib>
 
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/int8_ops.h"
@@ -135,8 +134,7 @@ __global__ void residual_rmsnorm_q8_kernel(const int32_t* acc, const float* sx_a
 // rope_split (rope.cu) reading the q|k|v GEMM's int32 sums through the epilogue: the same
 // values dequant would have written, without the fp32 round trip.
 __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const float* sw, int T, int nh, int nkv,
-                                     int hd, const float* cos_t, const float* sin_t, __half* q, __half* k, __half* v,
-                                     float* q32, float* k32, float* v32) {
+                                     int hd, const float* cos_t, const float* sin_t, __half* q, __half* k, __half* v) {
   const int r = blockIdx.x, half = hd / 2, pos = r % T;
   const int Q = nh * hd, KV = nkv * hd;
   const int32_t* in = acc + int64_t(r) * (Q + 2 * KV);
@@ -150,17 +148,9 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
     __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
     o[i] = __float2half_rn(y0);
     o[i + half] = __float2half_rn(y1);
-    if (q32) {
-      float* o32 = h < nh ? q32 + int64_t(r) * Q + h * hd : k32 + int64_t(r) * KV + (h - nh) * hd;
-      o32[i] = h < nh ? y0 : __half2float(__float2half_rn(y0));
-      o32[i + half] = h < nh ? y1 : __half2float(__float2half_rn(y1));
-    }
   }
-  for (int t = threadIdx.x; t < KV; t += blockDim.x) {
-    const float x = deq(s_in, sw[Q + KV + t], in[Q + KV + t]);
-    v[int64_t(r) * KV + t] = __float2half_rn(x);
-    if (v32) v32[int64_t(r) * KV + t] = __half2float(__float2half_rn(x));
-  }
+  for (int t = threadIdx.x; t < KV; t += blockDim.x)
+    v[int64_t(r) * KV + t] = __float2half_rn(deq(s_in, sw[Q + KV + t], in[Q + KV + t]));
 }
 
 
@@ -168,7 +158,8 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
 // flight to run these passes at the HBM's rate (the scalar forms above reached 2.1–2.4 TB/s of the
 // 3 TB/s). Same formulas, element for element; a block's reductions see the same values (max is
 // exact, the RMSNorm's sum of squares runs in the scalar kernels' order): the same bits as the
-// scalar forms. Used where the width is a multiple of 4 (every model here).
+// scalar forms. Used where the width is a multiple of 4 (every model here); the scalar forms
+// are the fallback for other widths.
 __device__ __forceinline__ char4 q8x4(float4 v, float inv) {
   return make_char4(q8(v.x, inv), q8(v.y, inv), q8(v.z, inv), q8(v.w, inv));
 }
@@ -179,22 +170,19 @@ __device__ __forceinline__ float4 deq4(float sx, float4 w, int4 a) {
   return make_float4(deq(sx, w.x, a.x), deq(sx, w.y, a.y), deq(sx, w.z, a.z), deq(sx, w.w, a.w));
 }
 
-// swiglu_q8_kernel, four columns per thread and step; h in shared memory (F floats). Variants
-// (QT_CUDA_SWIGLU_V, for measuring; the exact ones give the scalar kernel's bits): GUARD skips the
-// IEEE division's slow path where 1 + exp(−g) is infinite (g/∞ = ±0: the same code 0); F2I rounds
-// and converts in one instruction (cvt.rni, ties to even as rintf) and clamps as integers; FAST
-// (not exact, a diagnostic only) uses __expf and __fdividef.
-template <bool GUARD, bool F2I, bool FAST> __device__ __forceinline__ float silu_mul_t(float g, float u) {
-  if (FAST) return __fdividef(g, 1.0f + __expf(-g)) * u;
+// swiglu_q8_kernel, four columns per thread and step; h in shared memory (F floats); the scalar
+// kernel's bits. silu_mul skips the IEEE division's slow path where 1 + exp(−g) is infinite
+// (g/∞ = ±0: the same code 0); q8_rni rounds and converts in one instruction (cvt.rni, ties to
+// even as rintf) and clamps as integers. Of the exact forms timed on the 8B shape (512 or 1024
+// threads, with or without these two), this one was the fastest.
+__device__ __forceinline__ float silu_mul(float g, float u) {
   const float d = 1.0f + expf(-g);
-  if (GUARD && d == INFINITY) return copysignf(0.0f, g) * u;
+  if (d == INFINITY) return copysignf(0.0f, g) * u;
   return g / d * u;
 }
-template <bool F2I> __device__ __forceinline__ int8_t q8_t(float v, float inv) {
-  if (F2I) return int8_t(min(max(__float2int_rn(v * inv), -128), 127));
-  return q8(v, inv);
+__device__ __forceinline__ int8_t q8_rni(float v, float inv) {
+  return int8_t(min(max(__float2int_rn(v * inv), -128), 127));
 }
-template <bool GUARD, bool F2I, bool FAST>
 __global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __restrict__ acc, int F,
                                                             const float* __restrict__ sx_in,
                                                             const float* __restrict__ sw, int8_t* __restrict__ q,
@@ -213,8 +201,7 @@ __global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __res
   for (int c = threadIdx.x; c < F4; c += blockDim.x) {
     const int4 a = __ldcs(g + c), b = __ldcs(u + c);
     const float4 x = deq4(s_in, __ldg(wg + c), a), y = deq4(s_in, __ldg(wu + c), b);
-    const float4 v = make_float4(silu_mul_t<GUARD, F2I, FAST>(x.x, y.x), silu_mul_t<GUARD, F2I, FAST>(x.y, y.y),
-                                 silu_mul_t<GUARD, F2I, FAST>(x.z, y.z), silu_mul_t<GUARD, F2I, FAST>(x.w, y.w));
+    const float4 v = make_float4(silu_mul(x.x, y.x), silu_mul(x.y, y.y), silu_mul(x.z, y.z), silu_mul(x.w, y.w));
     h4[c] = v;
     amax = amax4(amax, v);
   }
@@ -223,7 +210,7 @@ __global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __res
   char4* o = reinterpret_cast<char4*>(q + r * F);
   for (int c = threadIdx.x; c < F4; c += blockDim.x) {
     const float4 v = h4[c];
-    o[c] = make_char4(q8_t<F2I>(v.x, qi), q8_t<F2I>(v.y, qi), q8_t<F2I>(v.z, qi), q8_t<F2I>(v.w, qi));
+    o[c] = make_char4(q8_rni(v.x, qi), q8_rni(v.y, qi), q8_rni(v.z, qi), q8_rni(v.w, qi));
   }
   if (threadIdx.x == 0) sx_out[r] = s;
 }
@@ -347,31 +334,12 @@ __global__ void rope_split_q8_v4_kernel(const int32_t* __restrict__ acc, const f
 }  // namespace
 
 namespace {
-int g_vec = -1;  // -1: QT_CUDA_Q8_VEC from the environment on first use (0 = the scalar kernels)
-bool use_vec(int width) {
-  if (g_vec < 0) {
-    const char* e = std::getenv("QT_CUDA_Q8_VEC");
-    g_vec = !(e && e[0] == '0');
-  }
-  return g_vec && width % 4 == 0;
-}
+bool use_vec(int width) { return width % 4 == 0; }
 int norm_threads(int) { return 512; }  // the scalar kernels' block size: the same sums
 template <typename K> void smem_attr(K kernel, size_t bytes) {
   QT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 }  // namespace
-
-void set_q8_vectorized(bool on) { g_vec = on ? 1 : 0; }
-
-int g_swiglu = -1;  // QT_CUDA_SWIGLU_V (see swiglu_q8_v4_kernel); 0: the default
-int swiglu_variant() {
-  if (g_swiglu < 0) {
-    const char* e = std::getenv("QT_CUDA_SWIGLU_V");
-    g_swiglu = e ? std::atoi(e) : 0;
-  }
-  return g_swiglu;
-}
-void set_swiglu_variant(int v) { g_swiglu = v; }
 
 void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
                          int dim, float eps, int8_t* q, float* sx, cudaStream_t s) {
@@ -389,15 +357,14 @@ void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* s
 }
 
 void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
-                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s, float* q32,
-                   float* k32, float* v32) {
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s) {
   if (n <= 0) return;
-  if (!q32 && use_vec(hd / 2) && use_vec(nkv * hd)) {
+  if (use_vec(hd / 2) && use_vec(nkv * hd)) {
     rope_split_q8_v4_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v);
     QT_CUDA_LAUNCHED();
     return;
   }
-  rope_split_q8_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v, q32, k32, v32);
+  rope_split_q8_kernel<<<n, 256, 0, s>>>(acc, sx, sw, T, nh, nkv, hd, cos, sin, q, k, v);
   QT_CUDA_LAUNCHED();
 }
 
@@ -453,19 +420,9 @@ void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const fl
   if (rows <= 0) return;
   const size_t smem = size_t(F) * 4;
   if (use_vec(F)) {
-    auto go = [&](auto kernel, int threads) {
-      smem_attr(kernel, smem);
-      kernel<<<rows, threads, smem, s>>>(acc, F, sx_in, sw, q, sx_out);
-      QT_CUDA_LAUNCHED();
-    };
-    switch (swiglu_variant()) {
-      case 1: go(swiglu_q8_v4_kernel<false, false, false>, 1024); break;
-      case 2: go(swiglu_q8_v4_kernel<false, false, false>, 512); break;
-      case 3: go(swiglu_q8_v4_kernel<true, true, false>, 1024); break;
-      case 4: go(swiglu_q8_v4_kernel<true, true, false>, 512); break;
-      case 5: go(swiglu_q8_v4_kernel<false, false, true>, 1024); break;  // not exact: a diagnostic
-      default: go(swiglu_q8_v4_kernel<true, true, false>, 512); break;
-    }
+    smem_attr(swiglu_q8_v4_kernel, smem);
+    swiglu_q8_v4_kernel<<<rows, 512, smem, s>>>(acc, F, sx_in, sw, q, sx_out);
+    QT_CUDA_LAUNCHED();
     return;
   }
   QT_CUDA_CHECK(cudaFuncSetAttribute(swiglu_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

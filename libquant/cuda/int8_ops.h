@@ -22,21 +22,16 @@ void dequant(const int32_t* acc, int rows, int out, const float* sx, const float
 void swiglu_q8(const int32_t* acc, int rows, int F, const float* sx_in, const float* sw, int8_t* q, float* sx_out,
                cudaStream_t s);
 bool swiglu_q8_fits(int F);
-// Fused (QT_CUDA_Q8_FUSE, on by default; the same values as the separate kernels):
+// Fused (the same values as dequant and rmsnorm_q8 one after the other):
 // x += sx_acc · (sw · acc) (the o / down GEMM's residual add), then rmsnorm_q8 of the new x.
 void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* sw, float* x, const float* w, int rows,
                          int dim, float eps, int8_t* q, float* sx, cudaStream_t s);
 bool residual_rmsnorm_q8_fits(int dim);  // dim floats of shared memory per block
 // rope_split (ops.h) of the q|k|v GEMM's int32 acc [n, Q + 2KV] dequantized on the fly (sx [n], sw [Q + 2KV]).
 void rope_split_q8(const int32_t* acc, const float* sx, const float* sw, int n, int T, int nh, int nkv, int hd,
-                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s,
-                   float* q32 = nullptr, float* k32 = nullptr, float* v32 = nullptr);  // F floats of shared memory per block
-
-// The kernels above in their 16-byte vectorized forms (default; QT_CUDA_Q8_VEC=0 or false here: the
-// scalar forms, for the tests' side-by-side comparison).
-void set_q8_vectorized(bool on);
-// swiglu_q8's vectorized variants (int8_ops.cu; QT_CUDA_SWIGLU_V): 0 the default, 1–4 exact, 5 fast-math.
-int swiglu_variant();
-void set_swiglu_variant(int v);
+                   const float* cos, const float* sin, __half* q, __half* k, __half* v, cudaStream_t s);
+// The norm, SwiGLU, per-token int8 and RoPE passes above run in 16-byte vectorized forms where
+// their widths are multiples of 4 (and a row fits shared memory), in scalar ones otherwise: the
+// same bits.
 
 }  // namespace qt::cuda

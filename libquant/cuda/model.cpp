@@ -337,9 +337,6 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
-  if (const char* e = std::getenv("QT_CUDA_Q8_FUSE")) q8_fuse = std::string(e) != "0";
-  if (const char* e = std::getenv("QT_CUDA_LT_TUNE")) lt_tune = std::atoi(e);
-  if (const char* e = std::getenv("QT_CUDA_ATTN_F32")) attn_f32 = std::string(e) == "1";
   if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   ck.tensors.clear();
 }
@@ -355,7 +352,6 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
                                 kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
-  if (attn_f32 && !kvq) b += N * size_t(Q + 2 * KV) * 4 + size_t(chunks) * cfg.n_heads * T_ * T_ * 2;
   b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
   if (head_q8) b += size_t(chunks) * T_ * (H + 4);            // hq, hsx
   if (desc->has_post_norms()) b += N * H * 4;                 // post
@@ -416,12 +412,6 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
                att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
                kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh, kvq->keys().bound(), kvq->values().bound());
-  } else if (attn_f32) {
-    q32.resize(N * size_t(Q) * 4);
-    k32.resize(N * size_t(KV) * 4);
-    v32.resize(N * size_t(KV) * 4);
-    attn->bind_f32(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q32.get<float>(), k32.get<float>(),
-                   v32.get<float>(), att.get<float>());
   } else {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
                att.get<float>());
@@ -432,48 +422,30 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
 
 // Before the timed evaluation: each projection's GEMM at the batch's n tokens, cuBLASLt's
 // candidates timed on layer 0's weights and pattern-filled activations (GemmLt::tune). The int8
-// GEMMs by default (their heuristic's first choice left up to 15% on the table at the 8B shape's
-// gate|up); bf16's too with QT_CUDA_LT_TUNE=2. QT_CUDA_PROFILE=1 prints the choices.
+// GEMMs only: their heuristic's first choice left up to 15% on the table at the 8B shape's
+// gate|up; bf16's gained about 2.5% of the evaluation there, less than the tuning itself cost at
+// start. QT_CUDA_PROFILE=1 prints the choices.
 void GpuModel::Impl::tune_gemms(int n) {
-  if (lt_tune <= 0 || layers.empty() || n < 1024) return;
-  const bool dense = !q8 && !affine && !bnb4;
-  if (!q8 && !(dense && lt_tune >= 2)) return;
+  if (!q8 || layers.empty() || n < 1024) return;
   const int H = cfg.hidden, F = cfg.intermediate;
   const Layer& L = layers[0];
-  const bool log = std::getenv("QT_CUDA_PROFILE") != nullptr;
-  auto one = [&](const char* name, const void* W, int out, int in, const void* X, void* Y, cudaDataType_t yt,
-                 cudaDataType_t abt) {
+  auto one = [&](const char* name, const void* W, int out, int in, const void* X, int rows, void* Y) {
     float first = 0, best = 0;
-    const int pick = gemm->tune(W, out, in, X, n, Y, yt, abt, stream, 8, &first, &best);
-    if (log)
-      std::fprintf(stderr, "lt tune %-10s %s n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", name,
-                   abt == CUDA_R_8I ? "int8" : "bf16", n, pick, best, first);
+    const int pick = gemm->tune(W, out, in, X, rows, Y, CUDA_R_32I, CUDA_R_8I, stream, 8, &first, &best);
+    if (prof.on())
+      std::fprintf(stderr, "lt tune %-10s int8 n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", name, rows,
+                   pick, best, first);
   };
-  if (q8) {
-    fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);  // int8 codes in 0..63
-    void* y = acc.get();
-    const void* a = xq.get();
-    one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, y, CUDA_R_32I, CUDA_R_8I);
-    one("o", L.wo.get(), H, Q, a, y, CUDA_R_32I, CUDA_R_8I);
-    one("gate|up", L.wgu.get(), 2 * F, H, a, y, CUDA_R_32I, CUDA_R_8I);
-    one("down", L.wdown.get(), H, F, a, y, CUDA_R_32I, CUDA_R_8I);
-    if (head_q8 && head_rows >= 1024) {  // the output head, at the slice eval-ppl runs (head_rows)
-      fill_random(hq.get<uint32_t>(), hq.bytes() / 4, 28, 0x3f3f3f3fu, stream);
-      float first = 0, best = 0;
-      const int pick = gemm->tune(head_codes.get(), cfg.vocab, H, hq.get(), head_rows, logits.get(), CUDA_R_32I,
-                                  CUDA_R_8I, stream, 8, &first, &best);
-      if (log)
-        std::fprintf(stderr, "lt tune %-10s int8 n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", "lm_head",
-                     head_rows, pick, best, first);
-    }
-  } else {
-    for (DeviceBuffer* b : {&xb, &hb, &attb})  // bf16 words of high byte ≤ 0x3f: finite, positive, below 2
-      fill_random(b->get<uint32_t>(), b->bytes() / 4, 27, 0x3fff3fffu, stream);
-    void* y = gu.get();
-    one("qkv", L.wqkv.get(), Q + 2 * KV, H, xb.get(), y, CUDA_R_32F, CUDA_R_16BF);
-    one("o", L.wo.get(), H, Q, attb.get(), y, CUDA_R_32F, CUDA_R_16BF);
-    one("gate|up", L.wgu.get(), 2 * F, H, xb.get(), y, CUDA_R_32F, CUDA_R_16BF);
-    one("down", L.wdown.get(), H, F, hb.get(), y, CUDA_R_32F, CUDA_R_16BF);
+  fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);  // int8 codes in 0..63
+  void* y = acc.get();
+  const void* a = xq.get();
+  one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);
+  one("o", L.wo.get(), H, Q, a, n, y);
+  one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);
+  one("down", L.wdown.get(), H, F, a, n, y);
+  if (head_q8 && head_rows >= 1024) {  // the output head, at the slice eval-ppl runs (head_rows)
+    fill_random(hq.get<uint32_t>(), hq.bytes() / 4, 28, 0x3f3f3f3fu, stream);
+    one("lm_head", head_codes.get(), cfg.vocab, H, hq.get(), head_rows, logits.get());
   }
   QT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
@@ -536,7 +508,7 @@ void GpuModel::Impl::qkv_to_heads(const Layer& L, int N) {
   const float* cs = L.rope == 2 ? rope_cos_l.get<float>() : L.rope == 1 ? rope_cos.get<float>() : nullptr;
   const float* sn = L.rope == 2 ? rope_sin_l.get<float>() : L.rope == 1 ? rope_sin.get<float>() : nullptr;
   rope_split(y, N, T, c.n_heads, c.n_kv_heads, c.head_dim, cs, sn, q.get<__half>(), k.get<__half>(), v.get<__half>(),
-             stream, f32q(), f32k(), f32v());
+             stream);
   prof.mark("rope", stream);
 }
 
@@ -577,8 +549,7 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   prof.mark("gemm qkv", stream);
   if (q8_fuse && q8_plain_qkv(L)) {
     rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream, f32q(), f32k(),
-                  f32v());
+                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
     prof.mark("rope", stream);
   } else {  // the epilogue alone, then the fp32 block's biases, q/k norms and the layer's RoPE
     dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);

@@ -49,14 +49,10 @@ struct GpuModel::Impl {
   std::vector<Layer> layers;
   bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
   bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
-  bool attn_f32 = false;  // QT_CUDA_ATTN_F32=1 (f16 caches): the fp32 attention (attention.h)
-  bool f32_attn_on() const { return attn_f32 && !kvq; }
-  float* f32q() { return f32_attn_on() ? q32.get<float>() : nullptr; }
-  float* f32k() { return f32_attn_on() ? k32.get<float>() : nullptr; }
-  float* f32v() { return f32_attn_on() ? v32.get<float>() : nullptr; }
-  int lt_tune = 1;       // QT_CUDA_LT_TUNE: 1 (default) times cuBLASLt's int8 candidates at reserve, 2 also bf16's, 0 none
-  void tune_gemms(int n);
-  bool q8_fuse = true;   // W8A8: epilogues fused into RoPE and the next norm (QT_CUDA_Q8_FUSE=0: separate kernels)
+  void tune_gemms(int n);  // W8A8: cuBLASLt's int8 candidates timed at reserve
+  // W8A8: epilogues fused into RoPE and the next norm (the same values as the separate kernels,
+  // which run where the hidden row does not fit shared memory).
+  bool q8_fuse = true;
   bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
@@ -75,7 +71,6 @@ struct GpuModel::Impl {
   DeviceBuffer rope_cos_l, rope_sin_l;          // gemma3's sliding layers: the local base's table
   DeviceBuffer post;                            // fp32 [N, H]: a sublayer's output before its post-norm
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
-  DeviceBuffer q32, k32, v32;      // QT_CUDA_ATTN_F32=1: fp32 q, f16-rounded k / v for the fp32 attention
   DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
   int head_rows = 0;

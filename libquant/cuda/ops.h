@@ -25,11 +25,8 @@ void rmsnorm(const float* x, const float* w, bf16* y, int rows, int dim, float e
 // rope.cu: qkv [n, (nh + 2·nkv)·hd] fp32 → q [n, nh·hd], k, v [n, nkv·hd] f16, RoPE (rotate-half)
 // on q and k at position r % T from the tables cos/sin [T, hd/2]; cos null: no RoPE (the layer
 // applies none, SmolLM3), q and k only split and rounded.
-// q32/k32/v32 (optional, the fp32 attention): q unrounded, k and v rounded to f16 and widened
-// (the CPU's f16 cache), fp32.
 void rope_split(const float* qkv, int n, int T, int nh, int nkv, int hd, const float* cos, const float* sin, __half* q,
-                __half* k, __half* v, cudaStream_t s, float* q32 = nullptr, float* k32 = nullptr,
-                float* v32 = nullptr);
+                __half* k, __half* v, cudaStream_t s);
 
 // swiglu.cu: h [n, F] = silu(gu[:, :F]) · gu[:, F:] as bf16; gelu_tanh: Gemma's GeGLU,
 // gelu(gu[:, :F], approximate="tanh") · gu[:, F:] instead.
@@ -58,9 +55,6 @@ void fill_random(uint32_t* p, size_t n_words, uint32_t seed, uint32_t mask, cuda
 // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap) first (Gemma 2).
 void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s, int window = 0,
                     float softcap = 0);
-// The same with fp32 probabilities (the fp32 attention, QT_CUDA_ATTN_F32=1).
-void causal_softmax_f32(const float* S, int64_t rows, int T, float scale, float* P, cudaStream_t s, int window = 0,
-                        float softcap = 0);
 
 // kld.cu: per row of base and test logits (kld.h's KldToken; same_top as 0/1).
 struct KldRow {

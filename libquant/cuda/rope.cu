@@ -7,8 +7,7 @@
 namespace qt::cuda {
 namespace {
 __global__ void rope_split_kernel(const float* qkv, int T, int nh, int nkv, int hd, const float* cos_t,
-                                  const float* sin_t, __half* q, __half* k, __half* v, float* q32,
-                                  float* k32, float* v32) {
+                                  const float* sin_t, __half* q, __half* k, __half* v) {
   const int r = blockIdx.x, half = hd / 2, pos = r % T;
   const int Q = nh * hd, KV = nkv * hd;
   const float* in = qkv + int64_t(r) * (Q + 2 * KV);
@@ -23,23 +22,15 @@ __global__ void rope_split_kernel(const float* qkv, int T, int nh, int nkv, int 
     __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
     o[i] = __float2half_rn(y0);
     o[i + half] = __float2half_rn(y1);
-    if (q32) {
-      float* o32 = h < nh ? q32 + int64_t(r) * Q + h * hd : k32 + int64_t(r) * KV + (h - nh) * hd;
-      o32[i] = h < nh ? y0 : __half2float(__float2half_rn(y0));
-      o32[i + half] = h < nh ? y1 : __half2float(__float2half_rn(y1));
-    }
   }
-  for (int t = threadIdx.x; t < KV; t += blockDim.x) {
-    v[int64_t(r) * KV + t] = __float2half_rn(in[Q + KV + t]);
-    if (v32) v32[int64_t(r) * KV + t] = __half2float(__float2half_rn(in[Q + KV + t]));
-  }
+  for (int t = threadIdx.x; t < KV; t += blockDim.x) v[int64_t(r) * KV + t] = __float2half_rn(in[Q + KV + t]);
 }
 }  // namespace
 
 void rope_split(const float* qkv, int n, int T, int nh, int nkv, int hd, const float* cos, const float* sin, __half* q,
-                __half* k, __half* v, cudaStream_t s, float* q32, float* k32, float* v32) {
+                __half* k, __half* v, cudaStream_t s) {
   if (n <= 0) return;
-  rope_split_kernel<<<n, 256, 0, s>>>(qkv, T, nh, nkv, hd, cos, sin, q, k, v, q32, k32, v32);
+  rope_split_kernel<<<n, 256, 0, s>>>(qkv, T, nh, nkv, hd, cos, sin, q, k, v);
   QT_CUDA_LAUNCHED();
 }
 

@@ -63,17 +63,13 @@ std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vec
   no_cuda();
 }
 Q8 swiglu_q8(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
-void swiglu_variant(int) { no_cuda(); }
-Q8 swiglu_q8_form(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&, bool) {
-  no_cuda();
-}
 Q8 residual_rmsnorm_q8(const std::vector<int32_t>&, const std::vector<float>&, const std::vector<float>&,
-                       std::vector<float>&, const std::vector<float>&, int, int, float, bool) {
+                       std::vector<float>&, const std::vector<float>&, int, int, float) {
   no_cuda();
 }
-Q8 quant_rows(const std::vector<float>&, int, int, bool) { no_cuda(); }
+Q8 quant_rows(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> rope_split_q8(const std::vector<int32_t>&, const std::vector<float>&, const std::vector<float>&, int,
-                                 int, int, int, int, const std::vector<float>&, const std::vector<float>&, bool) {
+                                 int, int, int, int, const std::vector<float>&, const std::vector<float>&) {
   no_cuda();
 }
 std::vector<int32_t> gemm_i8_tuned(const std::vector<int8_t>&, int, int, const std::vector<int8_t>&, int, int*) {

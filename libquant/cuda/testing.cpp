@@ -116,46 +116,30 @@ Q8 swiglu_q8(const std::vector<int32_t>& acc, int rows, int F, const std::vector
   return {down<int8_t>(q, size_t(rows) * F), down<float>(so, size_t(rows))};
 }
 
-void swiglu_variant(int v) { set_swiglu_variant(v); }
-
-Q8 swiglu_q8_form(const std::vector<int32_t>& acc, int rows, int F, const std::vector<float>& sx,
-                  const std::vector<float>& sw, bool vec) {
-  set_q8_vectorized(vec);
-  Q8 r = swiglu_q8(acc, rows, F, sx, sw);
-  set_q8_vectorized(true);
-  return r;
-}
-
 Q8 residual_rmsnorm_q8(const std::vector<int32_t>& acc, const std::vector<float>& sx_acc, const std::vector<float>& sw,
-                       std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps, bool vec) {
+                       std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
   DeviceBuffer da = up(acc), ds = up(sx_acc), dw = up(sw), dx = up(x), dn = up(w), q(size_t(rows) * dim),
                sx(size_t(rows) * 4);
-  set_q8_vectorized(vec);
   cuda::residual_rmsnorm_q8(da.get<int32_t>(), ds.get<float>(), dw.get<float>(), dx.get<float>(), dn.get<float>(), rows,
                             dim, eps, q.get<int8_t>(), sx.get<float>(), nullptr);
-  set_q8_vectorized(true);
   x = down<float>(dx, x.size());
   return {down<int8_t>(q, size_t(rows) * dim), down<float>(sx, size_t(rows))};
 }
 
-Q8 quant_rows(const std::vector<float>& x, int rows, int dim, bool vec) {
+Q8 quant_rows(const std::vector<float>& x, int rows, int dim) {
   DeviceBuffer dx = up(x), q(size_t(rows) * dim), sx(size_t(rows) * 4);
-  set_q8_vectorized(vec);
   cuda::quant_rows(dx.get<float>(), rows, dim, q.get<int8_t>(), sx.get<float>(), nullptr);
-  set_q8_vectorized(true);
   return {down<int8_t>(q, size_t(rows) * dim), down<float>(sx, size_t(rows))};
 }
 
 std::vector<float> rope_split_q8(const std::vector<int32_t>& acc, const std::vector<float>& sx,
                                  const std::vector<float>& sw, int n, int T, int nh, int nkv, int hd,
-                                 const std::vector<float>& cos, const std::vector<float>& sin, bool vec) {
+                                 const std::vector<float>& cos, const std::vector<float>& sin) {
   const size_t Q = size_t(nh) * hd, KV = size_t(nkv) * hd;
   DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), dc = up(cos), dsn = up(sin), q(n * Q * 2), k(n * KV * 2),
                v(n * KV * 2);
-  set_q8_vectorized(vec);
   cuda::rope_split_q8(da.get<int32_t>(), ds.get<float>(), dw.get<float>(), n, T, nh, nkv, hd, dc.get<float>(),
                       dsn.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), nullptr);
-  set_q8_vectorized(true);
   std::vector<float> out = f16_to_host_f32(q, n * Q), kk = f16_to_host_f32(k, n * KV), vv = f16_to_host_f32(v, n * KV);
   out.insert(out.end(), kk.begin(), kk.end());
   out.insert(out.end(), vv.begin(), vv.end());
