@@ -9,7 +9,7 @@
 #include "formats/tensor.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kv/key_center.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 namespace {

@@ -1,5 +1,5 @@
 // make_packed_linear: the scheme name picks the kernel family.
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 
 #include <stdexcept>
 #include <vector>

@@ -26,7 +26,7 @@
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
 #include "libquant/schemes/detail.h"
 

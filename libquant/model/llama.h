@@ -21,9 +21,9 @@
 
 #include "formats/checkpoint.h"
 #include "libquant/kv/cache.h"
-#include "libquant/model/linear.h"
-#include "libquant/model/packed_linear.h"
-#include "libquant/model/ops.h"
+#include "libquant/linear/linear.h"
+#include "libquant/linear/packed_linear.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 
