@@ -27,7 +27,7 @@
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/math/ops.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 #include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {

@@ -24,7 +24,7 @@
 #include "libquant/kernels/int8_vnni.h"
 #include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 
 namespace qt {
 namespace {

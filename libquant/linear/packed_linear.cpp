@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "formats/error.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 
 namespace qt {
 

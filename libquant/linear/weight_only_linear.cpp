@@ -28,7 +28,7 @@
 #include "libquant/kernels/hsum_avx2.h"
 #include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 
 namespace qt {
 namespace {
