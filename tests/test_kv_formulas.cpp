@@ -1,4 +1,4 @@
-// KV methods of issue 18, part A, each against a scalar reference written here from its formulas:
+// KV methods, each against a scalar reference written here from its formulas:
 //  * affine:rot=qr|wht[,qjl=1] (TurboQuant V2): the rotation against Π x in double, the affine
 //    codes of the rotated vector, the QJL residual sketch and γ, the score and the reconstruction;
 //    the QJL stage unbiased over S and smaller in score error than the rotation alone;
