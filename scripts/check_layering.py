@@ -149,6 +149,8 @@ def main():
     direct = {path: list(includes(root, path)) for path in files}
     for path in files:
         src_layer = layer_of(path)
+        if src_layer is None:
+            problems.append(f"{path}: its folder is not in the layer order")
         for inc in direct[path]:
             dst_layer = layer_of(inc)
             if src_layer is None or dst_layer is None:
@@ -174,7 +176,7 @@ def main():
     for p in problems:
         print(p)
     if problems:
-        print(f"{len(problems)} layering problem(s); the order is in {os.path.relpath(__file__, root)}")
+        print(f"{len(problems)} layering problem(s); the order is LAYERS in scripts/check_layering.py")
         return 1
     print(f"layering ok: {len(files)} files")
     return 0
