@@ -19,7 +19,7 @@
 #include "libquant/bench/peak.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/cpu_features.h"
-#include "libquant/kernels/gemm.h"
+#include "libquant/linear/linear.h"
 #include "libquant/parallel.h"
 
 namespace qt {

@@ -21,7 +21,7 @@
 #include "libquant/kv/key_center.h"
 #include "libquant/kv/kv_stats.h"
 #include "libquant/model/llama.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 #include "libquant/parallel.h"
 
 namespace qt {

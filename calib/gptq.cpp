@@ -6,7 +6,7 @@
 
 #include "calib/weighted_fit.h"
 #include "formats/error.h"
-#include "libquant/model/linear.h"
+#include "libquant/linear/linear.h"
 
 // LAPACK (OpenBLAS), the Fortran interface: trailing arguments are the character lengths.
 extern "C" {

@@ -5,7 +5,7 @@
 
 #include <Eigen/Dense>
 
-#include "libquant/model/linear.h"
+#include "libquant/linear/linear.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::calib {

@@ -28,7 +28,8 @@ struct Checkpoint {
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
 };
 
-// Detect the kind of `path` (a .gguf file or a folder with config.json) and load it.
+// Detect the kind of `path` (a .gguf file or a folder with config.json) and load it
+// (load_checkpoint.cpp, over the layouts of formats/layouts/).
 // GGUF tensors are dequantized to F32 and un-permuted at load; `quantization` then records each
 // tensor's source type ({"format": "gguf", "tensors": {HF name: {"gguf_name", "ggml_type",
 // "nbytes"}}}). HF folder tensors are zero-copy views (F32/F16/BF16 as stored). `tokenizer` is

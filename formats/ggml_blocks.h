@@ -1,6 +1,7 @@
-// One row per ggml tensor type: block size, bytes per block, to-float (docs/spec/gguf.md §Tensor
-// types and sizes, §Block layouts).
-// Dequantization must be bit-exact with gguf-py's numpy implementation (see tests/golden/).
+// One row per ggml tensor type, as ggml's type_traits (ggml.c): block size, bytes per block, and
+// the conversions to and from fp32. Dequantization must be bit-exact with gguf-py's numpy
+// implementation (gguf/quants.py; see tests/golden/); quantization says its rule per family
+// (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,13 @@ struct GgmlTypeRow {
   // Dequantize `nblocks` consecutive blocks into `dst` (nblocks * block_size floats);
   // nullptr when this type cannot be dequantized (e.g. integer types).
   void (*to_float)(const uint8_t* src, float* dst, size_t nblocks);
+  // Quantize `nblocks` blocks of src (nblocks * block_size floats) into `dst`; nullptr when we
+  // cannot write this type (ggml_can_quantize).
+  void (*from_float)(const float* src, uint8_t* dst, size_t nblocks);
+  // The same with one importance per value (imp: nblocks * block_size, aligned with src; the
+  // --imatrix path): never a larger importance-weighted error than from_float. nullptr: the type
+  // has no weighted rule (plain float types), from_float serves.
+  void (*from_float_imatrix)(const float* src, const float* imp, uint8_t* dst, size_t nblocks);
 };
 
 // nullptr when the id is not a known type.

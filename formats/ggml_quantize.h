@@ -3,7 +3,7 @@
 // (ggml-quants.c quantize_row_*_ref: what llama-quantize runs for them without an imatrix), so
 // our bytes equal llama-quantize's; gguf-py's numpy quantizers (gguf/quants.py) compute the same
 // and make the goldens (tests/golden/make_gguf_export_goldens.py). IQ4_NL is our own rounding
-// (a scale search; ggml_quantize.cpp says which), not llama-quantize's bytes. The K-quants (Q2_K,
+// (a scale search; ggml_quants_iq4nl.cpp says which), not llama-quantize's bytes. The K-quants (Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K; super-blocks of 256) are ggml's quantize_row_q*_K_ref restated: our bytes
 // equal llama-quantize's (goldens made by llama-quantize itself; gguf-py has no K quantizer).
 #pragma once
@@ -15,7 +15,7 @@
 
 namespace qt {
 
-// Whether ggml_quantize can write `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// Whether ggml_quantize can write `type`: its type row has from_float (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
 // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
 bool ggml_can_quantize(GgmlType type);
 
@@ -31,7 +31,7 @@ void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst);
 // the block size: 32, or 256 for the K-quants) whose column j
 // has importance imp[j] (cols entries; imp null: ggml_quantize). Each block's parameters minimise
 // the importance-weighted squared error among candidates that include the reference rule's, so
-// the weighted error never exceeds ggml_quantize's (ggml_quantize.cpp says which candidates).
+// the weighted error never exceeds ggml_quantize's (each family's file says which candidates).
 // F32/F16/BF16 ignore imp.
 void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
                             uint8_t* dst);

@@ -19,8 +19,8 @@
 #include "libquant/kv/cache.h"
 #include "libquant/kv/codec.h"
 #include "libquant/model/llama.h"
-#include "libquant/model/ops.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/math/ops.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 

@@ -19,7 +19,7 @@
 #include "formats/checkpoint.h"
 #include "libquant/cpu_features.h"
 #include "libquant/model/llama.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 

@@ -17,7 +17,7 @@
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/kernels/gemm.h"
-#include "libquant/model/linear.h"
+#include "libquant/linear/linear.h"
 #include "libquant/parallel.h"
 #include "tests/support.h"
 

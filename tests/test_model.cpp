@@ -24,7 +24,7 @@
 #include "libquant/eval/perplexity.h"
 #include "libquant/kv/cache.h"
 #include "libquant/model/llama.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 #include "tests/support.h"
 
 namespace qt {

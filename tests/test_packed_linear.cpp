@@ -1,4 +1,4 @@
-// Packed Linears (libquant/model/packed_linear.h) against the scalar spec, reference_gemm, at every
+// Packed Linears (libquant/linear/packed_linear.h) against the scalar spec, reference_gemm, at every
 // kernel level this machine has, on ragged shapes:
 //  * int8 / int8_ct / int4 with per-token int8 activations: bit-identical to reference_gemm
 //    (exact int32 sums, the same fp32 epilogue order), bias added after;
@@ -15,7 +15,7 @@
 
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 

@@ -21,7 +21,7 @@
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "libquant/cpu_features.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 

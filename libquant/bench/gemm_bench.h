@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "libquant/model/linear.h"
+#include "libquant/linear/linear.h"
 
 namespace qt::bench {
 

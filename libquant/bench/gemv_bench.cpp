@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "formats/error.h"
-#include "libquant/model/linear.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::bench {

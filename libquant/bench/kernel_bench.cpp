@@ -6,8 +6,8 @@
 #include <random>
 
 #include "formats/error.h"
-#include "libquant/model/linear.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::bench {

@@ -34,8 +34,8 @@
 #include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
-#include "libquant/model/ops.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/math/ops.h"
+#include "libquant/schemes/packed_values.h"
 #include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {

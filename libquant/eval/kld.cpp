@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "formats/error.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 

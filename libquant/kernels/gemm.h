@@ -8,12 +8,10 @@
 //    the microkernel broadcasts one value (bf16: one k-pair) of each of its MR rows.
 //  * The MR×NR tile of y lives in registers over a KC slice of K; the driver loops slices so a
 //    KC×NR slice of the panel stays in L1 while the tile walks down the rows.
-// A Family is one such kernel with its packing; dense_linear.cpp drives any family.
+// A Family is one such kernel with its packing; libquant/linear/dense_linear.cpp drives any family.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-
-#include "libquant/model/linear.h"
 
 namespace qt::kernels {
 
@@ -48,22 +46,10 @@ struct Family {
                float* c, int64_t ldc, bool first, const float* bias);
 };
 
-// Overrides of the blocking for tuning experiments (0 = the driver's choice).
-struct Tuning {
-  int64_t kc = 0;      // K slice
-  int64_t mc = 0;      // rows per row chunk
-  int64_t chunks = 0;  // work chunks per thread (1 = a static split)
-};
-Tuning& tuning();
-
 // Families this build has; nullptr where the CPU/level cannot run them.
 const Family* family_f32_avx512();
 const Family* family_f32_avx2();
 const Family* family_bf16_avx512();  // native VDPBF16PS
 const Family* family_bf16_avx2();    // bf16 operands, fp32 FMAs (CPUs without AVX512-BF16)
-
-// Name of the family make_dense_linear picks now for `compute` ("f32-avx512", "bf16-avx2",
-// "f32-ref", ...).
-const char* dense_kernel_name(Compute compute);
 
 }  // namespace qt::kernels

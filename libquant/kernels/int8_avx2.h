@@ -1,4 +1,4 @@
-// AVX2 int8 × int8 GEMM for the integer packed Linear (model/int_linear.cpp) on machines without
+// AVX2 int8 × int8 GEMM for the integer packed Linear (libquant/linear/int_linear.cpp) on machines without
 // AVX-512 VNNI: weights as stored (signed codes [n, k] row-major, fp32 scales [n, ng]), activations
 // the signed per-token codes of quantize_activations_int8. Exact int32 sums per group, then
 // reference_gemm's epilogue in the same fp32 order — y = s_x · (Σ_g s_w[g] · float(acc_g)), multiply

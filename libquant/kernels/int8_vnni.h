@@ -1,4 +1,4 @@
-// AVX-512 VNNI int8 GEMM for the integer packed Linear (model/int_linear.cpp): weights packed in
+// AVX-512 VNNI int8 GEMM for the integer packed Linear (libquant/linear/int_linear.cpp): weights packed in
 // panels of 16 output rows, k in blocks of 4 bytes (VPDPBUSD's dword), per-group fp32 scales and
 // 128·column sums per panel; activations are the signed per-token int8 codes, offset to unsigned
 // inside. Exact int32 accumulation per group; epilogue y = s_x · Σ_g s_w·float(acc_g) with the

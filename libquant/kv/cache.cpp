@@ -1,4 +1,4 @@
-// The full-precision KV cache and the method table.
+// The full-precision KV cache.
 #include "libquant/kv/cache.h"
 
 #include <algorithm>
@@ -8,8 +8,7 @@
 #include "formats/error.h"
 #include "formats/tensor.h"
 #include "libquant/kernels/aligned_buffer.h"
-#include "libquant/kv/key_center.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 namespace {
@@ -103,18 +102,6 @@ class F32Cache final : public KVCache {
 
 std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16) {
   return std::make_unique<F32Cache>(shape, round_f16);
-}
-
-std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape& shape) {
-  const std::string fp = config.uniform_full_precision();
-  std::unique_ptr<KVCache> c = !fp.empty() ? make_f32_kv_cache(shape, fp == "f16") : make_quant_kv_cache(shape, config);
-  if (config.key_center) return kv::make_key_centered_cache(std::move(c), config.key_center);
-  return c;
-}
-
-std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape) {
-  const kv::KVSpec s = kv::parse_kv_spec(method, "--kv");
-  return make_kv_cache(kv::uniform_kv_config(shape.n_layers, s, s), shape);
 }
 
 }  // namespace qt

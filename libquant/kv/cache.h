@@ -81,8 +81,9 @@ std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16 
 // the model's forward does); an attend it can no longer serve throws std::logic_error.
 std::unique_ptr<KVCache> make_quant_kv_cache(const KVShape& shape, const kv::KVConfig& config);
 
-// The cache `config` describes: the fast dense one when every layer is f32 (or every layer
-// f16), else the quantized one. UserError for a bad method, parameter or recipe.
+// The cache `config` describes (make_cache.cpp): the fast dense one when every layer is f32 (or
+// every layer f16), else the quantized one; keys centered when config.key_center is set.
+// UserError for a bad method, parameter or recipe.
 std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape& shape);
 // Every layer, keys and values, with `method` (a spec such as "f16" or "kivi:bits=2").
 std::unique_ptr<KVCache> make_kv_cache(const std::string& method, const KVShape& shape);

@@ -8,7 +8,7 @@
 // (code rows 2g, 2g+1 × plane i): scaled rotations, which commute with every RoPE block. For a
 // one-hot code (one codeword per stage, as here) that is: codeword 2g+1 is codeword 2g turned by
 // 90° in every plane (J·u, J = [[0, −1], [1, 0]] per plane) — calibration projects every M-step
-// onto that form (calib/kv_codebook.cpp), and R(m)·C = C·R(m) blockwise (test_kv_vq checks it to
+// onto that form (calib/kv_codebook.cpp), and R(m)·C = C·R(m) blockwise (test_kv_commvq checks it to
 // fp32 rounding). comm=0 skips the projection (free codewords, an ablation).
 //
 // Per token: the cache hands the fp16-rounded post-RoPE key k at position m; the codec takes it

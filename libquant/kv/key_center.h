@@ -9,7 +9,8 @@
 // on SmolLM2 that made turboquant_mse-4 values worse, +1.6% against +1.1%, so only keys are.)
 //
 // File: safetensors with "key_mean" F32 [n_layers, n_kv_heads, head_dim] and metadata
-// {"format": "quanttool-key-mean", "layers", "kv_heads", "head_dim", "tokens", "text"}.
+// {"format": "quanttool-key-mean", "layers", "kv_heads", "head_dim", "tokens", "text"}; written by
+// calibrate --method key-mean (calib/key_mean.h measures the means).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,27 +33,5 @@ void save_key_center(const std::string& path, const KeyCenter& c, int64_t tokens
 
 // `inner` storing centered keys.
 std::unique_ptr<KVCache> make_key_centered_cache(std::unique_ptr<KVCache> inner, std::shared_ptr<const KeyCenter> c);
-
-// A full-precision cache that also sums every appended key per layer and kv head (calibration).
-class KeyMeanRecorder final : public KVCache {
- public:
-  explicit KeyMeanRecorder(const KVShape& s);
-  void clear() override { inner_->clear(); }
-  void append(int layer, const float* k, const float* v, int n, int first_pos) override;
-  void attend(int layer, const float* q, int n_q, int first_pos, float* out) const override {
-    inner_->attend(layer, q, n_q, first_pos, out);
-  }
-  std::string name() const override { return inner_->name(); }
-  double bytes_per_token() const override { return inner_->bytes_per_token(); }
-  int size(int layer) const override { return inner_->size(layer); }
-  // The means so far, and the positions they average (per layer).
-  KeyCenter mean() const;
-  int64_t tokens() const { return count_.empty() ? 0 : count_[0]; }
-
- private:
-  std::unique_ptr<KVCache> inner_;
-  std::vector<double> sum_;     // [layers][kv_heads][head_dim]
-  std::vector<int64_t> count_;  // per layer
-};
 
 }  // namespace qt::kv

@@ -39,7 +39,7 @@
 #include "libquant/kv/codecs.h"
 #include "libquant/kv/kv_stats.h"
 #include "libquant/kv/token_ring.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 namespace {

@@ -10,7 +10,7 @@
 // all four; OLMo 2: the two post-norms), the activation (SiLU or tanh-GELU), q/k norms per head or
 // over the whole projection, q/k/v biases, and per layer the RoPE table (global, Gemma 3's local
 // base, or none: SmolLM3's no-RoPE layers). Soft-capped and sliding-window attention live in the
-// KV cache (KVShape). Every projection is a Linear (libquant/model/linear.h) made by a
+// KV cache (KVShape). Every projection is a Linear (libquant/linear/linear.h) made by a
 // LinearFactory, and the attention goes through a KVCache (libquant/kv/cache.h), so packed /
 // quantized weights and quantized caches plug in without touching the block code.
 #pragma once
@@ -22,9 +22,9 @@
 
 #include "formats/checkpoint.h"
 #include "libquant/kv/cache.h"
-#include "libquant/model/linear.h"
-#include "libquant/model/packed_linear.h"
-#include "libquant/model/ops.h"
+#include "libquant/linear/linear.h"
+#include "libquant/linear/packed_linear.h"
+#include "libquant/math/ops.h"
 
 namespace qt {
 

@@ -1,4 +1,5 @@
-// Internal to libquant/schemes: the rows each file defines, and small helpers they share.
+// Internal to libquant/schemes: the rows each file defines, and small helpers they share (what code
+// outside the folder needs of them is public in packed_values.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -6,6 +7,7 @@
 
 #include "formats/tensor.h"
 #include "libquant/schemes/buffer_pool.h"
+#include "libquant/schemes/packed_values.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::schemes_detail {
@@ -19,24 +21,6 @@ extern const Scheme kInt4;
 extern const Scheme kInt4Ct;
 extern const Scheme kNf4;
 extern const Scheme kFp4;
-
-// Round an fp32 value to `t` (F32: unchanged; F16/BF16: round-to-nearest-even) and back.
-inline float round_to(DType t, float v) {
-  switch (t) {
-    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::F16: return f16_to_f32(f32_to_f16(v));
-    default: return v;
-  }
-}
-
-// Element i of a float tensor (F32/F16/BF16) as fp32.
-inline float load_float(const Tensor& t, size_t i) {
-  switch (t.dtype) {
-    case DType::BF16: return bf16_to_f32(t.as<uint16_t>()[i]);
-    case DType::F16: return f16_to_f32(t.as<uint16_t>()[i]);
-    default: return t.as<float>()[i];
-  }
-}
 
 // max |v[i]| over n values (0 for n = 0); vectorized (an AVX2 clone), exact in any order.
 float span_absmax(const float* v, int64_t n);
@@ -88,13 +72,6 @@ inline float dtype_eps(DType t) {
   }
 }
 
-inline int64_t n_groups(const SchemeParams& p, int64_t cols) {
-  return p.group_size == 0 ? 1 : cols / p.group_size;
-}
-inline int64_t group_len(const SchemeParams& p, int64_t cols) {
-  return p.group_size == 0 ? cols : p.group_size;
-}
-
 // MLX affine dequantization of one code (affine.cpp; compiled without FMA contraction so that
 // q·s and + b round separately, as MLX's separate multiply and add do).
 float affine_dequant(uint32_t q, float scale, float bias, DType t);
@@ -105,8 +82,6 @@ PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols);
 PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
                            const float* table, const uint8_t* order);
 void bnb4_dequantize(const PackedTensor& t, const float* table, float* out);
-const float* nf4_table();  // 16 values, index = code
-const float* fp4_table();
 
 // compressed-tensors' symmetric groups (int8_ct, int4_ct): per row and group, s = T(absmax / top)
 // (top = (qmax − qmin)/2: 127.5, 7.5), a zero group's s = eps(T), stored to `scales`; then

@@ -26,9 +26,9 @@
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 
 namespace qt {
 namespace {

@@ -4,15 +4,15 @@
 //   int8, int8_ct, int4   integer dot products (W8A8 / W4A8): activations quantized per token to
 //                         int8, exact int32 accumulation, bit-identical to reference_gemm
 //                         (AVX-512 VNNI kernels/int8_vnni.cpp; other levels a scalar loop) —
-//                         model/int_linear.cpp, make_int_linear
+//                         libquant/linear/int_linear.cpp, make_int_linear
 //   affine, nf4, fp4      weight-only: one panel of rows decoded to fp32 (or bf16) at a time and
 //                         fed to the dense GEMM microkernels, fp32 activations —
-//                         model/weight_only_linear.cpp, make_weight_only_linear
+//                         libquant/linear/weight_only_linear.cpp, make_weight_only_linear
 // The scalar spec for both is reference_gemm (libquant/schemes/scheme.h).
 #pragma once
 #include <memory>
 
-#include "libquant/model/linear.h"
+#include "libquant/linear/linear.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt {

@@ -1,11 +1,11 @@
 // make_packed_linear: the scheme name picks the kernel family.
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 
 #include <stdexcept>
 #include <vector>
 
 #include "formats/error.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 
 namespace qt {
 

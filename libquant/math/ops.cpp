@@ -1,6 +1,6 @@
 // ops.h: dispatch to the kernel level's copy of ops_impl.inc, the row-parallel drivers, the
 // RoPE table and the scalar attention reference.
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,14 +25,14 @@ inline thread_local AttentionShare attention_share;
 // functions of ops_impl.inc.
 namespace lvl_scalar {
 constexpr int W = 4, R = 4, CV = 2;
-#include "libquant/model/ops_impl.inc"
+#include "libquant/math/ops_impl.inc"
 }  // namespace lvl_scalar
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace lvl_avx2 {
 constexpr int W = 8, R = 4, CV = 2;
-#include "libquant/model/ops_impl.inc"
+#include "libquant/math/ops_impl.inc"
 }  // namespace lvl_avx2
 #pragma GCC pop_options
 
@@ -40,7 +40,7 @@ constexpr int W = 8, R = 4, CV = 2;
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 namespace lvl_avx512 {
 constexpr int W = 16, R = 6, CV = 4;
-#include "libquant/model/ops_impl.inc"
+#include "libquant/math/ops_impl.inc"
 }  // namespace lvl_avx512
 #pragma GCC pop_options
 

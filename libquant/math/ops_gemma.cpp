@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "formats/tensor.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 
 namespace qt::ops {
 

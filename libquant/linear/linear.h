@@ -55,4 +55,18 @@ std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t i
 // panel of rows at a time while packing (no whole-matrix fp32 copy). Equal to the above on to_f32(w).
 std::unique_ptr<Linear> make_dense_linear(const Tensor& w, const float* bias, Compute compute);
 
+// make_dense_linear's driver (dense_linear.cpp) over the kernel families of libquant/kernels/gemm.h.
+namespace kernels {
+// Name of the family make_dense_linear picks now for `compute` ("f32-avx512", "bf16-avx2",
+// "f32-ref", ...).
+const char* dense_kernel_name(Compute compute);
+// Overrides of the driver's blocking for tuning experiments (0 = the driver's choice).
+struct Tuning {
+  int64_t kc = 0;      // K slice
+  int64_t mc = 0;      // rows per row chunk
+  int64_t chunks = 0;  // work chunks per thread (1 = a static split)
+};
+Tuning& tuning();
+}  // namespace kernels
+
 }  // namespace qt

@@ -21,7 +21,7 @@
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/kernels/gemm.h"
-#include "libquant/model/linear.h"
+#include "libquant/linear/linear.h"
 #include "libquant/parallel.h"
 
 namespace qt {

@@ -22,9 +22,9 @@
 #include "libquant/kernels/int8_avx2.h"
 #include "libquant/kernels/int8_gemv_avx2.h"
 #include "libquant/kernels/int8_vnni.h"
-#include "libquant/model/packed_linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
-#include "libquant/schemes/detail.h"
+#include "libquant/schemes/packed_values.h"
 
 namespace qt {
 namespace {

@@ -1,0 +1,57 @@
+// What the ggml block families (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp)
+// share: block sizes and the fp16 scale fields, read exactly and written round-to-nearest-even.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/tensor.h"
+
+namespace qt::ggml {
+
+constexpr int QK = 32;     // elements of a legacy / IQ4_NL block
+constexpr int QK_K = 256;  // elements of a K-quant super-block
+
+// The fp16 field at p (little-endian) -> fp32, exact (numpy astype(float32)); inline so the
+// dequantizing loops stay tight.
+inline float h2f(const uint8_t* p) {
+  uint16_t h = uint16_t(p[0] | (p[1] << 8));
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: value = mant * 2^-24, exact in fp32
+      float f = float(mant) * (1.0f / 16777216.0f);
+      std::memcpy(&u, &f, 4);
+      u |= sign;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// fp32 -> the fp16 field at p (little-endian), round-to-nearest-even.
+inline void put_f16(uint8_t* p, float f) {
+  const uint16_t h = f32_to_f16(f);
+  p[0] = uint8_t(h & 0xff);
+  p[1] = uint8_t(h >> 8);
+}
+
+// Value of largest magnitude among a block's QK values (the first one on ties), signed: Q4_0, Q5_0
+// and IQ4_NL scale by it so that it maps to the code range's end (-8 / -16 / -127) exactly.
+inline float signed_absmax(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < QK; ++j)
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+  return max;
+}
+
+}  // namespace qt::ggml

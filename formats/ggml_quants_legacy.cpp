@@ -1,0 +1,347 @@
+// ggml's legacy block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32; ggml-common.h layouts).
+//
+// Dequantization: gguf-py's numpy code (gguf/quants.py) bit for bit, the same operations in the same
+// order, all fp32. Quantization: ggml's reference quantizers, restated (not copied) from what
+// ggml-quants.c computes: per block of 32, one scale (and a minimum for the _1 types) stored as fp16, the codes from
+// x * (1/d) rounded as the C code rounds (roundf for Q8_0, truncation of x*id + 8.5 / 16.5 / 0.5
+// for the 4- and 5-bit types). The arithmetic order matters for byte equality: the scale is
+// computed in fp32, its reciprocal taken in fp32, and every code from the fp32 product.
+// No FMA contraction: gguf-py's numpy (our golden reference) never fuses, and a fused
+// (x - min) * id + 0.5 can round differently at a .5 boundary.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "formats/ggml_quants_legacy.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "formats/ggml_quants_common.h"
+
+namespace qt::ggml {
+
+namespace {
+
+// Q4_0: d * (q - 8); low nibbles are elements 0..15, high nibbles 16..31.
+void deq_q4_0(const uint8_t* src, float* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, src += 18, dst += 32) {
+    const float d = h2f(src);
+    const uint8_t* qs = src + 2;
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = d * float(int(qs[j] & 0xF) - 8);
+      dst[j + 16] = d * float(int(qs[j] >> 4) - 8);
+    }
+  }
+}
+
+// Q4_1: (d * q) + m.
+void deq_q4_1(const uint8_t* src, float* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, src += 20, dst += 32) {
+    const float d = h2f(src), m = h2f(src + 2);
+    const uint8_t* qs = src + 4;
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = d * float(qs[j] & 0xF) + m;
+      dst[j + 16] = d * float(qs[j] >> 4) + m;
+    }
+  }
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// Q5_0: d * (q - 16), the fifth bit of element j is bit j of qh.
+void deq_q5_0(const uint8_t* src, float* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, src += 22, dst += 32) {
+    const float d = h2f(src);
+    const uint32_t qh = load_u32(src + 2);
+    const uint8_t* qs = src + 6;
+    for (int j = 0; j < 16; ++j) {
+      int lo = (qs[j] & 0xF) | int(((qh >> j) & 1) << 4);
+      int hi = (qs[j] >> 4) | int(((qh >> (j + 16)) & 1) << 4);
+      dst[j] = d * float(lo - 16);
+      dst[j + 16] = d * float(hi - 16);
+    }
+  }
+}
+
+// Q5_1: (d * q) + m.
+void deq_q5_1(const uint8_t* src, float* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, src += 24, dst += 32) {
+    const float d = h2f(src), m = h2f(src + 2);
+    const uint32_t qh = load_u32(src + 4);
+    const uint8_t* qs = src + 8;
+    for (int j = 0; j < 16; ++j) {
+      int lo = (qs[j] & 0xF) | int(((qh >> j) & 1) << 4);
+      int hi = (qs[j] >> 4) | int(((qh >> (j + 16)) & 1) << 4);
+      dst[j] = d * float(lo) + m;
+      dst[j + 16] = d * float(hi) + m;
+    }
+  }
+}
+
+// Q8_0: q * d.
+void deq_q8_0(const uint8_t* src, float* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, src += 34, dst += 32) {
+    const float d = h2f(src);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(src + 2);
+    for (int j = 0; j < 32; ++j) dst[j] = float(qs[j]) * d;
+  }
+}
+
+inline void min_max(const float* x, float* mn, float* mx) {
+  float lo = FLT_MAX, hi = -FLT_MAX;
+  for (int j = 0; j < QK; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  *mn = lo, *mx = hi;
+}
+
+// Block layouts (ggml-common.h): q8_0 {f16 d; i8 qs[32]} = 34 bytes; q4_0 {f16 d; u8 qs[16]} = 18;
+// q4_1 {f16 d, m; u8 qs[16]} = 20; q5_0 {f16 d; u8 qh[4]; u8 qs[16]} = 22; q5_1 {f16 d, m; qh; qs} = 24.
+// Nibbles: element j in the low half of qs[j], element j + 16 in the high half.
+
+void q8_0(const float* x, uint8_t* y) {
+  float amax = 0.0f;
+  for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int8_t(std::roundf(x[j] * id)));
+}
+
+void q4_0(const float* x, uint8_t* y) {
+  const float d = signed_absmax(x) / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  for (int j = 0; j < QK / 2; ++j) {
+    const uint8_t a = uint8_t(std::min(15, int(int8_t(x[j] * id + 8.5f))));
+    const uint8_t b = uint8_t(std::min(15, int(int8_t(x[j + QK / 2] * id + 8.5f))));
+    y[2 + j] = uint8_t(a | (b << 4));
+  }
+}
+
+void q4_1(const float* x, uint8_t* y) {
+  float mn, mx;
+  min_max(x, &mn, &mx);
+  const float d = (mx - mn) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  put_f16(y + 2, mn);
+  for (int j = 0; j < QK / 2; ++j) {
+    const uint8_t a = uint8_t(std::min(15, int(int8_t((x[j] - mn) * id + 0.5f))));
+    const uint8_t b = uint8_t(std::min(15, int(int8_t((x[j + QK / 2] - mn) * id + 0.5f))));
+    y[4 + j] = uint8_t(a | (b << 4));
+  }
+}
+
+// The fifth bits of the 32 codes go to qh: bit j for element j, bit j + 16 for element j + 16.
+inline void pack5(const uint8_t* q, uint8_t* qh, uint8_t* qs) {
+  uint32_t h = 0;
+  for (int j = 0; j < QK / 2; ++j) {
+    qs[j] = uint8_t((q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4));
+    h |= uint32_t((q[j] >> 4) & 1) << j;
+    h |= uint32_t((q[j + QK / 2] >> 4) & 1) << (j + QK / 2);
+  }
+  for (int k = 0; k < 4; ++k) qh[k] = uint8_t(h >> (8 * k));
+}
+
+void q5_0(const float* x, uint8_t* y) {
+  const float d = signed_absmax(x) / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  uint8_t q[QK];
+  for (int j = 0; j < QK; ++j) q[j] = uint8_t(std::min(31, int(int8_t(x[j] * id + 16.5f))));
+  pack5(q, y + 2, y + 6);
+}
+
+void q5_1(const float* x, uint8_t* y) {
+  float mn, mx;
+  min_max(x, &mn, &mx);
+  const float d = (mx - mn) / 31.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, d);
+  put_f16(y + 2, mn);
+  uint8_t q[QK];
+  // ggml does not clamp here: (mx - mn) * id + 0.5 stays below 32.
+  for (int j = 0; j < QK; ++j) q[j] = uint8_t((x[j] - mn) * id + 0.5f);
+  pack5(q, y + 4, y + 8);
+}
+
+enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
+
+struct LegacyRow {
+  void (*quant)(const float* x, uint8_t* y);              // one block, the reference rule
+  void (*deq)(const uint8_t* src, float* dst, size_t nb);
+  size_t bytes;                                           // per block
+};
+
+const LegacyRow& row_of(Legacy t) {
+  static const LegacyRow rows[] = {
+      {q4_0, deq_q4_0, 18}, {q4_1, deq_q4_1, 20}, {q5_0, deq_q5_0, 22}, {q5_1, deq_q5_1, 24}, {q8_0, deq_q8_0, 34}};
+  return rows[int(t)];
+}
+
+// ------------------------------------------------------------------ importance-weighted (--imatrix)
+//
+// A block's parameters chosen to minimise sum_j w_j (x_j - stored_j)^2, w_j
+// the importance of the block's input channel j (mean x_j^2 over calibration text, what llama.cpp's
+// imatrix holds), instead of the reference rule's absmax / min-max. Candidates (all scored on the
+// bytes as stored, decoded by the type's dequantizer; the reference block is always one, so the
+// weighted error never exceeds RTN's):
+//   symmetric (q8_0, q4_0, q5_0): d = s * (reference d), s in {0.80, 0.82, ..., 1.20}, each coded to
+//     nearest and then refit by weighted least squares (d = sum w x q / sum w q^2) and re-coded;
+//   affine (q4_1, q5_1): d = (max - min) / (n + delta), m = min, delta in {-1, -0.9, ..., +1}
+//     (llama.cpp make_qkx2_quants' grid), each refit by weighted least squares of (d, m) given its
+//     codes and re-coded.
+// Not byte-compatible with llama-quantize --imatrix (its search differs); the output is an
+// ordinary block of the type.
+
+struct SymSpec {
+  int lo, hi;  // code range
+  int offset;  // stored nibble/byte = q + offset
+  int bits;    // 4, 5, 8
+};
+
+// Codes of x under fp16-stored d (nearest, clamped), packed into y.
+void sym_encode(const float* x, float d, const SymSpec& sp, uint8_t* y, int* q) {
+  put_f16(y, d);
+  const float d16 = f16_to_f32(f32_to_f16(d));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  for (int j = 0; j < QK; ++j) q[j] = std::clamp(int(std::lround(x[j] * id)), sp.lo, sp.hi);
+  if (sp.bits == 8) {
+    for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int8_t(q[j]));
+  } else if (sp.bits == 4) {
+    for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t((q[j] + sp.offset) | ((q[j + QK / 2] + sp.offset) << 4));
+  } else {
+    uint8_t u[QK];
+    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j] + sp.offset);
+    pack5(u, y + 2, y + 6);
+  }
+}
+
+void aff_encode(const float* x, float d, float m, int nmax, int bits, uint8_t* y, int* q) {
+  put_f16(y, d);
+  put_f16(y + 2, m);
+  const float d16 = f16_to_f32(f32_to_f16(d)), m16 = f16_to_f32(f32_to_f16(m));
+  const float id = d16 != 0.0f ? 1.0f / d16 : 0.0f;
+  for (int j = 0; j < QK; ++j) q[j] = std::clamp(int(std::lround((x[j] - m16) * id)), 0, nmax);
+  if (bits == 4) {
+    for (int j = 0; j < QK / 2; ++j) y[4 + j] = uint8_t(q[j] | (q[j + QK / 2] << 4));
+  } else {
+    uint8_t u[QK];
+    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j]);
+    pack5(u, y + 4, y + 8);
+  }
+}
+
+double block_error(const LegacyRow& row, const uint8_t* y, const float* x, const float* w) {
+  float v[QK];
+  row.deq(y, v, 1);
+  double e = 0;
+  for (int j = 0; j < QK; ++j) e += double(w[j]) * (double(x[j]) - v[j]) * (double(x[j]) - v[j]);
+  return e;
+}
+
+void weighted_block(Legacy t, const float* x, const float* w, uint8_t* y) {
+  const LegacyRow& row = row_of(t);
+  const size_t bytes = row.bytes;
+  row.quant(x, y);  // the reference block
+  double best = block_error(row, y, x, w);
+  uint8_t cand[34];
+  int q[QK];
+  auto consider = [&] {
+    const double e = block_error(row, cand, x, w);
+    if (e < best) best = e, std::memcpy(y, cand, bytes);
+  };
+  if (t == Legacy::Q4_1 || t == Legacy::Q5_1) {
+    const int nmax = t == Legacy::Q4_1 ? 15 : 31, bits = t == Legacy::Q4_1 ? 4 : 5;
+    float mn, mx;
+    min_max(x, &mn, &mx);
+    if (mx == mn) return;
+    for (int k = -10; k <= 10; ++k) {
+      aff_encode(x, (mx - mn) / (nmax + 0.1f * k), mn, nmax, bits, cand, q);
+      consider();
+      double sw = 0, swq = 0, swqq = 0, swx = 0, swxq = 0;
+      for (int j = 0; j < QK; ++j) {
+        const double wj = w[j];
+        sw += wj, swq += wj * q[j], swqq += wj * q[j] * q[j], swx += wj * x[j], swxq += wj * x[j] * q[j];
+      }
+      const double det = sw * swqq - swq * swq;
+      if (det <= 0) continue;
+      const double d = (sw * swxq - swq * swx) / det, m = (swqq * swx - swq * swxq) / det;
+      if (!(d > 0)) continue;
+      aff_encode(x, float(d), float(m), nmax, bits, cand, q);
+      consider();
+    }
+    return;
+  }
+  const SymSpec sp = t == Legacy::Q8_0 ? SymSpec{-127, 127, 0, 8}
+                     : t == Legacy::Q4_0 ? SymSpec{-8, 7, 8, 4}
+                                           : SymSpec{-16, 15, 16, 5};
+  const float d_ref = t == Legacy::Q8_0 ? [&] {
+    float a = 0;
+    for (int j = 0; j < QK; ++j) a = std::max(a, std::fabs(x[j]));
+    return a / 127.0f;
+  }() : signed_absmax(x) / float(sp.lo);
+  if (d_ref == 0.0f) return;
+  for (int k = -10; k <= 10; ++k) {
+    sym_encode(x, d_ref * (1.0f + 0.02f * k), sp, cand, q);
+    consider();
+    double sxq = 0, sqq = 0;
+    for (int j = 0; j < QK; ++j) sxq += double(w[j]) * x[j] * q[j], sqq += double(w[j]) * q[j] * q[j];
+    if (sqq <= 0) continue;
+    sym_encode(x, float(sxq / sqq), sp, cand, q);
+    consider();
+  }
+}
+
+}  // namespace
+
+void dequantize_q4_0(const uint8_t* src, float* dst, size_t nb) { deq_q4_0(src, dst, nb); }
+void quantize_q4_0(const float* src, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) q4_0(src + b * QK, dst + b * 18);
+}
+void quantize_q4_0_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q4_0, src + b * QK, imp + b * QK, dst + b * 18);
+}
+
+void dequantize_q4_1(const uint8_t* src, float* dst, size_t nb) { deq_q4_1(src, dst, nb); }
+void quantize_q4_1(const float* src, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) q4_1(src + b * QK, dst + b * 20);
+}
+void quantize_q4_1_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q4_1, src + b * QK, imp + b * QK, dst + b * 20);
+}
+
+void dequantize_q5_0(const uint8_t* src, float* dst, size_t nb) { deq_q5_0(src, dst, nb); }
+void quantize_q5_0(const float* src, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) q5_0(src + b * QK, dst + b * 22);
+}
+void quantize_q5_0_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q5_0, src + b * QK, imp + b * QK, dst + b * 22);
+}
+
+void dequantize_q5_1(const uint8_t* src, float* dst, size_t nb) { deq_q5_1(src, dst, nb); }
+void quantize_q5_1(const float* src, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) q5_1(src + b * QK, dst + b * 24);
+}
+void quantize_q5_1_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q5_1, src + b * QK, imp + b * QK, dst + b * 24);
+}
+
+void dequantize_q8_0(const uint8_t* src, float* dst, size_t nb) { deq_q8_0(src, dst, nb); }
+void quantize_q8_0(const float* src, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) q8_0(src + b * QK, dst + b * 34);
+}
+void quantize_q8_0_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
+  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q8_0, src + b * QK, imp + b * QK, dst + b * 34);
+}
+
+}  // namespace qt::ggml

@@ -1,0 +1,225 @@
+// load_checkpoint: GGUF file or Hugging Face folder -> Checkpoint (HF names, HF layout).
+// Facts: docs/spec/gguf.md §Tied embeddings, §rope_freqs; docs/spec/safetensors.md §Sharded checkpoints.
+#include "formats/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <string_view>
+
+#include <omp.h>
+
+#include "formats/error.h"
+#include "formats/fused_proj.h"
+#include "formats/gguf.h"
+#include "formats/layouts/bnb.h"
+#include "formats/layouts/compressed_tensors.h"
+#include "formats/layouts/mlx.h"
+#include "formats/layouts/native.h"
+#include "formats/mapped_file.h"
+#include "formats/safetensors.h"
+
+namespace qt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Every expected tensor present with its shape; nothing else.
+void check_tensor_set(const std::string& path, const ModelConfig& c,
+                      const std::map<std::string, std::vector<int64_t>>& got) {
+  auto want = expected_tensor_shapes(c);
+  for (auto& [name, shape] : got) {
+    auto it = want.find(name);
+    if (it == want.end()) user_error("{}: tensor {} is not part of a {} model", path, name, c.arch);
+    if (it->second != shape)
+      user_error("{}: tensor {} has shape {}, expected {}", path, name, dims(shape), dims(it->second));
+  }
+  for (auto& [name, shape] : want)
+    if (!got.count(name)) user_error("{}: missing tensor {}", path, name);
+}
+
+json read_json_file(const std::string& path) {
+  MappedFile mf = map_file(path);
+  try {
+    return json::parse(mf.data, mf.data + mf.size);
+  } catch (const json::exception& e) {
+    // nlohmann's message is one line: "[json.exception.parse_error.101] parse error at line 3, ..."
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    user_error("{}: invalid JSON: {}", path, msg);
+  }
+}
+
+// ---------------------------------------------------------------------------------------- GGUF
+
+Checkpoint load_gguf(const std::string& path, LoadMode mode) {
+  auto gp = std::make_shared<const GgufFile>(GgufFile::open(path));
+  const GgufFile& g = *gp;
+  Checkpoint ck;
+  ck.path = path;
+  ck.source_kind = "gguf";
+  ck.config = ModelConfig::from_gguf(g);
+  const ModelConfig& c = ck.config;
+
+  struct Job {
+    const GgufTensorInfo* info;
+    std::string hf;
+    int permute_heads;  // 0: rows stay as they are
+  };
+  std::vector<Job> jobs;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  json qinfo = json::object();
+  for (auto& t : g.tensors()) {
+    if (t.name == "rope_freqs.weight") continue;  // folded into config.rope_scaling
+    std::string hf = gguf_to_hf_name(t.name);
+    if (hf.empty()) user_error("{}: tensor {} has no Hugging Face counterpart", path, t.name);
+    if (shapes.count(hf)) user_error("{}: tensor {} appears twice", path, t.name);
+    shapes[hf] = t.torch_shape();
+    int heads = 0;
+    if (c.gguf_permutes_qk()) {
+      if (hf.find(".self_attn.q_proj.") != std::string::npos) heads = c.n_heads;
+      if (hf.find(".self_attn.k_proj.") != std::string::npos) heads = c.n_kv_heads;
+    }
+    jobs.push_back({&t, hf, heads});
+    const GgmlTypeRow* row = ggml_type_row(uint32_t(t.type));
+    qinfo[hf] = {{"gguf_name", t.name}, {"ggml_type", row ? row->name : "?"}, {"nbytes", t.nbytes}};
+  }
+  check_tensor_set(path, c, shapes);
+
+  auto dequantize = [gp](const Job& j) {
+    std::vector<int64_t> shape = j.info->torch_shape();
+    std::vector<float> v = gp->dequantize(*j.info);
+    if (j.permute_heads) {
+      int64_t rows = shape[0], cols = int64_t(v.size()) / std::max<int64_t>(rows, 1);
+      v = gguf_unpermute_rows(v.data(), rows, cols, j.permute_heads);
+    }
+    return Tensor::from_f32(std::move(v), std::move(shape));
+  };
+  if (mode == LoadMode::Deferred) {
+    for (const Job& j : jobs)
+      ck.tensors.emplace(j.hf, deferred_tensor(DType::F32, j.info->torch_shape(), [dequantize, j] { return dequantize(j); }));
+  } else {
+    // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
+    // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return a.info->numel() > b.info->numel();
+    });
+    std::vector<Tensor> out(jobs.size());
+    std::vector<std::exception_ptr> errors(jobs.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      try {
+        out[k] = dequantize(jobs[k]);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (size_t k = 0; k < jobs.size(); ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
+  }
+
+  ck.quantization = {{"format", "gguf"},
+                     {"version", g.version()},
+                     {"file_type", g.get_int_or("general.file_type", -1)},
+                     {"tensors", std::move(qinfo)}};
+  if (g.has("tokenizer.ggml.model")) ck.tokenizer = tokenizer_from_gguf(g);
+  return ck;
+}
+
+// ------------------------------------------------------------------------------ HF folder
+
+Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::string& cfg_path,
+                              const std::string& kind);
+
+Checkpoint load_hf_dir(const std::string& dir) {
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(cfg_path)) user_error("{}: no config.json", dir);
+  json j = read_json_file(cfg_path);
+  // Quantized folders (mlx, native): tensors as stored, described in ck.quantization.
+  std::string qkind;
+  if (is_mlx_quantized_config(j)) qkind = "mlx";
+  else if (is_native_quantized_config(j)) qkind = "native";
+  else if (is_ct_quantized_config(j)) qkind = "compressed-tensors";
+  else if (is_bnb_quantized_config(j)) qkind = "bnb";
+  else if (j.is_object() && j.contains("quantization_config")) {
+    auto& q = j["quantization_config"];
+    std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                             ? q["quant_method"].get<std::string>()
+                             : "?";
+    user_error("{}: quantized checkpoints ('{}') are not supported yet", cfg_path, method);
+  }
+  if (!qkind.empty()) return load_quantized_dir(dir, j, cfg_path, qkind);
+  Checkpoint ck;
+  ck.path = dir;
+  ck.source_kind = "hf";
+  ck.config = ModelConfig::from_hf_json(j, cfg_path);
+
+  SafetensorsDir st = load_safetensors_dir(dir);
+  if (ck.config.desc().fused_proj) split_fused_projections(ck.config, st.tensors, dir);  // phi3
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& [name, t] : st.tensors) {
+    // Old exports carry the RoPE table; tied checkpoints sometimes carry a copy of the embedding
+    // that transformers ignores (it ties). Neither is a weight of the model.
+    if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
+    if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      user_error("{}: tensor {} has dtype {}; expected F32, F16 or BF16", dir, name, dtype_name(t.dtype));
+    shapes[name] = t.shape;
+    ck.tensors.emplace(name, t);
+  }
+  check_tensor_set(dir, ck.config, shapes);
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
+  return ck;
+}
+
+Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::string& cfg_path,
+                              const std::string& kind) {
+  Checkpoint ck;
+  ck.path = dir;
+  ck.source_kind = kind;
+  ck.config = ModelConfig::from_hf_json(j, cfg_path);
+  SafetensorsDir st = load_safetensors_dir(dir);
+  for (auto& [name, t] : st.tensors) {
+    if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
+    ck.tensors.emplace(name, t);
+  }
+  ck.quantization = kind == "mlx"                  ? mlx_describe(dir, j, ck.tensors, st.metadata)
+                    : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
+                    : kind == "bnb"                ? bnb_describe(dir, j, ck.tensors)
+                                                   : native_describe(dir, j);
+  if (ck.config.desc().fused_proj) split_fused_quantized(ck.config, ck.tensors, ck.quantization, dir);  // phi3
+  check_quantized_tensor_set(dir, ck.config, ck.tensors, ck.quantization);
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) ck.tokenizer = tokenizer_from_hf_dir(dir);
+  return ck;
+}
+
+bool has_gguf_magic(const std::string& path) {
+  MappedFile mf = map_file(path);
+  return mf.size >= 4 && std::memcmp(mf.data, "GGUF", 4) == 0;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path, LoadMode mode) {
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) user_error("{}: no such file or folder", path);
+  if (fs::is_directory(st)) return load_hf_dir(path);
+  if (!fs::is_regular_file(st)) user_error("{}: not a file or folder", path);
+  // Sniff the magic rather than trust the extension; a .gguf with the wrong magic goes to the
+  // GGUF reader, whose error says what is wrong.
+  if (has_gguf_magic(path) || fs::path(path).extension() == ".gguf") return load_gguf(path, mode);
+  user_error("{}: not a GGUF file or a Hugging Face folder", path);
+}
+
+}  // namespace qt
