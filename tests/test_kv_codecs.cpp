@@ -309,7 +309,7 @@ void estimator_stats(const std::string& spec, double* bias_in_sd, double* var) {
 
 TEST(KvCodecs, QjlAndProdEstimatorsAreUnbiased) {
   double z, var;
-  // TurboQuant_prod: D_prod ≤ √3·π²/d · 4^(−b) for unit q, x (B.2).
+  // TurboQuant_prod: D_prod ≤ √3·π²/d · 4^(−b) for unit q, x (docs/spec/kv-methods.md §TurboQuant).
   for (int b = 2; b <= 4; ++b) {
     estimator_stats(fmt::format("turboquant_prod:bits={}", b), &z, &var);
     EXPECT_LT(z, 4.0) << "prod bias, b=" << b;
