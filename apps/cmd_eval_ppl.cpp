@@ -252,6 +252,10 @@ int run(const Options& o) {
   fmt::print("tokens scored  {}\n", r.tokens_scored);
   fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", f.tps,
              r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
+  if (base)  // the pair's rate above; the evaluated model's own, as if it ran alone
+    fmt::print("model alone    {:.1f} tokens/s (its forward and head {:.2f} s; the KL baseline's {:.2f} s)\n",
+               r.model_seconds > 0 ? double(r.tokens_evaluated) / r.model_seconds : 0.0, r.model_seconds,
+               r.base_seconds);
   fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", f.wall, load_s);
   fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));

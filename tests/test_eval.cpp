@@ -231,6 +231,12 @@ TEST_F(SmolLMEval, KldAgainstItselfIsZero) {
   EXPECT_EQ(r.kld->ratio, 1.0);
   EXPECT_DOUBLE_EQ(r.kld->ppl, r.ppl);
   EXPECT_NEAR(one.ppl, r.ppl, 1e-9 * r.ppl);
+  // The evaluated model's time and the baseline's are kept apart, each within the whole.
+  EXPECT_GT(r.model_seconds, 0);
+  EXPECT_GT(r.base_seconds, 0);
+  EXPECT_LE(r.model_seconds + r.base_seconds, r.seconds);
+  EXPECT_GT(one.model_seconds, 0);
+  EXPECT_EQ(one.base_seconds, 0);
 }
 
 // A run split into parts (--chunk-offset, --token-stats) and merged equals the unsplit run:
@@ -262,6 +268,9 @@ TEST_F(SmolLMEval, SplitRunMergesToTheWholeRun) {
   EXPECT_EQ(m["ppl_err"].get<double>(), whole["ppl_err"].get<double>());
   EXPECT_EQ(m["running_ppl"], whole["running_ppl"]);
   EXPECT_EQ(m["kld"], whole["kld"]);
+  EXPECT_DOUBLE_EQ(m["model_eval_seconds"].get<double>(),
+                   parts[0]["model_eval_seconds"].get<double>() + parts[1]["model_eval_seconds"].get<double>());
+  EXPECT_GT(m["kl_base_eval_seconds"].get<double>(), 0);
   // A gap, an overlap or another cache refuses.
   EXPECT_THROW(merge_ppl_parts({parts[0], parts[2]}, {"b", "c"}), UserError);  // chunk 1 missing
   EXPECT_THROW(merge_ppl_parts({parts[1], parts[1]}, {"a", "a"}), UserError);

@@ -68,6 +68,8 @@ struct PplResult {
   int64_t tokens_scored = 0;
   double mean_nll = 0, ppl = 0, ppl_err = 0;
   double seconds = 0;            // evaluation only (not loading or tokenizing)
+  double model_seconds = 0;      // of those, the evaluated model's own forward and output head
+  double base_seconds = 0;       // and the KL baseline's (0 without one)
   std::vector<double> running;   // PPL after each chunk
   std::optional<KldSummary> kld; // when a baseline ran
   std::vector<KldToken> tokens;  // with keep_tokens: each scored position in order (nll only
