@@ -99,6 +99,14 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
   double sum = 0, sum2 = 0;
   int64_t count = 0;
   KldAccumulator kacc;
+  const int64_t bh = base ? base->config().hidden : 0;
+  const size_t per_chunk = size_t(P.n_scored) * size_t(bh);
+  const bool fill = base && opt.base_hidden && opt.base_hidden->empty();
+  const bool reuse = base && opt.base_hidden && !fill;
+  if (reuse && opt.base_hidden->size() != size_t(P.n_chunks) * per_chunk)
+    user_error("KL baseline hidden states: {} floats kept, {} needed", opt.base_hidden->size(),
+               size_t(P.n_chunks) * per_chunk);
+  if (fill) opt.base_hidden->reserve(size_t(P.n_chunks) * per_chunk);
 
   for (int ci = 0; ci < P.n_chunks; ++ci) {
     const int32_t* src = tokens.data() + int64_t(P.first_chunk + ci) * P.ctx;
@@ -116,10 +124,13 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
     cache->clear();
     const float* h = run_chunk(model, *cache, chunk.data());
     lap(res.model_seconds);
-    const float* hb = nullptr;
-    if (base) {
+    const float* hb = nullptr;  // the baseline's hidden state at the first scored row
+    if (reuse) {
+      hb = opt.base_hidden->data() + size_t(ci) * per_chunk;
+    } else if (base) {
       base_cache->clear();
-      hb = base->forward_hidden(chunk.data(), P.ctx, 0, *base_cache);
+      hb = base->forward_hidden(chunk.data(), P.ctx, 0, *base_cache) + int64_t(P.first) * bh;
+      if (fill) opt.base_hidden->insert(opt.base_hidden->end(), hb, hb + per_chunk);
       lap(res.base_seconds);
     }
     for (int r0 = 0; r0 < P.n_scored; r0 += slice) {
@@ -129,7 +140,7 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
       model.output_head(h + int64_t(row) * c.hidden, nr, logits.data());
       lap(res.model_seconds);
       if (base) {
-        base->output_head(hb + int64_t(row) * base->config().hidden, nr, base_logits.data());
+        base->output_head(hb + int64_t(r0) * bh, nr, base_logits.data());
         lap(res.base_seconds);
       }
 #pragma omp parallel for schedule(dynamic, 4)

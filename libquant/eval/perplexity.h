@@ -49,6 +49,10 @@ struct PplOptions {
   int ubatch = 0;         // tokens per forward call (0: the whole chunk); the cache sees each
                           // batch appended before its queries attend
   int head_rows = 256;    // output-head slice: rows of logits held at once (memory bound)
+  // The KL baseline's final hidden states at the scored rows, chunk after chunk (n_chunks ·
+  // n_scored · hidden floats). Empty: filled as the baseline runs. Full: read instead of running
+  // the baseline's forward (its output head still runs, so the KLD is the same to the bit).
+  std::vector<float>* base_hidden = nullptr;
 };
 
 struct ChunkProgress {
