@@ -7,27 +7,33 @@
 # prints its time; the calibration statistics come from wiki.valid.tokens.txt, never the test text.
 #
 #   CHUNKS=16 (default) or all   chunks of 512 tokens evaluated
-#   STATS_CHUNKS=16              act-stats chunks (SmoothQuant's and the imatrix statistics)
+#   STATS_CHUNKS=8               act-stats chunks (SmoothQuant's and the imatrix statistics)
 #   GPTQ_CHUNKS=8                GPTQ's calibration chunks
-#   SEARCH_CHUNKS=2              SmoothQuant's α search chunks
+#   SEARCH_CHUNKS=1              SmoothQuant's α search chunks
 #   LLAMA_BIN=DIR                llama.cpp's bin folder (llama-imatrix, llama-quantize): adds
 #                                llama-quantize's Q4_K_M + imatrix beside ours
 #   QT_DATA=DIR                  another data/ folder (the same layout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+{  # read whole before it runs: a git pull during a run cannot change what runs
 W=build/demo
 mkdir -p "$W"
 : > "$W/steps.tsv"
 T0=$(date +%s.%N)
-# step NAME CMD...: runs CMD, prints and records how long it took.
+# step NAME CMD...: runs CMD, prints and records its wall time and the CPU time of its processes
+# (user + system of the finished children, from bash's `times`, run in this shell, not a subshell).
 step() {
-  local name=$1 t s
+  local name=$1 t wall cpu
   shift
   t=$(date +%s.%N)
+  times > "$W/.cpu0"
   "$@"
-  s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t" "$(date +%s.%N)")
-  printf '%s\t%s\n' "$name" "$s" >> "$W/steps.tsv"
-  printf '[demo] %-34s %6s s\n' "$name" "$s" >&2
+  times > "$W/.cpu1"
+  read -r wall cpu < <(awk -v t="$t" -v now="$(date +%s.%N)" '
+    FNR == 2 { n = 0; for (i = 1; i <= 2; ++i) { split($i, a, "m"); n += a[1] * 60 + a[2] } c[FILENAME] = n }
+    END { printf "%.1f %.1f\n", now - t, c[ARGV[2]] - c[ARGV[1]] }' "$W/.cpu0" "$W/.cpu1")
+  printf '%s\t%s\t%s\n' "$name" "$wall" "$cpu" >> "$W/steps.tsv"
+  printf '[demo] %-34s %7s s  (CPU %s s)\n' "$name" "$wall" "$cpu" >&2
 }
 
 step "set-up (packages)" scripts/setup.sh
@@ -42,9 +48,9 @@ SRC=models/SmolLM2-135M-Instruct.Q4_1.gguf
 HF=$W/smollm2-hf-f32
 S=$W/stats.safetensors
 CHUNKS=${CHUNKS:-16}
-STATS_CHUNKS=${STATS_CHUNKS:-16}
+STATS_CHUNKS=${STATS_CHUNKS:-8}
 GPTQ_CHUNKS=${GPTQ_CHUNKS:-8}
-SEARCH_CHUNKS=${SEARCH_CHUNKS:-2}
+SEARCH_CHUNKS=${SEARCH_CHUNKS:-1}
 chunk_flag=()
 [ "$CHUNKS" = all ] || chunk_flag=(--chunks "$CHUNKS")
 rm -rf "$W/rows" && mkdir -p "$W/rows"
@@ -77,9 +83,6 @@ evaluate() {
 # and read by the others (the same KLD, without its forward each time).
 kl=(--kl-base-model "$SRC" --kl-base-cache "$W/rows/kl-base.bin")
 
-# The baseline: the exported folder (the Q4_1 source's weights in fp32), fp32 cache.
-evaluate unquantized "none: the baseline" "" "" --model "$HF"
-
 # One act-stats pass (per input channel of every Linear: max |x| and mean x²) feeds SmoothQuant,
 # the imatrix searches and the GGUF imatrix.
 step "calibrate act-stats" $Q calibrate --method act-stats --model "$SRC" --text "$V" \
@@ -87,6 +90,9 @@ step "calibrate act-stats" $Q calibrate --method act-stats --model "$SRC" --text
 
 # W8A8: int8 per-channel weights, int8 per-token activations (compressed-tensors).
 quantize w8a8-rtn "round-to-nearest" "" "$W/w8a8-rtn" --scheme int8 --group-size 0
+# The unquantized row is this first run's baseline (the source in fp32, as the exported folder):
+# its PPL and its own forward's time, read by the table from rows/w8a8-rtn.json.
+printf 'unquantized\tnone: the baseline (fp32)\t\t\n' >> "$W/rows.tsv"
 quantize w8a8-smoothquant "SmoothQuant, α searched per block" "calibrate act-stats" "$W/w8a8-sq" \
   --scheme int8 --group-size 0 --smooth "$S" --alpha auto --calib "$V" --search-chunks "$SEARCH_CHUNKS"
 # 4-bit: MLX affine, groups of 64, bf16 scales and biases.
@@ -107,10 +113,13 @@ if [ -n "${LLAMA_BIN:-}" ]; then
     "quantize llama-q4_k_m-imatrix,llama.cpp imatrix,llama.cpp F32 GGUF" "llama-quantize --imatrix … Q4_K_M" \
     --model "$W/llama-q4_k_m.gguf" "${kl[@]}"
 fi
-# KV cache: the unquantized weights with KIVI's 4-bit cache (keys per channel, values per token).
+# KV cache: the exported folder (fp32 weights) with KIVI's 4-bit cache (keys per channel, values
+# per token, the newest 128 tokens kept fp16).
 evaluate kv-kivi4 "KV cache KIVI-4 (weights fp32)" "" "--kv kivi:bits=4" \
   --model "$HF" --kv kivi:bits=4 "${kl[@]}"
 
 python3 scripts/demo_table.py --work "$W" --total-since "$T0" \
   --subst "$S=S" --subst "$V=V" --subst "$W/=" \
   --note "$CHUNKS chunks of 512 tokens of wiki.test.raw; calibration on wiki.valid.tokens.txt (V): act-stats S $STATS_CHUNKS chunks, GPTQ $GPTQ_CHUNKS, α search $SEARCH_CHUNKS"
+exit
+}

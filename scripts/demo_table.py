@@ -23,6 +23,17 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
+def baseline_row(results):
+    """The unquantized row from the KL run that ran the baseline's forward (not read from a kept
+    cache): its PPL and its own forward-and-head time."""
+    for j in results:
+        if j.get("kl_base_cache") == "written":
+            return {"ppl": j["kld"]["ppl_base"], "ppl_err": j["kld"]["ppl_base_err"], "bits_per_weight": 32.0,
+                    "kv_compression_vs_f16": 0.5, "tokens_per_second": j["tokens_evaluated"] / j["kl_base_eval_seconds"],
+                    "threads": j.get("threads"), "kernel_level": j.get("kernel_level")}
+    raise SystemExit("error: no KL run ran the baseline (kl_base_cache 'written')")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
@@ -33,17 +44,20 @@ def main():
 
     steps = []
     for line in open(os.path.join(a.work, "steps.tsv")):
-        name, secs = line.rstrip("\n").split("\t")
-        steps.append((name, float(secs)))
-    secs_of = dict(steps)
+        name, wall, cpu = line.rstrip("\n").split("\t")
+        steps.append((name, float(wall), float(cpu)))
+    secs_of = {name: wall for name, wall, _ in steps}
     subst = [s.split("=", 1) for s in a.subst]
 
     print("| row | method | PPL | KLD | same top % | bits/weight | KV bits/value | tok/s | quantize s | flags |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     machine = ""
-    for line in open(os.path.join(a.work, "rows.tsv")):
-        label, method, prep, flags = line.rstrip("\n").split("\t")
-        j = json.load(open(os.path.join(a.work, "rows", label + ".json")))
+    rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(a.work, "rows.tsv"))]
+    result = {r[0]: os.path.join(a.work, "rows", r[0] + ".json") for r in rows}
+    result = {label: json.load(open(p)) for label, p in result.items() if os.path.exists(p)}
+    rows.sort(key=lambda r: r[0] != "unquantized")
+    for label, method, prep, flags in rows:
+        j = result.get(label) or baseline_row(result.values())
         k = j.get("kld", {})
         kld = f"{k['kld_mean']:.4f}" if k else "—"
         top = f"{100 * k['same_top']:.1f}" if k else "—"
@@ -64,14 +78,15 @@ def main():
           "own forward and output head (a KL run times its baseline apart). quantize s: the convert, "
           "calibration included, plus the shared act-stats pass where the row used it.")
     print()
-    print("| step | seconds |")
-    print("|---|---|")
-    for name, s in steps:
-        print(f"| {name} | {s:.1f} |")
+    print("| step | wall s | CPU s |")
+    print("|---|---|---|")
+    for name, wall, cpu in steps:
+        print(f"| {name} | {wall:.1f} | {cpu:.1f} |")
+    cpu = sum(c for _, _, c in steps)
     if a.total_since:
         total = time.time() - a.total_since
         excluded = secs_of.get("set-up (packages)", 0) + secs_of.get("fetch model", 0)
-        print(f"| **total** | **{total:.1f}** (without set-up and fetch: {total - excluded:.1f}) |")
+        print(f"| **total** | **{total:.1f}** (without set-up and fetch: {total - excluded:.1f}) | {cpu:.1f} |")
 
 
 if __name__ == "__main__":
