@@ -4,8 +4,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -31,7 +33,7 @@ using nlohmann::json;
 
 struct Options {
   std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kv, kv_k, kv_v,
-      kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32", kv_key_center;
+      kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32", kv_key_center, kl_base_cache;
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0, batch = 0;
   uint64_t kv_seed = 42;
   bool running = false, token_stats = false, kv_stats = false;
@@ -61,6 +63,59 @@ std::string duration(double s) {
   int t = int(s + 0.5);
   return t >= 3600 ? fmt::format("{}h{:02}m{:02}s", t / 3600, t / 60 % 60, t % 60)
                    : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+// --kl-base-cache FILE: the KL baseline's hidden states at the scored rows (PplOptions::base_hidden),
+// kept between runs against the same baseline. The file: one line of JSON naming what they belong
+// to (the baseline and text by path, size and modification time; the chunks; the baseline's cache),
+// then the floats. A file that names anything else is recomputed and overwritten.
+std::string file_stamp(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file()) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string s = fs::absolute(path).lexically_normal().string();
+  for (const fs::path& f : files)
+    s += fmt::format(";{}:{}:{}", f.filename().string(), fs::file_size(f),
+                     fs::last_write_time(f).time_since_epoch().count());
+  return s;
+}
+
+json base_cache_key(const Options& o, const ChunkPlan& plan, const PplOptions& po, int hidden) {
+  return json{{"kl_base_model", file_stamp(o.kl_base)}, {"text", file_stamp(o.text)},
+              {"method", o.method},     {"ctx", plan.ctx},
+              {"first_chunk", plan.first_chunk}, {"n_chunks", plan.n_chunks},
+              {"first", plan.first},    {"n_scored", plan.n_scored},
+              {"bos_id", po.bos_id},    {"kl_base_kv", po.base_kv},
+              {"hidden", hidden}};
+}
+
+// The kept floats when `path` holds them for `key`; empty otherwise.
+std::vector<float> read_base_cache(const std::string& path, const json& key) {
+  if (!std::filesystem::is_regular_file(path)) return {};
+  const MappedFile mf = map_file(path);
+  const char* p = reinterpret_cast<const char*>(mf.data);
+  const char* nl = static_cast<const char*>(std::memchr(p, '\n', mf.size));
+  if (!nl) return {};
+  const json got = json::parse(std::string(p, nl), nullptr, false);
+  if (got != key) return {};
+  const size_t n = size_t(key["n_chunks"].get<int>()) * key["n_scored"].get<int>() * key["hidden"].get<int>();
+  const size_t off = size_t(nl - p) + 1;
+  if (mf.size - off != n * sizeof(float)) return {};
+  std::vector<float> v(n);
+  std::memcpy(v.data(), mf.data + off, n * sizeof(float));
+  return v;
+}
+
+void write_base_cache(const std::string& path, const json& key, const std::vector<float>& v) {
+  std::string bytes = key.dump() + "\n";
+  bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 // --merge: one JSON from the parts of a split run (ppl_parts.h), printed like a run's summary.
@@ -138,6 +193,7 @@ int run_cuda(const Options& o);
 int run(const Options& o) {
   if (!o.merge.empty()) return merge(o);
   if (o.model.empty() || o.text.empty()) user_error("eval-ppl needs --model and --text (or --merge PARTS)");
+  if (!o.kl_base_cache.empty() && o.kl_base.empty()) user_error("--kl-base-cache keeps the --kl-base-model's states; give both");
   if (o.device == "cuda") return run_cuda(o);
   if (o.batch != 0) user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
   using clock = std::chrono::steady_clock;
@@ -234,7 +290,17 @@ int run(const Options& o) {
     if (p.chunk == p.n_chunks) std::fputc('\n', stderr);
     std::fflush(stderr);
   };
+  std::vector<float> base_hidden;
+  json cache_key;
+  bool cache_read = false;
+  if (!o.kl_base_cache.empty()) {
+    cache_key = base_cache_key(o, plan, po, base->config().hidden);
+    base_hidden = read_base_cache(o.kl_base_cache, cache_key);
+    cache_read = !base_hidden.empty();
+    po.base_hidden = &base_hidden;
+  }
   const PplResult r = evaluate_perplexity(*model, ids, po, base.get(), progress);
+  if (!o.kl_base_cache.empty() && !cache_read) write_base_cache(o.kl_base_cache, cache_key, base_hidden);
 
   const RunFacts f = run_facts(cfg, r, src_bytes, t_start);
   print_running(o, r);
@@ -252,6 +318,13 @@ int run(const Options& o) {
   fmt::print("tokens scored  {}\n", r.tokens_scored);
   fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", f.tps,
              r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
+  if (base)  // the pair's rate above; the evaluated model's own, as if it ran alone
+    fmt::print("model alone    {:.1f} tokens/s (its forward and head {:.2f} s; the KL baseline's {:.2f} s{})\n",
+               r.model_seconds > 0 ? double(r.tokens_evaluated) / r.model_seconds : 0.0, r.model_seconds,
+               r.base_seconds,
+               o.kl_base_cache.empty() ? ""
+               : cache_read            ? ", its hidden states read from " + o.kl_base_cache
+                                       : ", its hidden states kept in " + o.kl_base_cache);
   fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", f.wall, load_s);
   fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));
@@ -265,6 +338,7 @@ int run(const Options& o) {
     j["threads"] = num_threads();
     j["kernel_level"] = kernel_level_name(kernel_level());
     if (!o.kl_base.empty()) j["kl_base_model"] = o.kl_base;
+    if (!o.kl_base_cache.empty()) j["kl_base_cache"] = cache_read ? "read" : "written";
     if (po.kv.stats) j["kv_stats"] = po.kv.stats->to_json();
     const std::string s = j.dump(2) + "\n";
     write_file_atomic(o.json_path, s.data(), s.size());
@@ -286,6 +360,7 @@ int run_cuda(const Options& o) {
   if (!o.kv_recipe.empty()) not_yet("--kv-recipe");
   if (!o.kv_key_center.empty()) not_yet("--kv-key-center");
   if (o.kv_stats) not_yet("--kv-stats");
+  if (!o.kl_base_cache.empty()) not_yet("--kl-base-cache");
   if (o.kv_mode != "cache" && o.kv_mode != "decode") user_error("--kv-mode {}: cache or decode", o.kv_mode);
   for (const std::string* kv : {&o.kv, &o.kv_k, &o.kv_v}) {  // the rest is checked with the model's head_dim
     const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
@@ -428,6 +503,9 @@ const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a t
                        sub.add_option("--kl-base-kv", o->kl_base_kv, "KV cache of the KL baseline (default f32)");
                        sub.add_option("--kl-base-model", o->kl_base,
                                       "baseline model run alongside (fp32) for the KL divergence");
+                       sub.add_option("--kl-base-cache", o->kl_base_cache,
+                                      "keep the KL baseline's hidden states in FILE: a later run against the same "
+                                      "baseline, text and chunks reads them instead of running its forward (same KLD)");
                        sub.add_option("--json", o->json_path, "also write the results as JSON to FILE");
                        sub.add_flag("--running", o->running, "print llama.cpp's [i] running estimates");
                        return [o] { return run(*o); };

@@ -3,7 +3,7 @@
 
 For every row: `quanttool convert` the source model with the row's flags, then
 `quanttool eval-ppl --method llama --ctx 512` on wiki.test.raw with the unquantized model as the
-KL baseline (run alongside in the same process), and read the --json results. llama.cpp rows are
+KL baseline (run alongside in the same process; tok/s is the evaluated model's own forward), and read the --json results. llama.cpp rows are
 read from llama-perplexity --kl-divergence logs given with --llama-log (llama.cpp is not part of
 this repository; results/weights.md gives the commands, scripts/llama_reference.sh runs them).
 Results are cached per row in --work, so a rerun only evaluates what is missing. Prints a Markdown
@@ -155,7 +155,7 @@ def main():
         results.append((label, note, tag, {
             "ppl": j["ppl"], "ppl_err": j["ppl_err"], "ppl_base": k.get("ppl_base", j["ppl"]),
             "kld": k.get("kld_mean", 0.0), "same_top": 100 * k.get("same_top", 1.0),
-            "bpw": j["bits_per_weight"], "tps": j["tokens_per_second"], "compute": j.get("compute", ""),
+            "bpw": j["bits_per_weight"], "tps": j.get("model_tokens_per_second", j["tokens_per_second"]), "compute": j.get("compute", ""),
         }))
     speed = {}
     if os.path.exists(os.path.join(a.work, "speed.json")):

@@ -232,6 +232,37 @@ TEST_F(SmolLMEval, KldAgainstItselfIsZero) {
   EXPECT_EQ(r.kld->ratio, 1.0);
   EXPECT_DOUBLE_EQ(r.kld->ppl, r.ppl);
   EXPECT_NEAR(one.ppl, r.ppl, 1e-9 * r.ppl);
+  // The evaluated model's time and the baseline's are kept apart, each within the whole.
+  EXPECT_GT(r.model_seconds, 0);
+  EXPECT_GT(r.base_seconds, 0);
+  EXPECT_LE(r.model_seconds + r.base_seconds, r.seconds);
+  EXPECT_GT(one.model_seconds, 0);
+  EXPECT_EQ(one.base_seconds, 0);
+}
+
+// The baseline's hidden states kept by one run and read by the next (--kl-base-cache): the same
+// KLD to the bit, without the baseline's forward. An fp16 cache against fp32, so KLD > 0.
+TEST_F(SmolLMEval, KeptBaselineStatesGiveTheSameKld) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["llama"];
+  const auto ids = g["ids"].get<std::vector<int32_t>>();
+  PplOptions o;
+  o.max_chunks = 1;
+  o.kv = kv::uniform_kv_config(model_->config().n_layers, kv::parse_kv_spec("f16", "k"), kv::parse_kv_spec("f16", "v"));
+  LlamaModel base(load_checkpoint(test::model_gguf()), Compute::F32);
+  const PplResult plain = evaluate_perplexity(*model_, ids, o, &base);
+  std::vector<float> kept;
+  o.base_hidden = &kept;
+  const PplResult filled = evaluate_perplexity(*model_, ids, o, &base);
+  EXPECT_EQ(kept.size(), size_t(filled.plan.n_scored) * model_->config().hidden);
+  const PplResult reused = evaluate_perplexity(*model_, ids, o, &base);
+  ASSERT_TRUE(plain.kld && filled.kld && reused.kld);
+  EXPECT_GT(plain.kld->kld, 1e-7);
+  EXPECT_EQ(kld_summary_json(*filled.kld), kld_summary_json(*plain.kld));
+  EXPECT_EQ(kld_summary_json(*reused.kld), kld_summary_json(*plain.kld));
+  EXPECT_LT(reused.base_seconds, filled.base_seconds);  // the head alone
+  kept.resize(kept.size() - 1);  // not this run's states
+  EXPECT_THROW(evaluate_perplexity(*model_, ids, o, &base), UserError);
 }
 
 // A run split into parts (--chunk-offset, --token-stats) and merged equals the unsplit run:
@@ -263,6 +294,9 @@ TEST_F(SmolLMEval, SplitRunMergesToTheWholeRun) {
   EXPECT_EQ(m["ppl_err"].get<double>(), whole["ppl_err"].get<double>());
   EXPECT_EQ(m["running_ppl"], whole["running_ppl"]);
   EXPECT_EQ(m["kld"], whole["kld"]);
+  EXPECT_DOUBLE_EQ(m["model_eval_seconds"].get<double>(),
+                   parts[0]["model_eval_seconds"].get<double>() + parts[1]["model_eval_seconds"].get<double>());
+  EXPECT_GT(m["kl_base_eval_seconds"].get<double>(), 0);
   // A gap, an overlap or another cache refuses.
   EXPECT_THROW(merge_ppl_parts({parts[0], parts[2]}, {"b", "c"}), UserError);  // chunk 1 missing
   EXPECT_THROW(merge_ppl_parts({parts[1], parts[1]}, {"a", "a"}), UserError);
@@ -305,6 +339,36 @@ TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   EXPECT_GT(j["bits_per_weight"].get<double>(), 5.0);
   EXPECT_LT(j["bits_per_weight"].get<double>(), 6.5);
   EXPECT_NE(out.find("PPL"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// --kl-base-cache: written by the first run, read by the second (same KLD), rewritten when the
+// chunks differ; without --kl-base-model it is refused.
+TEST(EvalPplCli, KlBaseCacheFile) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const std::string text = test::data_file("wikitext-2/wiki.test.raw");
+  QT_REQUIRE_FILE(text);
+  const std::string dir = test::temp_dir("evalppl");
+  const std::string m = test::model_gguf();
+  auto run = [&](const std::string& chunks, const std::string& out) {
+    std::string log;
+    EXPECT_EQ(run_eval("--model " + m + " --text " + text + " --chunks " + chunks + " --threads 2 --kv f16 --kl-base-model " +
+                           m + " --kl-base-cache " + dir + "/base.bin --json " + dir + "/" + out,
+                       &log),
+              0)
+        << log;
+    return load_json(dir + "/" + out);
+  };
+  const json a = run("1", "a.json"), b = run("1", "b.json"), c = run("2", "c.json");
+  EXPECT_EQ(a["kl_base_cache"], "written");
+  EXPECT_EQ(b["kl_base_cache"], "read");
+  EXPECT_EQ(c["kl_base_cache"], "written");
+  EXPECT_EQ(a["kld"], b["kld"]);
+  EXPECT_GT(a["kld"]["kld_mean"].get<double>(), 0);
+  EXPECT_GT(b["model_tokens_per_second"].get<double>(), 0);
+  std::string log;
+  EXPECT_EQ(run_eval("--model " + m + " --text " + text + " --kl-base-cache " + dir + "/x.bin", &log), 2);
+  EXPECT_NE(log.find("--kl-base-model"), std::string::npos) << log;
   fs::remove_all(dir);
 }
 

@@ -99,24 +99,50 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
   double sum = 0, sum2 = 0;
   int64_t count = 0;
   KldAccumulator kacc;
+  const int64_t bh = base ? base->config().hidden : 0;
+  const size_t per_chunk = size_t(P.n_scored) * size_t(bh);
+  const bool fill = base && opt.base_hidden && opt.base_hidden->empty();
+  const bool reuse = base && opt.base_hidden && !fill;
+  if (reuse && opt.base_hidden->size() != size_t(P.n_chunks) * per_chunk)
+    user_error("KL baseline hidden states: {} floats kept, {} needed", opt.base_hidden->size(),
+               size_t(P.n_chunks) * per_chunk);
+  if (fill) opt.base_hidden->reserve(size_t(P.n_chunks) * per_chunk);
 
   for (int ci = 0; ci < P.n_chunks; ++ci) {
     const int32_t* src = tokens.data() + int64_t(P.first_chunk + ci) * P.ctx;
     std::copy(src, src + P.ctx, chunk.begin());
     if (opt.method == PplMethod::Llama && opt.bos_id >= 0) chunk[0] = opt.bos_id;
 
+    // Each model's forward and head timed on its own: a KL run reports the evaluated model's
+    // speed, not that of the pair.
+    auto t = clock::now();
+    auto lap = [&](double& acc) {
+      const auto now = clock::now();
+      acc += std::chrono::duration<double>(now - t).count();
+      t = now;
+    };
     cache->clear();
     const float* h = run_chunk(model, *cache, chunk.data());
-    const float* hb = nullptr;
-    if (base) {
+    lap(res.model_seconds);
+    const float* hb = nullptr;  // the baseline's hidden state at the first scored row
+    if (reuse) {
+      hb = opt.base_hidden->data() + size_t(ci) * per_chunk;
+    } else if (base) {
       base_cache->clear();
-      hb = base->forward_hidden(chunk.data(), P.ctx, 0, *base_cache);
+      hb = base->forward_hidden(chunk.data(), P.ctx, 0, *base_cache) + int64_t(P.first) * bh;
+      if (fill) opt.base_hidden->insert(opt.base_hidden->end(), hb, hb + per_chunk);
+      lap(res.base_seconds);
     }
     for (int r0 = 0; r0 < P.n_scored; r0 += slice) {
       const int nr = std::min(slice, P.n_scored - r0);
       const int row = P.first + r0;  // position of the first logit row of this slice
+      t = clock::now();
       model.output_head(h + int64_t(row) * c.hidden, nr, logits.data());
-      if (base) base->output_head(hb + int64_t(row) * base->config().hidden, nr, base_logits.data());
+      lap(res.model_seconds);
+      if (base) {
+        base->output_head(hb + int64_t(r0) * bh, nr, base_logits.data());
+        lap(res.base_seconds);
+      }
 #pragma omp parallel for schedule(dynamic, 4)
       for (int r = 0; r < nr; ++r) {
         const int target = src[row + r + 1];
@@ -191,6 +217,11 @@ nlohmann::json ppl_result_json(const PplResult& r) {
       {"kv_compression_vs_f16", r.kv_bytes_per_token > 0 ? r.kv_f16_bytes_per_token / r.kv_bytes_per_token : 0.0},
   };
   if (r.kld) j["kld"] = kld_summary_json(*r.kld);
+  if (r.model_seconds > 0) {  // the CPU loop's split (above); the GPU path times the pair only
+    j["model_eval_seconds"] = r.model_seconds;
+    j["model_tokens_per_second"] = double(r.tokens_evaluated) / r.model_seconds;
+  }
+  if (r.base_seconds > 0) j["kl_base_eval_seconds"] = r.base_seconds;
   if (!r.tokens.empty()) {
     nlohmann::json nll = nlohmann::json::array(), nll_base = nlohmann::json::array(),
                    kld = nlohmann::json::array(), same = nlohmann::json::array();

@@ -49,6 +49,10 @@ struct PplOptions {
   int ubatch = 0;         // tokens per forward call (0: the whole chunk); the cache sees each
                           // batch appended before its queries attend
   int head_rows = 256;    // output-head slice: rows of logits held at once (memory bound)
+  // The KL baseline's final hidden states at the scored rows, chunk after chunk (n_chunks ·
+  // n_scored · hidden floats). Empty: filled as the baseline runs. Full: read instead of running
+  // the baseline's forward (its output head still runs, so the KLD is the same to the bit).
+  std::vector<float>* base_hidden = nullptr;
 };
 
 struct ChunkProgress {
@@ -68,6 +72,8 @@ struct PplResult {
   int64_t tokens_scored = 0;
   double mean_nll = 0, ppl = 0, ppl_err = 0;
   double seconds = 0;            // evaluation only (not loading or tokenizing)
+  double model_seconds = 0;      // of those, the evaluated model's own forward and output head
+  double base_seconds = 0;       // and the KL baseline's (0 without one)
   std::vector<double> running;   // PPL after each chunk
   std::optional<KldSummary> kld; // when a baseline ran
   std::vector<KldToken> tokens;  // with keep_tokens: each scored position in order (nll only

@@ -30,7 +30,7 @@ json merge_ppl_parts(std::vector<json> parts, const std::vector<std::string>& na
   const json& first = parts[order[0]];
   const bool has_kld = first.contains("kld");
   int next = first["chunk_offset"].get<int>();
-  double sum = 0, sum2 = 0, seconds = 0, wall = 0, rss = 0;
+  double sum = 0, sum2 = 0, seconds = 0, model_seconds = 0, base_seconds = 0, wall = 0, rss = 0;
   int64_t count = 0, evaluated = 0;
   int chunks = 0;
   std::vector<double> running;
@@ -74,6 +74,8 @@ json merge_ppl_parts(std::vector<json> parts, const std::vector<std::string>& na
     chunks += n;
     evaluated += p["tokens_evaluated"].get<int64_t>();
     seconds += p.value("eval_seconds", 0.0);
+    model_seconds += p.value("model_eval_seconds", 0.0);
+    base_seconds += p.value("kl_base_eval_seconds", 0.0);
     wall += p.value("wall_seconds", 0.0);
     rss = std::max(rss, p.value("peak_rss_mib", 0.0));
   }
@@ -90,6 +92,11 @@ json merge_ppl_parts(std::vector<json> parts, const std::vector<std::string>& na
   if (has_kld) out["kld"] = kld_summary_json(kacc.summary());
   out["eval_seconds"] = seconds;
   out["tokens_per_second"] = seconds > 0 ? double(evaluated) / seconds : 0.0;
+  if (first.contains("model_eval_seconds")) {
+    out["model_eval_seconds"] = model_seconds;
+    out["model_tokens_per_second"] = model_seconds > 0 ? double(evaluated) / model_seconds : 0.0;
+  }
+  if (first.contains("kl_base_eval_seconds")) out["kl_base_eval_seconds"] = base_seconds;
   if (first.contains("wall_seconds")) out["wall_seconds"] = wall;
   if (first.contains("peak_rss_mib")) out["peak_rss_mib"] = rss;
   out["merged_parts"] = parts.size();
