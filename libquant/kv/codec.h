@@ -137,6 +137,9 @@ std::string kv_method_sides(const std::string& method);
 // and the names of those that do, for messages.
 bool kv_method_calibrated(const std::string& method);
 std::string calibrated_kv_method_names();
+// Whether the CUDA backend runs a method (f16 included; false for an unknown one), and their names.
+bool kv_method_on_cuda(const std::string& method);
+std::string cuda_kv_method_names();
 
 // ---- bit packing shared by the codecs: b-bit codes, LSB first, back to back --------------------
 inline void put_bits(uint8_t* p, int64_t idx, int bits, uint32_t v) {

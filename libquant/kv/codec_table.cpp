@@ -186,19 +186,21 @@ struct Row {
   const char* sides = "kv";      // "k": keys only
   bool any_bits = false;         // `bits` is checked by the constructor (fractional rates), not the list
   bool calibrated = false;       // its tables come from calibrate --method kv-codebook (calibrated.h)
+  bool cuda = false;             // the CUDA backend runs it (libquant/cuda/kv.cu)
 };
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
-      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row},
+      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row, "kv", false, false, true},
       {"kivi", {2, 3, 4, 8}, 2, {"group"},
        [](const Args& a) {
          const int g = a.group(32);
          return a.side == Side::Key ? make_kivi_key_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text())
                                     : make_affine_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text());
-       }},
+       },
+       "kv", false, false, true},
       {"turboquant_mse", {1, 2, 2.5, 3, 3.5, 4}, 3, {"rot", "n_outlier", "outlier_bits"}, make_turboquant_mse_row,
-       "kv", true},
+       "kv", true, false, true},
       {"turboquant_prod", {1, 2, 3, 4}, 3, {"rot"},
        [](const Args& a) { return make_turboquant_prod_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
       {"qjl", {1, 2, 3, 4}, 1, {"m"},
@@ -264,6 +266,20 @@ bool kv_method_calibrated(const std::string& method) {
   for (const Row& r : table())
     if (method == r.name) return r.calibrated;
   return false;
+}
+
+bool kv_method_on_cuda(const std::string& method) {
+  if (method == "f16") return true;  // the full-precision cache cuda keeps
+  for (const Row& r : table())
+    if (method == r.name) return r.cuda;
+  return false;
+}
+
+std::string cuda_kv_method_names() {
+  std::string s = "f16";
+  for (const Row& r : table())
+    if (r.cuda) s += ", " + std::string(r.name);
+  return s;
 }
 
 std::string calibrated_kv_method_names() {

@@ -175,8 +175,12 @@ void int8_ct_dequantize(const PackedTensor& t, float* out) {
 }
 
 // The GridRule steps of both rows.
-GroupParams int8_fit_rtn(const float* v, int64_t n, const SchemeParams&) { return {cider_scale(span_absmax(v, n), 127.0f), 0.0f}; }
-int int8_grid_code(float x, const GroupParams& g, const SchemeParams&) { return int(cider_code(x, g.scale, -128.0f, 127.0f)); }
+GroupParams int8_fit_rtn(const float* v, int64_t n, const SchemeParams&) {
+  return {cider_scale(span_absmax(v, n), 127.0f), 0.0f};
+}
+int int8_grid_code(float x, const GroupParams& g, const SchemeParams&) {
+  return int(cider_code(x, g.scale, -128.0f, 127.0f));
+}
 float int8_value(int q, const GroupParams& g, const SchemeParams&) { return float(q) * g.scale; }
 GroupParams int8_ct_fit_rtn(const float* v, int64_t n, const SchemeParams& p) {
   return {ct_scale(span_absmax(v, n), 127.5f, p.dtype), 0.0f};

@@ -44,7 +44,8 @@ QuantPlanner::QuantPlanner(const QuantRequest& r, const OutputLayout& layout, co
     return;
   }
   find_scheme(r.scheme);  // unknown scheme: one line listing the known ones
-  if (!layout.tensor_names) user_error("--scheme {}: --format {} stores unquantized weights only", r.scheme, layout.name);
+  if (!layout.tensor_names)
+    user_error("--scheme {}: --format {} stores unquantized weights only", r.scheme, layout.name);
   base_ = default_params(stored_row(r.scheme, layout.name).name);
   if (r.bits >= 0) base_.bits = r.bits;
   if (r.group >= 0) base_.group_size = r.group;
@@ -106,7 +107,8 @@ QuantPlan QuantPlanner::plan(Checkpoint& ck) {
     out.tensors[name] = p;
   }
   for (size_t i = 0; i < rules_.size(); ++i)
-    if (!matched[i]) user_error("{}: rule {} ('{}') matches no tensor of {}", r_.recipe, i + 1, rules_[i].match, ck.path);
+    if (!matched[i])
+      user_error("{}: rule {} ('{}') matches no tensor of {}", r_.recipe, i + 1, rules_[i].match, ck.path);
   if (out.tensors.empty())
     user_error("--group-size {}: quantizes no tensor of {} ({})", base_.group_size, ck.path,
                out.skipped.empty() ? "no 2-D weights" : out.skipped.begin()->second);

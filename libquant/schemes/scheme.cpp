@@ -63,8 +63,10 @@ const Scheme& stored_row(std::string_view scheme, std::string_view layout) {
       it->second.push_back(r.name);
     }
   std::vector<std::string> parts;
-  for (auto& [l, rows] : by_layout)
-    parts.push_back(fmt::format("{}: {}", l, rows.size() == scheme_table().size() ? "any" : fmt::format("{}", fmt::join(rows, ", "))));
+  for (auto& [l, rows] : by_layout) {
+    const bool any = rows.size() == scheme_table().size();
+    parts.push_back(fmt::format("{}: {}", l, any ? "any" : fmt::format("{}", fmt::join(rows, ", "))));
+  }
   user_error("--scheme {} cannot be written as --format {} ({})", scheme, layout, fmt::join(parts, "; "));
 }
 

@@ -11,7 +11,11 @@
 //            5.2): s = absmax/127.5 in the weights' dtype, per channel or group 64/128.
 //   int4     W4A8 weights, Cider convention (METHODS.md A.2): s = absmax/7, u = q + 8 in [1,15],
 //            two per byte (high nibble = even column), per channel or group 128.
+//   int4_ct  int4 as compressed-tensors packs it (W4A16 pack-quantized): s = absmax/7.5 in the
+//            weights' dtype per group 32/64/128, eight codes to an int32; weight-only.
 //   nf4/fp4  bitsandbytes blockwise absmax over the flattened tensor, blocksize 64/128.
+// Each row also says which kernels run it, its grid (the rounding its quantize and the calibrated
+// quantizers share: grid.h), the output layouts that store it and the nearest GGUF type.
 //
 // Weights are an HF Linear's [rows = out_features, cols = in_features], row-major.
 #pragma once
