@@ -21,14 +21,12 @@ int run_kv_codebook(const std::string& kv_text, const std::string& model_path, c
                     int ctx, int chunks, uint64_t seed, const std::string& sides_text) {
   int sides = sides_text == "keys" ? 1 : sides_text == "values" ? 2 : sides_text == "both" ? 3 : 0;
   if (!sides) user_error("--kv-sides {}: not one of keys, values, both", sides_text);
-  if (kv_text.empty()) user_error("--method kv-codebook: give --kv METHOD[:bits=B] ({})", calib::calibrated_kv_methods());
+  if (kv_text.empty()) user_error("--method kv-codebook: give --kv METHOD[:bits=B] ({})", kv::calibrated_kv_method_names());
   const kv::KVSpec spec = kv::parse_kv_spec(kv_text, "--kv");
-  if (spec.method != "vecinfer" && spec.method != "spectral" && spec.method != "commvq")
-    user_error("--kv {}: {} needs no calibration (calibrated methods: {})", kv_text, spec.method, calib::calibrated_kv_methods());
-  if (spec.method == "commvq") {
-    if (sides == 3) sides = 1;  // the default "both": CommVQ has keys only
-    calib::check_commvq_options(spec, sides);
-  }
+  if (!kv::kv_method_calibrated(spec.method))
+    user_error("--kv {}: {} needs no calibration (calibrated methods: {})", kv_text, spec.method, kv::calibrated_kv_method_names());
+  if (sides == 3 && kv::kv_method_sides(spec.method) == "k") sides = 1;  // the default "both" of a keys-only method
+  if (spec.method == "commvq") calib::check_commvq_options(spec, sides);
   if (!std::filesystem::is_regular_file(text)) user_error("{}: no such file", text);
   if (text.find("test") != std::string::npos)
     std::fprintf(stderr, "warning: %s looks like test text; calibrate on wiki.valid.tokens.txt\n", text.c_str());
@@ -54,7 +52,7 @@ int run_kv_codebook(const std::string& kv_text, const std::string& model_path, c
     last = pct;
     if (tty && d == t) std::fputc('\n', stderr);
   });
-  const double bits = spec.number("bits", spec.method == "spectral" ? 3 : 2, "--kv");
+  const double bits = spec.number("bits", kv::kv_method_default_bits(spec.method), "--kv");
   const std::string prefix =
       spec.method == "commvq"
           ? kv::calibrated_prefix(kv::commvq_table_method(int(spec.number("cb", 8, "--kv")), spec.number("comm", 1, "--kv") != 0), bits)

@@ -364,8 +364,7 @@ int run_cuda(const Options& o) {
   if (o.kv_mode != "cache" && o.kv_mode != "decode") user_error("--kv-mode {}: cache or decode", o.kv_mode);
   for (const std::string* kv : {&o.kv, &o.kv_k, &o.kv_v}) {  // the rest is checked with the model's head_dim
     const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
-    if (m != "f16" && m != "affine" && m != "kivi" && m != "turboquant_mse")
-      not_yet("--kv " + *kv + " (cuda runs f16, affine, kivi and turboquant_mse)");
+    if (!kv::kv_method_on_cuda(m)) not_yet("--kv " + *kv + " (cuda runs " + kv::cuda_kv_method_names() + ")");
   }
   if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
   if (o.threads > 0) set_threads(o.threads);

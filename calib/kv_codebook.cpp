@@ -379,8 +379,6 @@ void check_commvq_options(const kv::KVSpec& spec, int sides) {
   if (iters < 1 || iters > 1000 || iters != std::floor(iters)) user_error("--kv {}: iters={} is not a count in 1..1000", spec.text(), iters);
 }
 
-const char* calibrated_kv_methods() { return "vecinfer, spectral, commvq"; }
-
 KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id) {
   const int n = int(std::min<int64_t>(chunks, int64_t(tokens.size()) / ctx));
   if (n <= 0) user_error("calibrate: the text has fewer than {} tokens, one chunk", ctx);
@@ -412,7 +410,7 @@ NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint6
   const auto allowed = kv::kv_method_bits(spec.method);  // UserError for an unknown method
   if (spec.method == "commvq") {
     check_commvq_options(spec, sides);
-    const double bits = spec.number("bits", 2, "--kv");
+    const double bits = spec.number("bits", kv::kv_method_default_bits(spec.method), "--kv");
     const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"), iters = spec.number("iters", 10, "--kv");
     const double nd = bits * s.dim / cbv;
     if (!(bits > 0) || nd < 1 || nd > 256 || std::fabs(nd - std::round(nd)) > 1e-9)
@@ -423,13 +421,13 @@ NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint6
   }
   for (auto& [k, v] : spec.params)
     if (k != "bits") user_error("--kv {}: calibration takes only bits=B (not {})", spec.text(), k);
-  const double bits = spec.number("bits", spec.method == "vecinfer" ? 2 : 3, "--kv");
+  const double bits = spec.number("bits", kv::kv_method_default_bits(spec.method), "--kv");
   if (std::find(allowed.begin(), allowed.end(), bits) == allowed.end())
     user_error("--kv {}: {} has no {}-bit variant", spec.text(), spec.method, bits);
   NamedFloats out;
   if (spec.method == "vecinfer") train_vecinfer(s, int(bits), seed, sides, out, report, progress);
   else if (spec.method == "spectral") train_spectral(s, bits, sides, out, report, progress);
-  else user_error("--kv {}: {} needs no calibration (calibrated methods: {})", spec.text(), spec.method, calibrated_kv_methods());
+  else user_error("--kv {}: {} needs no calibration (calibrated methods: {})", spec.text(), spec.method, kv::calibrated_kv_method_names());
   return out;
 }
 

@@ -66,7 +66,4 @@ void commvq_project(float* centres, const int64_t* counts, int k, int dim);
 // UserError for commvq options calibration does not take (cheap: before the model is run).
 void check_commvq_options(const kv::KVSpec& spec, int sides);
 
-// The methods train_kv_codebooks knows, for messages.
-const char* calibrated_kv_methods();
-
 }  // namespace qt::calib

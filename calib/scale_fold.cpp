@@ -15,10 +15,6 @@ namespace qt::calib {
 
 namespace {
 
-bool quantizes_activations(const std::string& scheme) {
-  return scheme == "int8" || scheme == "int8_ct" || scheme == "int4";  // W8A8 / W4A8: per-token int8
-}
-
 bool is_q_or_k(const std::string& name) {
   return name.find("self_attn.q_proj.") != std::string::npos || name.find("self_attn.k_proj.") != std::string::npos;
 }
@@ -77,7 +73,7 @@ std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck, const 
         if (auto p = plan.find(site.readers[i]); p != plan.end() && SchemeGrid(p->second).fits(r.rows, site.cols)) {
           grids.emplace_back(p->second);
           r.grid = &grids.back();
-          r.act_int8 = quantizes_activations(p->second.scheme);
+          r.act_int8 = find_scheme(p->second.scheme).int8_activations();  // W8A8 / W4A8: per-token int8
           any = true;
         }
         readers.push_back(r);

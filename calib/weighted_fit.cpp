@@ -87,12 +87,12 @@ SymTry sym_try(const float* v, const float* imp, int64_t n, float s, float qmin,
 }  // namespace
 
 GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* imp, int64_t n) {
-  const std::string& scheme = grid.params().scheme;
   GroupParams best = grid.stored(grid.fit_rtn(v, n));
   float lo = v[0], hi = v[0], amax = 0;
   for (int64_t j = 0; j < n; ++j) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]), amax = std::max(amax, std::abs(v[j]));
   if (!(hi > lo) || amax == 0) return best;
-  if (scheme == "affine") {
+  switch (grid.kind()) {
+  case GridKind::Affine: {
     const float nmax = float(grid.qmax());
     double best_err = affine_try(v, imp, n, best.scale, best.bias, nmax).err;
     auto consider = [&](const GroupParams& g) {
@@ -108,9 +108,10 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       consider(affine_ls(grid, consider(g), g));
     }
     for (int k = 0; k < 2; ++k) consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
-  } else if (scheme == "int8" || scheme == "int8_ct" || scheme == "int4" || scheme == "int4_ct") {
-    const float qmin = float(grid.qmin()), qmax = float(grid.qmax());
-    const float top = scheme == "int8" ? 127.0f : scheme == "int8_ct" ? 127.5f : scheme == "int4_ct" ? 7.5f : 7.0f;
+    break;
+  }
+  case GridKind::Symmetric: {
+    const float qmin = float(grid.qmin()), qmax = float(grid.qmax()), top = grid.top();
     double best_err = sym_try(v, imp, n, best.scale, qmin, qmax).err;
     auto consider = [&](const GroupParams& g) {
       const SymTry t = sym_try(v, imp, n, g.scale, qmin, qmax);
@@ -124,7 +125,9 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
       consider(refit(consider(g), g));
     }
-  } else if (scheme == "nf4" || scheme == "fp4") {  // table lookups through the grid
+    break;
+  }
+  case GridKind::Table: {  // table lookups through the grid
     double best_err = weighted_error(grid, v, imp, n, best);
     auto consider = [&](const GroupParams& g) {
       const double e = weighted_error(grid, v, imp, n, g);
@@ -135,8 +138,8 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       consider(g);
       consider(refit_scale(grid, v, imp, n, g));
     }
-  } else {
-    throw std::logic_error("fit_weighted: no weighted fit for scheme " + scheme);
+    break;
+  }
   }
   return best;
 }

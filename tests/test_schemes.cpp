@@ -234,7 +234,7 @@ TEST_P(SchemeGolden, ReferenceGemmMatchesDequantized) {
     ASSERT_NEAR(y[size_t(i)], y_deq[size_t(i)], 2e-6 * mag[size_t(i)] + 1e-30)
         << c.label << " weight-only, output " << i;
 
-  if (!qt::find_scheme(c.params.scheme).int8_activations) return;
+  if (!qt::find_scheme(c.params.scheme).int8_activations()) return;
   qt::reference_gemm(p, x.data(), M, y.data(), qt::ActMode::Int8PerToken);
   std::vector<int8_t> a(static_cast<size_t>(M * K));
   std::vector<float> sx(static_cast<size_t>(M));

@@ -6,6 +6,35 @@ namespace qt {
 
 using nlohmann::json;
 
+namespace {
+
+// The compressed-tensors formats read and written here, each with the scheme row it holds
+// (libquant/schemes) and what its config says.
+struct CtFormat {
+  const char* format;
+  const char* row;
+  int bits;
+  bool int8_activations;  // per-token dynamic int8 input activations (the W8A8 preset)
+  bool packed;            // codes in int32 words as M.weight_packed, beside M.weight_shape
+};
+constexpr CtFormat kCtFormats[] = {
+    {"int-quantized", "int8_ct", 8, true, false},   // llm-compressor's W8A8 preset
+    {"pack-quantized", "int4_ct", 4, false, true},  // its W4A16 preset
+};
+
+const CtFormat* ct_format_of_row(const std::string& row) {
+  for (const CtFormat& f : kCtFormats)
+    if (row == f.row) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+bool ct_pack_quantized(const std::string& row) {
+  const CtFormat* f = ct_format_of_row(row);
+  return f && f->packed;
+}
+
 QuantEntry ct_tensor_names(const std::string& weight_name) {
   QuantEntry q;
   q.data = weight_name;
@@ -16,9 +45,11 @@ QuantEntry ct_tensor_names(const std::string& weight_name) {
 void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptions opt) {
   int group = -1;
   std::string scheme;
+  const CtFormat* ct = nullptr;
   for (auto& [name, e] : ck.quantization.at("tensors").items()) {
     QuantEntry q = parse_quant_entry(e, name);
-    if (q.scheme != "int8_ct" && q.scheme != "int4_ct")
+    ct = ct_format_of_row(q.scheme);
+    if (!ct)
       user_error("{}: compressed-tensors stores int8 (W8A8) or int4_ct (W4A16) weights here, not {}", name, q.scheme);
     if (!scheme.empty() && q.scheme != scheme)
       user_error("{}: compressed-tensors' single config group needs one scheme ({} and {})", name, scheme, q.scheme);
@@ -28,7 +59,7 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
     group = q.group_size;
     opt.keep_dtype.insert(q.scales);
   }
-  const bool w4a16 = scheme == "int4_ct";
+  if (!ct) user_error("{}: no quantized weight to write as compressed-tensors", dir);
   // Linear modules left unquantized (never the embedding: the preset targets Linear only).
   json ignore = json::array({"lm_head"});  // as the preset's recipe says, tied or not
   for (auto& [name, t] : ck.tensors)
@@ -38,17 +69,17 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
   // W8A8: llm-compressor's W8A8 preset (int-quantized, per-token dynamic int8 activations).
   // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
   // activations unquantized).
-  json weights = {{"num_bits", w4a16 ? 4 : 8}, {"type", "int"}, {"symmetric", true},
+  json weights = {{"num_bits", ct->bits}, {"type", "int"}, {"symmetric", true},
                   {"group_size", group > 0 ? json(group) : json(nullptr)},
                   {"strategy", group > 0 ? "group" : "channel"}, {"dynamic", false}};
-  json acts = w4a16 ? json(nullptr)
-                    : json{{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
+  json acts = !ct->int8_activations ? json(nullptr)
+                                   : json{{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
                            {"strategy", "token"}, {"dynamic", true}};
   opt.extra_config["quantization_config"] = {
       {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts},
                                       {"output_activations", nullptr}, {"format", nullptr}}}}},
       {"quant_method", "compressed-tensors"}, {"kv_cache_scheme", nullptr},
-      {"format", w4a16 ? "pack-quantized" : "int-quantized"},
+      {"format", ct->format},
       {"quantization_status", "compressed"}, {"global_compression_ratio", nullptr}, {"ignore", ignore},
       {"moe_sparsity_config", nullptr}};
   write_hf_folder(ck, dir, opt);
@@ -63,15 +94,18 @@ bool is_ct_quantized_config(const json& cfg) {
 json ct_describe(const std::string& dir, const json& cfg, const std::map<std::string, Tensor>& stored) {
   const json& q = cfg["quantization_config"];
   const std::string format = q.value("format", "");
-  if (format != "int-quantized" && format != "pack-quantized")
+  const CtFormat* ct = nullptr;
+  for (const CtFormat& f : kCtFormats)
+    if (format == f.format) ct = &f;
+  if (!ct)
     user_error("{}/config.json: compressed-tensors format '{}' is not supported (int-quantized, pack-quantized)", dir,
                q.value("format", "?"));
-  const bool packed = format == "pack-quantized";
+  const bool packed = ct->packed;
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)
     user_error("{}/config.json: expected one compressed-tensors config group", dir);
   const json& w = q["config_groups"].begin().value().value("weights", json::object());
-  if (w.value("num_bits", 0) != (packed ? 4 : 8) || w.value("type", "") != "int" || !w.value("symmetric", false))
-    user_error("{}/config.json: only symmetric {}-bit int weights are supported with format {}", dir, packed ? 4 : 8, format);
+  if (w.value("num_bits", 0) != ct->bits || w.value("type", "") != "int" || !w.value("symmetric", false))
+    user_error("{}/config.json: only symmetric {}-bit int weights are supported with format {}", dir, ct->bits, format);
   const std::string strategy = w.value("strategy", "");
   int group = 0;
   if (strategy == "group") group = w.value("group_size", json(0)).is_number_integer() ? w["group_size"].get<int>() : 0;
@@ -86,8 +120,8 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
     if (packed) e.data = module + ".weight_packed";
     auto d = stored.find(e.data);
     if (d == stored.end() || d->second.shape.size() != 2) user_error("{}: {} has no 2-D {}", dir, name, e.data);
-    e.scheme = packed ? "int4_ct" : "int8_ct";
-    e.bits = packed ? 4 : 8;
+    e.scheme = ct->row;
+    e.bits = ct->bits;
     e.group_size = group;
     e.dtype = t.dtype;
     e.rows = d->second.shape[0];

@@ -20,6 +20,9 @@
 namespace qt {
 
 QuantEntry ct_tensor_names(const std::string& weight_name);
+// Whether scheme row `row` is stored pack-quantized (int4_ct): its codes as M.weight_packed
+// (int32 words), beside an I64 M.weight_shape holding the weight's [rows, cols].
+bool ct_pack_quantized(const std::string& row);
 void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptions opt);
 bool is_ct_quantized_config(const nlohmann::json& cfg);
 nlohmann::json ct_describe(const std::string& dir, const nlohmann::json& cfg,

@@ -16,14 +16,10 @@ QuantEntry native_tensor_names(const std::string& weight_name) {
 
 void write_native_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptions opt) {
   json tensors = ck.quantization.at("tensors");
-  bool int8_act = false;
-  for (auto& [name, e] : tensors.items()) {
-    QuantEntry q = parse_quant_entry(e, name);
-    int8_act |= q.scheme == "int8" || q.scheme == "int8_ct" || q.scheme == "int4";
-  }
+  // The planner says whether any row quantizes activations (its scheme row's kernel family).
   opt.extra_config["quantization_config"] = {
       {"quant_method", "quanttool"}, {"format", "native"}, {"version", 1},
-      {"activations", int8_act ? "int8-per-token-dynamic" : "none"},
+      {"activations", ck.quantization.value("activations", "none")},
       {"tensors", tensors}, {"skipped", ck.quantization.value("skipped", json::object())}};
   opt.metadata = {{"format", "quanttool"}};
   for (auto& [name, e] : ck.quantization.at("tensors").items()) {

@@ -56,10 +56,11 @@ void check_supported(const Checkpoint& ck) {
     const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
     const std::optional<PackedTensor> p = proj || table ? packed_weight(ck, name) : std::nullopt;
     if (p && table) continue;  // dequantized once at load
-    const bool int8_pc = p && (p->params.scheme == "int8" || p->params.scheme == "int8_ct" || p->params.scheme == "int4") &&
-                         p->params.group_size == 0;
-    const bool bnb4 = p && (p->params.scheme == "nf4" || p->params.scheme == "fp4");
-    if (!p || !(int8_pc || bnb4 || p->params.scheme == "affine"))
+    // The kernel families cuda runs, on weights in their stored form (a row whose kernels take it
+    // in another row's form, kernel_form, is not here yet).
+    const Scheme* row = p ? &find_scheme(p->params.scheme) : nullptr;
+    const bool int8_pc = row && row->kernel == KernelFamily::Int8PerToken && p->params.group_size == 0;
+    if (!row || row->kernel_form || !(int8_pc || row->kernel == KernelFamily::CodeBook4 || row->kernel == KernelFamily::Affine))
       refuse(fmt::format("{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8 and W4A8 int4 per channel, MLX affine, NF4/FP4)",
                          p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
                            : std::string(dtype_name(t.dtype)),

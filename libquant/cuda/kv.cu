@@ -347,8 +347,7 @@ KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg
     return s;
   }
   if (spec.method == "f32") not_yet("cuda keeps f16 keys and values (use f16)");
-  if (spec.method != "affine" && spec.method != "kivi" && spec.method != "turboquant_mse")
-    not_yet("cuda runs f16, affine, kivi and turboquant_mse");
+  if (!kv::kv_method_on_cuda(spec.method)) not_yet("cuda runs " + kv::cuda_kv_method_names());
   if (D > kMaxD) not_yet("head dimension " + std::to_string(D) + " (cuda: up to 1024)");
   // The CPU's table first: its messages for bad methods, bits and parameters; the codebooks.
   kv::KVContext ctx;

@@ -114,11 +114,13 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     std::optional<PackedTensor> p = packed_weight(ck, name);
     return p.has_value();
   };
+  // The kernel family of a packed weight's scheme row (check_supported refused the others).
+  auto family = [](const PackedTensor& p) { return find_scheme(p.params.scheme).kernel; };
   if (is_q8("model.layers.0.self_attn.q_proj.weight")) {
-    const std::string sch = packed_weight(ck, "model.layers.0.self_attn.q_proj.weight")->params.scheme;
-    affine = sch == "affine";
-    bnb4 = sch == "nf4" || sch == "fp4";
-    q8 = !affine && !bnb4;
+    const KernelFamily k = family(*packed_weight(ck, "model.layers.0.self_attn.q_proj.weight"));
+    affine = k == KernelFamily::Affine;
+    bnb4 = k == KernelFamily::CodeBook4;
+    q8 = k == KernelFamily::Int8PerToken;
   }
   auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
                      AffineWeight* aw, Bnb4Weight* nw) {
@@ -130,7 +132,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
       std::string sch;
       for (auto& [n, r] : parts) {
         std::optional<PackedTensor> p = packed_weight(ck, n);
-        if (!p || (p->params.scheme != "nf4" && p->params.scheme != "fp4") || (!sch.empty() && p->params.scheme != sch))
+        if (!p || family(*p) != KernelFamily::CodeBook4 || (!sch.empty() && p->params.scheme != sch))
           user_error("{}: {} is not {} while the first projection is: mixed layouts: not on cuda yet", ck.path, n,
                      sch.empty() ? "nf4/fp4" : sch);
         sch = p->params.scheme;
@@ -155,8 +157,8 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
       nw->codes.resize(codes.size());
       QT_CUDA_CHECK(cudaMemcpy(nw->codes.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
       nw->absmax = upload_f32(am);
-      nw->table = upload_f32(std::vector<float>(sch == "nf4" ? schemes_detail::nf4_table() : schemes_detail::fp4_table(),
-                                                (sch == "nf4" ? schemes_detail::nf4_table() : schemes_detail::fp4_table()) + 16));
+      const float* table = find_scheme(sch).grid.table;
+      nw->table = upload_f32(std::vector<float>(table, table + 16));
       weight_bytes += nw->codes.bytes() + nw->absmax.bytes();
       return DeviceBuffer();
     }
@@ -165,7 +167,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
       std::vector<float> sc, bi;
       for (auto& [n, r] : parts) {
         std::optional<PackedTensor> p = packed_weight(ck, n);
-        if (!p || p->params.scheme != "affine")
+        if (!p || family(*p) != KernelFamily::Affine)
           user_error("{}: {} is not affine while the first projection is: mixed layouts: not on cuda yet", ck.path, n);
         const SchemeParams& P = p->params;
         if (aw->bits == 0) {
@@ -202,8 +204,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
         user_error("{}: {} is {} while the first projection is not: mixed dense and W8A8 projections: not on cuda yet",
                    ck.path, n, q8 ? "dense" : "quantized");
       if (q8) {
-        const bool i4 = p->params.scheme == "int4";
-        if ((p->params.scheme != "int8" && p->params.scheme != "int8_ct" && !i4) || p->params.group_size != 0)
+        // int4 codes (two a byte) are unpacked to int8; int8 and int8_ct codes are int8 already.
+        const bool i4 = p->data.dtype == DType::U8;
+        if (family(*p) != KernelFamily::Int8PerToken || p->params.group_size != 0)
           user_error("{}: {} is {} while the first projection is W8A8/W4A8: mixed layouts: not on cuda yet", ck.path,
                      n, p->params.scheme);
         if (p->rows != r || p->cols != in || (i4 && in % 2)) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
@@ -254,12 +257,11 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
   {  // an int8 / int4 per-channel head: int8 codes and scales (the CPU runs it with int8 activations)
     std::optional<PackedTensor> p = packed_weight(ck, tied ? "model.embed_tokens.weight" : "lm_head.weight");
-    const std::string sch = p ? p->params.scheme : "";
-    if (p && (sch == "int8" || sch == "int8_ct" || sch == "int4") && p->params.group_size == 0 && p->rows == c.vocab &&
+    if (p && family(*p) == KernelFamily::Int8PerToken && p->params.group_size == 0 && p->rows == c.vocab &&
         p->cols == H && H % 2 == 0) {
       head_q8 = true;
       head_codes.resize(size_t(c.vocab * H));
-      if (sch == "int4") {
+      if (p->data.dtype == DType::U8) {  // int4: two codes a byte
         const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), c.vocab, H);
         QT_CUDA_CHECK(cudaMemcpy(head_codes.get(), u.data(), u.size(), cudaMemcpyHostToDevice));
       } else {

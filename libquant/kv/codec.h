@@ -128,8 +128,18 @@ class Codec {
 std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext& ctx);
 // Methods in the table, for messages and --help.
 std::string kv_method_names();
-// The bit widths a method has (UserError for an unknown method).
+// The bit widths a method has, and its default (UserError for an unknown method).
 std::vector<double> kv_method_bits(const std::string& method);
+double kv_method_default_bits(const std::string& method);
+// The sides a method encodes: "kv", or "k" (keys only).
+std::string kv_method_sides(const std::string& method);
+// Whether a method's tables come from calibrate --method kv-codebook (false for an unknown one),
+// and the names of those that do, for messages.
+bool kv_method_calibrated(const std::string& method);
+std::string calibrated_kv_method_names();
+// Whether the CUDA backend runs a method (f16 included; false for an unknown one), and their names.
+bool kv_method_on_cuda(const std::string& method);
+std::string cuda_kv_method_names();
 
 // ---- bit packing shared by the codecs: b-bit codes, LSB first, back to back --------------------
 inline void put_bits(uint8_t* p, int64_t idx, int bits, uint32_t v) {

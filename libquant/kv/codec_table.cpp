@@ -185,19 +185,22 @@ struct Row {
   std::function<std::unique_ptr<Codec>(const Args&)> make;
   const char* sides = "kv";      // "k": keys only
   bool any_bits = false;         // `bits` is checked by the constructor (fractional rates), not the list
+  bool calibrated = false;       // its tables come from calibrate --method kv-codebook (calibrated.h)
+  bool cuda = false;             // the CUDA backend runs it (libquant/cuda/kv.cu)
 };
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
-      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row},
+      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row, "kv", false, false, true},
       {"kivi", {2, 3, 4, 8}, 2, {"group"},
        [](const Args& a) {
          const int g = a.group(32);
          return a.side == Side::Key ? make_kivi_key_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text())
                                     : make_affine_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text());
-       }},
+       },
+       "kv", false, false, true},
       {"turboquant_mse", {1, 2, 2.5, 3, 3.5, 4}, 3, {"rot", "n_outlier", "outlier_bits"}, make_turboquant_mse_row,
-       "kv", true},
+       "kv", true, false, true},
       {"turboquant_prod", {1, 2, 3, 4}, 3, {"rot"},
        [](const Args& a) { return make_turboquant_prod_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
       {"qjl", {1, 2, 3, 4}, 1, {"m"},
@@ -222,9 +225,9 @@ const std::vector<Row>& table() {
        }},
       // calibrated (calibrated.h): tables per layer, side and kv head from calibrate --method kv-codebook
       {"vecinfer", {1, 2, 4}, 2, {},
-       [](const Args& a) { return make_vecinfer_codec(a.ctx, int(a.bits), a.side, a.spec.text()); }},
+       [](const Args& a) { return make_vecinfer_codec(a.ctx, int(a.bits), a.side, a.spec.text()); }, "kv", false, true},
       {"spectral", {1, 2, 3, 4}, 3, {},
-       [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); }},
+       [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); }, "kv", false, true},
       // bits per element = n·cb/d: n residual stages of 2^cb codewords (cb 2, 4 or 8); comm=0 the
       // unprojected ablation. 0.25 at d = 64 is VeloxQuant-MLX's 64× (d = 128, 4 stages of 8 bits).
       {"commvq", {0.25, 0.5, 1, 2, 3}, 2, {"cb", "comm"},
@@ -234,7 +237,7 @@ const std::vector<Row>& table() {
          if (!(a.bits > 0 && a.bits <= 8)) user_error("{}: bits={} is not a rate in (0, 8] bits per element", a.what, a.bits);
          return make_commvq_codec(a.ctx, a.bits, cb, a.integer("comm", 1, 0, 1) == 1, a.side, a.spec.text());
        },
-       "k", true},
+       "k", true, true},
   };
   return rows;
 }
@@ -247,10 +250,43 @@ std::string kv_method_names() {
   return s;
 }
 
-std::vector<double> kv_method_bits(const std::string& method) {
+namespace {
+const Row& row_of(const std::string& method) {
   for (const Row& r : table())
-    if (method == r.name) return r.bits;
+    if (method == r.name) return r;
   user_error("unknown KV method '{}' (known: {})", method, kv_method_names());
+}
+}  // namespace
+
+std::vector<double> kv_method_bits(const std::string& method) { return row_of(method).bits; }
+double kv_method_default_bits(const std::string& method) { return row_of(method).default_bits; }
+std::string kv_method_sides(const std::string& method) { return row_of(method).sides; }
+
+bool kv_method_calibrated(const std::string& method) {
+  for (const Row& r : table())
+    if (method == r.name) return r.calibrated;
+  return false;
+}
+
+bool kv_method_on_cuda(const std::string& method) {
+  if (method == "f16") return true;  // the full-precision cache cuda keeps
+  for (const Row& r : table())
+    if (method == r.name) return r.cuda;
+  return false;
+}
+
+std::string cuda_kv_method_names() {
+  std::string s = "f16";
+  for (const Row& r : table())
+    if (r.cuda) s += ", " + std::string(r.name);
+  return s;
+}
+
+std::string calibrated_kv_method_names() {
+  std::string s;
+  for (const Row& r : table())
+    if (r.calibrated) s += (s.empty() ? "" : ", ") + std::string(r.name);
+  return s;
 }
 
 std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext& ctx) {

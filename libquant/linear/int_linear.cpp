@@ -43,7 +43,7 @@ class IntLinear final : public Linear {
     s_.resize(size_t(n_ * ng_));
     for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
     const bool vnni = kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0;
-    if (params_.scheme != "int4") {
+    if (w.data.dtype != DType::U8) {  // int8 rows store I8 codes; int4 two a byte (U8)
       if (vnni) {  // packed for VPDPBUSD straight from the stored bytes
         vnni_ = kernels::pack_int8_vnni(reinterpret_cast<const int8_t*>(w.data.data), s_.data(), n_, k_, gl_);
         return;
@@ -134,11 +134,8 @@ class IntLinear final : public Linear {
   // Row r as dequantize_weights gives it (an int8/int4 embedding table tied to the output head).
   void dequantize_row(int64_t r, float* out) const override {
     if (r < 0 || r >= n_) user_error("row {} outside a weight of {} rows", r, n_);
-    const bool round = params_.scheme == "int8_ct";
-    for (int64_t k = 0; k < k_; ++k) {
-      const float v = float(code(r, k)) * scale(r, k / gl_);
-      out[k] = round ? round_to(params_.dtype, v) : v;
-    }
+    const GridRule& rule = find_scheme(params_.scheme).grid;  // the row's dequantization of a code
+    for (int64_t k = 0; k < k_; ++k) out[k] = rule.value(code(r, k), {scale(r, k / gl_), 0.0f}, params_);
   }
 
   int64_t in_features() const override { return k_; }
@@ -147,7 +144,7 @@ class IntLinear final : public Linear {
     return vnni_.panels.empty() ? size_t(n_ * k_) + s_.size() * 4 : vnni_.bytes();
   }
   std::string kind() const override {
-    std::string k = params_.scheme == "int4" ? "w4a8" : "w8a8";
+    std::string k = params_.bits == 4 ? "w4a8" : "w8a8";
     if (params_.group_size) k += "-g" + std::to_string(params_.group_size);
     return act_ == ActMode::None ? k + "-fp-act" : k;
   }

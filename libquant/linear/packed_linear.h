@@ -28,11 +28,7 @@ struct PackedLinearOptions {
   ActMode act = ActMode::Default;
 };
 
-// int4_ct (compressed-tensors W4A16) as the affine 4-bit weight its kernels run: the same codes
-// (shared), fp32 scales s and biases −8·s.
-PackedTensor int4_ct_as_affine(PackedTensor w);
-
-// Dispatches on w.params.scheme. `bias` (out_features floats) may be null. UserError when the
+// Dispatches on the kernel family of w's scheme row (its kernel_form first, if any). `bias` (out_features floats) may be null. UserError when the
 // tensors do not match the scheme's layout (check_packed).
 std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias,
                                            const PackedLinearOptions& opt = {});

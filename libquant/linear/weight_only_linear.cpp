@@ -202,7 +202,7 @@ class WeightOnlyLinear final : public Linear {
   WeightOnlyLinear(PackedTensor w, const float* bias, const PackedLinearOptions& opt)
       : w_(std::move(w)), n_(w_.rows), k_(w_.cols), compute_(opt.compute), fam_(pick(opt.compute)) {
     if (bias) bias_.assign(bias, bias + n_);
-    affine_ = w_.params.scheme == "affine";
+    affine_ = find_scheme(w_.params.scheme).kernel == KernelFamily::Affine;
     if (affine_) {
       bits_ = w_.params.bits;
       groups_ = k_ / w_.params.group_size;

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "libquant/schemes/detail.h"
 
@@ -69,38 +70,46 @@ void pack_lsb_first(const uint8_t* q, int n, int bits, uint8_t* dst) {
   }
 }
 
-// One group: its scale and bias (the rule above) and its codes. Cloned for AVX2 (the library is
-// built for the baseline ISA; convert runs this over every weight): the same IEEE operations in
-// the same order, so both clones give the same bits.
-__attribute__((target_clones("avx2", "default")))
-void affine_group(const float* v, int g, float n_bins, uint8_t* codes, float* scale_out, float* bias_out) {
+// The rule above: one group's scale and bias from its extremes, and the code of x.
+inline GroupParams affine_params(float w_min, float w_max, float n_bins) {
   const float eps = 1e-7f;
+  const bool neg = std::abs(w_min) > std::abs(w_max);
+  float scale = std::max((w_max - w_min) / n_bins, eps);
+  scale = neg ? scale : -scale;
+  const float edge = neg ? w_min : w_max;
+  const float q0 = std::rint(edge / scale);
+  GroupParams g{scale, 0.0f};
+  if (q0 != 0) g.scale = edge / q0, g.bias = edge;
+  return g;
+}
+inline float affine_code(float x, float scale, float bias, float n_bins) {
+  float q = std::rint((x - bias) / scale);
+  q = q < 0.0f ? 0.0f : q;
+  return q > n_bins ? n_bins : q;
+}
+
+// One group's RTN parameters: the rule above from its extremes. Any order of the reduction gives
+// the same extremes (a ±0 extreme's sign changes nothing in the rule).
+inline GroupParams affine_fit(const float* v, int64_t n, float n_bins) {
   float w_min = std::numeric_limits<float>::infinity();
   float w_max = -w_min;
-  // Any order of the reduction gives the same extremes (a ±0 extreme's sign changes nothing below).
 #pragma omp simd reduction(max : w_max) reduction(min : w_min)
-  for (int j = 0; j < g; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     w_max = v[j] > w_max ? v[j] : w_max;
     w_min = v[j] < w_min ? v[j] : w_min;
   }
-  bool neg = std::abs(w_min) > std::abs(w_max);
-  float scale = std::max((w_max - w_min) / n_bins, eps);
-  scale = neg ? scale : -scale;
-  float edge = neg ? w_min : w_max;
-  float q0 = std::rint(edge / scale);
-  float bias = 0;
-  if (q0 != 0) {
-    scale = edge / q0;
-    bias = edge;
-  }
-  for (int j = 0; j < g; ++j) {
-    float q = std::rint((v[j] - bias) / scale);
-    q = q < 0.0f ? 0.0f : q;
-    q = q > n_bins ? n_bins : q;
-    codes[j] = uint8_t(q);
-  }
-  *scale_out = scale;
-  *bias_out = bias;
+  return affine_params(w_min, w_max, n_bins);
+}
+
+// One group: its scale and bias and its codes. Cloned for AVX2 (the library is built for the
+// baseline ISA; convert runs this over every weight): the same IEEE operations in the same order,
+// so both clones give the same bits.
+__attribute__((target_clones("avx2", "default")))
+void affine_group(const float* v, int g, float n_bins, uint8_t* codes, float* scale_out, float* bias_out) {
+  const GroupParams p = affine_fit(v, g, n_bins);
+  for (int j = 0; j < g; ++j) codes[j] = uint8_t(affine_code(v[j], p.scale, p.bias, n_bins));
+  *scale_out = p.scale;
+  *bias_out = p.bias;
 }
 
 PackedTensor affine_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
@@ -155,20 +164,39 @@ void affine_dequantize(const PackedTensor& t, float* out) {
   }
 }
 
+float n_bins_of(const SchemeParams& p) { return float((1 << p.bits) - 1); }
+
+GroupParams affine_fit_rtn(const float* v, int64_t n, const SchemeParams& p) { return affine_fit(v, n, n_bins_of(p)); }
+int affine_grid_code(float x, const GroupParams& g, const SchemeParams& p) {
+  return int(affine_code(x, g.scale, g.bias, n_bins_of(p)));
+}
+float affine_value(int q, const GroupParams& g, const SchemeParams& p) {
+  return affine_dequant(uint32_t(q), g.scale, g.bias, p.dtype);
+}
+void affine_pack_row(const int16_t* q, int64_t cols, const SchemeParams& p, uint8_t* dst) {
+  std::vector<uint8_t> u(q, q + cols);  // codes 0..2^bits − 1
+  pack_lsb_first(u.data(), int(cols), p.bits, dst);
+}
+
 }  // namespace
 
 const Scheme kAffine = {
-    "affine",
-    "MLX affine (mlx.core.quantize): per-group scale and bias in the weights' dtype",
-    {2, 3, 4, 5, 6, 8},
-    {32, 64, 128},
-    4,
-    64,
-    false,
-    false,
-    affine_layout,
-    affine_quantize,
-    affine_dequantize,
+    .name = "affine",
+    .summary = "MLX affine (mlx.core.quantize): per-group scale and bias in the weights' dtype",
+    .bits = {2, 3, 4, 5, 6, 8},
+    .group_sizes = {32, 64, 128},
+    .default_bits = 4,
+    .default_group_size = 64,
+    .flat_blocks = false,
+    .col_align = 1,
+    .kernel = KernelFamily::Affine,
+    .kernel_form = nullptr,
+    .grid = {GridKind::Affine, 0, 0, 0.0f, nullptr, affine_fit_rtn, affine_grid_code, affine_value, affine_pack_row},
+    .layouts = {{"mlx"}, {"native"}},
+    .gguf = {{8, "q8_0"}, {5, "q5_1"}, {0, "q4_1"}},
+    .layout = affine_layout,
+    .quantize = affine_quantize,
+    .dequantize = affine_dequantize,
 };
 
 }  // namespace qt::schemes_detail

@@ -48,14 +48,7 @@ void bnb4_block_codes(const float* w, int64_t len, bool partial, float clamped, 
     for (int64_t i = 0; i < len; ++i) x[i] = w[i] * inv;
   float m[15];
   for (int k = 0; k < 15; ++k) m[k] = mid[k];
-  for (int64_t i = 0; i < len; ++i) {
-    float v = x[i] < -1.0f ? -1.0f : x[i];
-    v = v > 1.0f ? 1.0f : v;
-    int c = 0;
-#pragma GCC unroll 15
-    for (int k = 0; k < 15; ++k) c += m[k] < v ? 1 : 0;
-    codes[i] = uint8_t(c);
-  }
+  for (int64_t i = 0; i < len; ++i) codes[i] = uint8_t(bnb4_position(x[i], m));
   if (order)  // nullptr: the table is sorted (nf4), the position is the code
     for (int64_t i = 0; i < len; ++i) codes[i] = order[codes[i]];
 }
@@ -94,20 +87,22 @@ void bnb4_full_block_avx2(const float* w, int64_t len, float inv, const float* m
   }
 }
 
-PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
-                           const float* table, const uint8_t* order) {
+Bnb4Book::Bnb4Book(const float* t, const uint8_t* o) : table(t), order(o) {
+  // Sorted table values (order[i] is the code of the i-th smallest) and their midpoints.
+  for (int i = 0; i < 15; ++i) mid[i] = (table[order[i]] + table[order[i + 1]]) / 2.0f;
+}
+
+PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, const Bnb4Book& book) {
   PackedLayout l = bnb4_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
-  // Sorted table values (order[i] is the code of the i-th smallest) and their midpoints.
-  float mid[15];
-  for (int i = 0; i < 15; ++i) mid[i] = (table[order[i]] + table[order[i + 1]]) / 2.0f;
+  const float* mid = book.mid;
+  const uint8_t* order = book.order;
   const int64_t n = rows * cols, bs = p.group_size;
   const int64_t full = n / bs * bs;
   uint8_t* out = data.as<uint8_t>();
   float* absmax = scales.as<float>();
   const float tiny = 1e-38f;
-  auto code_of = [&](float x) { return order[std::lower_bound(mid, mid + 15, x) - mid]; };
-  if (n % 2) out[n / 2] = code_of(0.0f);  // the low nibble of the last byte
+  if (n % 2) out[n / 2] = order[bnb4_position(0.0f, mid)];  // the low nibble of the last byte
   const int64_t nblocks = (n + bs - 1) / bs;
   bool sorted = true;
   for (int i = 0; i < 16; ++i) sorted &= order[i] == i;
@@ -122,11 +117,11 @@ PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
     const float clamped = std::max(am, tiny);
     absmax[blk] = partial ? clamped : am;
     if (avx2 && !partial) {
-      bnb4_full_block_avx2(w + b0, len, 1.0f / clamped, mid, sorted ? nullptr : order, out + b0 / 2);
+      bnb4_full_block_avx2(w + b0, len, bnb4_inverse(am), mid, sorted ? nullptr : order, out + b0 / 2);
       continue;
     }
     uint8_t codes[4096];  // blocksize ≤ 4096 (bitsandbytes' largest)
-    bnb4_block_codes(w + b0, len, partial, clamped, 1.0f / clamped, mid, sorted ? nullptr : order, codes);
+    bnb4_block_codes(w + b0, len, partial, clamped, bnb4_inverse(am), mid, sorted ? nullptr : order, codes);
     uint8_t* dst = out + b0 / 2;  // b0 is even
     int64_t i = 0;
     for (; i + 1 < len; i += 2) dst[i / 2] = uint8_t(codes[i] << 4 | codes[i + 1]);
@@ -142,8 +137,20 @@ void bnb4_dequantize(const PackedTensor& t, const float* table, float* out) {
   for (int64_t k = 0; k < n; ++k) {
     const uint8_t b = t.data.data[k / 2];
     const int code = (k % 2 == 0) ? (b >> 4) : (b & 15);
-    out[k] = round_to(t.params.dtype, table[code] * absmax[k / bs]);
+    out[k] = bnb4_value(table, code, absmax[k / bs], t.params.dtype);
   }
+}
+
+GroupParams bnb4_fit_rtn(const float* v, int64_t n) {
+  return {span_absmax(v, n), 0.0f};  // stored as is, 0 for a zero block (coded with max(absmax, 1e-38))
+}
+
+int bnb4_grid_code(float x, float absmax, const Bnb4Book& book) {
+  return book.order[bnb4_position(x * bnb4_inverse(absmax), book.mid)];
+}
+
+void bnb4_pack_row(const int16_t* q, int64_t cols, uint8_t* dst) {
+  for (int64_t j = 0; j < cols; j += 2) dst[j / 2] = uint8_t(q[j] << 4 | q[j + 1]);
 }
 
 }  // namespace qt::schemes_detail

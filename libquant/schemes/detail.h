@@ -1,6 +1,9 @@
 // Internal to libquant/schemes: the rows each file defines, and small helpers they share (what code
-// outside the folder needs of them is public in packed_values.h).
+// outside the folder needs of them is public in packed_values.h: round_to, load_float, group
+// geometry, the bitsandbytes code tables).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -63,6 +66,26 @@ inline PackedTensor finish_packed(const SchemeParams& p, int64_t rows, int64_t c
   return t;
 }
 
+
+// ---- Each row's rounding, defined once: its quantize (the fast per-group loops) and its
+// GridRule (grid.h: GPTQ, importance-weighted fits) both call these.
+
+// MLX affine dequantization of one code (affine.cpp; compiled without FMA contraction so that
+// q·s and + b round separately, as MLX's separate multiply and add do).
+float affine_dequant(uint32_t q, float scale, float bias, DType t);
+
+// Cider's symmetric rows (int8, int4): s = absmax/top in fp32, a group of zeros gets s = 1; the
+// code rint(x/s) (a true division, half to even) clamped to [lo, hi].
+inline float cider_scale(float absmax, float top) {
+  const float s = absmax / top;
+  return s == 0.0f ? 1.0f : s;
+}
+inline float cider_code(float x, float s, float lo, float hi) {
+  float q = std::rint(x / s);
+  q = q < lo ? lo : q;
+  return q > hi ? hi : q;
+}
+
 // torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct, int4_ct).
 inline float dtype_eps(DType t) {
   switch (t) {
@@ -71,21 +94,53 @@ inline float dtype_eps(DType t) {
     default: return 1.1920928955078125e-07f;  // 2^-23
   }
 }
+// compressed-tensors' symmetric rows (int8_ct, int4_ct), all in the weights' dtype T:
+// s = T(absmax / top) (top = (qmax − qmin)/2), a zero s → eps(T); the code rint(clamp(T(x/s),
+// qmin, qmax)) (the quotient rounded to T before rint, as torch computes it); value T(q·s).
+inline float ct_scale(float absmax, float top, DType T) {
+  const float s = round_to(T, absmax / top);
+  return s == 0.0f ? dtype_eps(T) : s;
+}
+inline float ct_code(float x, float s, DType T, float qmin, float qmax) {
+  float y = round_to(T, x / s);
+  y = y < qmin ? qmin : y;
+  return std::rint(y > qmax ? qmax : y);
+}
+inline float ct_value(int q, float s, DType T) { return round_to(T, float(q) * s); }
 
-// MLX affine dequantization of one code (affine.cpp; compiled without FMA contraction so that
-// q·s and + b round separately, as MLX's separate multiply and add do).
-float affine_dequant(uint32_t q, float scale, float bias, DType t);
+// bitsandbytes blockwise 4-bit (bnb4.cpp), shared by the nf4 and fp4 rows: a code book and the
+// midpoints of its sorted values. `order` maps the sorted position of a table value to its code
+// (identity for NF4).
+struct Bnb4Book {
+  const float* table;
+  const uint8_t* order;
+  float mid[15];
+  Bnb4Book(const float* table, const uint8_t* order);
+};
+// The sorted position of a value x already divided by the block's absmax: clamp to [−1, 1], then
+// #{i : mid[i] < x} (torch.bucketize, right=False; a value on a midpoint takes the lower code).
+inline int bnb4_position(float x, const float* mid) {
+  x = x < -1.0f ? -1.0f : x;
+  x = x > 1.0f ? 1.0f : x;
+  int c = 0;
+#pragma GCC unroll 15
+  for (int k = 0; k < 15; ++k) c += mid[k] < x ? 1 : 0;
+  return c;
+}
+// A full block's scale factor: x · (1 / max(absmax, 1e-38)).
+inline float bnb4_inverse(float absmax) { return 1.0f / std::max(absmax, 1e-38f); }
+inline float bnb4_value(const float* table, int code, float absmax, DType T) { return round_to(T, table[code] * absmax); }
 
-// bitsandbytes blockwise 4-bit (bnb4.cpp), shared by the nf4 and fp4 rows. `order` maps the
-// sorted position of a table value to its code (identity for NF4).
 PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols);
-PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p,
-                           const float* table, const uint8_t* order);
+PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, const Bnb4Book& book);
 void bnb4_dequantize(const PackedTensor& t, const float* table, float* out);
+// The GridRule steps of a bitsandbytes row (blocks that divide the row: whole runs of one row).
+GroupParams bnb4_fit_rtn(const float* v, int64_t n);
+int bnb4_grid_code(float x, float absmax, const Bnb4Book& book);
+void bnb4_pack_row(const int16_t* q, int64_t cols, uint8_t* dst);
 
-// compressed-tensors' symmetric groups (int8_ct, int4_ct): per row and group, s = T(absmax / top)
-// (top = (qmax − qmin)/2: 127.5, 7.5), a zero group's s = eps(T), stored to `scales`; then
-// codes(v, n, s, first element's index) writes the group's codes.
+// compressed-tensors' symmetric groups (int8_ct, int4_ct): per row and group, s = ct_scale, stored
+// to `scales`; then codes(v, n, s, first element's index) writes the group's codes.
 template <class Codes>
 void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, float top, OutTensor& scales,
                          Codes codes) {
@@ -94,8 +149,7 @@ void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const Schem
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
-      float s = round_to(p.dtype, span_absmax(v, gl) / top);
-      if (s == 0.0f) s = dtype_eps(p.dtype);
+      const float s = ct_scale(span_absmax(v, gl), top, p.dtype);
       codes(v, gl, s, r * cols + g * gl);
       scales.store_float(size_t(r * ng + g), s);
     }

@@ -1,11 +1,12 @@
 // The per-group grid of a weight scheme, for quantizers that choose the scales themselves
 // (importance-weighted rounding, GPTQ; calib/). Each scheme's quantize (affine.cpp, int8.cpp,
-// int4.cpp, bnb4.cpp) computes RTN parameters and codes in one pass; a SchemeGrid splits that into
-// steps a calibrated quantizer can drive: fit a group's parameters, round one value to a code,
-// the value a code dequantizes to, and pack codes + parameters into the scheme's PackedTensor.
-// fit_rtn + code + pack is byte-identical to quantize_weights (tests/test_calibrated_quant.cpp).
+// int4.cpp, bnb4.cpp) computes RTN parameters and codes in one pass; a SchemeGrid drives the same
+// rounding as separate steps (the row's GridRule, scheme.h): fit a group's parameters, round one
+// value to a code, the value a code dequantizes to, and pack codes + parameters into the scheme's
+// PackedTensor. fit_rtn + code + pack is byte-identical to quantize_weights
+// (tests/test_calibrated_quant.cpp).
 //
-// Codes and parameters per row:
+// Codes and parameters per row (their GridRule):
 //   affine    q in 0..2^bits−1,  value = q·scale + bias (MLX, products rounded to the dtype)
 //   int8      q in −128..127,    value = q·scale
 //   int8_ct   q in −128..127,    value = q·scale (in the dtype)
@@ -22,11 +23,6 @@
 
 namespace qt {
 
-struct GroupParams {
-  float scale = 1.0f;
-  float bias = 0.0f;  // affine only
-};
-
 class SchemeGrid {
  public:
   explicit SchemeGrid(const SchemeParams& p);  // UserError for an unknown scheme
@@ -40,16 +36,20 @@ class SchemeGrid {
 
   // The scheme's own RTN parameters for the n values of one group, unrounded (as its quantize
   // codes with them).
-  GroupParams fit_rtn(const float* v, int64_t n) const;
-  // The parameters as stored (rounded to the scale dtype): what dequantize uses. A calibrated
-  // quantizer codes against stored() parameters so that code and value agree.
+  GroupParams fit_rtn(const float* v, int64_t n) const { return rule_->fit_rtn(v, n, p_); }
+  // The parameters as stored (rounded to the dtypes of the layout's scales and biases): what
+  // dequantize uses. A calibrated quantizer codes against stored() parameters so that code and
+  // value agree.
   GroupParams stored(const GroupParams& g) const;
-  // The scheme's rounding of x under g (the same arithmetic as its quantize).
-  int code(float x, const GroupParams& g) const;
+  // The scheme's rounding of x under g (the same function as its quantize).
+  int code(float x, const GroupParams& g) const { return rule_->code(x, g, p_); }
   // The value code q dequantizes to under stored parameters g (as dequantize_weights).
-  float value(int q, const GroupParams& g) const;
+  float value(int q, const GroupParams& g) const { return rule_->value(q, g, p_); }
+  GridKind kind() const { return rule_->kind; }
   int qmin() const { return qmin_; }
   int qmax() const { return qmax_; }
+  // Symmetric: the RTN scale's divisor of absmax.
+  float top() const { return rule_->top; }
 
   // codes [rows, cols] and params [rows, n_groups] (stored() or not: they are rounded here)
   // into the scheme's packed tensors.
@@ -57,11 +57,10 @@ class SchemeGrid {
 
  private:
   SchemeParams p_;
-  int kind_ = 0;
+  const Scheme* row_ = nullptr;
+  const GridRule* rule_ = nullptr;
   int qmin_ = 0, qmax_ = 0;
-  const float* table_ = nullptr;  // nf4/fp4
-  float mid_[15] = {};            // nf4/fp4: sorted midpoints
-  uint8_t order_[16] = {};        // nf4/fp4: sorted position -> code
+  DType scale_dtype_ = DType::F32, bias_dtype_ = DType::F32;
 };
 
 }  // namespace qt

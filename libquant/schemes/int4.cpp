@@ -24,6 +24,9 @@ PackedLayout int4_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   return l;
 }
 
+// The stored code u = q + 8 of x: clamp(rint(x/s) + 8, 0, 15).
+inline float int4_code(float x, float s) { return cider_code(x, s, -8.0f, 7.0f) + 8.0f; }
+
 PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = int4_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
@@ -34,12 +37,9 @@ PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
-      float amax = 0.0f;
-      for (int64_t i = 0; i < gl; ++i) amax = std::max(amax, std::abs(v[i]));
-      float s = amax / 7.0f;
-      if (s == 0.0f) s = 1.0f;
+      const float s = cider_scale(span_absmax(v, gl), 7.0f);
       for (int64_t i = 0; i < gl; ++i) {
-        float u = std::min(std::max(std::rint(v[i] / s) + 8.0f, 0.0f), 15.0f);
+        const float u = int4_code(v[i], s);
         int64_t k = g * gl + i;  // column; gl is even, so pairs never straddle groups
         uint8_t& b = out[r * (cols / 2) + k / 2];
         b |= (k % 2 == 0) ? uint8_t(uint8_t(u) << 4) : uint8_t(u);
@@ -62,21 +62,33 @@ void int4_dequantize(const PackedTensor& t, float* out) {
     }
 }
 
+GroupParams int4_fit_rtn(const float* v, int64_t n, const SchemeParams&) { return {cider_scale(span_absmax(v, n), 7.0f), 0.0f}; }
+int int4_grid_code(float x, const GroupParams& g, const SchemeParams&) { return int(int4_code(x, g.scale)) - 8; }
+float int4_value(int q, const GroupParams& g, const SchemeParams&) { return float(q) * g.scale; }
+void int4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) {
+  for (int64_t j = 0; j < cols; j += 2) dst[j / 2] = uint8_t((q[j] + 8) << 4 | (q[j + 1] + 8));
+}
+
 }  // namespace
 
 const Scheme kInt4 = {
-    "int4",
-    "W4A8 symmetric int4, zero point 8 (Cider): scale absmax/7 fp32 per channel or group 128; "
-    "int8 activations",
-    {4},
-    {0, 128},
-    4,
-    0,
-    false,
-    true,
-    int4_layout,
-    int4_quantize,
-    int4_dequantize,
+    .name = "int4",
+    .summary = "W4A8 symmetric int4, zero point 8 (Cider): scale absmax/7 fp32 per channel or group 128; "
+               "int8 activations",
+    .bits = {4},
+    .group_sizes = {0, 128},
+    .default_bits = 4,
+    .default_group_size = 0,
+    .flat_blocks = false,
+    .col_align = 2,  // two columns a byte
+    .kernel = KernelFamily::Int8PerToken,
+    .kernel_form = nullptr,
+    .grid = {GridKind::Symmetric, -8, 7, 7.0f, nullptr, int4_fit_rtn, int4_grid_code, int4_value, int4_pack_row},
+    .layouts = {{"native"}},
+    .gguf = {{0, "q4_0"}},
+    .layout = int4_layout,
+    .quantize = int4_quantize,
+    .dequantize = int4_dequantize,
 };
 
 }  // namespace qt::schemes_detail

@@ -66,26 +66,19 @@ PackedLayout int8_ct_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
 // Cider: q = clamp(rint(v / s), -128, 127).
 __attribute__((target_clones("avx2", "default")))
 void int8_codes(const float* v, int64_t n, float s, int8_t* q) {
-  for (int64_t i = 0; i < n; ++i) {
-    float x = std::rint(v[i] / s);
-    x = x < -128.0f ? -128.0f : x;
-    q[i] = int8_t(x > 127.0f ? 127.0f : x);
-  }
+  for (int64_t i = 0; i < n; ++i) q[i] = int8_t(cider_code(v[i], s, -128.0f, 127.0f));
 }
 
 // compressed-tensors: q = rint(clamp(T(v / s), -128, 127)), the quotient rounded to T first.
 __attribute__((target_clones("avx2", "default")))
 void int8_ct_codes_loop(const float* v, int64_t n, float s, DType T, int8_t* q) {
-  auto code = [](float x) {
-    x = x < -128.0f ? -128.0f : x;
-    return int8_t(std::rint(x > 127.0f ? 127.0f : x));
-  };
+  // One loop per dtype, so that the rounding's switch is resolved outside the loop.
   if (T == DType::BF16) {
-    for (int64_t i = 0; i < n; ++i) q[i] = code(bf16_to_f32(f32_to_bf16(v[i] / s)));
+    for (int64_t i = 0; i < n; ++i) q[i] = int8_t(ct_code(v[i], s, DType::BF16, -128.0f, 127.0f));
   } else if (T == DType::F32) {
-    for (int64_t i = 0; i < n; ++i) q[i] = code(v[i] / s);
+    for (int64_t i = 0; i < n; ++i) q[i] = int8_t(ct_code(v[i], s, DType::F32, -128.0f, 127.0f));
   } else {
-    for (int64_t i = 0; i < n; ++i) q[i] = code(round_to(T, v[i] / s));
+    for (int64_t i = 0; i < n; ++i) q[i] = int8_t(ct_code(v[i], s, T, -128.0f, 127.0f));
   }
 }
 
@@ -136,8 +129,7 @@ PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const Sch
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
-      float s = span_absmax(v, gl) / 127.0f;
-      if (s == 0.0f) s = 1.0f;
+      const float s = cider_scale(span_absmax(v, gl), 127.0f);
       int8_codes(v, gl, s, q + r * cols + g * gl);
       sc[r * ng + g] = s;
     }
@@ -177,40 +169,70 @@ void int8_ct_dequantize(const PackedTensor& t, float* out) {
       float s = load_float(t.scales, size_t(r * ng + g));
       for (int64_t i = 0; i < gl; ++i) {
         int64_t k = r * t.cols + g * gl + i;
-        out[k] = round_to(t.params.dtype, float(q[k]) * s);
+        out[k] = ct_value(q[k], s, t.params.dtype);
       }
     }
+}
+
+// The GridRule steps of both rows.
+GroupParams int8_fit_rtn(const float* v, int64_t n, const SchemeParams&) {
+  return {cider_scale(span_absmax(v, n), 127.0f), 0.0f};
+}
+int int8_grid_code(float x, const GroupParams& g, const SchemeParams&) {
+  return int(cider_code(x, g.scale, -128.0f, 127.0f));
+}
+float int8_value(int q, const GroupParams& g, const SchemeParams&) { return float(q) * g.scale; }
+GroupParams int8_ct_fit_rtn(const float* v, int64_t n, const SchemeParams& p) {
+  return {ct_scale(span_absmax(v, n), 127.5f, p.dtype), 0.0f};
+}
+int int8_ct_grid_code(float x, const GroupParams& g, const SchemeParams& p) {
+  return int(ct_code(x, g.scale, p.dtype, -128.0f, 127.0f));
+}
+float int8_ct_value(int q, const GroupParams& g, const SchemeParams& p) { return ct_value(q, g.scale, p.dtype); }
+void int8_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) {
+  for (int64_t j = 0; j < cols; ++j) reinterpret_cast<int8_t*>(dst)[j] = int8_t(q[j]);
 }
 
 }  // namespace
 
 const Scheme kInt8 = {
-    "int8",
-    "W8A8 symmetric int8 (Cider): scale absmax/127 fp32 per channel or group; int8 activations",
-    {8},
-    {0, 64, 128},
-    8,
-    0,
-    false,
-    true,
-    int8_layout,
-    int8_quantize,
-    int8_dequantize,
+    .name = "int8",
+    .summary = "W8A8 symmetric int8 (Cider): scale absmax/127 fp32 per channel or group; int8 activations",
+    .bits = {8},
+    .group_sizes = {0, 64, 128},
+    .default_bits = 8,
+    .default_group_size = 0,
+    .flat_blocks = false,
+    .col_align = 1,
+    .kernel = KernelFamily::Int8PerToken,
+    .kernel_form = nullptr,
+    .grid = {GridKind::Symmetric, -128, 127, 127.0f, nullptr, int8_fit_rtn, int8_grid_code, int8_value, int8_pack_row},
+    // compressed-tensors computes int8 its own way: stored there as the int8_ct row.
+    .layouts = {{"compressed-tensors", "int8_ct"}, {"native"}},
+    .gguf = {{0, "q8_0"}},
+    .layout = int8_layout,
+    .quantize = int8_quantize,
+    .dequantize = int8_dequantize,
 };
 
 const Scheme kInt8Ct = {
-    "int8_ct",
-    "W8A8 symmetric int8 as compressed-tensors computes it: scale absmax/127.5 in the weights' "
-    "dtype",
-    {8},
-    {0, 64, 128},
-    8,
-    0,
-    false,
-    true,
-    int8_ct_layout,
-    int8_ct_quantize,
-    int8_ct_dequantize,
+    .name = "int8_ct",
+    .summary = "W8A8 symmetric int8 as compressed-tensors computes it: scale absmax/127.5 in the weights' dtype",
+    .bits = {8},
+    .group_sizes = {0, 64, 128},
+    .default_bits = 8,
+    .default_group_size = 0,
+    .flat_blocks = false,
+    .col_align = 1,
+    .kernel = KernelFamily::Int8PerToken,
+    .kernel_form = nullptr,
+    .grid = {GridKind::Symmetric, -128, 127, 127.5f, nullptr, int8_ct_fit_rtn, int8_ct_grid_code, int8_ct_value,
+             int8_pack_row},
+    .layouts = {{"compressed-tensors"}, {"native"}},
+    .gguf = {{0, "q8_0"}},
+    .layout = int8_ct_layout,
+    .quantize = int8_ct_quantize,
+    .dequantize = int8_ct_dequantize,
 };
 
 }  // namespace schemes_detail

@@ -15,8 +15,8 @@ namespace qt {
 using namespace schemes_detail;
 
 std::span<const float, 16> bnb_code_table(std::string_view quant_type) {
-  if (quant_type == "nf4") return std::span<const float, 16>(nf4_table(), 16);
-  if (quant_type == "fp4") return std::span<const float, 16>(fp4_table(), 16);
+  for (const Scheme& s : scheme_table())
+    if (quant_type == s.name && s.grid.kind == GridKind::Table) return std::span<const float, 16>(s.grid.table, 16);
   user_error("unknown bitsandbytes 4-bit type '{}' (known: nf4, fp4)", quant_type);
 }
 
@@ -128,7 +128,7 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
   const Scheme& scheme = find_scheme(w.params.scheme);
   const RefRow& rr = ref_row(w.params.scheme);
   if (mode == ActMode::Default)
-    mode = scheme.int8_activations ? ActMode::Int8PerToken : ActMode::None;
+    mode = scheme.int8_activations() ? ActMode::Int8PerToken : ActMode::None;
   const int64_t N = w.rows, K = w.cols;
 
   if (mode == ActMode::None) {

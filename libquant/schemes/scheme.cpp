@@ -41,9 +41,40 @@ const std::vector<Scheme>& scheme_table() {
 const Scheme& find_scheme(std::string_view name) {
   for (const Scheme& s : scheme_table())
     if (name == s.name) return s;
+  user_error("unknown scheme '{}' (known: {})", name, scheme_names());
+}
+
+std::string scheme_names() {
   std::vector<std::string> names;
   for (const Scheme& s : scheme_table()) names.push_back(s.name);
-  user_error("unknown scheme '{}' (known: {})", name, fmt::join(names, ", "));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+const Scheme& stored_row(std::string_view scheme, std::string_view layout) {
+  const Scheme& s = find_scheme(scheme);
+  for (const StoredAs& l : s.layouts)
+    if (layout == l.layout) return l.row ? find_scheme(l.row) : s;
+  // What each layout stores, in the order layouts first appear in the table.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_layout;
+  for (const Scheme& r : scheme_table())
+    for (const StoredAs& l : r.layouts) {
+      auto it = std::find_if(by_layout.begin(), by_layout.end(), [&](auto& e) { return e.first == l.layout; });
+      if (it == by_layout.end()) it = by_layout.insert(by_layout.end(), {l.layout, {}});
+      it->second.push_back(r.name);
+    }
+  std::vector<std::string> parts;
+  for (auto& [l, rows] : by_layout) {
+    const bool any = rows.size() == scheme_table().size();
+    parts.push_back(fmt::format("{}: {}", l, any ? "any" : fmt::format("{}", fmt::join(rows, ", "))));
+  }
+  user_error("--scheme {} cannot be written as --format {} ({})", scheme, layout, fmt::join(parts, "; "));
+}
+
+const char* closest_gguf_type(const Scheme& s, int bits) {
+  if (bits < 0) bits = s.default_bits;
+  for (const GgufNearest& g : s.gguf)
+    if (g.bits == bits || g.bits == 0) return g.type;
+  return "q8_0";
 }
 
 SchemeParams default_params(std::string_view name) {
@@ -73,11 +104,7 @@ bool scheme_fits(const SchemeParams& p, int64_t rows, int64_t cols, std::string*
     return false;
   };
   const Scheme* s = lookup(p.scheme);
-  if (!s) {
-    std::vector<std::string> names;
-    for (const Scheme& r : scheme_table()) names.push_back(r.name);
-    return fail(fmt::format("unknown scheme '{}' (known: {})", p.scheme, fmt::join(names, ", ")));
-  }
+  if (!s) return fail(fmt::format("unknown scheme '{}' (known: {})", p.scheme, scheme_names()));
   if (std::find(s->bits.begin(), s->bits.end(), p.bits) == s->bits.end())
     return fail(fmt::format("{} does not support {} bits (supported: {})", s->name, p.bits,
                             fmt::join(s->bits, ", ")));
@@ -99,8 +126,11 @@ bool scheme_fits(const SchemeParams& p, int64_t rows, int64_t cols, std::string*
     return fail(fmt::format("group size {} does not divide the row length {} ({} groups run along "
                             "each row)",
                             p.group_size, cols, s->name));
-  if (p.scheme == "int4" && cols % 2 != 0)
-    return fail(fmt::format("int4 packs two columns per byte; the row length {} is odd", cols));
+  if (cols % s->col_align != 0)
+    return fail(s->col_align == 2
+                    ? fmt::format("{} packs two columns per byte; the row length {} is odd", s->name, cols)
+                    : fmt::format("{} packs {} columns per byte; the row length {} is not a multiple of it", s->name,
+                                  s->col_align, cols));
   return true;
 }
 

@@ -12,7 +12,11 @@
 //            or group 64/128.
 //   int4     W4A8 weights, Cider convention (int8-w8a8.md): s = absmax/7, u = q + 8 in [1,15],
 //            two per byte (high nibble = even column), per channel or group 128.
+//   int4_ct  int4 as compressed-tensors packs it (W4A16 pack-quantized): s = absmax/7.5 in the
+//            weights' dtype per group 32/64/128, eight codes to an int32; weight-only.
 //   nf4/fp4  bitsandbytes blockwise absmax over the flattened tensor, blocksize 64/128.
+// Each row also says which kernels run it, its grid (the rounding its quantize and the calibrated
+// quantizers share: grid.h), the output layouts that store it and the nearest GGUF type.
 //
 // Weights are an HF Linear's [rows = out_features, cols = in_features], row-major.
 #pragma once
@@ -88,6 +92,59 @@ enum class ActMode {
   Int8PerToken,  // W8A8 / W4A8: activations quantized per token, int32 accumulation
 };
 
+// A group's parameters as the grid sees them (grid.h): value = f(code)·scale (+ bias).
+struct GroupParams {
+  float scale = 1.0f;
+  float bias = 0.0f;  // affine only
+};
+
+// Which fast kernels run a row (libquant/model, libquant/cuda).
+enum class KernelFamily {
+  Int8PerToken,  // W8A8 / W4A8: int8 codes (int4 unpacked to int8) times activations quantized
+                 // per token to int8, int32 accumulation
+  Affine,        // weight-only: value = q·scale + bias from mlx's LSB-first code stream
+  CodeBook4,     // weight-only: value = table[code]·absmax, blocks over the flattened tensor
+};
+
+// How a row's codes relate to values.
+enum class GridKind {
+  Affine,     // q in [0, 2^bits − 1], value = q·scale + bias
+  Symmetric,  // q in [qmin, qmax], value = q·scale; the RTN scale is absmax / top
+  Table,      // q in [0, 15] indexes a 16-value code book, value = table[q]·scale; RTN scale = absmax
+};
+
+// A row's per-group rule as separate steps, for quantizers that choose the parameters themselves
+// (SchemeGrid, grid.h). The steps call the same rounding functions as the row's quantize, so
+// fit_rtn + code + pack is quantize_weights byte for byte (tests/test_calibrated_quant.cpp).
+struct GridRule {
+  GridKind kind;
+  int qmin, qmax;      // the code range (Affine: 0 and 2^bits − 1, set per bit width by SchemeGrid)
+  float top;           // Symmetric: the RTN scale's divisor of absmax (Cider 127 / 7; compressed-
+                       // tensors (qmax − qmin)/2 = 127.5 / 7.5); 0 otherwise
+  const float* table;  // Table: the code book, index = code; nullptr otherwise
+  // The row's RTN parameters for the n values of one group, unrounded (as its quantize codes with).
+  GroupParams (*fit_rtn)(const float* v, int64_t n, const SchemeParams& p);
+  // The row's rounding of x under g, as its quantize rounds.
+  int (*code)(float x, const GroupParams& g, const SchemeParams& p);
+  // The value code q dequantizes to under stored parameters g (as dequantize_weights).
+  float (*value)(int q, const GroupParams& g, const SchemeParams& p);
+  // The codes of one row of a weight into that row's bytes of the packed data.
+  void (*pack_row)(const int16_t* q, int64_t cols, const SchemeParams& p, uint8_t* dst);
+};
+
+// A layout that stores a row (the output layouts of convert: formats/layouts), and the row it is
+// stored as there (nullptr: this row itself).
+struct StoredAs {
+  const char* layout;
+  const char* row = nullptr;
+};
+
+// The GGUF type nearest to what a row stores, for a bit width (0: any other).
+struct GgufNearest {
+  int bits;
+  const char* type;
+};
+
 // One row of the table.
 struct Scheme {
   const char* name;
@@ -96,13 +153,26 @@ struct Scheme {
   std::vector<int> group_sizes;  // supported group sizes (0 = per output channel)
   int default_bits;
   int default_group_size;
-  bool flat_blocks;       // groups run over the flattened tensor (bitsandbytes)
-  bool int8_activations;  // W8A8/W4A8: reference_gemm quantizes activations by default
+  bool flat_blocks;  // groups run over the flattened tensor (bitsandbytes)
+  int col_align;     // the row length must be a multiple of this (codes packed across columns)
+  KernelFamily kernel;
+  // Where the kernels take the weight in another row's form (int4_ct: affine), that form; the
+  // kernel family is then that row's. nullptr: the stored form.
+  PackedTensor (*kernel_form)(PackedTensor w);
+  GridRule grid;
+  // The layouts that store it; the first is convert's default --format for it.
+  std::vector<StoredAs> layouts;
+  // GGUF holds weights only: no per-token activation quantization, a non-uniform 4-bit code table
+  // only as iq4_nl.
+  std::vector<GgufNearest> gguf;
   PackedLayout (*layout)(const SchemeParams& p, int64_t rows, int64_t cols);
   // Called with validated parameters and w already rounded to p.dtype.
   PackedTensor (*quantize)(const float* w, int64_t rows, int64_t cols, const SchemeParams& p);
   // out: rows*cols floats, row-major.
   void (*dequantize)(const PackedTensor& t, float* out);
+
+  // W8A8 / W4A8: reference_gemm quantizes activations by default.
+  bool int8_activations() const { return kernel == KernelFamily::Int8PerToken; }
 };
 
 // The table, in the order above.
@@ -111,6 +181,13 @@ const std::vector<Scheme>& scheme_table();
 const Scheme& find_scheme(std::string_view name);
 // Params for `name` with its default bits and group size; dtype F32.
 SchemeParams default_params(std::string_view name);
+// The row `scheme` is stored as in output layout `layout`; UserError listing what each layout
+// stores when it does not store the row.
+const Scheme& stored_row(std::string_view scheme, std::string_view layout);
+// The GGUF type nearest to a row at `bits` (-1: its default).
+const char* closest_gguf_type(const Scheme& s, int bits);
+// The comma-separated names of the table's rows.
+std::string scheme_names();
 
 // Whether `p` is a supported row/bits/group/dtype and fits a [rows, cols] weight; on false,
 // `why` (if given) gets the reason, one line without a tensor name. Convert uses this to leave a
@@ -155,6 +232,10 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
 // Cider's w8a8_quantize.metal; the rounding is torch.round's and cvtps2dq's).
 void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q,
                                float* scales);
+
+// int4_ct (compressed-tensors W4A16) as the affine 4-bit weight its kernels run (its row's
+// kernel_form): the same codes (shared), fp32 scales s and biases −8·s.
+PackedTensor int4_ct_as_affine(PackedTensor w);
 
 // bitsandbytes' 4-bit code book ("nf4" or "fp4"), index = code; the P.weight.quant_map tensor.
 std::span<const float, 16> bnb_code_table(std::string_view quant_type);

@@ -1,0 +1,110 @@
+#include "calib/pack_checkpoint.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/layouts/compressed_tensors.h"
+#include "formats/layouts/quantized.h"
+
+namespace qt::calib {
+
+namespace {
+
+// One weight's quantization, shared by its stored tensors (codes, scales, biases): whichever the
+// writer makes first runs it; each takes its part, and the packed result is dropped once all
+// have.
+class PackJob {
+ public:
+  PackJob(std::string name, Tensor source, SchemeParams p, const WeightCalibration& calib, int parts)
+      : name_(std::move(name)), source_(std::move(source)), p_(std::move(p)), calib_(calib), left_(parts) {}
+
+  // Part 0: codes, 1: scales, 2: biases.
+  Tensor take(int part) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!packed_ && !calib_.active()) {
+      packed_ = quantize_tensor(source_, p_, name_);  // chunk by chunk, no fp32 copy of the whole
+      release_pages(source_);
+      source_ = Tensor{};
+    }
+    if (!packed_) {
+      const int64_t rows = source_.shape[0], cols = source_.shape[1];
+      // The fp32 copy goes into this thread's buffer, kept between weights (a fresh one per
+      // weight spent a fifth of convert's time in page faults) unless it grew past 256 MB.
+      thread_local std::vector<float> w;
+      w.resize(size_t(rows * cols));
+      to_f32_range(source_, 0, w.size(), w.data());
+      release_pages(source_);
+      std::optional<PackedTensor> c = calib_.quantize(name_, w.data(), rows, cols, p_);
+      packed_ = c ? std::move(*c) : quantize_weights(w.data(), rows, cols, p_, name_);
+      if (w.capacity() > (size_t(256) << 20) / sizeof(float)) std::vector<float>().swap(w);
+      source_ = Tensor{};  // a deferred source (GGUF) is made once
+    }
+    Tensor& slot = part == 0 ? packed_->data : part == 1 ? packed_->scales : packed_->biases;
+    Tensor r = std::move(slot);
+    slot = Tensor{};
+    if (--left_ == 0) packed_.reset();
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string name_;
+  Tensor source_;
+  SchemeParams p_;
+  const WeightCalibration& calib_;
+  int left_;
+  std::optional<PackedTensor> packed_;
+};
+
+}  // namespace
+
+Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLayout& layout, WeightCalibration& calib) {
+  if (calib.active()) calib.run(ck, plan.tensors);
+  nlohmann::json desc = {{"format", layout.name}, {"tensors", nlohmann::json::object()}, {"skipped", plan.skipped}};
+  bool int8_act = false;
+  for (auto& [name, p] : plan.tensors) {
+    const Tensor& t = ck.tensors.at(name);
+    QuantEntry q = layout.tensor_names(name);
+    q.scheme = p.scheme;
+    q.bits = p.bits;
+    q.group_size = p.group_size;
+    q.dtype = p.dtype;
+    q.rows = t.shape[0];
+    q.cols = t.shape[1];
+    const Scheme& row = find_scheme(p.scheme);
+    int8_act |= row.int8_activations();
+    const PackedLayout lay = packed_layout(p, q.rows, q.cols);
+    if (!lay.biases) q.biases.clear();
+    // Deferred: the weight is quantized when the writer reaches the first of its stored tensors.
+    auto job = std::make_shared<PackJob>(name, t, p, calib, lay.biases ? 3 : 2);
+    ck.tensors.erase(name);
+    auto part = [&](const TensorSpec& spec, int k) {
+      return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
+    };
+    if (ct_pack_quantized(q.scheme)) {  // int32 codes beside the weight's shape
+      q.data = module_of(name) + ".weight_packed";
+      std::vector<uint8_t> shape(16);
+      const int64_t dims[2] = {q.rows, q.cols};
+      std::memcpy(shape.data(), dims, 16);
+      ck.tensors[module_of(name) + ".weight_shape"] = Tensor::owned_bytes(DType::I64, {2}, std::move(shape));
+    }
+    ck.tensors[q.data] = part(lay.data, 0);
+    ck.tensors[q.scales] = part(lay.scales, 1);
+    if (lay.biases) ck.tensors[q.biases] = part(*lay.biases, 2);
+    if (layout.code_table_suffix) {
+      const auto table = bnb_code_table(q.scheme);
+      ck.tensors[q.data + layout.code_table_suffix] = Tensor::from_f32({table.begin(), table.end()}, {16});
+    }
+    desc["tensors"][name] = quant_entry_json(q);
+  }
+  // Whether any weight's kernels quantize activations (the native layout records it).
+  desc["activations"] = int8_act ? "int8-per-token-dynamic" : "none";
+  ck.quantization = desc;
+  return ck;
+}
+
+}  // namespace qt::calib
