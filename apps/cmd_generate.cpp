@@ -140,7 +140,8 @@ int run(const Options& o) {
   const char* why = r.stopped_by_token ? "end of turn" : r.stopped_by_caller ? "stop string" : "token limit";
   std::fprintf(stderr, "\nmodel          %s (%s, %s)\n", o.model.c_str(), cfg.arch.c_str(), kind.c_str());
   std::fprintf(stderr, "prompt         %d tokens in %.3f s: %.1f tok/s\n", r.prompt_tokens, r.prefill_s, r.prompt_tps());
-  std::fprintf(stderr, "first token    %.3f s after the prompt was ready\n", r.first_token_s);
+  std::fprintf(stderr, "first token    %.3f s (the prompt's forward and the first choice; loading excluded)\n",
+               r.first_token_s);
   std::fprintf(stderr, "generated      %zu tokens (%s); %.2f tok/s over the %zu after the first (%.3f s)\n",
                r.ids.size(), why, r.decode_tps(), r.ids.empty() ? size_t(0) : r.ids.size() - 1, r.decode_s);
   std::fprintf(stderr, "threads        %d, kernel %s; load %.2f s\n", num_threads(), kernel_level_name(kernel_level()),

@@ -29,7 +29,10 @@ struct Piece {
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-std::vector<Piece> split_pieces(const std::string& src) {
+std::vector<Piece> split_pieces(std::string src) {
+  // Jinja drops one newline at the very end of a template (keep_trailing_newline=False).
+  if (src.size() >= 2 && src.compare(src.size() - 2, 2, "\r\n") == 0) src.resize(src.size() - 2);
+  else if (!src.empty() && src.back() == '\n') src.pop_back();
   std::vector<Piece> out;
   size_t i = 0;
   while (i < src.size()) {

@@ -7,6 +7,8 @@
 // not / in, `x if c else y`, filters (trim, length, tojson, upper, lower, string, items, first,
 // last, join, default), tests (defined, none, string, ...), a few str/dict methods (strip,
 // startswith, split, get, ...) and raise_exception(). Anything else is a UserError naming it.
+// Dicts are nlohmann::json objects, so tojson and dict iteration list keys sorted, where Python
+// keeps insertion order (only tool-calling templates print dicts).
 #pragma once
 #include <memory>
 #include <string>

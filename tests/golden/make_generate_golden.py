@@ -16,9 +16,10 @@ Writes tests/golden/generate/smollm2_greedy.json with, per case ("raw": a plain 
   prompt_ids    its ids (add_special_tokens=False: the rendering already has its special tokens)
   generated     generate(do_sample=False, max_new_tokens=64) ids after the prompt (stops at EOS)
   margins       per generated token, the top-1 minus top-2 logit (how far from a tie each was)
-and tests/golden/generate/smollm2_chat_template.json: apply_chat_template(tokenize=False) of two
-2-message conversations (user+assistant without a system message: the template adds its default
-one; system+user with add_generation_prompt=True).
+and tests/golden/generate/chat_templates.json: two 2-message conversations (user+assistant without a
+system message, where SmolLM2's template adds its default one; system+user with
+add_generation_prompt=True) rendered by SmolLM2's template (apply_chat_template(tokenize=False)) and
+by each template in tests/golden/generate/templates/.
 """
 import json
 import os
@@ -73,14 +74,31 @@ convs = [
                   {"role": "assistant", "content": "Hello! How can I help you today?"}],
      "add_generation_prompt": False},
     {"messages": [{"role": "system", "content": "You are terse."},
-                  {"role": "user", "content": "Name a prime number."}],
+                  {"role": "user", "content": "Name a prime number.  "}],
      "add_generation_prompt": True},
 ]
+# SmolLM2's own template through its tokenizer; the others (templates/*.jinja: ChatML, Llama-3's and
+# Qwen2.5-Instruct's as their model repos publish them, and one exercising the Jinja features the
+# renderer supports) through transformers' renderer (trim_blocks, lstrip_blocks) with the same
+# variables apply_chat_template passes.
+from transformers.utils.chat_template_utils import _compile_jinja_template
+
+templates = {"smollm2": {"template": tok.chat_template, "conversations": []}}
 for c in convs:
-    c["rendered"] = tok.apply_chat_template(c["messages"], tokenize=False,
-                                            add_generation_prompt=c["add_generation_prompt"])
-with open(os.path.join(OUT, "smollm2_chat_template.json"), "w") as fh:
-    json.dump({"meta": meta, "template": tok.chat_template, "conversations": convs}, fh, indent=1)
+    templates["smollm2"]["conversations"].append(dict(c, rendered=tok.apply_chat_template(
+        c["messages"], tokenize=False, add_generation_prompt=c["add_generation_prompt"])))
+tdir = os.path.join(OUT, "templates")
+for name in sorted(os.listdir(tdir)):
+    src = open(os.path.join(tdir, name), encoding="utf-8").read()
+    t = _compile_jinja_template(src)
+    templates[name] = {"conversations": []}
+    for c in convs:
+        out = t.render(messages=c["messages"], add_generation_prompt=c["add_generation_prompt"],
+                       bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+        templates[name]["conversations"].append(dict(c, rendered=out))
+with open(os.path.join(OUT, "chat_templates.json"), "w") as fh:
+    json.dump({"meta": meta, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "templates": templates},
+              fh, indent=1)
 for k, c in cases.items():
     print(k, len(c["prompt_ids"]), "prompt ids,", len(c["generated"]), "generated; min margin",
           min(c["margins"]), repr(tok.decode(c["generated"])))
