@@ -63,9 +63,9 @@ int run(const Options& o) {
     if (o.compute != "bf16") user_error("--device cuda computes in bf16: give --compute bf16");
     if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
     const KvFlags none;
-    if (o.kvf.kv != "f16" || !o.kvf.kv_k.empty() || !o.kvf.kv_v.empty() || !o.kvf.recipe.empty() ||
+    if ((!o.kvf.kv.empty() && o.kvf.kv != "f16") || !o.kvf.kv_k.empty() || !o.kvf.kv_v.empty() || !o.kvf.recipe.empty() ||
         !o.kvf.key_center.empty() || o.kvf.residual != none.residual)
-      user_error("--device cuda: generate runs the GPU's f16 cache only; give --kv f16");
+      user_error("--device cuda: generate runs the GPU's f16 cache only (--kv f16, the default there)");
     cuda::device_info();
   }
   apply_cpu_flags(o.threads, o.kernel);
@@ -164,7 +164,7 @@ const Registrar reg{{"generate", "generate text from a prompt (streamed), greedy
                        sub.add_option("--top-k", o->sampling.top_k, "sample from the K most likely tokens (0: all)");
                        sub.add_option("--top-p", o->sampling.top_p, "sample from the smallest set reaching probability P (default 1)");
                        sub.add_option("--seed", o->sampling.seed, "seed of the sampler (default 0)");
-                       sub.add_option("--stop", o->stops, "stop when the text contains STRING (repeatable)")->take_all();
+                       sub.add_option("--stop", o->stops, "stop when the text contains STRING (repeatable)")->expected(1)->take_all();
                        sub.add_option("--threads", o->threads, "threads (default: all cores)");
                        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
                        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
