@@ -81,7 +81,7 @@ int run(const Options& o) {
   go.sampling = o.sampling;
   std::vector<int32_t> ids;
   if (o.chat) {
-    nlohmann::json messages = nlohmann::json::array();
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
     messages.push_back({{"role", "user"}, {"content", text}});
     const std::string rendered = render_chat(*tok, messages, true);

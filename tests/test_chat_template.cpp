@@ -18,7 +18,7 @@
 namespace qt {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string read(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -29,16 +29,17 @@ std::string render(const std::string& src, const json& ctx = json::object()) { r
 
 TEST(ChatTemplate, MatchesTransformers) {
   const std::string dir = test::source_dir() + "/tests/golden/generate/";
-  const json g = json::parse(read(dir + "chat_templates.json"));
+  const json g = json::parse(read(dir + "chat_templates.json"));  // ordered: dicts keep their key order
   for (auto& [name, t] : g["templates"].items()) {
     const std::string src = t.contains("template") ? t["template"].get<std::string>() : read(dir + "templates/" + name);
     const ChatTemplate tpl(src);
     for (const json& c : t["conversations"]) {
       SCOPED_TRACE(name + ": " + c["messages"].dump());
-      const json ctx = {{"messages", c["messages"]},
+      json ctx = {{"messages", c["messages"]},
                         {"add_generation_prompt", c["add_generation_prompt"]},
                         {"bos_token", g["bos_token"]},
                         {"eos_token", g["eos_token"]}};
+      if (c.contains("tools")) ctx["tools"] = c["tools"];
       EXPECT_EQ(tpl.render(ctx), c["rendered"].get<std::string>());
     }
   }

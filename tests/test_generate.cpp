@@ -43,7 +43,7 @@ TEST(Generate, GreedyEqualsTransformers) {
     GenerateOptions o;
     o.max_tokens = g["meta"]["max_new_tokens"].get<int>();
     if (std::string(name) == "chat") {
-      const std::string rendered = render_chat(*tok, c["messages"], true);
+      const std::string rendered = render_chat(*tok, nlohmann::ordered_json(c["messages"]), true);
       EXPECT_EQ(rendered, c["prompt"].get<std::string>());
       prompt = encode_chat(*tok, rendered);
       o.stop_ids = chat_stop_ids(*tok);

@@ -14,7 +14,7 @@ std::string token_text(const Tokenizer& tok, int id) {
 
 }  // namespace
 
-std::string render_chat(const Tokenizer& tok, const nlohmann::json& messages, bool add_generation_prompt) {
+std::string render_chat(const Tokenizer& tok, const nlohmann::ordered_json& messages, bool add_generation_prompt) {
   const std::string src = tok.chat_template();
   if (src.empty()) user_error("--chat: the model has no chat template (tokenizer.chat_template / chat_template)");
   const ChatTemplate t(src);

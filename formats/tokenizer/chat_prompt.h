@@ -14,7 +14,7 @@ namespace qt {
 
 // messages: [{"role": ..., "content": ...}, ...]. The template sees messages,
 // add_generation_prompt, bos_token and eos_token. UserError when the tokenizer has no template.
-std::string render_chat(const Tokenizer& tok, const nlohmann::json& messages, bool add_generation_prompt);
+std::string render_chat(const Tokenizer& tok, const nlohmann::ordered_json& messages, bool add_generation_prompt);
 
 // The rendered text's ids: special tokens written in it are matched, nothing is added (the
 // template writes BOS itself where the model wants it), as apply_chat_template(tokenize=True).

@@ -13,7 +13,7 @@ namespace qt {
 namespace chat_detail {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 [[noreturn]] void unsupported(const std::string& what) {
   user_error("chat template: {} is not supported (quanttool renders a Jinja subset)", what);

@@ -7,8 +7,8 @@
 // not / in, `x if c else y`, filters (trim, length, tojson, upper, lower, string, items, first,
 // last, join, default), tests (defined, none, string, ...), a few str/dict methods (strip,
 // startswith, split, get, ...) and raise_exception(). Anything else is a UserError naming it.
-// Dicts are nlohmann::json objects, so tojson and dict iteration list keys sorted, where Python
-// keeps insertion order (only tool-calling templates print dicts).
+// Values are nlohmann::ordered_json, so dicts keep their keys in insertion order as Python's do
+// (tojson of a tool's schema prints them as given).
 #pragma once
 #include <memory>
 #include <string>
@@ -30,7 +30,7 @@ class ChatTemplate {
   // `context`: the template's variables, e.g. {"messages": [{"role": "user", "content": "Hi"}],
   // "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"}. UserError from
   // raise_exception() or a type error (adding a string to a number, indexing an undefined value).
-  std::string render(const nlohmann::json& context) const;
+  std::string render(const nlohmann::ordered_json& context) const;
 
  private:
   std::unique_ptr<chat_detail::Program> prog_;

@@ -28,7 +28,7 @@ struct Expr {
     Cond,     // args[0] if args[1] else args[2] (args[2] null: undefined)
   } kind;
   std::string name;  // Name, Attr, Call, Filter, Test; the operator of Unary / Binary
-  nlohmann::json value;
+  nlohmann::ordered_json value;
   bool negated = false;  // Test: `is not`
   bool method = false;   // Call on args[0]
   std::vector<ExprP> args;

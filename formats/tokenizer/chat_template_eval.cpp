@@ -13,7 +13,7 @@ namespace qt {
 namespace chat_detail {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 struct Value {
   bool undefined = false;
@@ -47,7 +47,7 @@ std::string py_repr(const json& j) {
   if (j.is_boolean()) return j.get<bool>() ? "True" : "False";
   if (j.is_number_integer()) return std::to_string(j.get<int64_t>());
   if (j.is_number()) return fmt::format("{}", j.get<double>());
-  if (j.is_string()) return "'" + j.get<std::string>() + "'";
+  if (j.is_string()) return fmt::format("'{}'", j.get_ref<const std::string&>());
   std::string s = j.is_array() ? "[" : "{";
   bool first = true;
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -63,16 +63,17 @@ std::string py_repr(const json& j) {
 std::string py_json(const json& j, int indent, int depth) {
   if (!j.is_array() && !j.is_object()) return j.dump(-1, ' ', false);
   if (j.empty()) return j.is_array() ? "[]" : "{}";
-  const std::string nl = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
+  auto newline = [&](int d) { return indent >= 0 ? fmt::format("\n{:{}}", "", indent * d) : std::string(); };
+  const std::string nl = newline(depth + 1);
   std::string s = j.is_array() ? "[" : "{";
   bool first = true;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    s += first ? nl : (indent >= 0 ? "," + nl : ", ");
+    s += first ? nl : indent >= 0 ? fmt::format(",{}", nl) : std::string(", ");
     first = false;
     if (j.is_object()) s += json(it.key()).dump(-1, ' ', false) + ": ";
     s += py_json(*it, indent, depth + 1);
   }
-  s += indent >= 0 ? "\n" + std::string(size_t(indent * depth), ' ') : "";
+  s += newline(depth);
   return s + (j.is_array() ? "]" : "}");
 }
 
@@ -464,7 +465,7 @@ class Evaluator {
 }  // namespace
 }  // namespace chat_detail
 
-std::string ChatTemplate::render(const nlohmann::json& context) const {
+std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
   std::string out;
   chat_detail::Evaluator(context).run(prog_->body, out);
   return out;

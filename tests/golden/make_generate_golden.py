@@ -18,8 +18,9 @@ Writes tests/golden/generate/smollm2_greedy.json with, per case ("raw": a plain 
   margins       per generated token, the top-1 minus top-2 logit (how far from a tie each was)
 and tests/golden/generate/chat_templates.json: two 2-message conversations (user+assistant without a
 system message, where SmolLM2's template adds its default one; system+user with
-add_generation_prompt=True) rendered by SmolLM2's template (apply_chat_template(tokenize=False)) and
-by each template in tests/golden/generate/templates/.
+add_generation_prompt=True) and a tool-calling one (tools, an assistant tool call, a tool reply),
+rendered by SmolLM2's template (apply_chat_template(tokenize=False)) and by each template in
+tests/golden/generate/templates/.
 """
 import json
 import os
@@ -76,6 +77,16 @@ convs = [
     {"messages": [{"role": "system", "content": "You are terse."},
                   {"role": "user", "content": "Name a prime number.  "}],
      "add_generation_prompt": True},
+    # Tool calling (Qwen2.5's tools branch): tojson of dicts whose keys are not in sorted order.
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function",
+                                   "function": {"name": "get_weather", "arguments": {"unit": "C", "city": "Paris"}}}]},
+                  {"role": "tool", "content": "{\"temp\": 21}"}],
+     "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+                                                  "parameters": {"type": "object",
+                                                                 "properties": {"city": {"type": "string"}}}}}],
+     "add_generation_prompt": True},
 ]
 # SmolLM2's own template through its tokenizer; the others (templates/*.jinja: ChatML, Llama-3's and
 # Qwen2.5-Instruct's as their model repos publish them, and one exercising the Jinja features the
@@ -86,15 +97,16 @@ from transformers.utils.chat_template_utils import _compile_jinja_template
 templates = {"smollm2": {"template": tok.chat_template, "conversations": []}}
 for c in convs:
     templates["smollm2"]["conversations"].append(dict(c, rendered=tok.apply_chat_template(
-        c["messages"], tokenize=False, add_generation_prompt=c["add_generation_prompt"])))
+        c["messages"], tools=c.get("tools"), tokenize=False, add_generation_prompt=c["add_generation_prompt"])))
 tdir = os.path.join(OUT, "templates")
 for name in sorted(os.listdir(tdir)):
     src = open(os.path.join(tdir, name), encoding="utf-8").read()
     t = _compile_jinja_template(src)
     templates[name] = {"conversations": []}
     for c in convs:
+        extra = {"tools": c["tools"]} if "tools" in c else {}
         out = t.render(messages=c["messages"], add_generation_prompt=c["add_generation_prompt"],
-                       bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+                       bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", **extra)
         templates[name]["conversations"].append(dict(c, rendered=out))
 with open(os.path.join(OUT, "chat_templates.json"), "w") as fh:
     json.dump({"meta": meta, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "templates": templates},
