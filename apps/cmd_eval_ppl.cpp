@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "apps/command.h"
+#include "apps/kv_flags.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/mapped_file.h"
@@ -32,10 +33,10 @@ namespace {
 using nlohmann::json;
 
 struct Options {
-  std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kv, kv_k, kv_v,
-      kv_recipe, kv_mode = "cache", artifacts, kl_base_kv = "f32", kv_key_center, kl_base_cache;
-  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, kv_residual = -1, ubatch = 0, batch = 0;
-  uint64_t kv_seed = 42;
+  std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kl_base_kv = "f32",
+      kl_base_cache;
+  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0;
+  KvFlags kvf;
   bool running = false, token_stats = false, kv_stats = false;
   std::vector<std::string> merge;
 };
@@ -198,16 +199,7 @@ int run(const Options& o) {
   if (o.batch != 0) user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
-  if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
-  if (o.threads > 0) set_threads(o.threads);
-  if (!o.kernel.empty()) {
-    KernelLevel lvl;
-    if (!parse_kernel_level(o.kernel, &lvl))
-      user_error("--kernel: '{}' is not one of scalar, avx2, avx512", o.kernel);
-    if (lvl > max_kernel_level())
-      user_error("--kernel {}: this CPU supports at most {}", o.kernel, kernel_level_name(max_kernel_level()));
-    set_kernel_level(lvl);
-  }
+  apply_cpu_flags(o.threads, o.kernel);
   PplOptions po;
   po.method = o.method == "chunks" ? PplMethod::Chunks : PplMethod::Llama;
   po.ctx = o.ctx > 0 ? o.ctx : (po.method == PplMethod::Chunks ? 2048 : 512);
@@ -218,11 +210,6 @@ int run(const Options& o) {
   if (o.token_stats && o.json_path.empty()) user_error("--token-stats writes into the JSON; give --json FILE");
   if (o.ubatch < 0) user_error("--ubatch: must be positive, got {}", o.ubatch);
   po.ubatch = o.ubatch > 0 ? o.ubatch : 512;
-  if (!o.kv.empty() && (!o.kv_k.empty() || !o.kv_v.empty()))
-    user_error("--kv sets keys and values together; give it or --kv-k/--kv-v, not both");
-  if (!o.kv_recipe.empty() && (!o.kv.empty() || !o.kv_k.empty() || !o.kv_v.empty()))
-    user_error("--kv-recipe gives every layer's methods; drop --kv/--kv-k/--kv-v");
-  if (o.kv_residual < -1) user_error("--kv-residual: must be at least 0, got {}", o.kv_residual);
   po.base_kv = o.kl_base_kv;
   const Compute compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
 
@@ -248,29 +235,14 @@ int run(const Options& o) {
     base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
   }
   {  // the KV configuration, checked (methods, bits, artifacts) before any long work
-    const std::string both = o.kv.empty() ? "f32" : o.kv;
-    po.kv = o.kv_recipe.empty()
-                ? kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kv_k.empty() ? both : o.kv_k, "--kv-k"),
-                                        kv::parse_kv_spec(o.kv_v.empty() ? both : o.kv_v, "--kv-v"))
-                : kv::read_kv_recipe(o.kv_recipe, cfg.n_layers);
-    po.kv.residual = o.kv_residual;
-    po.kv.mode = o.kv_mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
-    po.kv.artifacts = o.artifacts;
-    po.kv.seed = o.kv_seed;
-    KVShape s;
-    s.n_layers = cfg.n_layers, s.n_heads = cfg.n_heads, s.n_kv_heads = cfg.n_kv_heads, s.head_dim = cfg.head_dim;
-    s.max_ctx = 1, s.scale = 1;
-    s.rope_inv_freq = ops::RopeTable(cfg).inv_freq();  // codecs of pre-RoPE keys (commvq) need it
-    if (!o.kv_key_center.empty()) po.kv.key_center = kv::load_key_center(o.kv_key_center, s);
+    po.kv = kv_config_from_flags(o.kvf, cfg);
     if (o.kv_stats) {
       if (!po.kv.uniform_full_precision().empty())
         user_error("--kv-stats compares a quantized cache with the exact K/V; the cache here is {}",
                    po.kv.uniform_full_precision());
       po.kv.stats = std::make_shared<kv::KVStats>(cfg.n_layers);
     }
-    make_kv_cache(po.kv, s);
-    make_kv_cache(po.base_kv, s);
-    if (po.kv.stats) po.kv.stats = std::make_shared<kv::KVStats>(cfg.n_layers);  // nothing from the check
+    make_kv_cache(po.base_kv, probe_kv_shape(cfg));
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   PackedLinearOptions lo;
@@ -357,17 +329,16 @@ int run_cuda(const Options& o) {
   if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
   if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
   if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16") not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
-  if (!o.kv_recipe.empty()) not_yet("--kv-recipe");
-  if (!o.kv_key_center.empty()) not_yet("--kv-key-center");
+  if (!o.kvf.recipe.empty()) not_yet("--kv-recipe");
+  if (!o.kvf.key_center.empty()) not_yet("--kv-key-center");
   if (o.kv_stats) not_yet("--kv-stats");
   if (!o.kl_base_cache.empty()) not_yet("--kl-base-cache");
-  if (o.kv_mode != "cache" && o.kv_mode != "decode") user_error("--kv-mode {}: cache or decode", o.kv_mode);
-  for (const std::string* kv : {&o.kv, &o.kv_k, &o.kv_v}) {  // the rest is checked with the model's head_dim
+  if (o.kvf.mode != "cache" && o.kvf.mode != "decode") user_error("--kv-mode {}: cache or decode", o.kvf.mode);
+  for (const std::string* kv : {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v}) {  // the rest is checked with the model's head_dim
     const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
     if (!kv::kv_method_on_cuda(m)) not_yet("--kv " + *kv + " (cuda runs " + kv::cuda_kv_method_names() + ")");
   }
-  if (o.threads < 0) user_error("--threads: must be positive, got {}", o.threads);
-  if (o.threads > 0) set_threads(o.threads);
+  apply_cpu_flags(o.threads, "");
   if (o.batch < 0) user_error("--batch: must be positive, got {}", o.batch);
   if (o.ctx < 0) user_error("--ctx: must be positive, got {}", o.ctx);
   if (o.token_stats && o.json_path.empty()) user_error("--token-stats writes into the JSON; give --json FILE");
@@ -386,13 +357,13 @@ int run_cuda(const Options& o) {
   cuda::check_supported(ck);
   const ModelConfig cfg = ck.config;
   {  // the KV cache on the GPU: f16 (the default), or a method cuda runs (libquant/cuda/kv.h)
-    const std::string both = o.kv.empty() ? "f16" : o.kv;
-    po.kv = kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kv_k.empty() ? both : o.kv_k, "--kv-k"),
-                                  kv::parse_kv_spec(o.kv_v.empty() ? both : o.kv_v, "--kv-v"));
-    po.kv.residual = o.kv_residual;
-    po.kv.mode = o.kv_mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
-    po.kv.artifacts = o.artifacts;
-    po.kv.seed = o.kv_seed;
+    const std::string both = o.kvf.kv.empty() ? "f16" : o.kvf.kv;
+    po.kv = kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kvf.kv_k.empty() ? both : o.kvf.kv_k, "--kv-k"),
+                                  kv::parse_kv_spec(o.kvf.kv_v.empty() ? both : o.kvf.kv_v, "--kv-v"));
+    po.kv.residual = o.kvf.residual;
+    po.kv.mode = o.kvf.mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
+    po.kv.artifacts = o.kvf.artifacts;
+    po.kv.seed = o.kvf.seed;
     cuda::check_kv(po.kv, cfg.head_dim);
   }
   if (cfg.max_position > 0 && po.ctx > cfg.max_position)
@@ -483,22 +454,11 @@ const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a t
                        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
                            ->check(CLI::IsMember({"f32", "bf16"}));
                        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
-                       sub.add_option("--kv", o->kv, "KV cache method for keys and values (f32, f16, METHOD[:k=v,...])");
-                       sub.add_option("--kv-k", o->kv_k, "KV method of the keys, METHOD[:bits=B,...] (" + kv::kv_method_names() + ")");
-                       sub.add_option("--kv-v", o->kv_v, "KV method of the values");
-                       sub.add_option("--kv-recipe", o->kv_recipe, "per-layer KV methods (JSON, from calibrate --method kv-sensitivity)");
-                       sub.add_option("--kv-key-center", o->kv_key_center,
-                                      "store keys minus these per-head means (calibrate --method key-mean); attention is unchanged, "
-                                      "the quantized keys are smaller");
-                       sub.add_option("--kv-residual", o->kv_residual, "full-precision window of the newest tokens (default: per method)");
-                       sub.add_option("--kv-mode", o->kv_mode, "cache (ubatch written, then read) or decode (token-by-token view)")
-                           ->check(CLI::IsMember({"cache", "decode"}));
+                       add_kv_flags(sub, o->kvf);
                        sub.add_flag("--kv-stats", o->kv_stats,
                                     "per layer: keys' and values' cosine and relative MSE against full precision, and the "
                                     "attention-score error (keeps an exact copy of the keys; slower)");
                        sub.add_option("--ubatch", o->ubatch, "tokens per forward call (default 512)");
-                       sub.add_option("--artifacts", o->artifacts, "precompute folder: rotations, JL matrices, codebooks");
-                       sub.add_option("--kv-seed", o->kv_seed, "seed of the rotations and JL matrices (default 42)");
                        sub.add_option("--kl-base-kv", o->kl_base_kv, "KV cache of the KL baseline (default f32)");
                        sub.add_option("--kl-base-model", o->kl_base,
                                       "baseline model run alongside (fp32) for the KL divergence");

@@ -33,6 +33,8 @@ class Tokenizer {
   virtual int eos_id() const = 0;
   virtual bool add_bos() const = 0;
   virtual bool add_eos() const = 0;
+  // The model's chat template (Jinja source; formats/tokenizer/chat_template.h), "" when it has none.
+  virtual std::string chat_template() const = 0;
   // A HF tokenizer.json and tokenizer_config.json describing this tokenizer (for convert).
   virtual nlohmann::json to_hf_tokenizer_json() const = 0;
   virtual nlohmann::json to_hf_tokenizer_config() const = 0;

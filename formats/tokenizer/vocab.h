@@ -87,6 +87,7 @@ class TokenizerBase : public Tokenizer {
   int eos_id() const override { return meta.eos; }
   bool add_bos() const override { return meta.add_bos; }
   bool add_eos() const override { return meta.add_eos; }
+  std::string chat_template() const override { return meta.chat_template; }
 
   Vocab vocab;
   TokenizerMeta meta;
