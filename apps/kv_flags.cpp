@@ -4,7 +4,7 @@
 #include "libquant/cpu_features.h"
 #include "libquant/kv/codec.h"
 #include "libquant/kv/key_center.h"
-#include "libquant/model/ops.h"
+#include "libquant/math/ops.h"
 #include "libquant/parallel.h"
 
 namespace qt {
