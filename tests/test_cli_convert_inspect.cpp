@@ -195,8 +195,8 @@ TEST(CliConvert, BadInput) {
   const std::string in = tmp + "/in/", out = " --out " + tmp + "/out/x";
   const Case cases[] = {
       {"convert --in " + in + "noconfig" + out, in + "noconfig: no config.json"},
-      {"convert --in " + in + "arch" + out, in + "arch/config.json: unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, "
-                                              "gemma2, gemma3_text, phi3)"},
+      {"convert --in " + in + "arch" + out,
+       in + "arch/config.json: unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, "},
       {"convert --in " + in + "badjson" + out, in + "badjson/config.json: invalid JSON"},
       {"convert --in " + in + "trunc.gguf" + out, in + "trunc.gguf: "},
       {"convert --in " + in + "header.gguf" + out, in + "header.gguf: "},
