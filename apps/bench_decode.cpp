@@ -23,7 +23,8 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
   if (o.prompt <= 0) user_error("--prompt: must be positive, got {}", o.prompt);
   if (o.gen < 0) user_error("--gen: must be at least 0, got {}", o.gen);
   if (o.ubatch <= 0) user_error("--ubatch: must be positive, got {}", o.ubatch);
-  if (o.compute != "f32" && o.compute != "bf16") user_error("--compute: f32 or bf16 with --decode, got '{}'", o.compute);
+  if (o.compute != "f32" && o.compute != "bf16")
+    user_error("--compute: f32 or bf16 with --decode, got '{}'", o.compute);
   if (!std::filesystem::is_regular_file(o.text)) user_error("{}: no such file (--text)", o.text);
   const auto t_start = std::chrono::steady_clock::now();
 
@@ -44,8 +45,8 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
   if (int(ids.size()) < o.prompt) user_error("{}: {} tokens, fewer than --prompt {}", o.text, ids.size(), o.prompt);
   ids.resize(size_t(o.prompt));
 
-  kv::KVConfig kc = kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kv_k, "--kv-k"),
-                                          kv::parse_kv_spec(o.kv_v, "--kv-v"));
+  kv::KVConfig kc =
+      kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kv_k, "--kv-k"), kv::parse_kv_spec(o.kv_v, "--kv-v"));
   kc.artifacts = o.artifacts;
   PackedLinearOptions lo;
   lo.compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
@@ -67,13 +68,22 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
              r.decode_tps(), r.prompt, ctx - 1);
   fmt::print("threads        {}, kernel {}; load {:.2f} s; peak RSS {:.1f} MiB\n", num_threads(),
              kernel_level_name(kernel_level()), load_s, rss_mib);
-  return {{"model", o.model}, {"arch", cfg.arch}, {"linear_kind", model.linear_kind()},
-          {"kv_cache", kc.describe()}, {"kv_bytes_per_token", cache->bytes_per_token()},
-          {"prompt", r.prompt}, {"gen", r.gen}, {"ubatch", o.ubatch},
-          {"prefill_seconds", r.prefill_s}, {"prefill_tokens_per_second", r.prefill_tps()},
-          {"decode_seconds", r.decode_s}, {"decode_tokens_per_second", r.decode_tps()},
-          {"generated", r.generated}, {"threads", num_threads()},
-          {"kernel_level", kernel_level_name(kernel_level())}, {"load_seconds", load_s},
+  return {{"model", o.model},
+          {"arch", cfg.arch},
+          {"linear_kind", model.linear_kind()},
+          {"kv_cache", kc.describe()},
+          {"kv_bytes_per_token", cache->bytes_per_token()},
+          {"prompt", r.prompt},
+          {"gen", r.gen},
+          {"ubatch", o.ubatch},
+          {"prefill_seconds", r.prefill_s},
+          {"prefill_tokens_per_second", r.prefill_tps()},
+          {"decode_seconds", r.decode_s},
+          {"decode_tokens_per_second", r.decode_tps()},
+          {"generated", r.generated},
+          {"threads", num_threads()},
+          {"kernel_level", kernel_level_name(kernel_level())},
+          {"load_seconds", load_s},
           {"peak_rss_mib", rss_mib}};
 }
 

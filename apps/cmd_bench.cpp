@@ -86,7 +86,8 @@ nlohmann::json kernel_table(const BenchOpts& o, const std::vector<bench::KernelC
   const auto w8 = std::find_if(cols.begin(), cols.end(), [](auto& c) { return c.label == "w8a8"; });
   const size_t w8col = size_t(w8 - cols.begin());
   const auto rows = bench::run_kernel_bench(shapes, o.kernel_ms, cols, 0.2);
-  fmt::print("\nkernel latency, y[M,N] = x[M,K]·Wᵀ, ms (best of runs) and ×f32 time; w8a8 GOP/s and % of the INT8 peak\n");
+  fmt::print(
+      "\nkernel latency, y[M,N] = x[M,K]·Wᵀ, ms (best of runs) and ×f32 time; w8a8 GOP/s and % of the INT8 peak\n");
   std::string head = fmt::format("{:<15}{:>6}{:>6}{:>5}", "shape", "N", "K", "M");
   for (auto& c : cols) head += fmt::format("{:>19}", c.label);
   fmt::print("{}{:>17}\n", head, "w8a8 GOP/s");
@@ -102,12 +103,13 @@ nlohmann::json kernel_table(const BenchOpts& o, const std::vector<bench::KernelC
         continue;
       }
       line += fmt::format("{:>11.3f} ×{:<6.2f}", cell.best_s * 1e3, f32 > 0 ? cell.best_s / f32 : 0.0);
-      jr["cells"][cols[c].label] = {{"ms", cell.best_s * 1e3}, {"ratio_f32", f32 > 0 ? cell.best_s / f32 : 0.0},
-                                    {"kind", cell.kind}};
+      jr["cells"][cols[c].label] = {
+          {"ms", cell.best_s * 1e3}, {"ratio_f32", f32 > 0 ? cell.best_s / f32 : 0.0}, {"kind", cell.kind}};
     }
     const double t8 = w8col < cols.size() ? r.cells[w8col].best_s : 0.0;
     const double gops = t8 > 0 ? 2.0 * double(r.m) * double(r.n) * double(r.k) / t8 / 1e9 : 0.0;
-    line += int8_peak > 0 ? fmt::format("{:>9.1f} {:>5.1f}%", gops, 100.0 * gops / int8_peak) : fmt::format("{:>9.1f}", gops);
+    line += int8_peak > 0 ? fmt::format("{:>9.1f} {:>5.1f}%", gops, 100.0 * gops / int8_peak)
+                          : fmt::format("{:>9.1f}", gops);
     jr["w8a8_gops"] = gops;
     fmt::print("{}\n", line);
     j.push_back(jr);
@@ -121,9 +123,10 @@ nlohmann::json gemv_table(const BenchOpts& o, int threads) {
   const auto all = bench::default_kernel_columns();
   const size_t min_bytes = std::max<size_t>(4 * bench::l3_cache_bytes(), size_t(128) << 20);
   const double bw = bench::peak_mem_read(threads).at(threads);
-  fmt::print("\nM = 1 over {} MiB of weights per pass (≥ 4× L3), packed bytes read per second; memory read "
-             "bandwidth at {} threads: {:.1f} GB/s\n",
-             min_bytes >> 20, threads, bw);
+  fmt::print(
+      "\nM = 1 over {} MiB of weights per pass (≥ 4× L3), packed bytes read per second; memory read "
+      "bandwidth at {} threads: {:.1f} GB/s\n",
+      min_bytes >> 20, threads, bw);
   fmt::print("{:<14}{:>7}{:>7}{:>8}{:>10}{:>8}  {}\n", "column", "N", "K", "copies", "GB/s", "%bw", "kind");
   nlohmann::json j{{"mem_read_gbps", bw}, {"min_bytes", min_bytes}, {"rows", nlohmann::json::array()}};
   for (const auto& label : o.gemv_columns) {
@@ -136,8 +139,14 @@ nlohmann::json gemv_table(const BenchOpts& o, int threads) {
       }
       const double pct = bw > 0 ? 100.0 * r.gb_per_s() / bw : 0.0;
       fmt::print("{:<14}{:>7}{:>7}{:>8}{:>10.1f}{:>7.1f}%  {}\n", label, n, k, r.copies, r.gb_per_s(), pct, r.kind);
-      j["rows"].push_back({{"column", label}, {"n", n}, {"k", k}, {"copies", r.copies}, {"kind", r.kind},
-                           {"gbps", r.gb_per_s()}, {"pct_mem_read", pct}, {"pass_ms", r.best_s * 1e3}});
+      j["rows"].push_back({{"column", label},
+                           {"n", n},
+                           {"k", k},
+                           {"copies", r.copies},
+                           {"kind", r.kind},
+                           {"gbps", r.gb_per_s()},
+                           {"pct_mem_read", pct},
+                           {"pass_ms", r.best_s * 1e3}});
     }
   }
   return j;
@@ -150,12 +159,16 @@ int run_bench_cuda(const BenchOpts& o) {
   const cuda::DeviceInfo d = cuda::device_info();
   const cuda::GpuPeaks p = cuda::measure_peaks();
   fmt::print("device         cuda: {}\n", d.describe());
-  fmt::print("bf16 GEMM      {:.1f} TFLOP/s ({}³, cuBLASLt, fp32 accumulate and output, random operands)\n", p.bf16_tflops, p.n);
+  fmt::print("bf16 GEMM      {:.1f} TFLOP/s ({}³, cuBLASLt, fp32 accumulate and output, random operands)\n",
+             p.bf16_tflops, p.n);
   fmt::print("int8 GEMM      {:.1f} TOP/s ({}³, cuBLASLt, int32 accumulate and output)\n", p.int8_tops, p.n);
   fmt::print("copy           {:.1f} GB/s (1 GiB device to device, read + written)\n", p.copy_gbps);
   if (!o.json_path.empty()) {
-    const nlohmann::json j = {{"device", d.describe()}, {"n", p.n}, {"bf16_tflops", p.bf16_tflops},
-                              {"int8_tops", p.int8_tops}, {"copy_gbps", p.copy_gbps}};
+    const nlohmann::json j = {{"device", d.describe()},
+                              {"n", p.n},
+                              {"bf16_tflops", p.bf16_tflops},
+                              {"int8_tops", p.int8_tops},
+                              {"copy_gbps", p.copy_gbps}};
     const std::string text = j.dump(2) + "\n";
     write_file_atomic(o.json_path, text.data(), text.size());
   }
@@ -233,10 +246,10 @@ int run_bench(BenchOpts o) {
     if (do_bf16) rb = bench::run_gemm_bench(shapes, o.m, Compute::BF16);
     const double pf = fp32.at(threads), pb = bf16.at(threads) > 0 ? bf16.at(threads) : pf;
     auto pct = [](double v, double p) { return p > 0 ? 100.0 * v / p : 0.0; };
-    fmt::print("\nGEMM y[M,N] = x[M,K]·Wᵀ, M = {} tokens, SmolLM2-135M shapes, best of runs; kernels {}\n",
-               o.m, do_f32 && do_bf16 ? fmt::format("{} / {}", kernels::dense_kernel_name(Compute::F32),
-                                                     kernels::dense_kernel_name(Compute::BF16))
-                                      : kernels::dense_kernel_name(do_f32 ? Compute::F32 : Compute::BF16));
+    fmt::print("\nGEMM y[M,N] = x[M,K]·Wᵀ, M = {} tokens, SmolLM2-135M shapes, best of runs; kernels {}\n", o.m,
+               do_f32 && do_bf16 ? fmt::format("{} / {}", kernels::dense_kernel_name(Compute::F32),
+                                               kernels::dense_kernel_name(Compute::BF16))
+                                 : kernels::dense_kernel_name(do_f32 ? Compute::F32 : Compute::BF16));
     fmt::print("{:<8}{:>7}{:>6}{:>5}", "matrix", "N", "K", "×");
     if (do_f32) fmt::print("{:>12}{:>8}{:>10}", "f32 GFLOP/s", "%peak", "ms");
     if (do_bf16) fmt::print("{:>13}{:>8}{:>10}", "bf16 GFLOP/s", "%peak", "ms");
@@ -247,13 +260,17 @@ int run_bench(BenchOpts o) {
       nlohmann::json js{{"n", s.n}, {"k", s.k}, {"m", o.m}, {"count", s.count}};
       if (do_f32) {
         fmt::print("{:>12.1f}{:>7.1f}%{:>10.3f}", rf[i].gflops(), pct(rf[i].gflops(), pf), rf[i].best_s * 1e3);
-        js["f32"] = {{"gflops", rf[i].gflops()}, {"pct_peak", pct(rf[i].gflops(), pf)},
-                     {"best_ms", rf[i].best_s * 1e3}, {"median_ms", rf[i].median_s * 1e3}};
+        js["f32"] = {{"gflops", rf[i].gflops()},
+                     {"pct_peak", pct(rf[i].gflops(), pf)},
+                     {"best_ms", rf[i].best_s * 1e3},
+                     {"median_ms", rf[i].median_s * 1e3}};
       }
       if (do_bf16) {
         fmt::print("{:>13.1f}{:>7.1f}%{:>10.3f}", rb[i].gflops(), pct(rb[i].gflops(), pb), rb[i].best_s * 1e3);
-        js["bf16"] = {{"gflops", rb[i].gflops()}, {"pct_peak", pct(rb[i].gflops(), pb)},
-                      {"best_ms", rb[i].best_s * 1e3}, {"median_ms", rb[i].median_s * 1e3}};
+        js["bf16"] = {{"gflops", rb[i].gflops()},
+                      {"pct_peak", pct(rb[i].gflops(), pb)},
+                      {"best_ms", rb[i].best_s * 1e3},
+                      {"median_ms", rb[i].median_s * 1e3}};
       }
       fmt::print("\n");
       out["gemm"]["shapes"][s.name] = js;
@@ -283,37 +300,44 @@ int run_bench(BenchOpts o) {
   return 0;
 }
 
-Registrar reg({"bench", "measure this machine's peaks and the kernels' speed against them",
-               [](CLI::App& sub) -> std::function<int()> {
-                 auto o = std::make_shared<BenchOpts>();
-                 sub.add_flag("--peak", o->peak, "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
-                 sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
-                 sub.add_flag("--kernel", o->kernel, "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on Cider's two kernel latency shapes and SmolLM2's");
-                 sub.add_option("--kernel-tokens", o->kernel_ms, "M values of the --kernel table (default 1 128 1024 4096)");
-                 sub.add_option("--kernel-columns", o->kernel_columns,
-                                "columns of the --kernel table (default all; f32 is always measured)");
-                 sub.add_flag("--kernel-smollm2-only", o->kernel_smollm2_only, "--kernel on SmolLM2's shapes only");
-                 sub.add_flag("--gemv", o->gemv, "one token through weights streamed from DRAM (≥ 4× L3 of copies): packed GB/s against the measured memory bandwidth");
-                 sub.add_option("--gemv-columns", o->gemv_columns,
-                                "columns of --gemv (default f32 affine8-g64 affine4-g64 nf4-b64)");
-                 sub.add_flag("--decode", o->decode, "a model's prefill and token-by-token decode speed (--model, --prompt, --gen, --kv-k, --kv-v)");
-                 sub.add_option("--model", o->dec.model, "--decode: GGUF file or HF / quantized folder");
-                 sub.add_option("--text", o->dec.text, "--decode: the prompt's text (default data/wikitext-2/wiki.test.raw)");
-                 sub.add_option("--prompt", o->dec.prompt, "--decode: prompt tokens (default 512)");
-                 sub.add_option("--gen", o->dec.gen, "--decode: generated tokens (default 128)");
-                 sub.add_option("--ubatch", o->dec.ubatch, "--decode: prefill batch (default 512)");
-                 sub.add_option("--kv-k", o->dec.kv_k, "--decode: key cache method (default f16)");
-                 sub.add_option("--kv-v", o->dec.kv_v, "--decode: value cache method (default f16)");
-                 sub.add_option("--artifacts", o->dec.artifacts, "--decode: precompute folder for the KV methods");
-                 sub.add_option("--threads", o->threads, "threads (default: all cores)");
-                 sub.add_option("--device", o->device, "cpu (default) or cuda (--peak only: the GPU's GEMM rates)")
-                     ->check(CLI::IsMember({"cpu", "cuda"}));
-                 sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
-                 sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");
-                 sub.add_option("--kernel-level", o->level, "force a lower kernel level: scalar, avx2, avx512");
-                 sub.add_option("--json", o->json_path, "write the results as JSON to FILE");
-                 return [o] { return run_bench(*o); };
-               }});
+Registrar reg(
+    {"bench", "measure this machine's peaks and the kernels' speed against them",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<BenchOpts>();
+       sub.add_flag("--peak", o->peak,
+                    "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
+       sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
+       sub.add_flag("--kernel", o->kernel,
+                    "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on Cider's two kernel latency "
+                    "shapes and SmolLM2's");
+       sub.add_option("--kernel-tokens", o->kernel_ms, "M values of the --kernel table (default 1 128 1024 4096)");
+       sub.add_option("--kernel-columns", o->kernel_columns,
+                      "columns of the --kernel table (default all; f32 is always measured)");
+       sub.add_flag("--kernel-smollm2-only", o->kernel_smollm2_only, "--kernel on SmolLM2's shapes only");
+       sub.add_flag("--gemv", o->gemv,
+                    "one token through weights streamed from DRAM (≥ 4× L3 of copies): packed GB/s against the "
+                    "measured memory bandwidth");
+       sub.add_option("--gemv-columns", o->gemv_columns,
+                      "columns of --gemv (default f32 affine8-g64 affine4-g64 nf4-b64)");
+       sub.add_flag("--decode", o->decode,
+                    "a model's prefill and token-by-token decode speed (--model, --prompt, --gen, --kv-k, --kv-v)");
+       sub.add_option("--model", o->dec.model, "--decode: GGUF file or HF / quantized folder");
+       sub.add_option("--text", o->dec.text, "--decode: the prompt's text (default data/wikitext-2/wiki.test.raw)");
+       sub.add_option("--prompt", o->dec.prompt, "--decode: prompt tokens (default 512)");
+       sub.add_option("--gen", o->dec.gen, "--decode: generated tokens (default 128)");
+       sub.add_option("--ubatch", o->dec.ubatch, "--decode: prefill batch (default 512)");
+       sub.add_option("--kv-k", o->dec.kv_k, "--decode: key cache method (default f16)");
+       sub.add_option("--kv-v", o->dec.kv_v, "--decode: value cache method (default f16)");
+       sub.add_option("--artifacts", o->dec.artifacts, "--decode: precompute folder for the KV methods");
+       sub.add_option("--threads", o->threads, "threads (default: all cores)");
+       sub.add_option("--device", o->device, "cpu (default) or cuda (--peak only: the GPU's GEMM rates)")
+           ->check(CLI::IsMember({"cpu", "cuda"}));
+       sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
+       sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");
+       sub.add_option("--kernel-level", o->level, "force a lower kernel level: scalar, avx2, avx512");
+       sub.add_option("--json", o->json_path, "write the results as JSON to FILE");
+       return [o] { return run_bench(*o); };
+     }});
 
 }  // namespace
 }  // namespace qt

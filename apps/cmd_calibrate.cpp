@@ -84,8 +84,9 @@ int run_key_mean(const Options& o) {
   kv::save_key_center(o.out, c, used, std::filesystem::path(o.text).filename().string());
   double top = 0;
   for (float x : c.mean) top = std::max(top, double(std::abs(x)));
-  fmt::print("key means      {} layers x {} kv heads x {}, over {} positions of {}; largest |mean| {:.3f}; written to {}\n",
-             c.layers, c.kv_heads, c.head_dim, used, o.text, top, o.out);
+  fmt::print(
+      "key means      {} layers x {} kv heads x {}, over {} positions of {}; largest |mean| {:.3f}; written to {}\n",
+      c.layers, c.kv_heads, c.head_dim, used, o.text, top, o.out);
   return 0;
 }
 
@@ -107,7 +108,7 @@ int run_act_stats(const Options& o) {
   fmt::print("act-stats      {} Linear inputs over {} tokens of {}; largest |x| {:.2f} (input of {}); written to {}\n",
              s.linears.size(), s.tokens, o.text, top, top_name, o.out);
   if (!o.json_path.empty()) {
-    nlohmann::json j = {{"linears", s.linears.size()}, {"tokens", s.tokens}, {"text", s.text}, {"max_absmax", top},
+    nlohmann::json j = {{"linears", s.linears.size()},     {"tokens", s.tokens}, {"text", s.text}, {"max_absmax", top},
                         {"max_absmax_input_of", top_name}, {"out", o.out}};
     const std::string t = j.dump(2) + "\n";
     write_file_atomic(o.json_path, t.data(), t.size());
@@ -148,7 +149,8 @@ int run(Options o) {
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   MappedFile mf = map_file(o.text);
-  const std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  const std::vector<int32_t> ids =
+      ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
   calib::KvSensitivityOptions so;
   so.reference = ref;
   so.ctx = o.ctx;
@@ -216,27 +218,31 @@ int run(Options o) {
   return 0;
 }
 
-const Registrar reg{{"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets, key means",
-                     [](CLI::App& sub) -> std::function<int()> {
-                       auto o = std::make_shared<Options>();
-                       sub.add_option("--method", o->method, "kv-sensitivity, key-mean, act-stats or kv-codebook")->required();
-                       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
-                       sub.add_option("--text", o->text, "calibration text (wiki.valid.tokens.txt; never the test text)")->required();
-                       sub.add_option("--kv", o->kv, "kv-sensitivity: KV method measured with, METHOD[:bits=B,...]; kv-codebook: the method to train");
-                       sub.add_option("--budget", o->budget, "kv-sensitivity: average bits per layer and side");
-                       sub.add_option("--bits", o->bits, "bit widths to allocate from (default: the method's 1..4)");
-                       sub.add_option("--beta", o->beta, "distortion decay per bit (default 4)");
-                       sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
-                       sub.add_option("--chunks", o->chunks, "chunks measured (default 2; act-stats 64; kv-codebook 16)");
-                       sub.add_option("--threads", o->threads, "threads (default: all cores)");
-                       sub.add_option("--kv-residual", o->kv_residual, "full-precision window, as eval-ppl");
-                       sub.add_option("--kv-seed", o->kv_seed, "seed of rotations and JL matrices");
-                       sub.add_option("--artifacts", o->artifacts, "precompute folder");
-                       sub.add_option("--kv-sides", o->kv_sides, "kv-codebook: train keys, values or both (default both)");
-                       sub.add_option("--out", o->out, "recipe JSON (kv-sensitivity), key-mean safetensors or artifacts folder (kv-codebook) to write")->required();
-                       sub.add_option("--json", o->json_path, "also write the sensitivities as JSON");
-                       return [o] { return run(*o); };
-                     }}};
+const Registrar reg{
+    {"calibrate", "calibration on text: per-layer KV sensitivities and bit budgets, key means",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--method", o->method, "kv-sensitivity, key-mean, act-stats or kv-codebook")->required();
+       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder")->required();
+       sub.add_option("--text", o->text, "calibration text (wiki.valid.tokens.txt; never the test text)")->required();
+       sub.add_option("--kv", o->kv,
+                      "kv-sensitivity: KV method measured with, METHOD[:bits=B,...]; kv-codebook: the method to train");
+       sub.add_option("--budget", o->budget, "kv-sensitivity: average bits per layer and side");
+       sub.add_option("--bits", o->bits, "bit widths to allocate from (default: the method's 1..4)");
+       sub.add_option("--beta", o->beta, "distortion decay per bit (default 4)");
+       sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
+       sub.add_option("--chunks", o->chunks, "chunks measured (default 2; act-stats 64; kv-codebook 16)");
+       sub.add_option("--threads", o->threads, "threads (default: all cores)");
+       sub.add_option("--kv-residual", o->kv_residual, "full-precision window, as eval-ppl");
+       sub.add_option("--kv-seed", o->kv_seed, "seed of rotations and JL matrices");
+       sub.add_option("--artifacts", o->artifacts, "precompute folder");
+       sub.add_option("--kv-sides", o->kv_sides, "kv-codebook: train keys, values or both (default both)");
+       sub.add_option("--out", o->out,
+                      "recipe JSON (kv-sensitivity), key-mean safetensors or artifacts folder (kv-codebook) to write")
+           ->required();
+       sub.add_option("--json", o->json_path, "also write the sensitivities as JSON");
+       return [o] { return run(*o); };
+     }}};
 
 }  // namespace
 }  // namespace qt

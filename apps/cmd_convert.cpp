@@ -53,9 +53,8 @@ uint64_t parse_size(const std::string& s) {
   } catch (...) {
     user_error("--max-shard-size: '{}' is not a size (e.g. 5GB, 500MiB)", s);
   }
-  static const std::map<std::string, double> units = {
-      {"", 1},      {"B", 1},        {"KB", 1e3},     {"MB", 1e6},      {"GB", 1e9},
-      {"KiB", 1024}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
+  static const std::map<std::string, double> units = {{"", 1},     {"B", 1},      {"KB", 1e3},      {"MB", 1e6},
+                                                      {"GB", 1e9}, {"KiB", 1024}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
   auto it = units.find(s.substr(pos));
   if (it == units.end() || !(v > 0)) user_error("--max-shard-size: '{}' is not a size (e.g. 5GB, 500MiB)", s);
   return uint64_t(v * it->second);
@@ -175,8 +174,9 @@ int run(const Args& a) {
     if (pos == 0 || pos != a.alpha.size()) user_error("--alpha: '{}' is neither a number nor auto", a.alpha);
   }
   if (a.rotate && (!ca.smooth.empty() || !ca.imatrix.empty() || ca.awq))
-    user_error("--rotate: act-stats are per channel of the unrotated model; write the rotated model first "
-               "(convert --rotate, no --scheme), take act-stats on it, then quantize that");
+    user_error(
+        "--rotate: act-stats are per channel of the unrotated model; write the rotated model first "
+        "(convert --rotate, no --scheme), take act-stats on it, then quantize that");
   if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
   calib::WeightCalibration calib(ca);
   if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq, --awq: need --scheme");
@@ -200,8 +200,10 @@ int run(const Args& a) {
   }
   if (ck.config.desc().fused_proj && planner.active()) {
     if (calib.active())  // its statistics and the GPTQ pass are per projection
-      user_error("{}: {} stores qkv_proj / gate_up_proj fused; --smooth, --imatrix and --gptq are not "
-                 "applied to fused projections yet (quantize without them)", a.in, ck.config.arch);
+      user_error(
+          "{}: {} stores qkv_proj / gate_up_proj fused; --smooth, --imatrix and --gptq are not "
+          "applied to fused projections yet (quantize without them)",
+          a.in, ck.config.arch);
     // Quantized as each tool loads Phi-3: qkv_proj and gate_up_proj one weight each.
     fuse_projections(ck.config, ck.tensors);
   }
@@ -252,59 +254,57 @@ int run(const Args& a) {
     if (e.is_regular_file()) bytes += e.file_size(), ++files;
   }
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  std::printf("converted %s -> %s (%s, %s): %zu tensors, %d files, %.1f MB; load %.2f s, write %.2f s\n",
-              a.in.c_str(), a.out.c_str(), layout->name, dtype_name(opt.dtype), ck.tensors.size(), files,
-              bytes / 1e6, secs(t0, t1), secs(t1, t2));
+  std::printf("converted %s -> %s (%s, %s): %zu tensors, %d files, %.1f MB; load %.2f s, write %.2f s\n", a.in.c_str(),
+              a.out.c_str(), layout->name, dtype_name(opt.dtype), ck.tensors.size(), files, bytes / 1e6, secs(t0, t1),
+              secs(t1, t2));
   return 0;
 }
 
-const Registrar reg({"convert", "Convert a checkpoint (GGUF file or HF folder) into an output layout",
-                     [](CLI::App& sub) -> std::function<int()> {
-                       auto a = std::make_shared<Args>();
-                       sub.add_option("--in", a->in, "input: a .gguf file or a Hugging Face folder")->required();
-                       sub.add_option("--out", a->out, "output folder (--format gguf: output file)")->required();
-                       sub.add_option("--format", a->format,
-                                      "output layout (default hf; with --scheme: affine mlx, int8 "
-                                      "compressed-tensors, int4 native, nf4/fp4 bnb; gguf: one .gguf file)");
-                       sub.add_option("--gguf-type", a->gguf_type,
-                                      "--format gguf: type of the 2-D weights (f32, f16, bf16, q8_0, q4_0, "
-                                      "q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m; default f16)");
-                       sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
-                           ->check(CLI::IsMember({"bf16", "f16", "f32"}));
-                       sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")
-                           ->capture_default_str();
-                       sub.add_flag("--force", a->force, "replace an existing non-empty --out");
-                       sub.add_flag("--fsync", a->fsync, "wait for each file to reach the disk before renaming it into place");
-                       sub.add_option("--scheme", a->q.scheme, "quantize: " + scheme_names());
-                       sub.add_option("--bits", a->q.bits, "bits per weight (default: the scheme's)");
-                       sub.add_option("--group-size", a->q.group, "elements per scale (0 = per channel)");
-                       sub.add_option("--embedding-bits", a->q.embedding_bits, "bits of model.embed_tokens.weight");
-                       sub.add_option("--lm-head-bits", a->q.lm_head_bits, "bits of lm_head.weight (tied: needs --untie)");
-                       sub.add_option("--recipe", a->q.recipe, "JSON per-tensor overrides (format: libquant/schemes/recipe.h)");
-                       sub.add_flag("--strict", a->q.strict, "refuse a weight the group size does not fit");
-                       sub.add_flag("--untie", a->q.untie, "write a separate lm_head.weight for a tied model");
-                       sub.add_option("--smooth", a->c.smooth, "SmoothQuant: fold scales from this act-stats file");
-                       sub.add_option("--alpha", a->alpha,
-                                      "SmoothQuant migration strength in [0, 1] (default 0.5), or auto: searched "
-                                      "per layer on the --calib text");
-                       sub.add_flag("--awq", a->c.awq, "AWQ: activation-aware scale and clip search on the --calib text");
-                       sub.add_flag("--no-clip", a->c.no_clip, "--awq: scale search only");
-                       sub.add_option("--search-chunks", a->c.search_chunks,
-                                      "chunks of 512 tokens for --awq / --alpha auto")
-                           ->capture_default_str();
-                       sub.add_option("--imatrix", a->c.imatrix, "importance-weighted group scales from this act-stats file");
-                       sub.add_flag("--gptq", a->c.gptq, "GPTQ, sequential over the --calib text");
-                       sub.add_option("--calib", a->c.calib_text, "calibration text for --gptq (wiki.valid.tokens.txt)");
-                       sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")
-                           ->capture_default_str();
-                       sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
-                       sub.add_flag("--rotate", a->rotate,
-                                    "turn the residual stream by a random orthogonal matrix folded into the weights "
-                                    "(QuaRot/SpinQuant; norms folded, head untied)");
-                       sub.add_option("--rotate-seed", a->rotate_seed, "seed of --rotate's matrix")->capture_default_str();
-                       sub.add_option("--threads", a->threads, "threads (default: all cores)");
-                       return [a] { return run(*a); };
-                     }});
+const Registrar reg(
+    {"convert", "Convert a checkpoint (GGUF file or HF folder) into an output layout",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto a = std::make_shared<Args>();
+       sub.add_option("--in", a->in, "input: a .gguf file or a Hugging Face folder")->required();
+       sub.add_option("--out", a->out, "output folder (--format gguf: output file)")->required();
+       sub.add_option("--format", a->format,
+                      "output layout (default hf; with --scheme: affine mlx, int8 "
+                      "compressed-tensors, int4 native, nf4/fp4 bnb; gguf: one .gguf file)");
+       sub.add_option("--gguf-type", a->gguf_type,
+                      "--format gguf: type of the 2-D weights (f32, f16, bf16, q8_0, q4_0, "
+                      "q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m; default f16)");
+       sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
+           ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+       sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")->capture_default_str();
+       sub.add_flag("--force", a->force, "replace an existing non-empty --out");
+       sub.add_flag("--fsync", a->fsync, "wait for each file to reach the disk before renaming it into place");
+       sub.add_option("--scheme", a->q.scheme, "quantize: " + scheme_names());
+       sub.add_option("--bits", a->q.bits, "bits per weight (default: the scheme's)");
+       sub.add_option("--group-size", a->q.group, "elements per scale (0 = per channel)");
+       sub.add_option("--embedding-bits", a->q.embedding_bits, "bits of model.embed_tokens.weight");
+       sub.add_option("--lm-head-bits", a->q.lm_head_bits, "bits of lm_head.weight (tied: needs --untie)");
+       sub.add_option("--recipe", a->q.recipe, "JSON per-tensor overrides (format: libquant/schemes/recipe.h)");
+       sub.add_flag("--strict", a->q.strict, "refuse a weight the group size does not fit");
+       sub.add_flag("--untie", a->q.untie, "write a separate lm_head.weight for a tied model");
+       sub.add_option("--smooth", a->c.smooth, "SmoothQuant: fold scales from this act-stats file");
+       sub.add_option("--alpha", a->alpha,
+                      "SmoothQuant migration strength in [0, 1] (default 0.5), or auto: searched "
+                      "per layer on the --calib text");
+       sub.add_flag("--awq", a->c.awq, "AWQ: activation-aware scale and clip search on the --calib text");
+       sub.add_flag("--no-clip", a->c.no_clip, "--awq: scale search only");
+       sub.add_option("--search-chunks", a->c.search_chunks, "chunks of 512 tokens for --awq / --alpha auto")
+           ->capture_default_str();
+       sub.add_option("--imatrix", a->c.imatrix, "importance-weighted group scales from this act-stats file");
+       sub.add_flag("--gptq", a->c.gptq, "GPTQ, sequential over the --calib text");
+       sub.add_option("--calib", a->c.calib_text, "calibration text for --gptq (wiki.valid.tokens.txt)");
+       sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")->capture_default_str();
+       sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
+       sub.add_flag("--rotate", a->rotate,
+                    "turn the residual stream by a random orthogonal matrix folded into the weights "
+                    "(QuaRot/SpinQuant; norms folded, head untied)");
+       sub.add_option("--rotate-seed", a->rotate_seed, "seed of --rotate's matrix")->capture_default_str();
+       sub.add_option("--threads", a->threads, "threads (default: all cores)");
+       return [a] { return run(*a); };
+     }});
 
 }  // namespace
 }  // namespace qt

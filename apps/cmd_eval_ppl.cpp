@@ -34,7 +34,7 @@ using nlohmann::json;
 
 struct Options {
   std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kl_base_kv = "f32",
-      kl_base_cache;
+                           kl_base_cache;
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0;
   KvFlags kvf;
   bool running = false, token_stats = false, kv_stats = false;
@@ -88,11 +88,16 @@ std::string file_stamp(const std::string& path) {
 }
 
 json base_cache_key(const Options& o, const ChunkPlan& plan, const PplOptions& po, int hidden) {
-  return json{{"kl_base_model", file_stamp(o.kl_base)}, {"text", file_stamp(o.text)},
-              {"method", o.method},     {"ctx", plan.ctx},
-              {"first_chunk", plan.first_chunk}, {"n_chunks", plan.n_chunks},
-              {"first", plan.first},    {"n_scored", plan.n_scored},
-              {"bos_id", po.bos_id},    {"kl_base_kv", po.base_kv},
+  return json{{"kl_base_model", file_stamp(o.kl_base)},
+              {"text", file_stamp(o.text)},
+              {"method", o.method},
+              {"ctx", plan.ctx},
+              {"first_chunk", plan.first_chunk},
+              {"n_chunks", plan.n_chunks},
+              {"first", plan.first},
+              {"n_scored", plan.n_scored},
+              {"bos_id", po.bos_id},
+              {"kl_base_kv", po.base_kv},
               {"hidden", hidden}};
 }
 
@@ -183,7 +188,8 @@ int merge(const Options& o) {
              m["tokens_scored"].get<int64_t>());
   fmt::print("PPL            {:.4f} ± {:.5f}\n", m["ppl"].get<double>(), m["ppl_err"].get<double>());
   if (m.contains("kld"))
-    fmt::print("KLD            {:.6f} ± {:.6f}\n", m["kld"]["kld_mean"].get<double>(), m["kld"]["kld_err"].get<double>());
+    fmt::print("KLD            {:.6f} ± {:.6f}\n", m["kld"]["kld_mean"].get<double>(),
+               m["kld"]["kld_err"].get<double>());
   const std::string s = m.dump(2) + "\n";
   write_file_atomic(o.json_path, s.data(), s.size());
   return 0;
@@ -194,7 +200,8 @@ int run_cuda(const Options& o);
 int run(const Options& o) {
   if (!o.merge.empty()) return merge(o);
   if (o.model.empty() || o.text.empty()) user_error("eval-ppl needs --model and --text (or --merge PARTS)");
-  if (!o.kl_base_cache.empty() && o.kl_base.empty()) user_error("--kl-base-cache keeps the --kl-base-model's states; give both");
+  if (!o.kl_base_cache.empty() && o.kl_base.empty())
+    user_error("--kl-base-cache keeps the --kl-base-model's states; give both");
   if (o.device == "cuda") return run_cuda(o);
   if (o.batch != 0) user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
   using clock = std::chrono::steady_clock;
@@ -277,12 +284,12 @@ int run(const Options& o) {
   const RunFacts f = run_facts(cfg, r, src_bytes, t_start);
   print_running(o, r);
   fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, f.n_params / 1e6);
-  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} ({} bytes packed)\n",
-             src_bytes, f.bpw, model->linear_kind(), model->weight_bytes());
+  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} ({} bytes packed)\n", src_bytes,
+             f.bpw, model->linear_kind(), model->weight_bytes());
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
-  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk\n", ppl_method_name(r.method),
-             plan.ctx, plan.n_chunks,
-             plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(), plan.n_scored);
+  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk\n", ppl_method_name(r.method), plan.ctx,
+             plan.n_chunks, plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(),
+             plan.n_scored);
   fmt::print("kv cache       {}, {:.1f} bytes per token ({:.2f}x smaller than fp16){}\n", r.kv_name,
              r.kv_bytes_per_token, r.kv_f16_bytes_per_token / r.kv_bytes_per_token,
              po.ubatch < plan.ctx ? fmt::format(", ubatch {}", po.ubatch) : std::string());
@@ -301,7 +308,8 @@ int run(const Options& o) {
   fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));
   if (po.kv.stats)  // kv_stats.h: what the columns are
-    fmt::print("\nkv stats (encoded vectors against the exact ones; scores against exact keys)\n{}", po.kv.stats->table());
+    fmt::print("\nkv stats (encoded vectors against the exact ones; scores against exact keys)\n{}",
+               po.kv.stats->table());
 
   if (!o.json_path.empty()) {
     json j = result_json(o, cfg, r, f, src_bytes, model->linear_kind(), model->weight_bytes(), load_s, po.bos_id >= 0);
@@ -328,13 +336,15 @@ int run_cuda(const Options& o) {
   auto not_yet = [](const std::string& what) { user_error("{}: not on cuda yet", what); };
   if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
   if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
-  if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16") not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
+  if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16")
+    not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
   if (!o.kvf.recipe.empty()) not_yet("--kv-recipe");
   if (!o.kvf.key_center.empty()) not_yet("--kv-key-center");
   if (o.kv_stats) not_yet("--kv-stats");
   if (!o.kl_base_cache.empty()) not_yet("--kl-base-cache");
   if (o.kvf.mode != "cache" && o.kvf.mode != "decode") user_error("--kv-mode {}: cache or decode", o.kvf.mode);
-  for (const std::string* kv : {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v}) {  // the rest is checked with the model's head_dim
+  for (const std::string* kv :
+       {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v}) {  // the rest is checked with the model's head_dim
     const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
     if (!kv::kv_method_on_cuda(m)) not_yet("--kv " + *kv + " (cuda runs " + kv::cuda_kv_method_names() + ")");
   }
@@ -434,41 +444,40 @@ int run_cuda(const Options& o) {
   return 0;
 }
 
-const Registrar reg{{"eval-ppl", "perplexity and KL divergence of a model on a text",
-                     [](CLI::App& sub) -> std::function<int()> {
-                       auto o = std::make_shared<Options>();
-                       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder (required)");
-                       sub.add_option("--text", o->text, "text file, wiki.test.raw for --method llama (required)");
-                       sub.add_option("--method", o->method, "llama (llama-perplexity) or chunks (GPTQ papers)")
-                           ->check(CLI::IsMember({"llama", "chunks"}));
-                       sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512 llama, 2048 chunks)");
-                       sub.add_option("--chunks", o->chunks, "evaluate only the first N chunks");
-                       sub.add_option("--chunk-offset", o->chunk_offset, "start at chunk N (one part of a split run)");
-                       sub.add_flag("--token-stats", o->token_stats, "keep every position's NLL and KLD in the JSON (for --merge)");
-                       sub.add_option("--merge", o->merge, "merge the JSON parts of a split run into --json FILE")
-                           ->expected(1, -1);
-                       sub.add_option("--threads", o->threads, "threads (default: all cores)");
-                       sub.add_option("--device", o->device, "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON)")
-                           ->check(CLI::IsMember({"cpu", "cuda"}));
-                       sub.add_option("--batch", o->batch, "cuda: chunks per forward (default: as many as fit, up to 32768 tokens)");
-                       sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
-                           ->check(CLI::IsMember({"f32", "bf16"}));
-                       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
-                       add_kv_flags(sub, o->kvf);
-                       sub.add_flag("--kv-stats", o->kv_stats,
-                                    "per layer: keys' and values' cosine and relative MSE against full precision, and the "
-                                    "attention-score error (keeps an exact copy of the keys; slower)");
-                       sub.add_option("--ubatch", o->ubatch, "tokens per forward call (default 512)");
-                       sub.add_option("--kl-base-kv", o->kl_base_kv, "KV cache of the KL baseline (default f32)");
-                       sub.add_option("--kl-base-model", o->kl_base,
-                                      "baseline model run alongside (fp32) for the KL divergence");
-                       sub.add_option("--kl-base-cache", o->kl_base_cache,
-                                      "keep the KL baseline's hidden states in FILE: a later run against the same "
-                                      "baseline, text and chunks reads them instead of running its forward (same KLD)");
-                       sub.add_option("--json", o->json_path, "also write the results as JSON to FILE");
-                       sub.add_flag("--running", o->running, "print llama.cpp's [i] running estimates");
-                       return [o] { return run(*o); };
-                     }}};
+const Registrar reg{
+    {"eval-ppl", "perplexity and KL divergence of a model on a text", [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--model", o->model, "GGUF file or Hugging Face folder (required)");
+       sub.add_option("--text", o->text, "text file, wiki.test.raw for --method llama (required)");
+       sub.add_option("--method", o->method, "llama (llama-perplexity) or chunks (GPTQ papers)")
+           ->check(CLI::IsMember({"llama", "chunks"}));
+       sub.add_option("--ctx", o->ctx, "tokens per chunk (default 512 llama, 2048 chunks)");
+       sub.add_option("--chunks", o->chunks, "evaluate only the first N chunks");
+       sub.add_option("--chunk-offset", o->chunk_offset, "start at chunk N (one part of a split run)");
+       sub.add_flag("--token-stats", o->token_stats, "keep every position's NLL and KLD in the JSON (for --merge)");
+       sub.add_option("--merge", o->merge, "merge the JSON parts of a split run into --json FILE")->expected(1, -1);
+       sub.add_option("--threads", o->threads, "threads (default: all cores)");
+       sub.add_option("--device", o->device,
+                      "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON)")
+           ->check(CLI::IsMember({"cpu", "cuda"}));
+       sub.add_option("--batch", o->batch, "cuda: chunks per forward (default: as many as fit, up to 32768 tokens)");
+       sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
+           ->check(CLI::IsMember({"f32", "bf16"}));
+       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
+       add_kv_flags(sub, o->kvf);
+       sub.add_flag("--kv-stats", o->kv_stats,
+                    "per layer: keys' and values' cosine and relative MSE against full precision, and the "
+                    "attention-score error (keeps an exact copy of the keys; slower)");
+       sub.add_option("--ubatch", o->ubatch, "tokens per forward call (default 512)");
+       sub.add_option("--kl-base-kv", o->kl_base_kv, "KV cache of the KL baseline (default f32)");
+       sub.add_option("--kl-base-model", o->kl_base, "baseline model run alongside (fp32) for the KL divergence");
+       sub.add_option("--kl-base-cache", o->kl_base_cache,
+                      "keep the KL baseline's hidden states in FILE: a later run against the same "
+                      "baseline, text and chunks reads them instead of running its forward (same KLD)");
+       sub.add_option("--json", o->json_path, "also write the results as JSON to FILE");
+       sub.add_flag("--running", o->running, "print llama.cpp's [i] running estimates");
+       return [o] { return run(*o); };
+     }}};
 
 }  // namespace
 }  // namespace qt

@@ -33,7 +33,8 @@ struct Options {
 };
 
 std::string prompt_text(const Options& o) {
-  if (o.prompt.empty() == o.prompt_file.empty()) user_error("generate needs --prompt TEXT or --prompt-file FILE (one of them)");
+  if (o.prompt.empty() == o.prompt_file.empty())
+    user_error("generate needs --prompt TEXT or --prompt-file FILE (one of them)");
   if (!o.prompt.empty()) return o.prompt;
   if (!std::filesystem::is_regular_file(o.prompt_file)) user_error("{}: no such file", o.prompt_file);
   if (std::filesystem::file_size(o.prompt_file) == 0) user_error("{}: the prompt is empty", o.prompt_file);
@@ -63,8 +64,8 @@ int run(const Options& o) {
     if (o.compute != "bf16") user_error("--device cuda computes in bf16: give --compute bf16");
     if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
     const KvFlags none;
-    if ((!o.kvf.kv.empty() && o.kvf.kv != "f16") || !o.kvf.kv_k.empty() || !o.kvf.kv_v.empty() || !o.kvf.recipe.empty() ||
-        !o.kvf.key_center.empty() || o.kvf.residual != none.residual)
+    if ((!o.kvf.kv.empty() && o.kvf.kv != "f16") || !o.kvf.kv_k.empty() || !o.kvf.kv_v.empty() ||
+        !o.kvf.recipe.empty() || !o.kvf.key_center.empty() || o.kvf.residual != none.residual)
       user_error("--device cuda: generate runs the GPU's f16 cache only (--kv f16, the default there)");
     cuda::device_info();
   }
@@ -139,7 +140,8 @@ int run(const Options& o) {
 
   const char* why = r.stopped_by_token ? "end of turn" : r.stopped_by_caller ? "stop string" : "token limit";
   std::fprintf(stderr, "\nmodel          %s (%s, %s)\n", o.model.c_str(), cfg.arch.c_str(), kind.c_str());
-  std::fprintf(stderr, "prompt         %d tokens in %.3f s: %.1f tok/s\n", r.prompt_tokens, r.prefill_s, r.prompt_tps());
+  std::fprintf(stderr, "prompt         %d tokens in %.3f s: %.1f tok/s\n", r.prompt_tokens, r.prefill_s,
+               r.prompt_tps());
   std::fprintf(stderr, "first token    %.3f s (the prompt's forward and the first choice; loading excluded)\n",
                r.first_token_s);
   std::fprintf(stderr, "generated      %zu tokens (%s); %.2f tok/s over the %zu after the first (%.3f s)\n",
@@ -149,31 +151,32 @@ int run(const Options& o) {
   return 0;
 }
 
-const Registrar reg{{"generate", "generate text from a prompt (streamed), greedy or sampled",
-                     [](CLI::App& sub) -> std::function<int()> {
-                       auto o = std::make_shared<Options>();
-                       sub.add_option("--model", o->model, "GGUF file or model folder (required)");
-                       sub.add_option("--prompt", o->prompt, "the prompt text");
-                       sub.add_option("--prompt-file", o->prompt_file, "read the prompt from FILE");
-                       sub.add_flag("--chat", o->chat,
-                                    "the prompt is a user message: apply the model's chat template, stop at its end of turn");
-                       sub.add_option("--system", o->system, "with --chat: a system message before the prompt");
-                       sub.add_flag("--show-prompt", o->show_prompt, "with --chat: print the rendered prompt on stderr");
-                       sub.add_option("--max-tokens", o->max_tokens, "most tokens to generate (default 256)");
-                       sub.add_option("--temp", o->sampling.temperature, "temperature; 0 (default) is greedy");
-                       sub.add_option("--top-k", o->sampling.top_k, "sample from the K most likely tokens (0: all)");
-                       sub.add_option("--top-p", o->sampling.top_p, "sample from the smallest set reaching probability P (default 1)");
-                       sub.add_option("--seed", o->sampling.seed, "seed of the sampler (default 0)");
-                       sub.add_option("--stop", o->stops, "stop when the text contains STRING (repeatable)")->expected(1)->take_all();
-                       sub.add_option("--threads", o->threads, "threads (default: all cores)");
-                       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
-                       sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
-                           ->check(CLI::IsMember({"f32", "bf16"}));
-                       sub.add_option("--device", o->device, "cpu (default) or cuda (a build with -DQT_CUDA=ON)")
-                           ->check(CLI::IsMember({"cpu", "cuda"}));
-                       add_kv_flags(sub, o->kvf);
-                       return [o] { return run(*o); };
-                     }}};
+const Registrar reg{
+    {"generate", "generate text from a prompt (streamed), greedy or sampled",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--model", o->model, "GGUF file or model folder (required)");
+       sub.add_option("--prompt", o->prompt, "the prompt text");
+       sub.add_option("--prompt-file", o->prompt_file, "read the prompt from FILE");
+       sub.add_flag("--chat", o->chat,
+                    "the prompt is a user message: apply the model's chat template, stop at its end of turn");
+       sub.add_option("--system", o->system, "with --chat: a system message before the prompt");
+       sub.add_flag("--show-prompt", o->show_prompt, "with --chat: print the rendered prompt on stderr");
+       sub.add_option("--max-tokens", o->max_tokens, "most tokens to generate (default 256)");
+       sub.add_option("--temp", o->sampling.temperature, "temperature; 0 (default) is greedy");
+       sub.add_option("--top-k", o->sampling.top_k, "sample from the K most likely tokens (0: all)");
+       sub.add_option("--top-p", o->sampling.top_p, "sample from the smallest set reaching probability P (default 1)");
+       sub.add_option("--seed", o->sampling.seed, "seed of the sampler (default 0)");
+       sub.add_option("--stop", o->stops, "stop when the text contains STRING (repeatable)")->expected(1)->take_all();
+       sub.add_option("--threads", o->threads, "threads (default: all cores)");
+       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
+       sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
+           ->check(CLI::IsMember({"f32", "bf16"}));
+       sub.add_option("--device", o->device, "cpu (default) or cuda (a build with -DQT_CUDA=ON)")
+           ->check(CLI::IsMember({"cpu", "cuda"}));
+       add_kv_flags(sub, o->kvf);
+       return [o] { return run(*o); };
+     }}};
 
 }  // namespace
 }  // namespace qt

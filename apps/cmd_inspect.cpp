@@ -34,8 +34,8 @@ struct Summary {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<Row> rows;
-  json quantization;         // normalized description (quantized folders only)
-  double weight_bpw = 0.0;   // checkpoint_bits_per_weight
+  json quantization;        // normalized description (quantized folders only)
+  double weight_bpw = 0.0;  // checkpoint_bits_per_weight
 };
 
 // "model.layers.7.mlp.up_proj.weight" -> "mlp.up_proj.weight": what a weight does, not where.
@@ -190,8 +190,8 @@ int run(const std::string& path, const std::string& json_path) {
   }
   std::printf("\n  %-*s  %-*s  %-*s  %14s\n", int(w_name), "name", int(w_type), "type", int(w_shape), "shape", "bytes");
   for (auto& r : s.rows)
-    std::printf("  %-*s  %-*s  %-*s  %14s\n", int(w_name), r.name.c_str(), int(w_type), r.type.c_str(),
-                int(w_shape), shape_str(r.shape).c_str(), grouped(r.bytes).c_str());
+    std::printf("  %-*s  %-*s  %-*s  %14s\n", int(w_name), r.name.c_str(), int(w_type), r.type.c_str(), int(w_shape),
+                shape_str(r.shape).c_str(), grouped(r.bytes).c_str());
   std::printf("\n");
   for (auto& [type, v] : by_type) {
     auto& [n, b, e] = v;
@@ -225,10 +225,8 @@ int run(const std::string& path, const std::string& json_path) {
       auto& [n, b, e] = v;
       j["by_type"][type] = {{"tensors", n}, {"bytes", b}, {"elements", e}};
     }
-    j["totals"] = {{"tensors", s.rows.size()},
-                   {"bytes", total_bytes},
-                   {"elements", total_numel},
-                   {"bits_per_weight", bpw}};
+    j["totals"] = {
+        {"tensors", s.rows.size()}, {"bytes", total_bytes}, {"elements", total_numel}, {"bits_per_weight", bpw}};
     if (s.quantization.is_object()) {
       j["quantization"] = s.quantization;
       j["quantization"]["bits_per_weight"] = s.weight_bpw;

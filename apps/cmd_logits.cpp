@@ -39,8 +39,7 @@ int run(const Args& a) {
   Checkpoint ck = load_checkpoint(a.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", a.model);
   std::vector<int32_t> ids = ck.tokenizer->encode(text, false);
-  if (int64_t(ids.size()) < a.tokens)
-    user_error("{}: {} tokens, fewer than --tokens {}", a.text, ids.size(), a.tokens);
+  if (int64_t(ids.size()) < a.tokens) user_error("{}: {} tokens, fewer than --tokens {}", a.text, ids.size(), a.tokens);
   ids.resize(size_t(a.tokens));
   std::vector<float> logits;
   int64_t V = 0;
@@ -88,7 +87,8 @@ const Registrar reg({"logits", "Logits of the first N tokens of a text (raw fp32
                        sub.add_option("--tokens", a->tokens, "how many tokens (default 64)");
                        sub.add_option("--out", a->out, "raw fp32 [tokens, vocab] output file (ids in FILE.ids)");
                        sub.add_option("--compute", a->compute, "f32 or bf16 matmuls");
-                       sub.add_option("--kv", a->kv, "KV cache method (default f32; f16 to compare with --device cuda)");
+                       sub.add_option("--kv", a->kv,
+                                      "KV cache method (default f32; f16 to compare with --device cuda)");
                        sub.add_option("--device", a->device, "cpu (default) or cuda (bf16, f16 cache)")
                            ->check(CLI::IsMember({"cpu", "cuda"}));
                        sub.add_option("--threads", a->threads, "threads (default: all cores)");

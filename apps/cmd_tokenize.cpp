@@ -50,13 +50,11 @@ int run(const Args& a) {
   } else {
     write_file_atomic(a.out, s.data(), s.size());
   }
-  std::fprintf(stderr, "%zu tokens from %zu bytes in %.3f s (%s)\n", ids.size(), mf.size, secs,
-               tok->kind().c_str());
+  std::fprintf(stderr, "%zu tokens from %zu bytes in %.3f s (%s)\n", ids.size(), mf.size, secs, tok->kind().c_str());
   return 0;
 }
 
-const Registrar reg({"tokenize", "Token ids of a text file, one per line",
-                     [](CLI::App& sub) -> std::function<int()> {
+const Registrar reg({"tokenize", "Token ids of a text file, one per line", [](CLI::App& sub) -> std::function<int()> {
                        auto a = std::make_shared<Args>();
                        sub.add_option("--model", a->model, "a .gguf file or a Hugging Face folder")->required();
                        sub.add_option("--text", a->text, "UTF-8 text file")->required();

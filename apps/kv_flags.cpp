@@ -50,10 +50,10 @@ kv::KVConfig kv_config_from_flags(const KvFlags& f, const ModelConfig& cfg) {
     user_error("--kv-recipe gives every layer's methods; drop --kv/--kv-k/--kv-v");
   if (f.residual < -1) user_error("--kv-residual: must be at least 0, got {}", f.residual);
   const std::string both = f.kv.empty() ? "f32" : f.kv;
-  kv::KVConfig c = f.recipe.empty()
-                       ? kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(f.kv_k.empty() ? both : f.kv_k, "--kv-k"),
-                                               kv::parse_kv_spec(f.kv_v.empty() ? both : f.kv_v, "--kv-v"))
-                       : kv::read_kv_recipe(f.recipe, cfg.n_layers);
+  kv::KVConfig c = f.recipe.empty() ? kv::uniform_kv_config(cfg.n_layers,
+                                                            kv::parse_kv_spec(f.kv_k.empty() ? both : f.kv_k, "--kv-k"),
+                                                            kv::parse_kv_spec(f.kv_v.empty() ? both : f.kv_v, "--kv-v"))
+                                    : kv::read_kv_recipe(f.recipe, cfg.n_layers);
   c.residual = f.residual;
   c.mode = f.mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
   c.artifacts = f.artifacts;

@@ -27,8 +27,7 @@ struct Accum {
 
 }  // namespace
 
-ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks,
-                           int32_t bos_id) {
+ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id) {
   const int n = int(std::min<int64_t>(chunks, int64_t(tokens.size()) / ctx));
   if (n <= 0) user_error("calibrate: the text has fewer than {} tokens, one chunk", ctx);
   std::map<std::string, Accum> acc;
@@ -37,8 +36,8 @@ ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens
   std::map<std::string, std::string> same_as;
   model.set_observer([&](const std::string& name, const float* x, int64_t nt, int64_t in) {
     for (auto [from, to] : {std::pair{"self_attn.k_proj.weight", "self_attn.q_proj.weight"},
-                                   std::pair{"self_attn.v_proj.weight", "self_attn.q_proj.weight"},
-                                   std::pair{"mlp.up_proj.weight", "mlp.gate_proj.weight"}}) {
+                            std::pair{"self_attn.v_proj.weight", "self_attn.q_proj.weight"},
+                            std::pair{"mlp.up_proj.weight", "mlp.gate_proj.weight"}}) {
       const std::string f = from;
       if (name.size() > f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) {
         same_as[name] = name.substr(0, name.size() - f.size()) + to;

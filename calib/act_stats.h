@@ -33,8 +33,7 @@ struct ActStats {
 
 // The first `chunks` chunks of `ctx` tokens (each starting with bos_id when ≥ 0) through the
 // model (full-precision cache); every Linear's input is observed, the output head's too.
-ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks,
-                           int32_t bos_id);
+ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id);
 
 void save_act_stats(const std::string& path, const ActStats& s);
 // UserError "PATH: ..." for a file that is not an act-stats file.

@@ -21,9 +21,12 @@ std::vector<double> water_fill(const std::vector<double>& w, double budget, doub
     double free_budget = budget * double(n), sum_log = 0;
     int n_free = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (clamp[i] < 0) free_budget -= lo;
-      else if (clamp[i] > 0) free_budget -= hi;
-      else sum_log += std::log(w[i]) / lb, ++n_free;
+      if (clamp[i] < 0)
+        free_budget -= lo;
+      else if (clamp[i] > 0)
+        free_budget -= hi;
+      else
+        sum_log += std::log(w[i]) / lb, ++n_free;
     }
     const double theta = n_free ? (free_budget - sum_log) / n_free : 0;
     bool changed = false;
@@ -33,8 +36,10 @@ std::vector<double> water_fill(const std::vector<double>& w, double budget, doub
         continue;
       }
       b[i] = theta + std::log(w[i]) / lb;
-      if (b[i] < lo) clamp[i] = -1, changed = true;
-      else if (b[i] > hi) clamp[i] = 1, changed = true;
+      if (b[i] < lo)
+        clamp[i] = -1, changed = true;
+      else if (b[i] > hi)
+        clamp[i] = 1, changed = true;
     }
     if (!changed) break;
   }
@@ -42,7 +47,8 @@ std::vector<double> water_fill(const std::vector<double>& w, double budget, doub
   return b;
 }
 
-std::vector<int> allocate_bits(const std::vector<double>& w, double budget, double beta, const std::vector<int>& allowed) {
+std::vector<int> allocate_bits(const std::vector<double>& w, double budget, double beta,
+                               const std::vector<int>& allowed) {
   if (allowed.empty()) user_error("bit allocation: no allowed bit widths");
   const double lo = allowed.front(), hi = allowed.back();
   if (budget < lo || budget > hi) user_error("--budget {}: outside the method's bits {}..{}", budget, lo, hi);

@@ -19,6 +19,7 @@ std::vector<double> water_fill(const std::vector<double>& w, double budget, doub
 
 // Bits from `allowed` (ascending), total = round(budget · n) as nearly as `allowed` permits,
 // starting from the continuous solution. Sensitivities must be positive.
-std::vector<int> allocate_bits(const std::vector<double>& w, double budget, double beta, const std::vector<int>& allowed);
+std::vector<int> allocate_bits(const std::vector<double>& w, double budget, double beta,
+                               const std::vector<int>& allowed);
 
 }  // namespace qt::calib

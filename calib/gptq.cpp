@@ -11,9 +11,9 @@
 // LAPACK (OpenBLAS), the Fortran interface: trailing arguments are the character lengths.
 extern "C" {
 void spotrf_(const char* uplo, const int* n, float* a, const int* lda, int* info, size_t uplo_len);
-void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const float* alpha, const float* a,
-            const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc, size_t ta_len,
-            size_t tb_len);
+void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc,
+            size_t ta_len, size_t tb_len);
 void strtri_(const char* uplo, const char* diag, const int* n, float* a, const int* lda, int* info, size_t uplo_len,
              size_t diag_len);
 }

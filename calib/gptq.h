@@ -39,10 +39,10 @@ GptqHessian prepare_gptq_hessian(std::vector<float> H, int64_t cols, const GptqO
 
 // w [rows, cols] row-major (HF layout). `loss`, when given, receives Σ (w − q)² / [H⁻¹]_jj / 2,
 // AutoGPTQ's reported error.
-PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols,
-                           const GptqHessian& h, const GptqOptions& opt, double* loss = nullptr);
+PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
+                           const GptqOptions& opt, double* loss = nullptr);
 // Both steps.
-PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols,
-                           std::vector<float> H, const GptqOptions& opt, double* loss = nullptr);
+PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, std::vector<float> H,
+                           const GptqOptions& opt, double* loss = nullptr);
 
 }  // namespace qt::calib

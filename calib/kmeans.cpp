@@ -20,8 +20,8 @@ inline float sqdist(const float* a, const float* b, int dim) {
 // The nearest centre of one point (ties to the lowest index) and its squared distance, over the
 // centres stored dimension-major (ct[i·k + j]) so the loop runs across centres in SIMD lanes; the
 // arithmetic per (point, centre) is sqdist's, in the same order, so both give the same floats.
-__attribute__((target_clones("avx2", "default")))
-int32_t nearest(const float* xi, const float* ct, int k, int dim, float* acc, float* best_d) {
+__attribute__((target_clones("avx2", "default"))) int32_t nearest(const float* xi, const float* ct, int k, int dim,
+                                                                  float* acc, float* best_d) {
   for (int j = 0; j < k; ++j) acc[j] = 0.0f;
   for (int i = 0; i < dim; ++i) {
     const float x = xi[i];
@@ -48,13 +48,15 @@ void assign_all(const float* x, int64_t n, int dim, const std::vector<float>& c,
   {
     std::vector<float> acc(static_cast<size_t>(k));
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) a[size_t(i)] = nearest(x + i * dim, ct.data(), k, dim, acc.data(), &dist[size_t(i)]);
+    for (int64_t i = 0; i < n; ++i)
+      a[size_t(i)] = nearest(x + i * dim, ct.data(), k, dim, acc.data(), &dist[size_t(i)]);
   }
 }
 
 }  // namespace
 
-KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, int max_iter, const CentreProjection& project) {
+KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, int max_iter,
+                    const CentreProjection& project) {
   if (k < 1 || n < k || dim < 1) user_error("k-means: {} centroids from {} points of dimension {}", k, n, dim);
   kv::Rng rng(seed);
   KMeansResult r;
@@ -128,7 +130,8 @@ KMeansResult kmeans(const float* x, int64_t n, int dim, int k, uint64_t seed, in
     }
     for (int j = 0; j < k; ++j)
       if (cnt[size_t(j)] > 0)
-        for (int t = 0; t < dim; ++t) r.centroids[size_t(j) * dim + t] = float(sum[size_t(j) * dim + t] / double(cnt[size_t(j)]));
+        for (int t = 0; t < dim; ++t)
+          r.centroids[size_t(j) * dim + t] = float(sum[size_t(j) * dim + t] / double(cnt[size_t(j)]));
     if (project) project(r.centroids.data(), cnt.data());
   }
   // the final assignment and inertia against the final centres

@@ -62,7 +62,9 @@ void train_vecinfer(const KvSamples& s, int bits, uint64_t seed, int sides, Name
   const int d = s.dim, v = 8 / bits, m = d / v;
   const std::string prefix = kv::calibrated_prefix("vecinfer", bits);
   if (d % v) user_error("--kv vecinfer:bits={}: head dimension {} is not a multiple of {}", bits, d, v);
-  if (s.n < kCentroids) user_error("--kv vecinfer: {} calibration tokens, fewer than its {} centroids; give more --chunks", s.n, kCentroids);
+  if (s.n < kCentroids)
+    user_error("--kv vecinfer: {} calibration tokens, fewer than its {} centroids; give more --chunks", s.n,
+               kCentroids);
   struct Task {
     int layer, head, side, sub;
   };
@@ -94,7 +96,8 @@ void train_vecinfer(const KvSamples& s, int bits, uint64_t seed, int sides, Name
     X[LH + lh] = s.v[lh];
   }
   std::map<std::tuple<int, int, int, int>, size_t> index;  // (side, layer, head, sub) → task
-  for (size_t ti = 0; ti < tasks.size(); ++ti) index[{tasks[ti].side, tasks[ti].layer, tasks[ti].head, tasks[ti].sub}] = ti;
+  for (size_t ti = 0; ti < tasks.size(); ++ti)
+    index[{tasks[ti].side, tasks[ti].layer, tasks[ti].head, tasks[ti].sub}] = ti;
   std::vector<std::vector<float>> cb(tasks.size());
   std::vector<double> inertia(tasks.size());
   int done = 0;
@@ -105,7 +108,8 @@ void train_vecinfer(const KvSamples& s, int bits, uint64_t seed, int sides, Name
     std::vector<float> sub(size_t(s.n) * v);
     for (int64_t i = 0; i < s.n; ++i)
       std::copy(Y.begin() + i * d + t.sub * v, Y.begin() + i * d + (t.sub + 1) * v, sub.begin() + i * v);
-    const uint64_t sd = mix(mix(mix(mix(seed, uint64_t(t.layer)), uint64_t(t.side)), uint64_t(t.head)), uint64_t(t.sub));
+    const uint64_t sd =
+        mix(mix(mix(mix(seed, uint64_t(t.layer)), uint64_t(t.side)), uint64_t(t.head)), uint64_t(t.sub));
     KMeansResult r = kmeans(sub.data(), s.n, v, kCentroids, sd);
     cb[ti] = std::move(r.centroids);
     inertia[ti] = r.inertia;
@@ -123,7 +127,8 @@ void train_vecinfer(const KvSamples& s, int bits, uint64_t seed, int sides, Name
       for (int h = 0; h < s.heads && (sides & (1 << side)); ++h) {
         const kv::Side sd = side == 0 ? kv::Side::Key : kv::Side::Value;
         out.emplace_back(kv::calibrated_name(prefix, l, sd, h, "present"), std::vector<float>{1.0f});
-        if (side == 0) out.emplace_back(kv::calibrated_name(prefix, l, sd, h, "lambda"), lambda[size_t(l) * s.heads + h]);
+        if (side == 0)
+          out.emplace_back(kv::calibrated_name(prefix, l, sd, h, "lambda"), lambda[size_t(l) * s.heads + h]);
         std::vector<float> all;
         for (int sub = 0; sub < m; ++sub) {
           const size_t ti = index.at({side, l, h, sub});
@@ -133,9 +138,11 @@ void train_vecinfer(const KvSamples& s, int bits, uint64_t seed, int sides, Name
       }
   if (rep)
     for (int side = 0; side < 2; ++side)
-      if (sides & (1 << side)) rep->lines.push_back(fmt::format("vecinfer:bits={} {}: {} sub-spaces of {} dims x {} centroids per layer and head; "
-                                       "relative MSE on the calibration vectors (transformed domain) {:.4f}",
-                                       bits, side == 0 ? "keys  " : "values", m, v, kCentroids, se[side] / std::max(ss[side], 1e-30)));
+      if (sides & (1 << side))
+        rep->lines.push_back(
+            fmt::format("vecinfer:bits={} {}: {} sub-spaces of {} dims x {} centroids per layer and head; "
+                        "relative MSE on the calibration vectors (transformed domain) {:.4f}",
+                        bits, side == 0 ? "keys  " : "values", m, v, kCentroids, se[side] / std::max(ss[side], 1e-30)));
 }
 
 }  // namespace
@@ -165,7 +172,8 @@ void train_commvq(const KvSamples& s, double bits, int cb, bool comm, int iters,
   const int n = int(std::lround(bits * d / cb));
   const std::string prefix = kv::calibrated_prefix(kv::commvq_table_method(cb, comm), bits);
   if (int(s.rope_inv_freq.size()) * 2 != d) user_error("--kv commvq: the model's RoPE is unknown");
-  if (s.n < k) user_error("--kv commvq: {} calibration tokens, fewer than its {} codewords; give more --chunks", s.n, k);
+  if (s.n < k)
+    user_error("--kv commvq: {} calibration tokens, fewer than its {} codewords; give more --chunks", s.n, k);
   const int ctx = s.ctx > 0 ? s.ctx : int(s.n);
   const auto rope = kv::RopeAngles::make(s.rope_inv_freq, ctx);
   const auto rope_local = s.rope_local.empty() ? rope : kv::RopeAngles::make(s.rope_local_inv_freq, ctx);
@@ -185,9 +193,10 @@ void train_commvq(const KvSamples& s, double bits, int cb, bool comm, int iters,
     all.reserve(size_t(n) * k * d);
     for (int st = 0; st < n; ++st) {
       const uint64_t sd = mix(mix(mix(mix(seed, uint64_t(l)), 0), uint64_t(h)), uint64_t(st));
-      KMeansResult r = kmeans(R.data(), s.n, d, k, sd, iters,
-                              comm ? CentreProjection([&](float* c, const int64_t* cnt) { commvq_project(c, cnt, k, d); })
-                                   : CentreProjection());
+      KMeansResult r =
+          kmeans(R.data(), s.n, d, k, sd, iters,
+                 comm ? CentreProjection([&](float* c, const int64_t* cnt) { commvq_project(c, cnt, k, d); })
+                      : CentreProjection());
       for (int64_t t = 0; t < s.n; ++t) {
         const float* c = r.centroids.data() + size_t(r.assign[size_t(t)]) * d;
         float* x = R.data() + size_t(t) * d;
@@ -207,9 +216,10 @@ void train_commvq(const KvSamples& s, double bits, int cb, bool comm, int iters,
   if (rep) {
     double e = 0, t = 0;
     for (size_t lh = 0; lh < LH; ++lh) e += err[lh], t += norm[lh];
-    rep->lines.push_back(fmt::format("commvq:bits={} keys  : {} residual stages of {} codewords ({}-bit codes{}) per layer and head, "
-                                     "{} Lloyd iterations at most; relative MSE on the calibration keys (pre-RoPE, as trained) {:.4f}",
-                                     bits, n, k, cb, comm ? ", RoPE-commuting pairs" : ", unprojected", iters, e / std::max(t, 1e-30)));
+    rep->lines.push_back(
+        fmt::format("commvq:bits={} keys  : {} residual stages of {} codewords ({}-bit codes{}) per layer and head, "
+                    "{} Lloyd iterations at most; relative MSE on the calibration keys (pre-RoPE, as trained) {:.4f}",
+                    bits, n, k, cb, comm ? ", RoPE-commuting pairs" : ", unprojected", iters, e / std::max(t, 1e-30)));
   }
 }
 
@@ -310,7 +320,8 @@ void train_spectral(const KvSamples& s, double bits, int sides, NamedFloats& out
       double ss = 0;
       for (int i = 0; i < d; ++i) {
         double acc = 0;
-        for (int j = 0; j < d; ++j) acc += double(r.rot[size_t(i) * d + j]) * (double(X[size_t(t) * d + j]) - double(r.mean[size_t(j)]));
+        for (int j = 0; j < d; ++j)
+          acc += double(r.rot[size_t(i) * d + j]) * (double(X[size_t(t) * d + j]) - double(r.mean[size_t(j)]));
         z[size_t(i)] = float(acc / r.scale[size_t(i)]);
         ss += double(z[size_t(i)]) * z[size_t(i)];
       }
@@ -343,8 +354,10 @@ void train_spectral(const KvSamples& s, double bits, int sides, NamedFloats& out
         out.emplace_back(name("scale"), r.scale);
         out.emplace_back(name("bits"), r.bitw);
         for (auto& [w, cb] : r.cbs) {
-          out.emplace_back(name(fmt::format("cb{}.centroids", w)), std::vector<float>(cb.centroids.begin(), cb.centroids.end()));
-          out.emplace_back(name(fmt::format("cb{}.thresholds", w)), std::vector<float>(cb.thresholds.begin(), cb.thresholds.end()));
+          out.emplace_back(name(fmt::format("cb{}.centroids", w)),
+                           std::vector<float>(cb.centroids.begin(), cb.centroids.end()));
+          out.emplace_back(name(fmt::format("cb{}.thresholds", w)),
+                           std::vector<float>(cb.thresholds.begin(), cb.thresholds.end()));
         }
       }
   if (rep)
@@ -357,10 +370,11 @@ void train_spectral(const KvSamples& s, double bits, int sides, NamedFloats& out
         mse += r.mse, var += r.var, ds += r.ds, ev += r.ev;
         for (float w : r.bitw) maxb = std::max(maxb, int(w));
       }
-      rep->lines.push_back(fmt::format("spectral:bits={} {}: signal dims (more than {} bits) {:.1f} of {} on average, "
-                                       "explaining {:.1f}% of the variance; widest {} bits; relative MSE on the calibration vectors {:.4f}",
-                                       bits, side == 0 ? "keys  " : "values", bits, ds / double(LH), d, 100 * ev / double(LH), maxb,
-                                       mse / std::max(var, 1e-30)));
+      rep->lines.push_back(fmt::format(
+          "spectral:bits={} {}: signal dims (more than {} bits) {:.1f} of {} on average, "
+          "explaining {:.1f}% of the variance; widest {} bits; relative MSE on the calibration vectors {:.4f}",
+          bits, side == 0 ? "keys  " : "values", bits, ds / double(LH), d, 100 * ev / double(LH), maxb,
+          mse / std::max(var, 1e-30)));
     }
 }
 
@@ -372,14 +386,19 @@ void check_commvq_options(const kv::KVSpec& spec, int sides) {
       user_error("--kv {}: commvq calibration takes bits=B, cb=2|4|8, comm=0|1, iters=N (not {})", spec.text(), k);
   if (sides & 2) user_error("--kv {}: CommVQ encodes keys only (--kv-sides keys)", spec.text());
   const double bits = spec.number("bits", 2, "--kv");
-  const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"), iters = spec.number("iters", 10, "--kv");
-  if (!(bits > 0 && bits <= 8)) user_error("--kv {}: bits={} is not a rate in (0, 8] bits per element", spec.text(), bits);
-  if (cbv != 2 && cbv != 4 && cbv != 8) user_error("--kv {}: cb={} is not a codebook width of 2, 4 or 8 bits", spec.text(), cbv);
+  const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"),
+               iters = spec.number("iters", 10, "--kv");
+  if (!(bits > 0 && bits <= 8))
+    user_error("--kv {}: bits={} is not a rate in (0, 8] bits per element", spec.text(), bits);
+  if (cbv != 2 && cbv != 4 && cbv != 8)
+    user_error("--kv {}: cb={} is not a codebook width of 2, 4 or 8 bits", spec.text(), cbv);
   if (comm != 0 && comm != 1) user_error("--kv {}: comm={} is not 0 or 1", spec.text(), comm);
-  if (iters < 1 || iters > 1000 || iters != std::floor(iters)) user_error("--kv {}: iters={} is not a count in 1..1000", spec.text(), iters);
+  if (iters < 1 || iters > 1000 || iters != std::floor(iters))
+    user_error("--kv {}: iters={} is not a count in 1..1000", spec.text(), iters);
 }
 
-KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id) {
+KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks,
+                             int32_t bos_id) {
   const int n = int(std::min<int64_t>(chunks, int64_t(tokens.size()) / ctx));
   if (n <= 0) user_error("calibrate: the text has fewer than {} tokens, one chunk", ctx);
   const KVShape shape = model.kv_shape(ctx);
@@ -405,16 +424,18 @@ KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& toke
   return s;
 }
 
-NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint64_t seed, int sides, KvCodebookReport* report,
-                               const std::function<void(int, int)>& progress) {
+NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint64_t seed, int sides,
+                               KvCodebookReport* report, const std::function<void(int, int)>& progress) {
   const auto allowed = kv::kv_method_bits(spec.method);  // UserError for an unknown method
   if (spec.method == "commvq") {
     check_commvq_options(spec, sides);
     const double bits = spec.number("bits", kv::kv_method_default_bits(spec.method), "--kv");
-    const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"), iters = spec.number("iters", 10, "--kv");
+    const double cbv = spec.number("cb", 8, "--kv"), comm = spec.number("comm", 1, "--kv"),
+                 iters = spec.number("iters", 10, "--kv");
     const double nd = bits * s.dim / cbv;
     if (!(bits > 0) || nd < 1 || nd > 256 || std::fabs(nd - std::round(nd)) > 1e-9)
-      user_error("--kv {}: {} bits per element is not a whole number of {}-bit codes per {}-dim key", spec.text(), bits, cbv, s.dim);
+      user_error("--kv {}: {} bits per element is not a whole number of {}-bit codes per {}-dim key", spec.text(), bits,
+                 cbv, s.dim);
     NamedFloats out;
     train_commvq(s, bits, int(cbv), comm == 1, int(iters), seed, out, report, progress);
     return out;
@@ -425,14 +446,19 @@ NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint6
   if (std::find(allowed.begin(), allowed.end(), bits) == allowed.end())
     user_error("--kv {}: {} has no {}-bit variant", spec.text(), spec.method, bits);
   NamedFloats out;
-  if (spec.method == "vecinfer") train_vecinfer(s, int(bits), seed, sides, out, report, progress);
-  else if (spec.method == "spectral") train_spectral(s, bits, sides, out, report, progress);
-  else user_error("--kv {}: {} needs no calibration (calibrated methods: {})", spec.text(), spec.method, kv::calibrated_kv_method_names());
+  if (spec.method == "vecinfer")
+    train_vecinfer(s, int(bits), seed, sides, out, report, progress);
+  else if (spec.method == "spectral")
+    train_spectral(s, bits, sides, out, report, progress);
+  else
+    user_error("--kv {}: {} needs no calibration (calibrated methods: {})", spec.text(), spec.method,
+               kv::calibrated_kv_method_names());
   return out;
 }
 
-void write_calibrated_artifacts(const std::string& dir, const std::string& prefix, const NamedFloats& tables, int head_dim,
-                                uint64_t seed, const std::vector<std::pair<std::string, std::string>>& info) {
+void write_calibrated_artifacts(const std::string& dir, const std::string& prefix, const NamedFloats& tables,
+                                int head_dim, uint64_t seed,
+                                const std::vector<std::pair<std::string, std::string>>& info) {
   std::filesystem::create_directories(dir);
   const std::string mp = dir + "/manifest.json";
   nlohmann::ordered_json man;
@@ -446,8 +472,8 @@ void write_calibrated_artifacts(const std::string& dir, const std::string& prefi
     if (man.value("format", "") != "quanttool-kv-artifacts")
       user_error("--out {}: holds a manifest.json that is not a quanttool KV artifacts manifest", dir);
     if (man.value("head_dim", 0) != head_dim || man.value("seed", uint64_t(0)) != seed)
-      user_error("--out {}: artifacts for head dimension {} and seed {} already there (this model: {}, --kv-seed {})", dir,
-                 man.value("head_dim", 0), man.value("seed", uint64_t(0)), head_dim, seed);
+      user_error("--out {}: artifacts for head dimension {} and seed {} already there (this model: {}, --kv-seed {})",
+                 dir, man.value("head_dim", 0), man.value("seed", uint64_t(0)), head_dim, seed);
   } else {
     man["format"] = "quanttool-kv-artifacts";
     man["version"] = 1;

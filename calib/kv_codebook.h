@@ -32,15 +32,18 @@ struct KvSamples {
   int layers = 0, heads = 0, dim = 0;
   int64_t n = 0;
   int ctx = 0;  // tokens per chunk: position t % ctx == 0 starts a sequence (0: no chunk structure)
-  std::vector<float> rope_inv_freq;  // the model's RoPE (CommVQ takes the keys back before it)
+  std::vector<float> rope_inv_freq;        // the model's RoPE (CommVQ takes the keys back before it)
   std::vector<float> rope_local_inv_freq;  // gemma3: the RoPE of layers with rope_local[l] != 0
   std::vector<uint8_t> rope_local;
   std::vector<std::vector<float>> k, v;  // [layer * heads + head] → n × dim
-  const std::vector<float>& at(bool key, int layer, int head) const { return (key ? k : v)[size_t(layer) * heads + head]; }
+  const std::vector<float>& at(bool key, int layer, int head) const {
+    return (key ? k : v)[size_t(layer) * heads + head];
+  }
 };
 
 // Runs `chunks` chunks of `ctx` tokens (bos_id ≥ 0: the first token of each) and records them.
-KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id);
+KvSamples collect_kv_samples(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks,
+                             int32_t bos_id);
 
 // The tables of METHOD (spec.method, its bits) for every layer, side and head, as named tensors
 // (calibrated_name), with one line per side on `log`. UserError for a method that is not calibrated.
@@ -49,14 +52,15 @@ struct KvCodebookReport {
 };
 using NamedFloats = std::vector<std::pair<std::string, std::vector<float>>>;
 // sides: 1 keys, 2 values, 3 both.
-NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint64_t seed, int sides, KvCodebookReport* report,
-                               const std::function<void(int done, int total)>& progress);
+NamedFloats train_kv_codebooks(const KvSamples& s, const kv::KVSpec& spec, uint64_t seed, int sides,
+                               KvCodebookReport* report, const std::function<void(int done, int total)>& progress);
 
 // Writes `tables` into DIR as `<prefix>.safetensors` and adds it to DIR/manifest.json (created, or
 // merged when it is an artifacts manifest of the same head dimension and seed). `info` goes into
 // the manifest's "calibrated" entry for the prefix.
 void write_calibrated_artifacts(const std::string& dir, const std::string& prefix, const NamedFloats& tables,
-                                int head_dim, uint64_t seed, const std::vector<std::pair<std::string, std::string>>& info);
+                                int head_dim, uint64_t seed,
+                                const std::vector<std::pair<std::string, std::string>>& info);
 
 // CommVQ's projection of a stage's k codewords (k × dim, dims (i, i + dim/2) a RoPE plane) onto
 // the RoPE-commuting form: codeword 2g+1 = J·codeword 2g (J a 90° turn in every plane), the

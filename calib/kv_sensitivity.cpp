@@ -62,7 +62,8 @@ KvSensitivity measure_kv_sensitivity(LlamaModel& model, const std::vector<int32_
         for (int r = 0; r < P.n_scored; ++r) {
           const int64_t row = int64_t(ci) * P.n_scored + r;
           per[r] = kld_token(base.data() + size_t(row) * V, lg + size_t(r) * V, V,
-                             tokens[int64_t(ci) * P.ctx + P.first + r + 1]).kld;
+                             tokens[int64_t(ci) * P.ctx + P.first + r + 1])
+                       .kld;
         }
         for (double x : per) kl += x;  // fixed order
       });

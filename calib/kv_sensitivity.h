@@ -15,11 +15,11 @@
 namespace qt::calib {
 
 struct KvSensitivityOptions {
-  kv::KVSpec reference;    // the method at the bit width the sensitivities are measured with
+  kv::KVSpec reference;  // the method at the bit width the sensitivities are measured with
   int ctx = 512;
   int chunks = 2;
-  int residual = -1;       // as eval-ppl --kv-residual
-  int bos_id = -1;         // replaces each chunk's first token (llama protocol), −1: none
+  int residual = -1;  // as eval-ppl --kv-residual
+  int bos_id = -1;    // replaces each chunk's first token (llama protocol), −1: none
   uint64_t seed = 42;
   std::string artifacts;
 };
@@ -32,7 +32,6 @@ struct KvSensitivity {
 
 // progress(done, total) after each of the 2·n_layers + 1 passes.
 KvSensitivity measure_kv_sensitivity(LlamaModel& model, const std::vector<int32_t>& tokens,
-                                     const KvSensitivityOptions& o,
-                                     const std::function<void(int, int)>& progress = {});
+                                     const KvSensitivityOptions& o, const std::function<void(int, int)>& progress = {});
 
 }  // namespace qt::calib

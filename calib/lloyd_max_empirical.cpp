@@ -17,7 +17,10 @@ kv::Codebook lloyd_max_empirical(std::vector<float> x, int levels) {
   std::vector<double>& c = cb.centroids;
   std::vector<double>& t = cb.thresholds;
   // samples ≤ t[i] belong to cell i (an exact tie goes to the lower cell, as codebook_index)
-  auto cut = [&](double th) { return size_t(std::upper_bound(x.begin(), x.end(), th, [](double a, float b) { return a < double(b); }) - x.begin()); };
+  auto cut = [&](double th) {
+    return size_t(std::upper_bound(x.begin(), x.end(), th, [](double a, float b) { return a < double(b); }) -
+                  x.begin());
+  };
   cb.iterations = 0;
   for (int it = 0; it < 200; ++it) {
     for (int i = 0; i + 1 < levels; ++i) t[size_t(i)] = 0.5 * (c[size_t(i)] + c[size_t(i) + 1]);

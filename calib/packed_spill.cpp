@@ -23,7 +23,8 @@ PackedSpill::PackedSpill(const std::string& dir) : dir_(dir) {
     fd_ = ::mkstemp(tmpl.data());
     if (fd_ >= 0) ::unlink(tmpl.c_str());
   }
-  if (fd_ < 0) user_error("gptq: cannot make a temporary file in {} for the quantized blocks: {}", dir_, std::strerror(errno));
+  if (fd_ < 0)
+    user_error("gptq: cannot make a temporary file in {} for the quantized blocks: {}", dir_, std::strerror(errno));
 }
 
 PackedSpill::~PackedSpill() {

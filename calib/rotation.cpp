@@ -68,8 +68,10 @@ void scale_columns(std::vector<float>& W, int64_t cols, const std::vector<float>
 void rotate_residual(Checkpoint& ck, uint64_t seed) {
   const ModelConfig& c = ck.config;
   if (c.desc().has_post_norms())
-    user_error("--rotate: {} puts a norm between each block's output and the residual (post-norms); "
-               "the rotation cannot be folded there", c.arch);
+    user_error(
+        "--rotate: {} puts a norm between each block's output and the residual (post-norms); "
+        "the rotation cannot be folded there",
+        c.arch);
   const int d = c.hidden;
   const std::vector<float> Q = random_orthogonal(d, seed);
   auto get = [&](const std::string& name) { return to_f32(ck.get(name)); };

@@ -21,7 +21,8 @@ bool is_q_or_k(const std::string& name) {
 
 }  // namespace
 
-std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan,
+std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck,
+                                                          const std::map<std::string, SchemeParams>& plan,
                                                           const std::vector<int32_t>& tokens,
                                                           const ScaleFoldOptions& opt) {
   const ModelConfig& c = ck.config;
@@ -99,13 +100,12 @@ std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck, const 
         for (const SearchReader& r : readers) col_absmax(r.w, r.rows, site.cols, wmax);
         wmax = to_scale_space(site, wmax);
       }
-      const ScaleSearchResult best =
-          search_scales(A.data(), T, site.cols, readers, alphas, [&](double a) {
-            return to_columns(site, opt.awq ? awq_scales(stat, a) : smooth_scales(stat, wmax, a));
-          });
+      const ScaleSearchResult best = search_scales(A.data(), T, site.cols, readers, alphas, [&](double a) {
+        return to_columns(site, opt.awq ? awq_scales(stat, a) : smooth_scales(stat, wmax, a));
+      });
       const std::vector<float> s = best.alpha < 0 ? std::vector<float>(size_t(site.n_scales), 1.0f)
-                                   : opt.awq    ? awq_scales(stat, best.alpha)
-                                                : smooth_scales(stat, wmax, best.alpha);
+                                   : opt.awq      ? awq_scales(stat, best.alpha)
+                                                  : smooth_scales(stat, wmax, best.alpha);
       folder.fold(site, s);
       for (const std::string& r : site.readers) out[r] = best.scales;
       site_scales.push_back(best.scales);
@@ -128,8 +128,8 @@ std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck, const 
       }
     {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "%s: block %d/%d, %.0f s; alpha (loss / unscaled) per site:%s\n", opt.awq ? "awq" : "smooth-auto",
-                   l + 1, c.n_layers, secs, report.c_str());
+      std::fprintf(stderr, "%s: block %d/%d, %.0f s; alpha (loss / unscaled) per site:%s\n",
+                   opt.awq ? "awq" : "smooth-auto", l + 1, c.n_layers, secs, report.c_str());
     }
   }
   folder.finish();

@@ -34,7 +34,8 @@ struct ScaleFoldOptions {
 };
 
 // The scales of every reader's columns (its input is now X_j / s_j), by weight name.
-std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan,
+std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck,
+                                                          const std::map<std::string, SchemeParams>& plan,
                                                           const std::vector<int32_t>& tokens,
                                                           const ScaleFoldOptions& opt);
 

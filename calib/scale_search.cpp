@@ -146,7 +146,8 @@ std::vector<float> clip_search(const SchemeGrid& grid, float* w, int64_t rows, i
         for (int64_t j = 0; j < gl; ++j) c[j] = std::clamp(v[j], -mv, mv);
         const GroupParams p = grid.stored(grid.fit_rtn(c.data(), gl));
         for (int64_t j = 0; j < gl; ++j) d[j] = v[j] - grid.value(grid.code(c[j], p), p);
-        const double err = use_gram ? double(d.dot(gram[g] * d)) : double((xs.middleCols(g * gl, gl) * d).squaredNorm());
+        const double err =
+            use_gram ? double(d.dot(gram[g] * d)) : double((xs.middleCols(g * gl, gl) * d).squaredNorm());
         if (err < best_err) best_err = err, best = mv;
       }
       for (int64_t j = 0; j < gl; ++j) v[j] = std::clamp(v[j], -best, best);

@@ -37,9 +37,9 @@ struct SearchReader {
 };
 
 struct ScaleSearchResult {
-  double alpha = -1;     // −1: s = 1 won
-  double loss = 0;       // of the chosen scales
-  double loss_unit = 0;  // of s = 1 (no smoothing)
+  double alpha = -1;          // −1: s = 1 won
+  double loss = 0;            // of the chosen scales
+  double loss_unit = 0;       // of s = 1 (no smoothing)
   std::vector<float> scales;  // per column
 };
 

@@ -66,7 +66,8 @@ void symmetrize(std::vector<float>& H, int64_t in) {
 
 std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, const std::set<std::string>& targets,
                                                         const std::vector<int32_t>& tokens,
-                                                        const SequentialOptions& opt, const HessianQuantizer& quantize) {
+                                                        const SequentialOptions& opt,
+                                                        const HessianQuantizer& quantize) {
   const ModelConfig& c = ck.config;
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
   const std::string head = tied ? "model.embed_tokens.weight" : "lm_head.weight";
@@ -85,7 +86,8 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
   const LinearFactory dense = dense_linear_factory(Compute::F32);
   LlamaModel model(ck, [&](const std::string& name, const Tensor& w, const Tensor* b) -> std::unique_ptr<Linear> {
     if (name.rfind("model.layers.", 0) == 0 || name == "lm_head.weight") {
-      if (!is_float(w.dtype) || w.shape.size() != 2) user_error("{}: calibration needs float weights, not {}", name, dtype_name(w.dtype));
+      if (!is_float(w.dtype) || w.shape.size() != 2)
+        user_error("{}: calibration needs float weights, not {}", name, dtype_name(w.dtype));
       return std::make_unique<Unloaded>(w.shape[0], w.shape[1]);
     }
     return dense(name, w, b);
@@ -165,8 +167,8 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
         const std::vector<float> deq = quantize_one(name, hess.at(site_of(p)), prefix + site_of(p), true);
         const Tensor& w = ck.get(name);
         const std::vector<float> b = bias_of(name);
-        model.set_linear(l, p, make_dense_linear(deq.data(), w.shape[0], w.shape[1], b.empty() ? nullptr : b.data(),
-                                                 Compute::F32));
+        model.set_linear(
+            l, p, make_dense_linear(deq.data(), w.shape[0], w.shape[1], b.empty() ? nullptr : b.data(), Compute::F32));
       }
       t_q += secs(tb, now());
     }
@@ -179,7 +181,8 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
     unload(l);
     if (tty) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\rgptq: block %d/%d, %.0f s (forward %.0f s, quantize %.0f s)", l + 1, c.n_layers, s, t_fwd, t_q);
+      std::fprintf(stderr, "\rgptq: block %d/%d, %.0f s (forward %.0f s, quantize %.0f s)", l + 1, c.n_layers, s, t_fwd,
+                   t_q);
     }
   }
   if (tty) std::fprintf(stderr, "\n");

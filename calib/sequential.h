@@ -32,9 +32,8 @@ struct SequentialOptions {
 // ("model.layers.3.attn_in") and the same H, so a caller prepares H once per site — and may take
 // it (move from it) then: the others of the site are then handed what is left (an 8B model's
 // down_proj Hessian is 822 MB, not held twice).
-using HessianQuantizer = std::function<PackedTensor(const std::string& name, const std::vector<float>& w,
-                                                    int64_t rows, int64_t cols, std::vector<float>& H,
-                                                    const std::string& site)>;
+using HessianQuantizer = std::function<PackedTensor(const std::string& name, const std::vector<float>& w, int64_t rows,
+                                                    int64_t cols, std::vector<float>& H, const std::string& site)>;
 
 // The packed tensors of `targets` (HF weight names) by name. UserError for a target that is not a
 // block projection or the output head, or a text shorter than one chunk.

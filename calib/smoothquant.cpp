@@ -22,9 +22,13 @@ std::vector<FoldSite> fold_sites(const ModelConfig& c, int layer, const SmoothOp
                 KV = int64_t(c.n_kv_heads) * D, group = c.n_heads / c.n_kv_heads;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   std::vector<FoldSite> sites;
-  sites.push_back({p + "input_layernorm.weight", true,
+  sites.push_back({p + "input_layernorm.weight",
+                   true,
                    {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
-                   {Q, KV, KV}, H, H, {}});
+                   {Q, KV, KV},
+                   H,
+                   H,
+                   {}});
   if (opt.fold_vo) {
     // o_proj column i = head h, dim d reads v row (h / group)·D + d.
     FoldSite s{p + "self_attn.v_proj.weight", false, {p + "self_attn.o_proj.weight"}, {H}, Q, KV, {}};
@@ -32,10 +36,14 @@ std::vector<FoldSite> fold_sites(const ModelConfig& c, int layer, const SmoothOp
     for (int64_t i = 0; i < Q; ++i) s.scale_index[i] = (i / D) / group * D + i % D;
     sites.push_back(std::move(s));
   }
-  sites.push_back({p + "post_attention_layernorm.weight", true, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                   {F, F}, H, H, {}});
-  if (opt.fold_up_down)
-    sites.push_back({p + "mlp.up_proj.weight", false, {p + "mlp.down_proj.weight"}, {H}, F, F, {}});
+  sites.push_back({p + "post_attention_layernorm.weight",
+                   true,
+                   {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                   {F, F},
+                   H,
+                   H,
+                   {}});
+  if (opt.fold_up_down) sites.push_back({p + "mlp.up_proj.weight", false, {p + "mlp.down_proj.weight"}, {H}, F, F, {}});
   return sites;
 }
 

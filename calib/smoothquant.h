@@ -25,7 +25,7 @@ namespace qt::calib {
 
 struct SmoothOptions {
   double alpha = 0.5;
-  bool fold_vo = true;      // o_proj ← v_proj
+  bool fold_vo = true;       // o_proj ← v_proj
   bool fold_up_down = true;  // down_proj ← up_proj
 };
 
@@ -34,13 +34,13 @@ struct SmoothOptions {
 // input columns are multiplied by s. Under grouped-query attention an o_proj column c reads v
 // channel scale_index[c], so the n_scales (= KV width) scales are shared by those columns.
 struct FoldSite {
-  std::string producer;               // its weight (a norm) or output rows (+ bias) ÷ s
+  std::string producer;  // its weight (a norm) or output rows (+ bias) ÷ s
   bool producer_is_norm = false;
-  std::vector<std::string> readers;   // weights whose columns × s; readers[0] names the statistics
-  std::vector<int64_t> rows;          // output rows of each reader
-  int64_t cols = 0;                   // the readers' input width
-  int64_t n_scales = 0;               // cols, or the KV width for o_proj under GQA
-  std::vector<int64_t> scale_index;   // column -> scale; empty: the identity
+  std::vector<std::string> readers;  // weights whose columns × s; readers[0] names the statistics
+  std::vector<int64_t> rows;         // output rows of each reader
+  int64_t cols = 0;                  // the readers' input width
+  int64_t n_scales = 0;              // cols, or the KV width for o_proj under GQA
+  std::vector<int64_t> scale_index;  // column -> scale; empty: the identity
 };
 // The sites of block `layer` in this order: q/k/v ← input_layernorm, o_proj ← v_proj (when
 // opt.fold_vo), gate/up ← post_attention_layernorm, down_proj ← up_proj (when opt.fold_up_down).
@@ -56,7 +56,7 @@ void col_absmax(const float* W, int64_t rows, int64_t cols, std::vector<float>& 
 class ScaleFolder {
  public:
   explicit ScaleFolder(Checkpoint& ck) : ck_(ck) {}
-  std::vector<float>& weight(const std::string& name);  // the owned fp32 copy (made on first use)
+  std::vector<float>& weight(const std::string& name);                // the owned fp32 copy (made on first use)
   void fold(const FoldSite& site, const std::vector<float>& scales);  // scales: n_scales
   void finish();
 

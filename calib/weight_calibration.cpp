@@ -29,7 +29,8 @@ WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
   if (a.search_chunks <= 0) user_error("--search-chunks: must be positive, got {}", a.search_chunks);
   if (!a.calib_text.empty() && !std::filesystem::is_regular_file(a.calib_text))
     user_error("--calib {}: no such file", a.calib_text);
-  if (!a.calib_text.empty() && std::filesystem::path(a.calib_text).filename().string().find("test") != std::string::npos)
+  if (!a.calib_text.empty() &&
+      std::filesystem::path(a.calib_text).filename().string().find("test") != std::string::npos)
     user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.calib_text);
   if (!a.smooth.empty()) smooth_ = load_act_stats(a.smooth);
   if (!a.imatrix.empty()) imatrix_ = a.imatrix == a.smooth ? smooth_ : load_act_stats(a.imatrix);
@@ -110,13 +111,14 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
     return true;
   };
   gptq_done_ = quantize_sequential(ck, targets, ids, so,
-                                   [&](const std::string& name, const std::vector<float>& w, int64_t rows,
-                                       int64_t cols, std::vector<float>& H, const std::string& site) {
+                                   [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols,
+                                       std::vector<float>& H, const std::string& site) {
                                      if (site != prepared_site) {  // the site's first projection: H is not needed after
                                        prepared = GptqHessian();
                                        prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
                                      }
-                                     auto r = gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
+                                     auto r =
+                                         gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
                                      if (last_of_site(name)) prepared = GptqHessian(), prepared_site.clear();
                                      return r;
                                    });

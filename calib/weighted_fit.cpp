@@ -89,57 +89,58 @@ SymTry sym_try(const float* v, const float* imp, int64_t n, float s, float qmin,
 GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* imp, int64_t n) {
   GroupParams best = grid.stored(grid.fit_rtn(v, n));
   float lo = v[0], hi = v[0], amax = 0;
-  for (int64_t j = 0; j < n; ++j) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]), amax = std::max(amax, std::abs(v[j]));
+  for (int64_t j = 0; j < n; ++j)
+    lo = std::min(lo, v[j]), hi = std::max(hi, v[j]), amax = std::max(amax, std::abs(v[j]));
   if (!(hi > lo) || amax == 0) return best;
   switch (grid.kind()) {
-  case GridKind::Affine: {
-    const float nmax = float(grid.qmax());
-    double best_err = affine_try(v, imp, n, best.scale, best.bias, nmax).err;
-    auto consider = [&](const GroupParams& g) {
-      const AffineTry t = affine_try(v, imp, n, g.scale, g.bias, nmax);
-      if (t.err < best_err) best_err = t.err, best = g;
-      return t;
-    };
-    consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
-    for (int is = -10; is <= 10; ++is) {  // llama.cpp make_qkx2_quants' grid of step counts
-      const float steps = nmax + 0.1f * float(is);
-      if (steps < 1) continue;
-      const GroupParams g = grid.stored({(hi - lo) / steps, lo});
-      consider(affine_ls(grid, consider(g), g));
+    case GridKind::Affine: {
+      const float nmax = float(grid.qmax());
+      double best_err = affine_try(v, imp, n, best.scale, best.bias, nmax).err;
+      auto consider = [&](const GroupParams& g) {
+        const AffineTry t = affine_try(v, imp, n, g.scale, g.bias, nmax);
+        if (t.err < best_err) best_err = t.err, best = g;
+        return t;
+      };
+      consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
+      for (int is = -10; is <= 10; ++is) {  // llama.cpp make_qkx2_quants' grid of step counts
+        const float steps = nmax + 0.1f * float(is);
+        if (steps < 1) continue;
+        const GroupParams g = grid.stored({(hi - lo) / steps, lo});
+        consider(affine_ls(grid, consider(g), g));
+      }
+      for (int k = 0; k < 2; ++k) consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
+      break;
     }
-    for (int k = 0; k < 2; ++k) consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
-    break;
-  }
-  case GridKind::Symmetric: {
-    const float qmin = float(grid.qmin()), qmax = float(grid.qmax()), top = grid.top();
-    double best_err = sym_try(v, imp, n, best.scale, qmin, qmax).err;
-    auto consider = [&](const GroupParams& g) {
-      const SymTry t = sym_try(v, imp, n, g.scale, qmin, qmax);
-      if (t.err < best_err) best_err = t.err, best = g;
-      return t;
-    };
-    auto refit = [&](const SymTry& t, const GroupParams& g) {
-      return t.num > 0 && t.den > 0 ? grid.stored({float(t.num / t.den), 0.0f}) : g;
-    };
-    for (int k = 70; k <= 110; ++k) {
-      const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
-      consider(refit(consider(g), g));
+    case GridKind::Symmetric: {
+      const float qmin = float(grid.qmin()), qmax = float(grid.qmax()), top = grid.top();
+      double best_err = sym_try(v, imp, n, best.scale, qmin, qmax).err;
+      auto consider = [&](const GroupParams& g) {
+        const SymTry t = sym_try(v, imp, n, g.scale, qmin, qmax);
+        if (t.err < best_err) best_err = t.err, best = g;
+        return t;
+      };
+      auto refit = [&](const SymTry& t, const GroupParams& g) {
+        return t.num > 0 && t.den > 0 ? grid.stored({float(t.num / t.den), 0.0f}) : g;
+      };
+      for (int k = 70; k <= 110; ++k) {
+        const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
+        consider(refit(consider(g), g));
+      }
+      break;
     }
-    break;
-  }
-  case GridKind::Table: {  // table lookups through the grid
-    double best_err = weighted_error(grid, v, imp, n, best);
-    auto consider = [&](const GroupParams& g) {
-      const double e = weighted_error(grid, v, imp, n, g);
-      if (e < best_err) best_err = e, best = g;
-    };
-    for (int k = 70; k <= 110; k += 2) {
-      const GroupParams g = grid.stored({amax * float(k) / 100.0f, 0.0f});
-      consider(g);
-      consider(refit_scale(grid, v, imp, n, g));
+    case GridKind::Table: {  // table lookups through the grid
+      double best_err = weighted_error(grid, v, imp, n, best);
+      auto consider = [&](const GroupParams& g) {
+        const double e = weighted_error(grid, v, imp, n, g);
+        if (e < best_err) best_err = e, best = g;
+      };
+      for (int k = 70; k <= 110; k += 2) {
+        const GroupParams g = grid.stored({amax * float(k) / 100.0f, 0.0f});
+        consider(g);
+        consider(refit_scale(grid, v, imp, n, g));
+      }
+      break;
     }
-    break;
-  }
   }
   return best;
 }

@@ -29,7 +29,6 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
 
 // A [rows, cols] weight quantized group by group with fit_weighted; imp has cols entries (one per
 // input channel). Rows in parallel.
-PackedTensor quantize_weighted(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols,
-                               const float* imp);
+PackedTensor quantize_weighted(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const float* imp);
 
 }  // namespace qt::calib

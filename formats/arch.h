@@ -42,17 +42,17 @@ struct ArchDesc {
   bool gguf_reads;           // from_gguf maps gguf_arch to this row (mistral's GGUFs say "llama")
   int default_max_position;  // the transformers config class's defaults
   double default_rope_theta;
-  int default_head_dim;      // 0: hidden / heads
-  bool default_tied;         // tie_word_embeddings when config.json does not say
-  bool qkv_bias;             // q/k/v projections always carry a bias (qwen2)
+  int default_head_dim;  // 0: hidden / heads
+  bool default_tied;     // tie_word_embeddings when config.json does not say
+  bool qkv_bias;         // q/k/v projections always carry a bias (qwen2)
   QkNorm qk_norm;
   BlockNorms norms;
-  bool norm_plus_one;        // RMSNorm scales by (1 + w) (Gemma); folded into w at load
-  bool embed_scale;          // embeddings multiplied by √hidden (Gemma)
+  bool norm_plus_one;  // RMSNorm scales by (1 + w) (Gemma); folded into w at load
+  bool embed_scale;    // embeddings multiplied by √hidden (Gemma)
   Activation act;
-  bool gemma_attention;      // query_pre_attn_scalar, soft-caps, sliding pattern (Gemma 2/3 config)
-  bool fused_proj;           // HF stores qkv_proj and gate_up_proj fused (Phi-3)
-  bool no_rope_layers;       // config.json no_rope_layers: 0 marks a layer without RoPE (SmolLM3)
+  bool gemma_attention;  // query_pre_attn_scalar, soft-caps, sliding pattern (Gemma 2/3 config)
+  bool fused_proj;       // HF stores qkv_proj and gate_up_proj fused (Phi-3)
+  bool no_rope_layers;   // config.json no_rope_layers: 0 marks a layer without RoPE (SmolLM3)
 
   bool has_post_norms() const { return norms.attn_post || norms.ffn_post; }
 };

@@ -25,20 +25,13 @@ struct NameRow {
   const char* hf;
 };
 constexpr NameRow kLayerNames[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_q.bias", "self_attn.q_proj.bias"},
-    {"attn_k.bias", "self_attn.k_proj.bias"},
-    {"attn_v.bias", "self_attn.v_proj.bias"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_norm.weight", "input_layernorm.weight"},    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},      {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},      {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},          {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},          {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},           {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 constexpr NameRow kGlobalNames[] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
@@ -58,7 +51,6 @@ bool split_layer(std::string_view s, std::string_view prefix, int* layer, std::s
   return true;
 }
 }  // namespace
-
 
 std::string gguf_to_hf_name(const std::string& gguf_name) {
   for (auto& r : kGlobalNames)
@@ -118,8 +110,7 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
 // Within a head of hd rows: GGUF row 2*i + j <-> HF row j*(hd/2) + i (convert_hf_to_gguf.py
 // LlamaModel.permute; docs/spec/gguf.md §Q/K permutation).
 // One loop serves both directions: `to_hf` picks which side of that pairing is the source.
-static std::vector<float> move_qk_rows(const float* src, int64_t rows, int64_t cols, int n_heads,
-                                       bool to_hf) {
+static std::vector<float> move_qk_rows(const float* src, int64_t rows, int64_t cols, int n_heads, bool to_hf) {
   if (n_heads <= 0 || rows % (2 * int64_t(n_heads)) != 0)
     user_error("tensor of {} rows cannot be split into {} heads of even size", rows, n_heads);
   const int64_t hd = rows / n_heads, half = hd / 2;

@@ -22,8 +22,8 @@ constexpr Fused kFused[] = {
 
 // Rows of each part, in order.
 std::vector<int64_t> part_rows(const ModelConfig& c, const Fused& f) {
-  if (f.parts[2]) return {int64_t(c.n_heads) * c.head_dim, int64_t(c.n_kv_heads) * c.head_dim,
-                          int64_t(c.n_kv_heads) * c.head_dim};
+  if (f.parts[2])
+    return {int64_t(c.n_heads) * c.head_dim, int64_t(c.n_kv_heads) * c.head_dim, int64_t(c.n_kv_heads) * c.head_dim};
   return {c.intermediate, c.intermediate};
 }
 
@@ -39,8 +39,7 @@ Tensor row_view(const Tensor& t, int64_t r0, int64_t n) {
 
 }  // namespace
 
-void split_fused_projections(const ModelConfig& c, std::map<std::string, Tensor>& tensors,
-                             const std::string& path) {
+void split_fused_projections(const ModelConfig& c, std::map<std::string, Tensor>& tensors, const std::string& path) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     for (const Fused& f : kFused) {
@@ -74,7 +73,8 @@ void fuse_projections(const ModelConfig& c, std::map<std::string, Tensor>& tenso
         auto it = tensors.find(p + name);
         if (it == tensors.end()) user_error("{}: no tensor {}{} to fuse into {}", c.arch, p, name, f.fused);
         if (!is_float(it->second.dtype))
-          user_error("{}{}: {} stores it fused ({}); quantized layouts of it are not written", p, name, c.arch, f.fused);
+          user_error("{}{}: {} stores it fused ({}); quantized layouts of it are not written", p, name, c.arch,
+                     f.fused);
         parts.push_back(it->second);
         tensors.erase(it);
       }
@@ -95,8 +95,8 @@ void fuse_projections(const ModelConfig& c, std::map<std::string, Tensor>& tenso
   }
 }
 
-void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& stored,
-                           nlohmann::json& desc, const std::string& path) {
+void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& stored, nlohmann::json& desc,
+                           const std::string& path) {
   nlohmann::json& entries = desc.at("tensors");
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -116,7 +116,8 @@ void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& 
         const std::string& name = q.*member;
         if (name.empty()) continue;
         auto it = stored.find(name);
-        if (it == stored.end()) user_error("{}: quantized weight {} needs tensor {}, which is missing", path, fused, name);
+        if (it == stored.end())
+          user_error("{}: quantized weight {} needs tensor {}, which is missing", path, fused, name);
         if (name.rfind(fmod + ".", 0) != 0)
           user_error("{}: quantized weight {} stores {} outside its module", path, fused, name);
         const Tensor t = materialize(it->second);

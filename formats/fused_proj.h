@@ -16,8 +16,7 @@ namespace qt {
 
 // Replaces every layer's fused tensors of `tensors` by their row blocks under the split names.
 // UserError naming `path` for a fused tensor of the wrong shape or dtype.
-void split_fused_projections(const ModelConfig& c, std::map<std::string, Tensor>& tensors,
-                             const std::string& path);
+void split_fused_projections(const ModelConfig& c, std::map<std::string, Tensor>& tensors, const std::string& path);
 
 // The inverse, for writing: the split float tensors of each layer replaced by one deferred
 // concatenation under the fused name (layers already fused are left as they are). UserError for
@@ -31,7 +30,7 @@ void fuse_projections(const ModelConfig& c, std::map<std::string, Tensor>& tenso
 // bitsandbytes blocks too, where a part's values fill whole blocks), so each part's tensors are
 // exactly what quantizing the part alone stores. Unquantized fused weights are split as in
 // split_fused_projections. UserError naming `path` where a part's rows do not fill whole blocks.
-void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& stored,
-                           nlohmann::json& desc, const std::string& path);
+void split_fused_quantized(const ModelConfig& c, std::map<std::string, Tensor>& stored, nlohmann::json& desc,
+                           const std::string& path);
 
 }  // namespace qt

@@ -125,4 +125,3 @@ void ggml_dequantize(const GgmlTypeRow& row, const uint8_t* src, float* dst, siz
 }
 
 }  // namespace qt
-

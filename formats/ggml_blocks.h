@@ -10,16 +10,34 @@
 namespace qt {
 
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ4_NL = 20, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ4_NL = 20,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  BF16 = 30,
 };
 
 struct GgmlTypeRow {
   GgmlType type;
   const char* name;
-  int block_size;       // elements per block
-  int type_size;        // bytes per block
+  int block_size;  // elements per block
+  int type_size;   // bytes per block
   // Dequantize `nblocks` consecutive blocks into `dst` (nblocks * block_size floats);
   // nullptr when this type cannot be dequantized (e.g. integer types).
   void (*to_float)(const uint8_t* src, float* dst, size_t nblocks);

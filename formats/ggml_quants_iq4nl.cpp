@@ -20,8 +20,7 @@ namespace {
 
 // IQ4_NL: d * kvalues[nibble] (non-linear 4-bit grid).
 void deq_iq4_nl(const uint8_t* src, float* dst, size_t nb) {
-  static constexpr int8_t kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                    1,    13,   25,  38,  53,  69,  89,  113};
+  static constexpr int8_t kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   for (size_t b = 0; b < nb; ++b, src += 18, dst += 32) {
     const float d = h2f(src);
     const uint8_t* qs = src + 2;

@@ -168,8 +168,8 @@ inline int nearest_int(float v) {
 }
 
 // make_qkx2_quants: affine fit of n values to codes 0..nmax; returns the scale, *the_min = -min.
-float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad = false) {
+float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
+                float rmin, float rdelta, int nstep, bool use_mad = false) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -318,8 +318,10 @@ void qk_affine(const float* x, const float* imp, int nmax, uint8_t* y) {
   const float d16 = f16_to_f32(f32_to_f16(max_scale / 63.0f)), m16 = f16_to_f32(f32_to_f16(max_min / 63.0f));
   for (int j = 0; j < 8; ++j) {
     uint8_t s, m;
-    if (j < 4) s = sc[j] & 63, m = sc[j + 4] & 63;
-    else s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4)), m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+    if (j < 4)
+      s = sc[j] & 63, m = sc[j + 4] & 63;
+    else
+      s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4)), m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
     const float d = d16 * float(s);
     if (d == 0.0f) continue;
     const float dm = m16 * float(m);
@@ -510,8 +512,10 @@ void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
     for (int j = 0; j < 16; ++j) {
       int8_t l = int8_t(nearest_int(iscale * scales[j]));
       l = int8_t(std::max<int>(-32, std::min<int>(31, l)) + 32);
-      if (j < 8) sc[j] = uint8_t(l & 0xF);
-      else sc[j - 8] = uint8_t(sc[j - 8] | ((l & 0xF) << 4));
+      if (j < 8)
+        sc[j] = uint8_t(l & 0xF);
+      else
+        sc[j - 8] = uint8_t(sc[j - 8] | ((l & 0xF) << 4));
       l = int8_t(l >> 4);
       sc[j % 4 + 8] = uint8_t(sc[j % 4 + 8] | (l << (2 * (j / 4))));
     }
@@ -566,10 +570,14 @@ void weighted_kblock(KQuant t, const float* x, const float* w, uint8_t* y) {
   const KRow& row = row_of(t);
   uint8_t cand[210];
   auto quant = [&](const float* imp, uint8_t* out) {
-    if (t == KQuant::Q6_K) q6_k_impl(x, imp, out);
-    else if (t == KQuant::Q2_K) q2_k_impl(x, imp, out);
-    else if (t == KQuant::Q3_K) q3_k_impl(x, imp, out);
-    else qk_affine(x, imp, t == KQuant::Q4_K ? 15 : 31, out);
+    if (t == KQuant::Q6_K)
+      q6_k_impl(x, imp, out);
+    else if (t == KQuant::Q2_K)
+      q2_k_impl(x, imp, out);
+    else if (t == KQuant::Q3_K)
+      q3_k_impl(x, imp, out);
+    else
+      qk_affine(x, imp, t == KQuant::Q4_K ? 15 : 31, out);
   };
   auto err = [&](const uint8_t* b) {
     float v[QK_K];

@@ -177,9 +177,9 @@ void q5_1(const float* x, uint8_t* y) {
 enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
 
 struct LegacyRow {
-  void (*quant)(const float* x, uint8_t* y);              // one block, the reference rule
+  void (*quant)(const float* x, uint8_t* y);  // one block, the reference rule
   void (*deq)(const uint8_t* src, float* dst, size_t nb);
-  size_t bytes;                                           // per block
+  size_t bytes;  // per block
 };
 
 const LegacyRow& row_of(Legacy t) {
@@ -282,9 +282,9 @@ void weighted_block(Legacy t, const float* x, const float* w, uint8_t* y) {
     }
     return;
   }
-  const SymSpec sp = t == Legacy::Q8_0 ? SymSpec{-127, 127, 0, 8}
+  const SymSpec sp = t == Legacy::Q8_0   ? SymSpec{-127, 127, 0, 8}
                      : t == Legacy::Q4_0 ? SymSpec{-8, 7, 8, 4}
-                                           : SymSpec{-16, 15, 16, 5};
+                                         : SymSpec{-16, 15, 16, 5};
   const float d_ref = t == Legacy::Q8_0 ? [&] {
     float a = 0;
     for (int j = 0; j < QK; ++j) a = std::max(a, std::fabs(x[j]));

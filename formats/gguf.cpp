@@ -25,15 +25,22 @@ constexpr uint32_t kDefaultAlignment = 32;                // GGUF_DEFAULT_ALIGNM
 
 // Smallest encoded size of each item, to reject counts that cannot fit in the file before
 // allocating anything for them.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, type, 1-byte value
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // key length, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
 size_t scalar_size(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::BOOL: return 1;
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16: return 2;
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::FLOAT32: return 4;
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
+    case GgufValueType::FLOAT64: return 8;
     case GgufValueType::STRING: return 8;  // at least the length prefix
     default: return 0;
   }
@@ -41,29 +48,31 @@ size_t scalar_size(GgufValueType t) {
 
 bool is_int_type(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::UINT16:
-    case GgufValueType::INT16: case GgufValueType::UINT32: case GgufValueType::INT32:
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::BOOL: return true;
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16:
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
+    case GgufValueType::BOOL: return true;
     default: return false;
   }
 }
-bool is_float_type(GgufValueType t) {
-  return t == GgufValueType::FLOAT32 || t == GgufValueType::FLOAT64;
-}
+bool is_float_type(GgufValueType t) { return t == GgufValueType::FLOAT32 || t == GgufValueType::FLOAT64; }
 
 // Bounds-checked little-endian reader over the whole file.
 class Cursor {
  public:
-  Cursor(const uint8_t* data, size_t size, const std::string& name)
-      : data_(data), size_(size), name_(name) {}
+  Cursor(const uint8_t* data, size_t size, const std::string& name) : data_(data), size_(size), name_(name) {}
 
   size_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
   void need(uint64_t n, const char* what) const {
     if (n > remaining())
-      user_error("{}: truncated: {} needs {} bytes at offset {}, file has {} left", name_, what, n,
-                 pos_, remaining());
+      user_error("{}: truncated: {} needs {} bytes at offset {}, file has {} left", name_, what, n, pos_, remaining());
   }
   template <typename T>
   T read(const char* what) {
@@ -76,8 +85,7 @@ class Cursor {
   std::string read_string(const char* what) {
     uint64_t n = read<uint64_t>(what);
     if (n > kMaxStringLength)
-      user_error("{}: {} has length {} (more than the 1 GiB limit) at offset {}", name_, what, n,
-                 pos_ - 8);
+      user_error("{}: {} has length {} (more than the 1 GiB limit) at offset {}", name_, what, n, pos_ - 8);
     need(n, what);
     std::string s(reinterpret_cast<const char*>(data_ + pos_), size_t(n));
     pos_ += size_t(n);
@@ -146,9 +154,7 @@ int64_t GgufTensorInfo::numel() const {
   return n;
 }
 
-std::vector<int64_t> GgufTensorInfo::torch_shape() const {
-  return std::vector<int64_t>(ne.rbegin(), ne.rend());
-}
+std::vector<int64_t> GgufTensorInfo::torch_shape() const { return std::vector<int64_t>(ne.rbegin(), ne.rend()); }
 
 GgufFile GgufFile::open(const std::string& path) {
   MappedFile mf = map_file(path);
@@ -177,21 +183,17 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
   uint32_t version = c.read<uint32_t>("version");
   if (version == 0) user_error("{}: bad GGUF version 0", name);
   if ((version & 0xFFFF) == 0)
-    user_error("{}: GGUF version field is {:#x}: a byte-swapped (big-endian) file, not supported",
-               name, version);
+    user_error("{}: GGUF version field is {:#x}: a byte-swapped (big-endian) file, not supported", name, version);
   if (version == 1) user_error("{}: GGUF version 1 is no longer supported (need 2 or 3)", name);
-  if (version > kMaxVersion)
-    user_error("{}: GGUF version {} is not supported (need 2 or 3)", name, version);
+  if (version > kMaxVersion) user_error("{}: GGUF version {} is not supported (need 2 or 3)", name, version);
   f.version_ = version;
 
   int64_t n_tensors = c.read<int64_t>("tensor count");
   int64_t n_kv = c.read<int64_t>("metadata count");
   if (n_tensors < 0 || uint64_t(n_tensors) > c.remaining() / kMinTensorInfoBytes)
-    user_error("{}: header says {} tensors, which cannot fit in the {} bytes left", name,
-               n_tensors, c.remaining());
+    user_error("{}: header says {} tensors, which cannot fit in the {} bytes left", name, n_tensors, c.remaining());
   if (n_kv < 0 || uint64_t(n_kv) > c.remaining() / kMinKvBytes)
-    user_error("{}: header says {} metadata entries, which cannot fit in the {} bytes left", name,
-               n_kv, c.remaining());
+    user_error("{}: header says {} metadata entries, which cannot fit in the {} bytes left", name, n_kv, c.remaining());
 
   // Metadata.
   for (int64_t i = 0; i < n_kv; ++i) {
@@ -206,15 +208,14 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
     if (v.type == GgufValueType::ARRAY) {
       uint32_t et = c.read<uint32_t>("array element type");
       if (et == uint32_t(GgufValueType::ARRAY))
-        user_error("{}: metadata key '{}' is an array of arrays (not supported, as in ggml)", name,
-                   key);
+        user_error("{}: metadata key '{}' is an array of arrays (not supported, as in ggml)", name, key);
       if (et > uint32_t(GgufValueType::FLOAT64))
         user_error("{}: metadata key '{}' is an array of unknown type {}", name, key, et);
       v.elem_type = GgufValueType(et);
       uint64_t n = c.read<uint64_t>("array length");
       if (n > c.remaining() / scalar_size(v.elem_type))
-        user_error("{}: metadata key '{}' has {} elements, which cannot fit in the {} bytes left",
-                   name, key, n, c.remaining());
+        user_error("{}: metadata key '{}' has {} elements, which cannot fit in the {} bytes left", name, key, n,
+                   c.remaining());
       if (v.elem_type == GgufValueType::STRING) {
         v.as.reserve(size_t(n));
         for (uint64_t k = 0; k < n; ++k) v.as.push_back(c.read_string("array string"));
@@ -240,11 +241,9 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
   if (auto it = f.kv_.find("general.alignment"); it != f.kv_.end()) {
     const GgufValue& v = it->second;
     if (v.type != GgufValueType::UINT32)
-      user_error("{}: general.alignment has type {}, expected UINT32", name,
-                 gguf_value_type_name(v.type));
+      user_error("{}: general.alignment has type {}, expected UINT32", name, gguf_value_type_name(v.type));
     uint64_t a = uint64_t(v.i);
-    if (a == 0 || (a & (a - 1)) != 0)
-      user_error("{}: general.alignment {} is not a power of two", name, a);
+    if (a == 0 || (a & (a - 1)) != 0) user_error("{}: general.alignment {} is not a power of two", name, a);
     f.alignment_ = uint32_t(a);
   } else {
     f.alignment_ = kDefaultAlignment;
@@ -257,8 +256,7 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
     GgufTensorInfo ti;
     ti.name = c.read_string("tensor name");
     if (ti.name.size() >= kMaxNameLength)
-      user_error("{}: tensor {} has a name of {} bytes (the limit is {})", name, i,
-                 ti.name.size(), kMaxNameLength - 1);
+      user_error("{}: tensor {} has a name of {} bytes (the limit is {})", name, i, ti.name.size(), kMaxNameLength - 1);
     if (!names.insert(ti.name).second) user_error("{}: duplicate tensor name '{}'", name, ti.name);
     uint32_t n_dims = c.read<uint32_t>("tensor n_dims");
     if (n_dims > kMaxDims)
@@ -266,8 +264,7 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
     ti.ne.resize(n_dims);
     for (uint32_t d = 0; d < n_dims; ++d) {
       ti.ne[d] = c.read<int64_t>("tensor dimension");
-      if (ti.ne[d] < 0)
-        user_error("{}: tensor '{}' dimension {} is negative ({})", name, ti.name, d, ti.ne[d]);
+      if (ti.ne[d] < 0) user_error("{}: tensor '{}' dimension {} is negative ({})", name, ti.name, d, ti.ne[d]);
     }
     // Element count must be representable (ggml: < INT64_MAX).
     int64_t numel = 1;
@@ -282,9 +279,10 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
     ti.type = row->type;
     int64_t ne0 = n_dims ? ti.ne[0] : 1;
     if (ne0 % row->block_size != 0)
-      user_error("{}: tensor '{}' of type {} has {} elements per row, not a multiple of the block "
-                 "size {}",
-                 name, ti.name, row->name, ne0, row->block_size);
+      user_error(
+          "{}: tensor '{}' of type {} has {} elements per row, not a multiple of the block "
+          "size {}",
+          name, ti.name, row->name, ne0, row->block_size);
     uint64_t nblocks = uint64_t(numel) / uint64_t(row->block_size);
     if (nblocks > std::numeric_limits<uint64_t>::max() / uint64_t(row->type_size))
       user_error("{}: tensor '{}' is too large", name, ti.name);
@@ -298,8 +296,7 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
   if (n_tensors > 0) {
     data_start = pad_to(data_start, f.alignment_);
     if (data_start > size)
-      user_error("{}: truncated: data section would start at {} but the file has {} bytes", name,
-                 data_start, size);
+      user_error("{}: truncated: data section would start at {} but the file has {} bytes", name, data_start, size);
   }
   f.data_offset_ = data_start;
 
@@ -310,16 +307,18 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
   for (auto& ti : f.tensors_) {
     if (ti.offset != expect) {
       if (ti.offset % f.alignment_ != 0)
-        user_error("{}: tensor '{}' has offset {}, not a multiple of the alignment {} (expected {})",
-                   name, ti.name, ti.offset, f.alignment_, expect);
-      user_error("{}: tensor '{}' has offset {}, expected {} (tensors must be sequential, without "
-                 "overlap or gaps)",
-                 name, ti.name, ti.offset, expect);
+        user_error("{}: tensor '{}' has offset {}, not a multiple of the alignment {} (expected {})", name, ti.name,
+                   ti.offset, f.alignment_, expect);
+      user_error(
+          "{}: tensor '{}' has offset {}, expected {} (tensors must be sequential, without "
+          "overlap or gaps)",
+          name, ti.name, ti.offset, expect);
     }
     if (ti.nbytes > avail || ti.offset > avail - ti.nbytes)
-      user_error("{}: tensor '{}' data ({} bytes at offset {}) extends past the end of the file "
-                 "({} bytes of data)",
-                 name, ti.name, ti.nbytes, ti.offset, avail);
+      user_error(
+          "{}: tensor '{}' data ({} bytes at offset {}) extends past the end of the file "
+          "({} bytes of data)",
+          name, ti.name, ti.nbytes, ti.offset, avail);
     ti.data = data + data_start + ti.offset;
     // Cannot overflow: nbytes <= avail <= size, plus an alignment of at most 2^31.
     expect += pad_to(ti.nbytes, f.alignment_);
@@ -334,19 +333,16 @@ const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
 }
 
 namespace {
-const GgufValue& lookup(const std::map<std::string, GgufValue>& kv, const std::string& path,
-                        const std::string& key) {
+const GgufValue& lookup(const std::map<std::string, GgufValue>& kv, const std::string& path, const std::string& key) {
   auto it = kv.find(key);
   if (it == kv.end()) user_error("{}: missing metadata key '{}'", path, key);
   return it->second;
 }
-[[noreturn]] void wrong_type(const std::string& path, const std::string& key, const GgufValue& v,
-                             const char* want) {
+[[noreturn]] void wrong_type(const std::string& path, const std::string& key, const GgufValue& v, const char* want) {
   if (v.type == GgufValueType::ARRAY)
-    user_error("{}: metadata key '{}' is an array of {}, expected {}", path, key,
-               gguf_value_type_name(v.elem_type), want);
-  user_error("{}: metadata key '{}' has type {}, expected {}", path, key,
-             gguf_value_type_name(v.type), want);
+    user_error("{}: metadata key '{}' is an array of {}, expected {}", path, key, gguf_value_type_name(v.elem_type),
+               want);
+  user_error("{}: metadata key '{}' has type {}, expected {}", path, key, gguf_value_type_name(v.type), want);
 }
 }  // namespace
 
@@ -382,34 +378,25 @@ const std::vector<std::string>& GgufFile::get_string_array(const std::string& ke
 }
 const std::vector<int64_t>& GgufFile::get_int_array(const std::string& key) const {
   const GgufValue& v = lookup(kv_, path_, key);
-  if (v.type != GgufValueType::ARRAY || !is_int_type(v.elem_type))
-    wrong_type(path_, key, v, "an array of integers");
+  if (v.type != GgufValueType::ARRAY || !is_int_type(v.elem_type)) wrong_type(path_, key, v, "an array of integers");
   return v.ai;
 }
 const std::vector<double>& GgufFile::get_float_array(const std::string& key) const {
   const GgufValue& v = lookup(kv_, path_, key);
-  if (v.type != GgufValueType::ARRAY || !is_float_type(v.elem_type))
-    wrong_type(path_, key, v, "an array of floats");
+  if (v.type != GgufValueType::ARRAY || !is_float_type(v.elem_type)) wrong_type(path_, key, v, "an array of floats");
   return v.af;
 }
 std::string GgufFile::get_string_or(const std::string& key, const std::string& def) const {
   return has(key) ? get_string(key) : def;
 }
-int64_t GgufFile::get_int_or(const std::string& key, int64_t def) const {
-  return has(key) ? get_int(key) : def;
-}
-double GgufFile::get_float_or(const std::string& key, double def) const {
-  return has(key) ? get_float(key) : def;
-}
-bool GgufFile::get_bool_or(const std::string& key, bool def) const {
-  return has(key) ? get_bool(key) : def;
-}
+int64_t GgufFile::get_int_or(const std::string& key, int64_t def) const { return has(key) ? get_int(key) : def; }
+double GgufFile::get_float_or(const std::string& key, double def) const { return has(key) ? get_float(key) : def; }
+bool GgufFile::get_bool_or(const std::string& key, bool def) const { return has(key) ? get_bool(key) : def; }
 
 std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
   const GgmlTypeRow* row = ggml_type_row(uint32_t(t.type));
   if (!row || !row->to_float)
-    user_error("{}: tensor '{}' has type {}, which cannot be dequantized", path_, t.name,
-               row ? row->name : "?");
+    user_error("{}: tensor '{}' has type {}, which cannot be dequantized", path_, t.name, row ? row->name : "?");
   const size_t n = size_t(t.numel());
   const size_t nblocks = n / size_t(row->block_size);
   // Parsing guaranteed nbytes == nblocks * type_size inside the file; a tensor that is not ours

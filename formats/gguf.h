@@ -14,8 +14,19 @@
 namespace qt {
 
 enum class GgufValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12
 };
 
 // One metadata value. Scalars keep their type; arrays keep the element type and store their
@@ -24,12 +35,12 @@ enum class GgufValueType : uint32_t {
 struct GgufValue {
   GgufValueType type = GgufValueType::UINT8;
   GgufValueType elem_type = GgufValueType::UINT8;  // for ARRAY
-  int64_t i = 0;            // integer and bool scalars
-  double f = 0;             // float scalars
-  std::string s;            // string scalar
-  std::vector<int64_t> ai;  // integer/bool arrays
-  std::vector<double> af;   // float arrays
-  std::vector<std::string> as;  // string arrays
+  int64_t i = 0;                                   // integer and bool scalars
+  double f = 0;                                    // float scalars
+  std::string s;                                   // string scalar
+  std::vector<int64_t> ai;                         // integer/bool arrays
+  std::vector<double> af;                          // float arrays
+  std::vector<std::string> as;                     // string arrays
   size_t array_size() const;
 };
 
@@ -40,7 +51,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> ne;  // ggml order: ne[0] is the contiguous dimension
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // into the mapping
   int64_t numel() const;
@@ -69,8 +80,8 @@ class GgufFile {
   bool has(const std::string& key) const { return kv_.count(key) != 0; }
   // Typed getters: throw UserError naming the file and key when missing or of the wrong kind.
   std::string get_string(const std::string& key) const;
-  int64_t get_int(const std::string& key) const;    // any integer type (and bool)
-  double get_float(const std::string& key) const;   // float or integer types
+  int64_t get_int(const std::string& key) const;   // any integer type (and bool)
+  double get_float(const std::string& key) const;  // float or integer types
   bool get_bool(const std::string& key) const;
   const std::vector<std::string>& get_string_array(const std::string& key) const;
   const std::vector<int64_t>& get_int_array(const std::string& key) const;

@@ -46,8 +46,7 @@ int write_all(int fd, const void* p, size_t n) {
 }  // namespace
 
 void GgufWriter::key(const std::string& k, uint32_t type) {
-  if (std::find(keys_.begin(), keys_.end(), k) != keys_.end())
-    throw std::logic_error("GgufWriter: duplicate key " + k);
+  if (std::find(keys_.begin(), keys_.end(), k) != keys_.end()) throw std::logic_error("GgufWriter: duplicate key " + k);
   keys_.push_back(k);
   put_str(&kv_, k);
   put<uint32_t>(&kv_, type);

@@ -106,13 +106,12 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   };
   if (mode == LoadMode::Deferred) {
     for (const Job& j : jobs)
-      ck.tensors.emplace(j.hf, deferred_tensor(DType::F32, j.info->torch_shape(), [dequantize, j] { return dequantize(j); }));
+      ck.tensors.emplace(j.hf,
+                         deferred_tensor(DType::F32, j.info->torch_shape(), [dequantize, j] { return dequantize(j); }));
   } else {
     // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
     // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
-    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
-      return a.info->numel() > b.info->numel();
-    });
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.info->numel() > b.info->numel(); });
     std::vector<Tensor> out(jobs.size());
     std::vector<std::exception_ptr> errors(jobs.size());
 #pragma omp parallel for schedule(dynamic, 1)
@@ -147,10 +146,14 @@ Checkpoint load_hf_dir(const std::string& dir) {
   json j = read_json_file(cfg_path);
   // Quantized folders (mlx, native): tensors as stored, described in ck.quantization.
   std::string qkind;
-  if (is_mlx_quantized_config(j)) qkind = "mlx";
-  else if (is_native_quantized_config(j)) qkind = "native";
-  else if (is_ct_quantized_config(j)) qkind = "compressed-tensors";
-  else if (is_bnb_quantized_config(j)) qkind = "bnb";
+  if (is_mlx_quantized_config(j))
+    qkind = "mlx";
+  else if (is_native_quantized_config(j))
+    qkind = "native";
+  else if (is_ct_quantized_config(j))
+    qkind = "compressed-tensors";
+  else if (is_bnb_quantized_config(j))
+    qkind = "bnb";
   else if (j.is_object() && j.contains("quantization_config")) {
     auto& q = j["quantization_config"];
     std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()

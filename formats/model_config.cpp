@@ -46,8 +46,7 @@ bool bool_field_or(const json& j, const char* key, bool def, const std::string& 
   if (!it->is_boolean()) user_error("{}: '{}' must be true or false, got {}", path, key, it->dump());
   return it->get<bool>();
 }
-std::string str_field_or(const json& j, const char* key, const std::string& def,
-                         const std::string& path) {
+std::string str_field_or(const json& j, const char* key, const std::string& def, const std::string& path) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
   if (!it->is_string()) user_error("{}: '{}' must be a string, got {}", path, key, it->dump());
@@ -84,11 +83,10 @@ RopeScaling parse_rope_scaling(const json& rs, const json& top, const std::strin
     r.high_freq_factor = float(num_field_or(rs, "high_freq_factor", 4.0, path));
     // v5 fills original_max_position_embeddings from max_position_embeddings when missing.
     r.original_max_position_embeddings = int(int_field_or(
-        rs, "original_max_position_embeddings", int_field_or(top, "max_position_embeddings", 8192, path),
-        path));
+        rs, "original_max_position_embeddings", int_field_or(top, "max_position_embeddings", 8192, path), path));
     if (r.high_freq_factor <= r.low_freq_factor)
-      user_error("{}: rope_scaling high_freq_factor {} must exceed low_freq_factor {}", path,
-                 r.high_freq_factor, r.low_freq_factor);
+      user_error("{}: rope_scaling high_freq_factor {} must exceed low_freq_factor {}", path, r.high_freq_factor,
+                 r.low_freq_factor);
   } else {
     user_error("{}: unsupported rope scaling type '{}' (supported: llama3, linear)", path, type);
   }
@@ -108,8 +106,7 @@ void validate(const ModelConfig& c, const std::string& path) {
   positive("head_dim", c.head_dim);
   positive("vocabulary size", c.vocab);
   if (c.n_heads % c.n_kv_heads != 0)
-    user_error("{}: {} attention heads are not a multiple of {} key/value heads", path, c.n_heads,
-               c.n_kv_heads);
+    user_error("{}: {} attention heads are not a multiple of {} key/value heads", path, c.n_heads, c.n_kv_heads);
   if (c.head_dim % 2 != 0) user_error("{}: head_dim {} must be even for RoPE", path, c.head_dim);
   if (!(c.rope_theta > 0)) user_error("{}: rope_theta must be positive, got {}", path, c.rope_theta);
   if (!(c.rms_eps > 0)) user_error("{}: rms_norm_eps must be positive, got {}", path, c.rms_eps);
@@ -131,8 +128,8 @@ std::vector<double> llama3_rope_factors(const RopeScaling& r, double theta, int 
     } else if (wavelen > lo_wavelen) {
       out.push_back(r.factor);
     } else {
-      double s = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
-                 (r.high_freq_factor - r.low_freq_factor);
+      double s =
+          (r.original_max_position_embeddings / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
       out.push_back(1.0 / ((1 - s) / r.factor + s));
     }
   }
@@ -230,12 +227,15 @@ void read_gemma_fields(const json& j, const std::string& path, ModelConfig* c) {
       user_error("{}: 'layer_types' must list the {} layers", path, c->n_layers);
     for (int i = 0; i < c->n_layers; ++i) {
       const json& t = (*lt)[size_t(i)];
-      if (t == "sliding_attention") c->sliding[size_t(i)] = 1;
+      if (t == "sliding_attention")
+        c->sliding[size_t(i)] = 1;
       else if (t != "full_attention")
-        user_error("{}: layer_types[{}] is {}, expected \"sliding_attention\" or \"full_attention\"", path, i, t.dump());
+        user_error("{}: layer_types[{}] is {}, expected \"sliding_attention\" or \"full_attention\"", path, i,
+                   t.dump());
     }
   } else {
-    int64_t pattern = g2 ? 2 : int_field_or(j, "sliding_window_pattern", int_field_or(j, "_sliding_window_pattern", 6, path), path);
+    int64_t pattern =
+        g2 ? 2 : int_field_or(j, "sliding_window_pattern", int_field_or(j, "_sliding_window_pattern", 6, path), path);
     if (pattern <= 0) user_error("{}: sliding_window_pattern must be positive, got {}", path, pattern);
     for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = (i + 1) % pattern != 0;
   }
@@ -277,9 +277,10 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   const ArchDesc* row = nullptr;
   std::string model_type = str_field_or(j, "model_type", "", path);
   if (model_type == "gemma3")  // Gemma3ForConditionalGeneration: vision tower + text_config
-    user_error("{}: unsupported architecture 'gemma3' (the multimodal Gemma3ForConditionalGeneration; "
-               "its text model alone, model_type 'gemma3_text', is supported; supported: {})",
-               path, supported_archs());
+    user_error(
+        "{}: unsupported architecture 'gemma3' (the multimodal Gemma3ForConditionalGeneration; "
+        "its text model alone, model_type 'gemma3_text', is supported; supported: {})",
+        path, supported_archs());
   if (!model_type.empty()) {
     row = arch_by_model_type(model_type);
     if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, model_type, supported_archs());
@@ -314,7 +315,8 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
 
   if (row->act == Activation::GeluTanh) {
     // Gemma's MLP reads hidden_activation (hidden_act is a leftover of Gemma 1's config).
-    std::string act = str_field_or(j, "hidden_activation", str_field_or(j, "hidden_act", "gelu_pytorch_tanh", path), path);
+    std::string act =
+        str_field_or(j, "hidden_activation", str_field_or(j, "hidden_act", "gelu_pytorch_tanh", path), path);
     if (act != "gelu_pytorch_tanh")
       user_error("{}: unsupported hidden_activation '{}' for {} (only gelu_pytorch_tanh)", path, act, c.arch);
   } else {
@@ -384,8 +386,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   c.n_kv_heads = int(g.get_int_or(key("attention.head_count_kv"), c.n_heads));
   if (c.n_heads <= 0) user_error("{}: {} must be positive", path, key("attention.head_count"));
   // key_length is written only when config.json had head_dim; rope.dimension_count otherwise.
-  c.head_dim = int(g.get_int_or(key("attention.key_length"),
-                                g.get_int_or(key("rope.dimension_count"), c.hidden / c.n_heads)));
+  c.head_dim =
+      int(g.get_int_or(key("attention.key_length"), g.get_int_or(key("rope.dimension_count"), c.hidden / c.n_heads)));
   c.max_position = int(g.get_int_or(key("context_length"), row->default_max_position));
   c.rope_theta = float(g.get_float_or(key("rope.freq_base"), 10000.0));
   c.rms_eps = float(g.get_float(key("attention.layer_norm_rms_epsilon")));
@@ -511,9 +513,9 @@ nlohmann::json ModelConfig::to_hf_json() const {
 
 int64_t ModelConfig::n_params() const {
   const int64_t h = hidden, q = int64_t(n_heads) * head_dim, kv = int64_t(n_kv_heads) * head_dim;
-  int64_t layer = h * q + 2 * h * kv + q * h  // q, k, v, o
+  int64_t layer = h * q + 2 * h * kv + q * h       // q, k, v, o
                   + 3 * h * int64_t(intermediate)  // gate, up, down
-                  + 2 * h;                          // two RMSNorms
+                  + 2 * h;                         // two RMSNorms
   if (attention_bias) layer += q + 2 * kv;
   const ArchDesc& d = desc();
   if (d.qk_norm == QkNorm::PerHead) layer += 2 * int64_t(head_dim);

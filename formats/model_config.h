@@ -57,7 +57,7 @@ struct ModelConfig {
   // SmolLM3 (desc().no_rope_layers): per layer, 1 = the layer applies no RoPE; empty = all do.
   std::vector<uint8_t> no_rope;
   bool has_rope(int layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
-  float attn_scale() const;         // the score scale of every layer
+  float attn_scale() const;  // the score scale of every layer
 
   // Phi-3 (desc().fused_proj): HF stores self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj
   // (rows gate, up); the loader splits them into the per-projection tensors every scheme
@@ -78,8 +78,8 @@ struct ModelConfig {
 // Llama-3 scaling from a GGUF rope_freqs.weight (per-frequency divisors, docs/spec/gguf.md
 // §rope_freqs): the HF parameters that reproduce it (type "" when all are 1). UserError naming
 // `path` otherwise.
-RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& freqs, double theta,
-                                           int head_dim, const std::string& path);
+RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& freqs, double theta, int head_dim,
+                                           const std::string& path);
 // The divisors convert_hf_to_gguf.py writes for a llama3 scaling (computed in double).
 std::vector<double> llama3_rope_factors(const RopeScaling& r, double theta, int head_dim);
 

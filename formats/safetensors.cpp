@@ -43,13 +43,27 @@ struct StDType {
   std::optional<DType> qt;
 };
 const StDType kStDTypes[] = {
-    {"BOOL", 8, DType::BOOL},   {"F4", 4, std::nullopt},       {"F6_E2M3", 6, std::nullopt},
-    {"F6_E3M2", 6, std::nullopt}, {"U8", 8, DType::U8},         {"I8", 8, DType::I8},
-    {"F8_E5M2", 8, DType::F8_E5M2}, {"F8_E4M3", 8, DType::F8_E4M3}, {"F8_E8M0", 8, std::nullopt},
-    {"F8_E4M3FNUZ", 8, std::nullopt}, {"F8_E5M2FNUZ", 8, std::nullopt}, {"I16", 16, DType::I16},
-    {"U16", 16, DType::U16},    {"F16", 16, DType::F16},       {"BF16", 16, DType::BF16},
-    {"I32", 32, DType::I32},    {"U32", 32, DType::U32},       {"F32", 32, DType::F32},
-    {"C64", 64, std::nullopt},  {"F64", 64, DType::F64},       {"I64", 64, DType::I64},
+    {"BOOL", 8, DType::BOOL},
+    {"F4", 4, std::nullopt},
+    {"F6_E2M3", 6, std::nullopt},
+    {"F6_E3M2", 6, std::nullopt},
+    {"U8", 8, DType::U8},
+    {"I8", 8, DType::I8},
+    {"F8_E5M2", 8, DType::F8_E5M2},
+    {"F8_E4M3", 8, DType::F8_E4M3},
+    {"F8_E8M0", 8, std::nullopt},
+    {"F8_E4M3FNUZ", 8, std::nullopt},
+    {"F8_E5M2FNUZ", 8, std::nullopt},
+    {"I16", 16, DType::I16},
+    {"U16", 16, DType::U16},
+    {"F16", 16, DType::F16},
+    {"BF16", 16, DType::BF16},
+    {"I32", 32, DType::I32},
+    {"U32", 32, DType::U32},
+    {"F32", 32, DType::F32},
+    {"C64", 64, std::nullopt},
+    {"F64", 64, DType::F64},
+    {"I64", 64, DType::I64},
     {"U64", 64, DType::U64},
 };
 constexpr int kNumStDTypes = int(sizeof(kStDTypes) / sizeof(kStDTypes[0]));
@@ -110,9 +124,7 @@ std::string clip(std::string s, size_t n = 160) {
 // A printable, bounded rendering of a name for error messages.
 std::string q(const std::string& name) { return fmt::format("'{}'", clip(name, 120)); }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ","));
-}
+std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
 
 struct ParseAbort {
   std::string msg;
@@ -127,24 +139,21 @@ json parse_header(const uint8_t* h, size_t n, const std::string& name) {
   // nlohmann's lexer takes a NUL byte for the end of input (and ignores what follows); raw NUL
   // is never valid JSON text (not whitespace, not allowed unescaped in strings).
   if (const void* z = std::memchr(h, 0, n))
-    user_error("{}: header is not valid JSON: NUL byte at header byte {}", name,
-               static_cast<const uint8_t*>(z) - h);
+    user_error("{}: header is not valid JSON: NUL byte at header byte {}", name, static_cast<const uint8_t*>(z) - h);
   int meta_count = 0;
-  std::string top_key;             // the current top-level key
+  std::string top_key;              // the current top-level key
   std::set<std::string> info_keys;  // known fields seen in the current tensor info
   auto cb = [&](int depth, json::parse_event_t ev, json& v) -> bool {
     switch (ev) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        if (depth + 1 > kMaxJsonDepth)
-          throw ParseAbort{fmt::format("nested deeper than {} levels", kMaxJsonDepth)};
+        if (depth + 1 > kMaxJsonDepth) throw ParseAbort{fmt::format("nested deeper than {} levels", kMaxJsonDepth)};
         if (depth == 1) info_keys.clear();
         break;
       case json::parse_event_t::key:
         if (depth == 1) {
           top_key = v.get<std::string>();
-          if (top_key == "__metadata__" && ++meta_count > 1)
-            throw ParseAbort{"duplicate key '__metadata__'"};
+          if (top_key == "__metadata__" && ++meta_count > 1) throw ParseAbort{"duplicate key '__metadata__'"};
         } else if (depth == 2 && top_key != "__metadata__") {
           const auto& k = v.get_ref<const std::string&>();
           if ((k == "dtype" || k == "shape" || k == "data_offsets") && !info_keys.insert(k).second)
@@ -152,8 +161,7 @@ json parse_header(const uint8_t* h, size_t n, const std::string& name) {
         }
         break;
       case json::parse_event_t::value:
-        if (v.is_number_float() && !std::isfinite(v.get<double>()))
-          throw ParseAbort{"number out of range"};
+        if (v.is_number_float() && !std::isfinite(v.get<double>())) throw ParseAbort{"number out of range"};
         break;
       default: break;
     }
@@ -172,8 +180,7 @@ uint64_t get_u64(const json& v, const std::string& name, const std::string& tens
   // serde's usize accepts only non-negative integers written without fraction or exponent
   // (serde_json reads "-0" and "2.0" as floats); nlohmann marks exactly those as unsigned.
   if (!v.is_number_unsigned())
-    user_error("{}: tensor {}: {} must hold non-negative integers, got {}", name, q(tensor), field,
-               clip(v.dump(), 40));
+    user_error("{}: tensor {}: {} must hold non-negative integers, got {}", name, q(tensor), field, clip(v.dump(), 40));
   return v.get<uint64_t>();
 }
 
@@ -191,10 +198,8 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t n, const std:
   if (n < 8) user_error("{}: file too short for a safetensors header ({} bytes, need 8)", name, n);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | data[i];
-  if (hlen > kMaxHeader)
-    user_error("{}: header length {} exceeds the {}-byte limit", name, hlen, kMaxHeader);
-  if (hlen > n - 8)
-    user_error("{}: header length {} runs past the end of the file ({} bytes)", name, hlen, n);
+  if (hlen > kMaxHeader) user_error("{}: header length {} exceeds the {}-byte limit", name, hlen, kMaxHeader);
+  if (hlen > n - 8) user_error("{}: header length {} runs past the end of the file ({} bytes)", name, hlen, n);
   const uint8_t* h = data + 8;
   if (size_t bad = utf8_invalid_at(h, hlen); bad != hlen)
     user_error("{}: header is not valid UTF-8 (byte {} of the header)", name, bad);
@@ -213,8 +218,7 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t n, const std:
       if (v.is_null()) continue;  // serde reads null as an absent Option
       if (!v.is_object()) user_error("{}: __metadata__ is not an object of strings", name);
       for (auto& [mk, mv] : v.items()) {
-        if (!mv.is_string())
-          user_error("{}: __metadata__ value of {} is not a string", name, q(mk));
+        if (!mv.is_string()) user_error("{}: __metadata__ value of {} is not a string", name, q(mk));
         f.metadata_[mk] = mv.get<std::string>();
       }
       continue;
@@ -230,8 +234,7 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t n, const std:
     if (off == v.end()) user_error("{}: tensor {}: missing data_offsets", name, q(key));
     if (!dt->is_string()) user_error("{}: tensor {}: dtype is not a string", name, q(key));
     e.st = st_rank_of_name(dt->get_ref<const std::string&>());
-    if (e.st < 0)
-      user_error("{}: tensor {}: unknown dtype {}", name, q(key), clip(dt->dump(), 40));
+    if (e.st < 0) user_error("{}: tensor {}: unknown dtype {}", name, q(key), clip(dt->dump(), 40));
     if (!sh->is_array()) user_error("{}: tensor {}: shape is not an array", name, q(key));
     for (auto& d : *sh) {
       uint64_t x = get_u64(d, name, key, "shape");
@@ -258,17 +261,16 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t n, const std:
   uint64_t pos = 0;
   for (const Entry& e : entries) {
     if (e.end < e.begin)
-      user_error("{}: tensor {}: data_offsets [{}, {}] end before they begin", name, q(e.name),
-                 e.begin, e.end);
+      user_error("{}: tensor {}: data_offsets [{}, {}] end before they begin", name, q(e.name), e.begin, e.end);
     if (e.begin > pos)
-      user_error("{}: tensor {}: data_offsets [{}, {}] leave a gap after byte {}", name, q(e.name),
-                 e.begin, e.end, pos);
+      user_error("{}: tensor {}: data_offsets [{}, {}] leave a gap after byte {}", name, q(e.name), e.begin, e.end,
+                 pos);
     if (e.begin < pos)
-      user_error("{}: tensor {}: data_offsets [{}, {}] overlap the previous tensor, which ends at {}",
-                 name, q(e.name), e.begin, e.end, pos);
+      user_error("{}: tensor {}: data_offsets [{}, {}] overlap the previous tensor, which ends at {}", name, q(e.name),
+                 e.begin, e.end, pos);
     if (e.end > buf_len)
-      user_error("{}: tensor {}: data_offsets [{}, {}] run past the end of the data buffer ({} bytes)",
-                 name, q(e.name), e.begin, e.end, buf_len);
+      user_error("{}: tensor {}: data_offsets [{}, {}] run past the end of the data buffer ({} bytes)", name, q(e.name),
+                 e.begin, e.end, buf_len);
     pos = e.end;
     // Element count with overflow checks in the same order as the reference's checked fold,
     // but within int64 (Tensor::numel's type).
@@ -280,22 +282,20 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t n, const std:
     if (__builtin_mul_overflow(uint64_t(numel), uint64_t(kStDTypes[e.st].bits), &nbits))
       user_error("{}: tensor {}: shape {} overflows", name, q(e.name), shape_str(e.shape));
     if (nbits % 8 != 0)
-      user_error("{}: tensor {}: {} elements of {} do not end on a byte boundary", name, q(e.name),
-                 numel, kStDTypes[e.st].name);
+      user_error("{}: tensor {}: {} elements of {} do not end on a byte boundary", name, q(e.name), numel,
+                 kStDTypes[e.st].name);
     if (e.end - e.begin != nbits / 8)
-      user_error("{}: tensor {}: dtype {} shape {} needs {} bytes but data_offsets [{}, {}] hold {}",
-                 name, q(e.name), kStDTypes[e.st].name, shape_str(e.shape), nbits / 8, e.begin,
-                 e.end, e.end - e.begin);
+      user_error("{}: tensor {}: dtype {} shape {} needs {} bytes but data_offsets [{}, {}] hold {}", name, q(e.name),
+                 kStDTypes[e.st].name, shape_str(e.shape), nbits / 8, e.begin, e.end, e.end - e.begin);
   }
   if (pos != buf_len)
-    user_error("{}: tensors cover {} bytes but the data buffer has {} (trailing bytes)", name, pos,
-               buf_len);
+    user_error("{}: tensors cover {} bytes but the data buffer has {} (trailing bytes)", name, pos, buf_len);
 
   for (Entry& e : entries) {
     const StDType& st = kStDTypes[e.st];
     if (!st.qt)
-      user_error("{}: tensor {}: dtype {} is valid safetensors but not supported by quanttool",
-                 name, q(e.name), st.name);
+      user_error("{}: tensor {}: dtype {} is valid safetensors but not supported by quanttool", name, q(e.name),
+                 st.name);
     Tensor t;
     t.dtype = *st.qt;
     t.shape = std::move(e.shape);
@@ -406,8 +406,7 @@ std::string build_header(const NamedTensors& tensors, const std::map<std::string
     first = false;
     json_string(h, name, path);
     h += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[", dtype_name(t.dtype));
-    h += fmt::format("{}],\"data_offsets\":[{},{}]}}", fmt::join(t.shape, ","), offset,
-                     offset + t.nbytes);
+    h += fmt::format("{}],\"data_offsets\":[{},{}]}}", fmt::join(t.shape, ","), offset, offset + t.nbytes);
     offset += t.nbytes;
   }
   h += '}';
@@ -430,8 +429,8 @@ fs::path write_temp(const std::string& path, const NamedTensors& tensors,
   std::string header = build_header(tensors, metadata, &order, path);  // validates first
 
   fs::path p(path);
-  fs::path tmp = p.parent_path() / fmt::format(".{}.tmp-{}-{}", p.filename().string(), getpid(),
-                                               g_tmp_counter.fetch_add(1));
+  fs::path tmp =
+      p.parent_path() / fmt::format(".{}.tmp-{}-{}", p.filename().string(), getpid(), g_tmp_counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) user_error("{}: cannot create {}: {}", path, tmp.string(), std::strerror(errno));
   bool open_fd = true;
@@ -540,8 +539,7 @@ void rename_into_place(const fs::path& tmp, const std::string& path) {
 
 }  // namespace
 
-std::string safetensors_header(const NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata,
+std::string safetensors_header(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
                                std::vector<size_t>* order) {
   std::vector<size_t> tmp;
   return build_header(tensors, metadata, order ? order : &tmp, "safetensors header");
@@ -561,8 +559,7 @@ constexpr const char* kSingleName = "model.safetensors";
 
 bool is_shard_name(const std::string& f) {
   // model-DDDDD-of-DDDDD.safetensors
-  if (f.size() != 32 || f.rfind("model-", 0) != 0 || f.substr(11, 4) != "-of-" ||
-      f.substr(20) != ".safetensors")
+  if (f.size() != 32 || f.rfind("model-", 0) != 0 || f.substr(11, 4) != "-of-" || f.substr(20) != ".safetensors")
     return false;
   for (size_t i : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19})
     if (f[i] < '0' || f[i] > '9') return false;
@@ -584,8 +581,7 @@ SafetensorsDir load_safetensors_dir(const std::string& dir) {
       for (auto& de : fs::directory_iterator(d, ec))
         if (de.path().extension() == ".safetensors") found.push_back(de.path());
       if (found.size() != 1)
-        user_error("{}: no {} or {} ({} other .safetensors files)", dir, kSingleName, kIndexName,
-                   found.size());
+        user_error("{}: no {} or {} ({} other .safetensors files)", dir, kSingleName, kIndexName, found.size());
       single = found[0];
     }
     out.files.push_back(SafetensorsFile::open(single.string()));
@@ -611,24 +607,20 @@ SafetensorsDir load_safetensors_dir(const std::string& dir) {
     // A shard is a file beside the index; refuse paths that would leave the folder.
     if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos ||
         shard == "." || shard == "..")
-      user_error("{}: weight_map entry {} names {}, not a file in this folder", index.string(), q(name),
-                 q(shard));
+      user_error("{}: weight_map entry {} names {}, not a file in this folder", index.string(), q(name), q(shard));
     by_shard[shard].push_back(name);
   }
   std::map<std::string, std::string> owner_of;  // tensor -> shard that holds it
   for (auto& [shard, names] : by_shard) {
     fs::path sp = d / shard;
-    if (!fs::exists(sp, ec))
-      user_error("{}: shard {} listed in the index is missing", sp.string(), q(shard));
+    if (!fs::exists(sp, ec)) user_error("{}: shard {} listed in the index is missing", sp.string(), q(shard));
     SafetensorsFile f = SafetensorsFile::open(sp.string());
     for (auto& n : names)
-      if (!f.has(n))
-        user_error("{}: tensor {} listed in {} is not in this shard", sp.string(), q(n), kIndexName);
+      if (!f.has(n)) user_error("{}: tensor {} listed in {} is not in this shard", sp.string(), q(n), kIndexName);
     // transformers loads every tensor of every listed shard; one held twice is ambiguous.
     for (auto& [n, t] : f.tensors()) {
       auto [it, fresh] = owner_of.emplace(n, shard);
-      if (!fresh)
-        user_error("{}: tensor {} is also in shard {}", sp.string(), q(n), q(it->second));
+      if (!fresh) user_error("{}: tensor {} is also in shard {}", sp.string(), q(n), q(it->second));
       out.tensors.emplace(n, t);
     }
     if (out.files.empty()) out.metadata = f.metadata();
@@ -638,8 +630,7 @@ SafetensorsDir load_safetensors_dir(const std::string& dir) {
 }
 
 void write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata,
-                               uint64_t max_shard_bytes) {
+                               const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes) {
   // split_state_dict_into_shards_factory: walk in order; an oversized tensor gets a shard of its
   // own (appended immediately); otherwise start a new shard when this one would overflow.
   std::vector<std::vector<size_t>> shards;
@@ -669,8 +660,7 @@ void write_safetensors_sharded(const std::string& dir, const NamedTensors& tenso
   const size_t n = shards.size();
   std::vector<std::string> names;
   for (size_t s = 0; s < n; ++s)
-    names.push_back(n == 1 ? std::string(kSingleName)
-                           : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n));
+    names.push_back(n == 1 ? std::string(kSingleName) : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n));
 
   // Write every file under a temporary name first; rename only when all succeeded.
   std::vector<std::pair<fs::path, std::string>> written;  // tmp -> final
@@ -715,8 +705,7 @@ void write_safetensors_sharded(const std::string& dir, const NamedTensors& tenso
   std::vector<fs::path> stale;
   for (auto& de : fs::directory_iterator(d, ec)) {
     std::string f = de.path().filename().string();
-    if (!keep.count(f) && (f == kIndexName || f == kSingleName || is_shard_name(f)))
-      stale.push_back(de.path());
+    if (!keep.count(f) && (f == kIndexName || f == kSingleName || is_shard_name(f))) stale.push_back(de.path());
   }
   for (auto& p : stale) fs::remove(p, ec);
 }

@@ -49,8 +49,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // `order` (filled with indices into `tensors`, the reference's order: dtype alignment
 // descending, then name). UserError on duplicate names or a tensor whose nbytes does not
 // match dtype x shape.
-std::string safetensors_header(const NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata,
+std::string safetensors_header(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
                                std::vector<size_t>* order);
 
 // Write one safetensors file as the reference writer would (byte-identical to
@@ -62,8 +61,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 // A whole Hugging Face checkpoint folder's weights: either `model.safetensors` or the shards
 // listed in `model.safetensors.index.json`. Tensors keep their shard's mapping alive.
 struct SafetensorsDir {
-  std::vector<SafetensorsFile> files;       // in shard order
-  std::map<std::string, Tensor> tensors;    // name -> view
+  std::vector<SafetensorsFile> files;           // in shard order
+  std::map<std::string, Tensor> tensors;        // name -> view
   std::map<std::string, std::string> metadata;  // __metadata__ of the first file
 };
 // `dir` is a folder; reads index.json when present, else model.safetensors, else the only

@@ -18,11 +18,10 @@ struct DTypeRow {
   int bits;
 };
 constexpr DTypeRow kDTypes[] = {
-    {DType::F64, "F64", 64},       {DType::F32, "F32", 32},         {DType::F16, "F16", 16},
-    {DType::BF16, "BF16", 16},     {DType::I64, "I64", 64},         {DType::I32, "I32", 32},
-    {DType::I16, "I16", 16},       {DType::I8, "I8", 8},            {DType::U64, "U64", 64},
-    {DType::U32, "U32", 32},       {DType::U16, "U16", 16},         {DType::U8, "U8", 8},
-    {DType::BOOL, "BOOL", 8},      {DType::F8_E4M3, "F8_E4M3", 8}, {DType::F8_E5M2, "F8_E5M2", 8},
+    {DType::F64, "F64", 64},  {DType::F32, "F32", 32},        {DType::F16, "F16", 16},        {DType::BF16, "BF16", 16},
+    {DType::I64, "I64", 64},  {DType::I32, "I32", 32},        {DType::I16, "I16", 16},        {DType::I8, "I8", 8},
+    {DType::U64, "U64", 64},  {DType::U32, "U32", 32},        {DType::U16, "U16", 16},        {DType::U8, "U8", 8},
+    {DType::BOOL, "BOOL", 8}, {DType::F8_E4M3, "F8_E4M3", 8}, {DType::F8_E5M2, "F8_E5M2", 8},
 };
 }  // namespace
 
@@ -99,8 +98,8 @@ uint16_t f32_to_f16(float f) {
   uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
   if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // overflow to inf
-  if (ax < 0x38800000u) {                                   // subnormal or zero in half
-    if (ax < 0x33000000u) return uint16_t(sign);            // < 2^-25 rounds to 0
+  if (ax < 0x38800000u) {                                 // subnormal or zero in half
+    if (ax < 0x33000000u) return uint16_t(sign);          // < 2^-25 rounds to 0
     uint32_t e = ax >> 23;
     uint32_t m = (ax & 0x7fffff) | 0x800000;
     uint32_t shift = 126 - e;  // 14 - (e - 127) + 9 ... gives mantissa >> (shift)
@@ -121,8 +120,7 @@ uint16_t f32_to_f16(float f) {
 namespace {
 // Cloned for AVX2: the library is built for the baseline ISA, and convert and the model loaders
 // widen every bf16 weight through this. An exact conversion: the same values either way.
-__attribute__((target_clones("avx2", "default")))
-void widen_bf16(const uint16_t* s, size_t n, float* out) {
+__attribute__((target_clones("avx2", "default"))) void widen_bf16(const uint16_t* s, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
 }
 }  // namespace
@@ -146,10 +144,11 @@ Tensor deferred_tensor(DType dtype, std::vector<int64_t> shape, std::function<Te
 
 void to_f32_range(const Tensor& t, size_t first, size_t n, float* out) {
   if (t.deferred()) return to_f32_range(materialize(t), first, n, out);
-  if (first + n > size_t(t.numel()))
-    user_error("values {}..{} outside a tensor of {}", first, first + n, t.numel());
+  if (first + n > size_t(t.numel())) user_error("values {}..{} outside a tensor of {}", first, first + n, t.numel());
   switch (t.dtype) {
-    case DType::F32: if (n) std::memcpy(out, t.as<float>() + first, n * 4); break;
+    case DType::F32:
+      if (n) std::memcpy(out, t.as<float>() + first, n * 4);
+      break;
     case DType::F16: {
       const uint16_t* s = t.as<uint16_t>() + first;
       for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(s[i]);

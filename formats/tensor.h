@@ -18,9 +18,7 @@ enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U
 // Bits per element (safetensors dtype table; docs/spec/safetensors.md §Dtypes).
 int dtype_bits(DType t);
 // F64/F32/F16/BF16: a tensor of values rather than of packed codes.
-inline bool is_float(DType t) {
-  return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
+inline bool is_float(DType t) { return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 // The safetensors dtype string ("F32", "BF16", ...).
 const char* dtype_name(DType t);
 // Inverse of dtype_name; nullopt when unknown.
@@ -40,10 +38,11 @@ struct Tensor {
 
   bool deferred() const { return !data && produce; }
 
-  int64_t numel() const {
-    return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+  int64_t numel() const { return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>()); }
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(data);
   }
-  template <typename T> const T* as() const { return reinterpret_cast<const T*>(data); }
 
   // A tensor owning a fresh copy of `n` values.
   static Tensor from_f32(std::vector<float> values, std::vector<int64_t> shape);

@@ -21,9 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Exercise the getters on whatever keys exist.
     for (const auto& [k, v] : f.metadata()) {
       try {
-        if (v.type == qt::GgufValueType::STRING) (void)f.get_string(k);
-        else if (v.type == qt::GgufValueType::ARRAY) (void)v.array_size();
-        else (void)f.get_float(k);
+        if (v.type == qt::GgufValueType::STRING)
+          (void)f.get_string(k);
+        else if (v.type == qt::GgufValueType::ARRAY)
+          (void)v.array_size();
+        else
+          (void)f.get_float(k);
       } catch (const qt::UserError&) {
       }
     }

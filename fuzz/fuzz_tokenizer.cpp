@@ -37,16 +37,26 @@ bool covers_all_bytes(const qt::Tokenizer& t) {
   for (int b = 0; b < 256; ++b) {
     std::string ch;
     const char c = static_cast<char>(b);
-    if (b < 0x80) ch = {c};
-    else if (b < 0xC0) ch = {'\xC2', c};
-    else if (b < 0xC2) continue;
-    else if (b < 0xE0) ch = {c, '\x80'};
-    else if (b == 0xE0) ch = "\xE0\xA0\x80";
-    else if (b == 0xED) ch = "\xED\x80\x80";
-    else if (b < 0xF0) ch = {c, '\x80', '\x80'};
-    else if (b == 0xF0) ch = "\xF0\x90\x80\x80";
-    else if (b < 0xF5) ch = {c, '\x80', '\x80', '\x80'};
-    else continue;
+    if (b < 0x80)
+      ch = {c};
+    else if (b < 0xC0)
+      ch = {'\xC2', c};
+    else if (b < 0xC2)
+      continue;
+    else if (b < 0xE0)
+      ch = {c, '\x80'};
+    else if (b == 0xE0)
+      ch = "\xE0\xA0\x80";
+    else if (b == 0xED)
+      ch = "\xED\x80\x80";
+    else if (b < 0xF0)
+      ch = {c, '\x80', '\x80'};
+    else if (b == 0xF0)
+      ch = "\xF0\x90\x80\x80";
+    else if (b < 0xF5)
+      ch = {c, '\x80', '\x80', '\x80'};
+    else
+      continue;
     if (t.decode(t.encode(ch, false)) != ch) return false;
   }
   return true;
@@ -93,8 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string want, match;
     qt::tok::sanitize_utf8(text, &want, &match);
     if (back != want) __builtin_trap();
-  } else if (!parse_special && text.find(qt::tok::kSpaceMarker) == std::string_view::npos &&
-             v.tok->kind() == "spm" && qt::tok::is_valid_utf8(text)) {
+  } else if (!parse_special && text.find(qt::tok::kSpaceMarker) == std::string_view::npos && v.tok->kind() == "spm" &&
+             qt::tok::is_valid_utf8(text)) {
     if (back != text) __builtin_trap();
   }
   return 0;

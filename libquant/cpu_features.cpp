@@ -84,8 +84,7 @@ KernelLevel max_kernel_level() {
 KernelLevel kernel_level() { return KernelLevel(level_ref().load(std::memory_order_relaxed)); }
 
 void set_kernel_level(KernelLevel level) {
-  level_ref().store(int(level > max_kernel_level() ? max_kernel_level() : level),
-                    std::memory_order_relaxed);
+  level_ref().store(int(level > max_kernel_level() ? max_kernel_level() : level), std::memory_order_relaxed);
 }
 
 std::vector<KernelLevel> available_kernel_levels() {
@@ -104,10 +103,14 @@ const char* kernel_level_name(KernelLevel level) {
 }
 
 bool parse_kernel_level(const std::string& s, KernelLevel* out) {
-  if (s == "scalar") *out = KernelLevel::Scalar;
-  else if (s == "avx2") *out = KernelLevel::AVX2;
-  else if (s == "avx512") *out = KernelLevel::AVX512;
-  else return false;
+  if (s == "scalar")
+    *out = KernelLevel::Scalar;
+  else if (s == "avx2")
+    *out = KernelLevel::AVX2;
+  else if (s == "avx512")
+    *out = KernelLevel::AVX512;
+  else
+    return false;
   return true;
 }
 

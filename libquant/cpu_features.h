@@ -16,9 +16,9 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
-KernelLevel max_kernel_level();           // what the CPU supports (AVX512 = F+BW+VL+DQ)
-KernelLevel kernel_level();               // what kernels use now
-void set_kernel_level(KernelLevel level); // clamps to max_kernel_level()
+KernelLevel max_kernel_level();                      // what the CPU supports (AVX512 = F+BW+VL+DQ)
+KernelLevel kernel_level();                          // what kernels use now
+void set_kernel_level(KernelLevel level);            // clamps to max_kernel_level()
 std::vector<KernelLevel> available_kernel_levels();  // every level this CPU can run, low to high
 const char* kernel_level_name(KernelLevel level);
 bool parse_kernel_level(const std::string& s, KernelLevel* out);

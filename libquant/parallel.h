@@ -3,6 +3,8 @@
 #include <omp.h>
 
 namespace qt {
-inline void set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
+inline void set_threads(int n) {
+  if (n > 0) omp_set_num_threads(n);
+}
 inline int num_threads() { return omp_get_max_threads(); }
 }  // namespace qt

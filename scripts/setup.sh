@@ -2,7 +2,8 @@
 # Install the Debian packages quanttool builds with. Idempotent: does nothing when all are there.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
-      libeigen3-dev libopenblas-openmp-dev libgtest-dev libpcre2-dev python3 python3-pip unzip parallel)
+      libeigen3-dev libopenblas-openmp-dev libgtest-dev libpcre2-dev python3 python3-pip unzip parallel
+      clang-format)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -26,12 +26,12 @@
 
 namespace qt::cudatest {
 
-#define QT_REQUIRE_GPU()                                                                \
-  do {                                                                                  \
-    if (cuda::device_count() == 0) {                                                    \
+#define QT_REQUIRE_GPU()                                                                                \
+  do {                                                                                                  \
+    if (cuda::device_count() == 0) {                                                                    \
       if (std::getenv("QT_REQUIRE_GPU")) FAIL() << "QT_REQUIRE_GPU is set but there is no CUDA device"; \
-      GTEST_SKIP() << "no CUDA device: the GPU tests run on the device machine";       \
-    }                                                                                   \
+      GTEST_SKIP() << "no CUDA device: the GPU tests run on the device machine";                        \
+    }                                                                                                   \
   } while (0)
 
 inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -73,7 +73,7 @@ inline std::vector<float> model_logits(LlamaModel& m, const std::vector<int32_t>
   return out;
 }
 inline std::vector<float> cpu_logits(const Checkpoint& ck, Compute compute, const std::string& kv,
-                              const std::vector<int32_t>& ids) {
+                                     const std::vector<int32_t>& ids) {
   LlamaModel m(ck, compute);
   return model_logits(m, ids, kv);
 }

@@ -34,8 +34,8 @@ constexpr float kScale = 0.25f;  // the test caches' attention scale
 
 // A decode-mode cache without a window over the synthetic layers (4 query heads on kHeads kv heads,
 // scale kScale), keys and values by the given methods with tables from dir.
-inline std::unique_ptr<KVCache> decode_cache(const char* keys, const char* values, const std::string& dir,
-                                             int max_ctx, std::vector<float> rope_inv_freq = {}) {
+inline std::unique_ptr<KVCache> decode_cache(const char* keys, const char* values, const std::string& dir, int max_ctx,
+                                             std::vector<float> rope_inv_freq = {}) {
   KVShape sh;
   sh.n_layers = kLayers, sh.n_heads = 4, sh.n_kv_heads = kHeads, sh.head_dim = kD, sh.max_ctx = max_ctx;
   sh.scale = kScale;

@@ -66,8 +66,7 @@ TempDirs& temp_dirs() {
 
 std::string temp_dir(const std::string& tag) {
   std::random_device rd;
-  auto p = std::filesystem::temp_directory_path() /
-           ("qt-" + tag + "-" + std::to_string(rd()) + std::to_string(rd()));
+  auto p = std::filesystem::temp_directory_path() / ("qt-" + tag + "-" + std::to_string(rd()) + std::to_string(rd()));
   std::filesystem::create_directories(p);
   temp_dirs().made.push_back(p);
   return p.string();

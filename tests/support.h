@@ -11,10 +11,10 @@
 
 namespace qt::test {
 
-std::string source_dir();           // the repository root
+std::string source_dir();                       // the repository root
 std::string data_file(const std::string& rel);  // data/<rel> ($QT_DATA/<rel> if set)
-std::string model_gguf();           // models/SmolLM2-135M-Instruct.Q4_1.gguf
-std::string quanttool_bin();        // path of the built binary
+std::string model_gguf();                       // models/SmolLM2-135M-Instruct.Q4_1.gguf
+std::string quanttool_bin();                    // path of the built binary
 bool in_ci();
 // Run a shell command, capture stdout+stderr; returns the exit code.
 int run_cmd(const std::string& cmd, std::string* output);
@@ -25,10 +25,10 @@ std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>&
 }  // namespace qt::test
 
 // Use at the top of a test that needs an input file: fails under CI, skips elsewhere.
-#define QT_REQUIRE_FILE(path)                                                  \
-  do {                                                                         \
-    if (!std::filesystem::exists(path)) {                                      \
-      if (qt::test::in_ci()) FAIL() << "missing required input: " << (path);   \
+#define QT_REQUIRE_FILE(path)                                                    \
+  do {                                                                           \
+    if (!std::filesystem::exists(path)) {                                        \
+      if (qt::test::in_ci()) FAIL() << "missing required input: " << (path);     \
       GTEST_SKIP() << "missing input (run scripts/fetch-models.sh): " << (path); \
-    }                                                                          \
+    }                                                                            \
   } while (0)

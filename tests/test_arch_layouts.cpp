@@ -54,9 +54,9 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
 }
 
 struct Layout {
-  const char* args;    // convert options
-  const char* kind;    // load_checkpoint's source_kind of the folder
-  double tol;          // max |Δlogit| against transformers' fp32
+  const char* args;  // convert options
+  const char* kind;  // load_checkpoint's source_kind of the folder
+  double tol;        // max |Δlogit| against transformers' fp32
 };
 
 class ArchLayouts : public ::testing::TestWithParam<std::string> {};
@@ -107,7 +107,8 @@ TEST_P(ArchLayouts, ConvertReadBackAndRun) {
       EXPECT_FALSE(stored.tensors.count("model.layers.0.self_attn.q_proj.weight"));
       int parts = 0;
       for (int layer = 0; layer < ck.config.n_layers; ++layer)
-        for (const char* part : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"}) {
+        for (const char* part :
+             {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"}) {
           const std::string w = "model.layers." + std::to_string(layer) + "." + part + ".weight";
           SCOPED_TRACE(w);
           std::optional<PackedTensor> got = packed_weight(ck, w);
@@ -116,7 +117,8 @@ TEST_P(ArchLayouts, ConvertReadBackAndRun) {
           std::vector<float> f(size_t(src.numel()));
           to_f32_range(src, 0, f.size(), f.data());
           const PackedTensor want = quantize_weights(f.data(), src.shape[0], src.shape[1], got->params, w);
-          for (auto [a, b] : {std::pair{&got->data, &want.data}, {&got->scales, &want.scales}, {&got->biases, &want.biases}}) {
+          for (auto [a, b] :
+               {std::pair{&got->data, &want.data}, {&got->scales, &want.scales}, {&got->biases, &want.biases}}) {
             ASSERT_EQ(a->nbytes, b->nbytes);
             EXPECT_EQ(0, a->nbytes ? std::memcmp(a->data, b->data, a->nbytes) : 0);
           }

@@ -57,11 +57,12 @@ TEST(CalibrateCli, KvSensitivityWritesARecipeEvalPplTakes) {
   const std::string dir = test::temp_dir("calib-kv");
   const std::string valid = test::data_file("wikitext-2/wiki.valid.tokens.txt");
   std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " calibrate --method kv-sensitivity --model " + test::model_gguf() +
-                              " --text " + valid + " --kv turboquant_mse:bits=2 --budget 2.5 --ctx 64 --chunks 1 --out " +
-                              dir + "/r.json --json " + dir + "/s.json",
-                          &out),
-            0)
+  ASSERT_EQ(
+      test::run_cmd(test::quanttool_bin() + " calibrate --method kv-sensitivity --model " + test::model_gguf() +
+                        " --text " + valid + " --kv turboquant_mse:bits=2 --budget 2.5 --ctx 64 --chunks 1 --out " +
+                        dir + "/r.json --json " + dir + "/s.json",
+                    &out),
+      0)
       << out;
   nlohmann::json r = nlohmann::json::parse(std::ifstream(dir + "/r.json"));
   nlohmann::json s = nlohmann::json::parse(std::ifstream(dir + "/s.json"));
@@ -78,8 +79,8 @@ TEST(CalibrateCli, KvSensitivityWritesARecipeEvalPplTakes) {
       if (kld[i] > kld[j]) EXPECT_GE(s["bits"][i].get<int>(), s["bits"][j].get<int>());
   for (double x : kld) EXPECT_GT(x, 0);  // every layer's 2-bit cache moves the distribution
   ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " eval-ppl --model " + test::model_gguf() + " --text " +
-                              test::data_file("wikitext-2/wiki.test.raw") + " --ctx 64 --chunks 1 --kv-recipe " +
-                              dir + "/r.json",
+                              test::data_file("wikitext-2/wiki.test.raw") + " --ctx 64 --chunks 1 --kv-recipe " + dir +
+                              "/r.json",
                           &out),
             0)
       << out;

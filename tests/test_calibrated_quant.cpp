@@ -44,18 +44,24 @@ TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
   std::vector<float> w = randn(size_t(rows * cols), 7, 0.05f);
   w[3] = 0.9f, w[300] = -1.3f;
   for (int j = 0; j < 64; ++j) w[size_t(4 * cols + j)] = 0.0f;  // a zero group
-  struct Case { const char* scheme; int bits, group; DType dt; };
-  const Case cases[] = {{"affine", 2, 32, DType::F32},  {"affine", 3, 64, DType::F32}, {"affine", 4, 64, DType::BF16},
-                        {"affine", 5, 128, DType::F16}, {"affine", 6, 32, DType::F32}, {"affine", 8, 64, DType::BF16},
-                        {"int8", 8, 0, DType::F32},     {"int8", 8, 64, DType::F32},   {"int8_ct", 8, 0, DType::BF16},
-                        {"int8_ct", 8, 128, DType::F32}, {"int4", 4, 0, DType::F32},   {"int4", 4, 128, DType::F32},
-                        {"int4_ct", 4, 128, DType::BF16}, {"int4_ct", 4, 32, DType::F32},
-                        {"nf4", 4, 64, DType::F32},     {"fp4", 4, 128, DType::BF16}};
+  struct Case {
+    const char* scheme;
+    int bits, group;
+    DType dt;
+  };
+  const Case cases[] = {
+      {"affine", 2, 32, DType::F32},    {"affine", 3, 64, DType::F32},  {"affine", 4, 64, DType::BF16},
+      {"affine", 5, 128, DType::F16},   {"affine", 6, 32, DType::F32},  {"affine", 8, 64, DType::BF16},
+      {"int8", 8, 0, DType::F32},       {"int8", 8, 64, DType::F32},    {"int8_ct", 8, 0, DType::BF16},
+      {"int8_ct", 8, 128, DType::F32},  {"int4", 4, 0, DType::F32},     {"int4", 4, 128, DType::F32},
+      {"int4_ct", 4, 128, DType::BF16}, {"int4_ct", 4, 32, DType::F32}, {"nf4", 4, 64, DType::F32},
+      {"fp4", 4, 128, DType::BF16}};
   for (const Case& c : cases) {
     SchemeParams p = default_params(c.scheme);
     p.bits = c.bits, p.group_size = c.group, p.dtype = c.dt;
     std::vector<float> wr(w);
-    for (float& x : wr) x = c.dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(x)) : c.dt == DType::F16 ? f16_to_f32(f32_to_f16(x)) : x;
+    for (float& x : wr)
+      x = c.dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(x)) : c.dt == DType::F16 ? f16_to_f32(f32_to_f16(x)) : x;
     const PackedTensor ref = quantize_weights(wr.data(), rows, cols, p);
     const SchemeGrid grid(p);
     const int64_t gl = grid.group_len(cols), ng = cols / gl;
@@ -65,7 +71,8 @@ TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
       for (int64_t g = 0; g < ng; ++g) {
         gp[size_t(r * ng + g)] = grid.fit_rtn(wr.data() + r * cols + g * gl, gl);
         for (int64_t j = 0; j < gl; ++j)
-          q[size_t(r * cols + g * gl + j)] = int16_t(grid.code(wr[size_t(r * cols + g * gl + j)], gp[size_t(r * ng + g)]));
+          q[size_t(r * cols + g * gl + j)] =
+              int16_t(grid.code(wr[size_t(r * cols + g * gl + j)], gp[size_t(r * ng + g)]));
       }
     const PackedTensor got = grid.pack(q.data(), gp.data(), rows, cols);
     const std::string what = std::string(c.scheme) + " " + std::to_string(c.bits) + "/" + std::to_string(c.group);
@@ -99,8 +106,10 @@ TEST(WeightedFit, NeverWorseThanRtnAndFollowsTheImportance) {
       std::mt19937 g(seed);
       std::lognormal_distribution<float> d(0.0f, 1.5f);
       for (auto& x : imp) x = d(g);
-      const double e_rtn = calib::weighted_error(grid, v.data(), imp.data(), gl, grid.stored(grid.fit_rtn(v.data(), gl)));
-      const double e_w = calib::weighted_error(grid, v.data(), imp.data(), gl, calib::fit_weighted(grid, v.data(), imp.data(), gl));
+      const double e_rtn =
+          calib::weighted_error(grid, v.data(), imp.data(), gl, grid.stored(grid.fit_rtn(v.data(), gl)));
+      const double e_w =
+          calib::weighted_error(grid, v.data(), imp.data(), gl, calib::fit_weighted(grid, v.data(), imp.data(), gl));
       EXPECT_LE(e_w, e_rtn * (1 + 1e-6)) << scheme << " seed " << seed;
       sum_rtn += e_rtn, sum_w += e_w;
     }
@@ -132,7 +141,8 @@ std::vector<float> hessian(int64_t tokens, int64_t cols, uint32_t seed) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < cols; ++j) {
       float s = X[size_t(t * cols + j)];
-      for (int64_t k = 0; k < 8; ++k) s += mix[size_t(j * cols + (j + k) % cols)] * X[size_t(t * cols + (j + k) % cols)];
+      for (int64_t k = 0; k < 8; ++k)
+        s += mix[size_t(j * cols + (j + k) % cols)] * X[size_t(t * cols + (j + k) % cols)];
       Y[size_t(t * cols + j)] = s * (j % 17 == 0 ? 8.0f : 1.0f);
     }
   std::vector<float> H(size_t(cols * cols), 0.0f);
@@ -146,7 +156,10 @@ TEST(Gptq, BeatsRtnOnTheOutputErrorForEveryScheme) {
   const int64_t rows = 32, cols = 256;
   const std::vector<float> H = hessian(1024, cols, 3);
   const std::vector<float> W = randn(size_t(rows * cols), 5, 0.05f);
-  struct Case { const char* scheme; int bits, group; };
+  struct Case {
+    const char* scheme;
+    int bits, group;
+  };
   for (const Case& c : {Case{"affine", 4, 64}, Case{"affine", 3, 32}, Case{"int8", 8, 0}, Case{"int4", 4, 0},
                         Case{"int4", 4, 128}, Case{"nf4", 4, 64}}) {
     SchemeParams p = default_params(c.scheme);
@@ -188,9 +201,11 @@ TEST(SmoothQuant, FoldedModelComputesTheSameLogits) {
   EXPECT_EQ(stats.linears.size(), size_t(ck.config.n_layers) * 7 + 1);
   // Each layer's own inputs (every layer passes the same scratch buffer), shared only within a layer.
   const auto& L = stats.linears;
-  EXPECT_EQ(L.at("model.layers.3.self_attn.k_proj.weight").sqmean, L.at("model.layers.3.self_attn.q_proj.weight").sqmean);
+  EXPECT_EQ(L.at("model.layers.3.self_attn.k_proj.weight").sqmean,
+            L.at("model.layers.3.self_attn.q_proj.weight").sqmean);
   EXPECT_EQ(L.at("model.layers.3.mlp.up_proj.weight").sqmean, L.at("model.layers.3.mlp.gate_proj.weight").sqmean);
-  EXPECT_NE(L.at("model.layers.3.self_attn.q_proj.weight").sqmean, L.at("model.layers.0.self_attn.q_proj.weight").sqmean);
+  EXPECT_NE(L.at("model.layers.3.self_attn.q_proj.weight").sqmean,
+            L.at("model.layers.0.self_attn.q_proj.weight").sqmean);
   EXPECT_NE(L.at("model.layers.3.mlp.gate_proj.weight").sqmean, L.at("model.layers.3.self_attn.q_proj.weight").sqmean);
   EXPECT_NE(L.at("model.layers.3.mlp.down_proj.weight").absmax, L.at("model.layers.0.mlp.down_proj.weight").absmax);
   auto logits_of = [&](const Checkpoint& c) { return test::fp32_logits(c, ids, ctx); };
@@ -274,7 +289,10 @@ TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
   const std::string bin = test::quanttool_bin();
   std::string out;
   ASSERT_EQ(test::run_cmd(bin + " calibrate --method act-stats --model " + m + " --text " + valid +
-                              " --ctx 256 --chunks 2 --out " + dir + "/stats.safetensors", &out), 0) << out;
+                              " --ctx 256 --chunks 2 --out " + dir + "/stats.safetensors",
+                          &out),
+            0)
+      << out;
   EXPECT_NE(out.find("211 Linear inputs over 512 tokens"), std::string::npos) << out;
   // The embedding stays unquantized (keeps the test quick: GPTQ of the 49152-row head is the
   // slowest part); every block projection is 4-bit.
@@ -283,11 +301,15 @@ TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
   std::map<std::string, double> ppl;
   for (const std::string& v : {std::string("rtn"), std::string("imatrix"), std::string("gptq")}) {
     std::string flags = v == "imatrix" ? " --imatrix " + dir + "/stats.safetensors"
-                        : v == "gptq"  ? " --gptq --calib " + valid + " --calib-chunks 4 --imatrix " + dir + "/stats.safetensors"
-                                       : "";
+                        : v == "gptq"
+                            ? " --gptq --calib " + valid + " --calib-chunks 4 --imatrix " + dir + "/stats.safetensors"
+                            : "";
     ASSERT_EQ(test::run_cmd(bin + " convert" + base + flags + " --out " + dir + "/" + v, &out), 0) << out;
     ASSERT_EQ(test::run_cmd(bin + " eval-ppl --model " + dir + "/" + v + " --text " + test_text +
-                                " --chunks 2 --json " + dir + "/" + v + ".json", &out), 0) << out;
+                                " --chunks 2 --json " + dir + "/" + v + ".json",
+                            &out),
+              0)
+        << out;
     std::ifstream jf(dir + "/" + v + ".json");
     const std::string j((std::istreambuf_iterator<char>(jf)), {});
     ppl[v] = std::stod(ppl_of(j));
@@ -299,12 +321,12 @@ TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
   EXPECT_LT(ppl["gptq"], ppl["rtn"] * 0.98) << ppl["gptq"] << " vs " << ppl["rtn"];
 
   const std::string bad[] = {
-      " --gptq",                                                  // no --calib
-      " --gptq --calib " + test_text,                             // test text
-      " --gptq --calib " + dir + "/nothing.txt",                  // missing
-      " --imatrix " + dir + "/keep.json",                         // not an act-stats file
-      " --smooth " + dir + "/stats.safetensors --alpha 2",        // alpha out of range
-      " --act-order",                                             // needs --gptq
+      " --gptq",                                            // no --calib
+      " --gptq --calib " + test_text,                       // test text
+      " --gptq --calib " + dir + "/nothing.txt",            // missing
+      " --imatrix " + dir + "/keep.json",                   // not an act-stats file
+      " --smooth " + dir + "/stats.safetensors --alpha 2",  // alpha out of range
+      " --act-order",                                       // needs --gptq
   };
   for (const std::string& b : bad) {
     const std::string o = dir + "/bad";
@@ -312,7 +334,9 @@ TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << b << "\n" << out;
     EXPECT_FALSE(std::filesystem::exists(o)) << b;
   }
-  EXPECT_EQ(test::run_cmd(bin + " convert --in " + m + " --out " + dir + "/bad --imatrix " + dir + "/stats.safetensors", &out), 2);
+  EXPECT_EQ(test::run_cmd(bin + " convert --in " + m + " --out " + dir + "/bad --imatrix " + dir + "/stats.safetensors",
+                          &out),
+            2);
   EXPECT_NE(out.find("need --scheme"), std::string::npos) << out;
 }
 

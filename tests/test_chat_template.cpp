@@ -36,9 +36,9 @@ TEST(ChatTemplate, MatchesTransformers) {
     for (const json& c : t["conversations"]) {
       SCOPED_TRACE(name + ": " + c["messages"].dump());
       json ctx = {{"messages", c["messages"]},
-                        {"add_generation_prompt", c["add_generation_prompt"]},
-                        {"bos_token", g["bos_token"]},
-                        {"eos_token", g["eos_token"]}};
+                  {"add_generation_prompt", c["add_generation_prompt"]},
+                  {"bos_token", g["bos_token"]},
+                  {"eos_token", g["eos_token"]}};
       if (c.contains("tools")) ctx["tools"] = c["tools"];
       EXPECT_EQ(tpl.render(ctx), c["rendered"].get<std::string>());
     }
@@ -67,16 +67,16 @@ TEST(ChatTemplate, Expressions) {
   const json ctx = {{"xs", {1, 2, 3}}, {"d", {{"k", "v"}}}, {"s", "  hi  "}};
   EXPECT_EQ(render("{{ xs[1:] }} {{ xs[::-1] }} {{ xs[-1] }} {{ xs|length }}", ctx), "[2, 3] [3, 2, 1] 3 3");
   EXPECT_EQ(render("{{ d.k ~ d['k'] }} {{ d.missing is defined }} {{ 'k' in d }} {{ 4 not in xs }}", ctx),
-                   "vv False True True");
+            "vv False True True");
   EXPECT_EQ(render("{{ s|trim }}|{{ s.strip() }}|{{ 'a' + 'b' }}|{{ 1 + 2 * 3 }}|{{ 7 // -2 }}|{{ 2 ~ 3 }}", ctx),
             "hi|hi|ab|7|-4|23");
   EXPECT_EQ(render("{% for a, b in d|items %}{{ a }}={{ b }}{% endfor %}", ctx), "k=v");
   EXPECT_EQ(render("{% for x in [] %}y{% else %}empty{% endfor %}"), "empty");
   EXPECT_EQ(render("{% set n = 1 %}{% for x in xs %}{% set n = x %}{% endfor %}{{ n }}", ctx), "1");  // loop scope
-  EXPECT_EQ(render("{{ d|tojson }} {{ xs|tojson(indent=1) }}", ctx),
-            "{\"k\": \"v\"} [\n 1,\n 2,\n 3\n]");
-  EXPECT_EQ(render("{{ none }} {{ true }} {{ undefined_name }}|{{ 'x' if false }}|{{ 1 if 0 else 2 }}"), "None True |"
-                                                                                                          "|2");
+  EXPECT_EQ(render("{{ d|tojson }} {{ xs|tojson(indent=1) }}", ctx), "{\"k\": \"v\"} [\n 1,\n 2,\n 3\n]");
+  EXPECT_EQ(render("{{ none }} {{ true }} {{ undefined_name }}|{{ 'x' if false }}|{{ 1 if 0 else 2 }}"),
+            "None True |"
+            "|2");
 }
 
 TEST(ChatTemplate, ErrorsAreUserErrors) {

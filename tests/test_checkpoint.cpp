@@ -109,8 +109,8 @@ TEST(Checkpoint, QkPermutation) {
   std::vector<float> m(16 * 3);
   for (size_t i = 0; i < m.size(); ++i) m[i] = float(i);
   auto u = gguf_unpermute_rows(m.data(), 16, 3, 2);
-  EXPECT_EQ(u[3 * 1 + 2], m[3 * 2 + 2]);    // HF row 1 = GGUF row 2
-  EXPECT_EQ(u[3 * 12 + 0], m[3 * 9 + 0]);   // head 1: HF row 8+4 = GGUF row 8+1
+  EXPECT_EQ(u[3 * 1 + 2], m[3 * 2 + 2]);   // HF row 1 = GGUF row 2
+  EXPECT_EQ(u[3 * 12 + 0], m[3 * 9 + 0]);  // head 1: HF row 8+4 = GGUF row 8+1
   EXPECT_EQ(gguf_permute_rows(u.data(), 16, 3, 2), m);
   EXPECT_THROW(gguf_unpermute_rows(m.data(), 16, 3, 3), UserError);
 }
@@ -217,7 +217,8 @@ TEST(Checkpoint, BadFolders) {
       if (n == "model.norm.weight") t.shape = {8, 4};
   });
   EXPECT_NE(m.find("tensor model.norm.weight has shape [8, 4], expected [32]"), std::string::npos) << m;
-  m = with_tensors("extra", [](NamedTensors& ts) { ts.emplace_back("model.layers.7.mlp.up_proj.weight", ts[0].second); });
+  m = with_tensors("extra",
+                   [](NamedTensors& ts) { ts.emplace_back("model.layers.7.mlp.up_proj.weight", ts[0].second); });
   EXPECT_NE(m.find("tensor model.layers.7.mlp.up_proj.weight is not part of a qwen2 model"), std::string::npos) << m;
   m = with_tensors("dtype", [](NamedTensors& ts) {
     for (auto& [n, t] : ts)

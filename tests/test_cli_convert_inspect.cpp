@@ -29,9 +29,7 @@ json read_json(const std::string& path) {
   return json::parse(f);
 }
 
-int qt_run(const std::string& args, std::string* out) {
-  return test::run_cmd(test::quanttool_bin() + " " + args, out);
-}
+int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 
 uint32_t crc_bytes(const Tensor& t) {
   return uint32_t(crc32(0, reinterpret_cast<const Bytef*>(t.data), uInt(t.nbytes)));
@@ -66,8 +64,8 @@ TEST(CliConvert, RealModelF32EqualsTransformers) {
   ASSERT_EQ(qt_run("convert --in " + test::model_gguf() + " --out " + out + " --dtype f32", &log), 0) << log;
   std::printf("%s", log.c_str());
   expect_only(tmp, {"smollm2"});
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                        "generation_config.json"})
+  for (const char* f :
+       {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
   expect_export(out, g["tensors"], "crc32_f32", DType::F32);
 
@@ -77,9 +75,9 @@ TEST(CliConvert, RealModelF32EqualsTransformers) {
   EXPECT_EQ(c["architectures"], json::array({"LlamaForCausalLM"}));
   EXPECT_EQ(c["model_type"], "llama");
   EXPECT_EQ(c["torch_dtype"], "float32");
-  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                        "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
-                        "tie_word_embeddings", "bos_token_id", "eos_token_id"})
+  for (const char* k :
+       {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "vocab_size", "max_position_embeddings", "tie_word_embeddings", "bos_token_id", "eos_token_id"})
     EXPECT_EQ(c[k], e[k]) << k;
   EXPECT_EQ(c["rope_theta"].get<double>(), e["rope_theta"].get<double>());
   EXPECT_EQ(c["rms_norm_eps"].get<double>(), 1e-5);
@@ -124,11 +122,12 @@ TEST(CliInspect, RealModelAsGgufPyReadsIt) {
   // Per ggml type: tensor count, bytes and elements as gguf-py reads the file.
   EXPECT_EQ(j["by_type"], g["gguf_by_type"]);
   uint64_t bytes = 0, elems = 0;
-  for (auto& [t, v] : g["gguf_by_type"].items()) bytes += v["bytes"].get<uint64_t>(), elems += v["elements"].get<uint64_t>();
+  for (auto& [t, v] : g["gguf_by_type"].items())
+    bytes += v["bytes"].get<uint64_t>(), elems += v["elements"].get<uint64_t>();
   EXPECT_EQ(j["totals"]["bytes"], bytes);
   EXPECT_NEAR(j["totals"]["bits_per_weight"].get<double>(), 8.0 * bytes / elems, 1e-9);
-  for (const char* needle : {"llama (LlamaForCausalLM)", "Q4_1", "Q8_0", "134,515,008", "token_embd.weight",
-                             "[49152, 576]", "30,081,024"})
+  for (const char* needle :
+       {"llama (LlamaForCausalLM)", "Q4_1", "Q8_0", "134,515,008", "token_embd.weight", "[49152, 576]", "30,081,024"})
     EXPECT_NE(out.find(needle), std::string::npos) << needle;
   fs::remove_all(tmp);
 }
@@ -145,8 +144,11 @@ TEST(CliConvert, TinyGgufToHfAndBack) {
   EXPECT_FALSE(fs::exists(a + "/tokenizer.json"));  // the tiny file has no vocabulary
   json c = read_json(a + "/config.json");
   EXPECT_EQ(c["tie_word_embeddings"], false);
-  EXPECT_EQ(c["rope_scaling"], json({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                                     {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}));
+  EXPECT_EQ(c["rope_scaling"], json({{"rope_type", "llama3"},
+                                     {"factor", 8.0},
+                                     {"low_freq_factor", 1.0},
+                                     {"high_freq_factor", 4.0},
+                                     {"original_max_position_embeddings", 8192}}));
   // An HF folder as input gives the same folder again.
   ASSERT_EQ(qt_run("convert --in " + a + " --out " + b + " --dtype f32", &log), 0) << log;
   expect_export(b, want, "crc32_f32", DType::F32);

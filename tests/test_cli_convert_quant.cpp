@@ -35,9 +35,7 @@ json read_json(const std::string& path) {
   return json::parse(f);
 }
 
-int qt_run(const std::string& args, std::string* out) {
-  return test::run_cmd(test::quanttool_bin() + " " + args, out);
-}
+int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 
 uint32_t crc_bytes(const Tensor& t) {
   return uint32_t(crc32(0, reinterpret_cast<const Bytef*>(t.data), uInt(t.nbytes)));
@@ -126,7 +124,11 @@ void expect_round_trip(const std::string& src_dir, const std::string& out, int e
 TEST(ConvertQuant, MlxReadsBackToTheSameBytes) {
   const std::string tmp = test::temp_dir("cvq_rt"), out = tmp + "/m";
   std::string log;
-  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme affine --bits 3 --group-size 32 --dtype bf16", &log), 0) << log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out +
+                       " --scheme affine --bits 3 --group-size 32 --dtype bf16",
+                   &log),
+            0)
+      << log;
   Checkpoint ck = load_checkpoint(out);
   EXPECT_EQ(ck.source_kind, "mlx");
   EXPECT_EQ(ck.quantization["format"], "mlx");
@@ -152,7 +154,8 @@ TEST(ConvertQuant, NativeInt4AndInt8ReadBack) {
 TEST(ConvertQuant, CompressedTensorsConfigIsThePackages) {
   const std::string tmp = test::temp_dir("cvq_ct"), out = tmp + "/c";
   std::string log;
-  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme int8 --dtype bf16", &log), 0) << log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme int8 --dtype bf16", &log), 0)
+      << log;
   const json g = read_json(test::source_dir() + "/tests/golden/quant_export/golden.json")["ct_w8a8_config"];
   EXPECT_EQ(read_json(out + "/config.json")["quantization_config"], g["channel"]);
   Checkpoint ck = load_checkpoint(out);
@@ -169,7 +172,11 @@ TEST(ConvertQuant, CompressedTensorsConfigIsThePackages) {
 TEST(ConvertQuant, CompressedTensorsW4A16IsPackQuantized) {
   const std::string tmp = test::temp_dir("cvq_ct4"), out = tmp + "/c";
   std::string log;
-  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme int4_ct --group-size 32 --dtype bf16", &log), 0) << log;
+  ASSERT_EQ(
+      qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme int4_ct --group-size 32 --dtype bf16",
+             &log),
+      0)
+      << log;
   EXPECT_EQ(read_json(out + "/config.json")["quantization_config"],
             read_json(test::source_dir() + "/tests/golden/quant_export/ct_w4a16_config.json"));
   SafetensorsDir st = load_safetensors_dir(out);
@@ -193,8 +200,12 @@ TEST(ConvertQuant, GroupThatDoesNotFitIsLeftUnquantized) {
   // tiny-llama3: hidden 32, intermediate 64. Group 64 fits only down_proj's 64-wide rows.
   const std::string tmp = test::temp_dir("cvq_skip"), out = tmp + "/m";
   std::string log;
-  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme affine --group-size 64", &log), 0) << log;
-  EXPECT_NE(log.find("left unquantized: model.layers.0.mlp.up_proj.weight (group size 64 does not divide"), std::string::npos) << log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme affine --group-size 64", &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("left unquantized: model.layers.0.mlp.up_proj.weight (group size 64 does not divide"),
+            std::string::npos)
+      << log;
   ASSERT_EQ(qt_run("inspect " + out, &log), 0) << log;
   EXPECT_NE(log.find("2 weights quantized, 14 stored unquantized"), std::string::npos) << log;
   EXPECT_NE(log.find("unquantized model.embed_tokens.weight: group size 64 does not divide"), std::string::npos) << log;
@@ -203,7 +214,8 @@ TEST(ConvertQuant, GroupThatDoesNotFitIsLeftUnquantized) {
 
 TEST(ConvertQuant, BadInputExits2AndWritesNothing) {
   const std::string tmp = test::temp_dir("cvq_bad");
-  const std::string nomatch = write_file(tmp, "nomatch.json", R"({"rules": [{"match": "model.layers.9.*", "bits": 8}]})");
+  const std::string nomatch =
+      write_file(tmp, "nomatch.json", R"({"rules": [{"match": "model.layers.9.*", "bits": 8}]})");
   const std::string badkey = write_file(tmp, "badkey.json", R"({"rules": [{"match": "*", "bitz": 8}]})");
   const std::string badbits = write_file(tmp, "badbits.json", R"({"rules": [{"match": "*", "bits": 7}]})");
   const std::string llama = " --in " + tiny("tiny-llama3") + " --out " + tmp + "/out ";
@@ -230,8 +242,7 @@ TEST(ConvertQuant, BadInputExits2AndWritesNothing) {
     EXPECT_EQ(qt_run("convert" + args, &log), 2) << log;
     EXPECT_NE(log.find(msg), std::string::npos) << log;
     EXPECT_FALSE(fs::exists(tmp + "/out"));
-    for (auto& e : fs::directory_iterator(tmp))
-      EXPECT_EQ(e.path().extension(), ".json") << "left behind: " << e.path();
+    for (auto& e : fs::directory_iterator(tmp)) EXPECT_EQ(e.path().extension(), ".json") << "left behind: " << e.path();
   }
 }
 
@@ -270,7 +281,10 @@ TEST(ConvertQuant, BnbFolderIsWhatBitsandbytesWrites) {
     const std::string tmp = test::temp_dir("cvq_bnb_" + type), out = tmp + "/b";
     std::string log;
     ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme " + type +
-                         " --group-size 64 --dtype bf16", &log), 0) << log;
+                         " --group-size 64 --dtype bf16",
+                     &log),
+              0)
+        << log;
     const json q = read_json(out + "/config.json")["quantization_config"];
     EXPECT_EQ(q["quant_method"], "bitsandbytes");
     EXPECT_EQ(q["bnb_4bit_quant_type"], type);

@@ -37,8 +37,10 @@ TEST(EvalParallel, MergedPartsEqualOneRun) {
                             "/merged.json --" + args;
   ASSERT_EQ(qt::test::run_cmd(split, &out), 0) << out;
   EXPECT_EQ(fs::exists(dir + "/merged.json.parts/part-6.json"), true) << out;
-  ASSERT_EQ(qt::test::run_cmd(qt::test::quanttool_bin() + " eval-ppl" + args + " --chunks 7 --json " + dir + "/one.json",
-                              &out), 0) << out;
+  ASSERT_EQ(qt::test::run_cmd(
+                qt::test::quanttool_bin() + " eval-ppl" + args + " --chunks 7 --json " + dir + "/one.json", &out),
+            0)
+      << out;
   const json m = load_json(dir + "/merged.json"), one = load_json(dir + "/one.json");
   EXPECT_EQ(m["chunks"], 7);
   EXPECT_EQ(m["merged_parts"], 3);
@@ -48,8 +50,10 @@ TEST(EvalParallel, MergedPartsEqualOneRun) {
   EXPECT_EQ(m["running_ppl"], one["running_ppl"]);
 
   // A bad split is refused with one line and exit 2, before any part runs.
-  EXPECT_EQ(qt::test::run_cmd("bash " + qt::test::source_dir() + "/scripts/eval_parallel.sh --parts 0 --chunks 7 --json " +
-                                  dir + "/x.json --" + args, &out), 2);
+  EXPECT_EQ(qt::test::run_cmd("bash " + qt::test::source_dir() +
+                                  "/scripts/eval_parallel.sh --parts 0 --chunks 7 --json " + dir + "/x.json --" + args,
+                              &out),
+            2);
   EXPECT_NE(out.find("error:"), std::string::npos) << out;
   fs::remove_all(dir);
 }

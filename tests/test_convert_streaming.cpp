@@ -31,9 +31,7 @@ using nlohmann::json;
 std::string tiny_hf() { return test::source_dir() + "/tests/golden/logits/tiny-llama3"; }
 std::string tiny_gguf() { return test::source_dir() + "/tests/golden/hf_export/tiny_llama3.gguf"; }
 
-int qt_run(const std::string& args, std::string* out) {
-  return test::run_cmd(test::quanttool_bin() + " " + args, out);
-}
+int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 
 json read_json(const std::string& path) {
   std::ifstream f(path);
@@ -112,7 +110,8 @@ TEST(StreamingConvert, OutputDtypeFollowsTheSource) {
   // A bf16 and an f32 copy of the tiny model, then each converted without --dtype.
   ASSERT_EQ(qt_run("convert --in " + tiny_gguf() + " --out " + tmp + "/bf16 --dtype bf16", &log), 0) << log;
   ASSERT_EQ(qt_run("convert --in " + tiny_gguf() + " --out " + tmp + "/f32 --dtype f32", &log), 0) << log;
-  for (auto& [src, want, torch] : {std::tuple{"bf16", DType::BF16, "bfloat16"}, std::tuple{"f32", DType::F32, "float32"}}) {
+  for (auto& [src, want, torch] :
+       {std::tuple{"bf16", DType::BF16, "bfloat16"}, std::tuple{"f32", DType::F32, "float32"}}) {
     SCOPED_TRACE(src);
     for (const std::string flags : {"", "--scheme affine --bits 4 --group-size 32", "--scheme int8"}) {
       const std::string out = tmp + "/" + src + "-out";
@@ -180,9 +179,11 @@ uint64_t write_checkpoint(const std::string& dir, int layers) {
 TEST(StreamingConvert, PeakMemoryIsAFractionOfTheOutput) {
   const std::string tmp = test::temp_dir("stream-mem");
   const uint64_t src_bytes = write_checkpoint(tmp + "/src", 8);  // 167 M parameters, 334 MB
-  const uint64_t out_bytes = 2 * src_bytes;                        // as f32
+  const uint64_t out_bytes = 2 * src_bytes;                      // as f32
   std::string log;
-  ASSERT_EQ(qt_run("convert --in " + tmp + "/src --out " + tmp + "/f32 --dtype f32 --max-shard-size 100MB --threads 2", &log), 0)
+  ASSERT_EQ(
+      qt_run("convert --in " + tmp + "/src --out " + tmp + "/f32 --dtype f32 --max-shard-size 100MB --threads 2", &log),
+      0)
       << log;
   rusage ru{};
   getrusage(RUSAGE_CHILDREN, &ru);  // the largest child's peak (this test's only convert)
@@ -195,7 +196,8 @@ TEST(StreamingConvert, PeakMemoryIsAFractionOfTheOutput) {
   for (const char* name : {"model.embed_tokens.weight", "model.layers.7.mlp.down_proj.weight"}) {
     const Tensor &s = a.tensors.at(name), &d = b.tensors.at(name);
     ASSERT_EQ(d.dtype, DType::F32);
-    for (int64_t i = 0; i < s.numel(); i += 9973) ASSERT_EQ(d.as<float>()[i], bf16_to_f32(s.as<uint16_t>()[i])) << name << i;
+    for (int64_t i = 0; i < s.numel(); i += 9973)
+      ASSERT_EQ(d.as<float>()[i], bf16_to_f32(s.as<uint16_t>()[i])) << name << i;
   }
   fs::remove_all(tmp);
 }
@@ -254,7 +256,8 @@ TEST(StreamingConvert, BadSourceAndFullDiskExit2LeavingNothing) {
       {mismatch, "", mismatch + "/", ""},
       // A disk that fills: the file-size limit (ulimit -f, KiB) stops the writer mid-shard.
       {tmp + "/good", "--dtype f32", "File too large", "ulimit -f 16; "},
-      {tmp + "/good", "--scheme affine --bits 4 --group-size 32 --max-shard-size 2KiB", "File too large", "ulimit -f 4; "},
+      {tmp + "/good", "--scheme affine --bits 4 --group-size 32 --max-shard-size 2KiB", "File too large",
+       "ulimit -f 4; "},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.src + " " + c.flags);

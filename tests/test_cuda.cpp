@@ -184,7 +184,8 @@ TEST(Cuda, DequantAndSwiGluQ8MatchCpu) {
     }
   // SwiGLU of the dequantized gate|up, then per-token int8
   std::vector<float> h(size_t(rows) * F);
-  for (int r = 0; r < rows; ++r) ops::swiglu(&deq[size_t(r) * 2 * F], &deq[size_t(r) * 2 * F + F], &h[size_t(r) * F], 1, F);
+  for (int r = 0; r < rows; ++r)
+    ops::swiglu(&deq[size_t(r) * 2 * F], &deq[size_t(r) * 2 * F + F], &h[size_t(r) * F], 1, F);
   std::vector<int8_t> wq(h.size());
   std::vector<float> ws(rows);
   quantize_activations_int8(h.data(), rows, F, wq.data(), ws.data());
@@ -208,7 +209,8 @@ void check_q8_passes(int F, int dim, int nh, int nkv, int hd, uint32_t seed) {
     std::vector<float> deq(acc.size()), h(size_t(rows) * F);
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < 2 * F; ++c) deq[size_t(r) * 2 * F + c] = sx[r] * (sw[c] * float(acc[size_t(r) * 2 * F + c]));
-    for (int r = 0; r < rows; ++r) ops::swiglu(&deq[size_t(r) * 2 * F], &deq[size_t(r) * 2 * F + F], &h[size_t(r) * F], 1, F);
+    for (int r = 0; r < rows; ++r)
+      ops::swiglu(&deq[size_t(r) * 2 * F], &deq[size_t(r) * 2 * F + F], &h[size_t(r) * F], 1, F);
     std::vector<int8_t> wq(h.size());
     std::vector<float> ws(rows);
     quantize_activations_int8(h.data(), rows, F, wq.data(), ws.data());

@@ -45,7 +45,8 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 std::string convert_golden(const std::string& arch, const std::string& tag, const std::string& flags) {
   const std::string dir = test::temp_dir("cuda-arch-" + arch + "-" + tag) + "/m";
   std::string out;
-  if (test::run_cmd(test::quanttool_bin() + " convert --in " + golden_dir(arch) + " --out " + dir + " " + flags, &out)) {
+  if (test::run_cmd(test::quanttool_bin() + " convert --in " + golden_dir(arch) + " --out " + dir + " " + flags,
+                    &out)) {
     ADD_FAILURE() << "convert " << flags << ": " << out;
     return "";
   }
@@ -107,8 +108,10 @@ TEST_P(CudaArch, WeightOnlyMatchesCpu) {
   const std::string arch = GetParam();
   const Golden g = read_golden(golden_dir(arch));
   Checkpoint d = load_checkpoint(golden_dir(arch));
-  const double bf16_err = rms_diff(cpu_logits(d, Compute::BF16, "f16", g.ids), cpu_logits(d, Compute::F32, "f32", g.ids));
-  for (auto [tag, flags, kind] : {std::tuple<const char*, const char*, const char*>{"affine4", "--scheme affine --bits 4 --group-size 32", "affine4-g32"},
+  const double bf16_err =
+      rms_diff(cpu_logits(d, Compute::BF16, "f16", g.ids), cpu_logits(d, Compute::F32, "f32", g.ids));
+  for (auto [tag, flags, kind] : {std::tuple<const char*, const char*, const char*>{
+                                      "affine4", "--scheme affine --bits 4 --group-size 32", "affine4-g32"},
                                   {"nf4", "--scheme nf4 --group-size 64", "nf4-b64"}}) {
     SCOPED_TRACE(tag);
     const std::string dir = convert_golden(arch, tag, flags);
@@ -190,8 +193,8 @@ TEST(CudaArchKv, QuantizedCacheRefusedForMaskedAttention) {
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find("not on cuda yet"), std::string::npos) << e.what();
     }
-    EXPECT_NO_THROW(cuda::set_kv(gpu, kv::uniform_kv_config(L, kv::parse_kv_spec("f16", "kv"),
-                                                             kv::parse_kv_spec("f16", "kv"))));
+    EXPECT_NO_THROW(
+        cuda::set_kv(gpu, kv::uniform_kv_config(L, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"))));
   }
 }
 

@@ -53,12 +53,23 @@ TEST(Cuda, KvEncodeMatchesCpuCodes) {
   QT_REQUIRE_GPU();
   const int n = 160;
   const std::vector<KvCase> cases = {
-      {"affine:bits=4", true, n},          {"affine:bits=2,group=64", false, n}, {"affine:bits=3", true, n},
-      {"affine:bits=8,group=64", false, n}, {"kivi:bits=2", true, 128},        {"kivi:bits=4,r=0", true, n},
-      {"kivi:bits=3,group=64,r=64", true, 128}, {"kivi:bits=2", false, 32},     {"kivi:bits=4,r=0", false, n},
-      {"turboquant_mse:bits=1", true, n},  {"turboquant_mse:bits=2", false, n}, {"turboquant_mse:bits=2.5", true, n},
-      {"turboquant_mse:bits=3", true, n},  {"turboquant_mse:bits=3.5", false, n}, {"turboquant_mse:bits=4", true, n},
-      {"turboquant_mse:bits=2,n_outlier=8,outlier_bits=4", true, n}, {"turboquant_mse:bits=3,r=32", false, n - 32},
+      {"affine:bits=4", true, n},
+      {"affine:bits=2,group=64", false, n},
+      {"affine:bits=3", true, n},
+      {"affine:bits=8,group=64", false, n},
+      {"kivi:bits=2", true, 128},
+      {"kivi:bits=4,r=0", true, n},
+      {"kivi:bits=3,group=64,r=64", true, 128},
+      {"kivi:bits=2", false, 32},
+      {"kivi:bits=4,r=0", false, n},
+      {"turboquant_mse:bits=1", true, n},
+      {"turboquant_mse:bits=2", false, n},
+      {"turboquant_mse:bits=2.5", true, n},
+      {"turboquant_mse:bits=3", true, n},
+      {"turboquant_mse:bits=3.5", false, n},
+      {"turboquant_mse:bits=4", true, n},
+      {"turboquant_mse:bits=2,n_outlier=8,outlier_bits=4", true, n},
+      {"turboquant_mse:bits=3,r=32", false, n - 32},
   };
   for (int D : {64, 128}) {
     const auto x = kv_rows(n, D, 21 + D);
@@ -89,8 +100,10 @@ TEST(Cuda, KvDecodeMatchesCpu) {
   QT_REQUIRE_GPU();
   const int n = 160, D = 64;
   const auto x = kv_rows(n, D, 5);
-  for (const KvCase& c : std::vector<KvCase>{{"affine:bits=4", true, n}, {"kivi:bits=2", true, 128},
-                                             {"kivi:bits=2", false, 32}, {"turboquant_mse:bits=3,r=32", true, n - 32},
+  for (const KvCase& c : std::vector<KvCase>{{"affine:bits=4", true, n},
+                                             {"kivi:bits=2", true, 128},
+                                             {"kivi:bits=2", false, 32},
+                                             {"turboquant_mse:bits=3,r=32", true, n - 32},
                                              {"turboquant_mse:bits=2.5", false, n}}) {
     const kv::KVConfig cfg = kv_config("f16", "f16", kv::KVMode::Cache);
     const kv::KVSpec spec = kv::parse_kv_spec(c.spec, "kv");
@@ -103,8 +116,10 @@ TEST(Cuda, KvDecodeMatchesCpu) {
     const bool rot = spec.method == "turboquant_mse";
     const kv::Rotation R = ctx.rotation("wht");
     for (int64_t j = c.enc; j < n; ++j) {
-      if (rot) R.apply(&x[size_t(j) * D], &want[size_t(j) * D]);
-      else std::copy(&x[size_t(j) * D], &x[size_t(j + 1) * D], &want[size_t(j) * D]);
+      if (rot)
+        R.apply(&x[size_t(j) * D], &want[size_t(j) * D]);
+      else
+        std::copy(&x[size_t(j) * D], &x[size_t(j + 1) * D], &want[size_t(j) * D]);
     }
     const auto got = cuda::testing::kv_decode(spec, c.key, cfg, x, n, D);
     ASSERT_EQ(got.size(), want.size());
@@ -166,7 +181,8 @@ TEST(Cuda, KvAttentionMatchesCpuQuantCache) {
         mag = std::max(mag, double(std::abs(want[i])));
       }
       const std::string what = km + " / " + vm + (pass == 0 ? " cache" : " decode");
-      std::printf("kv attention %-58s worst %.2e of |out| <= %.1f, the method moves it %.3f\n", what.c_str(), worst, mag, moved);
+      std::printf("kv attention %-58s worst %.2e of |out| <= %.1f, the method moves it %.3f\n", what.c_str(), worst,
+                  mag, moved);
       // f16 domain vectors and f16 probabilities: about 1e-3 of the largest output, as the f16
       // cache's own test (AttentionMatchesCpuF16Cache: 3e-3 for outputs up to ~4)
       EXPECT_LT(worst, 3e-3 + 2e-3 * mag) << what << " (the method moves the output by " << moved << ")";
@@ -212,7 +228,8 @@ TEST(CudaCli, UnsupportedIsOneLineExit2) {
   const std::string bin = test::quanttool_bin(), text = test::source_dir() + "/data/wikitext-2/wiki.test.raw";
   for (const std::string extra : {"", " --kv qjl", " --kv-k turboquant_prod", " --compute f32", " --kl-base-kv kivi"}) {
     std::string out;
-    const int rc = test::run_cmd(bin + " eval-ppl --device cuda --model " + tiny_dir() + " --text " + text + extra, &out);
+    const int rc =
+        test::run_cmd(bin + " eval-ppl --device cuda --model " + tiny_dir() + " --text " + text + extra, &out);
     EXPECT_EQ(rc, 2) << extra << ": " << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << extra << ": " << out;
     if (!cuda::built()) {

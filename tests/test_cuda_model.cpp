@@ -100,7 +100,8 @@ TEST(Cuda, TinyLlamaW8A8MatchesCpu) {
   const PplResult p32 = evaluate_perplexity(cpu, text, po);
   const double own = std::abs(pw.ppl / p32.ppl - 1.0);
   EXPECT_GT(own, 0.0);
-  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3) << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
+  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3)
+      << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
 }
 
 // W4A8 (int4 per channel, zero point 8): the codes unpacked to int8 at load and run by the W8A8
@@ -136,7 +137,8 @@ TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
   const PplResult p32 = evaluate_perplexity(cpu, text, po);
   const double own = std::abs(pw.ppl / p32.ppl - 1.0);
   std::printf("tiny w4a8: gpu/cpu PPL %.5f, cpu f16/f32 cache %.5f\n", pg.ppl / pw.ppl, pw.ppl / p32.ppl);
-  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3) << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
+  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3)
+      << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
 }
 
 // MLX affine 4-bit (every Linear, the embedding and the head quantized): decoded to bf16 for the

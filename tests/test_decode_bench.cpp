@@ -29,8 +29,9 @@ TEST(DecodeBench, GreedyStepsEqualTheBatchArgmax) {
   const int gen = 12, vocab = int(model.config().vocab);
   for (const char* kv : {"f16", "kivi:bits=4"}) {
     // r=0: no full-precision window, so every generated step reads quantized keys and values.
-    const kv::KVConfig kc = kv::uniform_kv_config(model.config().n_layers, kv::parse_kv_spec(std::string(kv) + (kv[0] == 'k' ? ",r=0" : ""), "k"),
-                                                  kv::parse_kv_spec(kv, "v"));
+    const kv::KVConfig kc = kv::uniform_kv_config(
+        model.config().n_layers, kv::parse_kv_spec(std::string(kv) + (kv[0] == 'k' ? ",r=0" : ""), "k"),
+        kv::parse_kv_spec(kv, "v"));
     auto cache = model.make_cache(int(prompt.size()) + gen, kc);
     // Prefill in batches of 5 (not a divisor of the prompt): the loop's batching is exercised too.
     const bench::DecodeResult r = bench::run_decode(model, *cache, prompt, gen, 5);
@@ -51,22 +52,24 @@ TEST(DecodeBench, GreedyStepsEqualTheBatchArgmax) {
 
 TEST(DecodeBench, CliRunsAndRefusesBadOptions) {
   QT_REQUIRE_FILE(test::model_gguf());
-  const std::string bin = test::quanttool_bin() + " bench --decode --threads 2 --text " +
-                          test::data_file("wikitext-2/wiki.test.raw");
+  const std::string bin =
+      test::quanttool_bin() + " bench --decode --threads 2 --text " + test::data_file("wikitext-2/wiki.test.raw");
   const std::string dir = test::temp_dir("decode");
   std::string out;
-  ASSERT_EQ(test::run_cmd(bin + " --model " + test::model_gguf() + " --prompt 40 --gen 8 --kv-k kivi:bits=2 --kv-v f16 --json " +
-                              dir + "/d.json", &out), 0) << out;
+  ASSERT_EQ(test::run_cmd(bin + " --model " + test::model_gguf() +
+                              " --prompt 40 --gen 8 --kv-k kivi:bits=2 --kv-v f16 --json " + dir + "/d.json",
+                          &out),
+            0)
+      << out;
   std::ifstream f(dir + "/d.json");
   const nlohmann::json j = nlohmann::json::parse(f);
   EXPECT_EQ(j["prompt"], 40);
   EXPECT_EQ(j["gen"], 8);
   EXPECT_EQ(j["generated"].size(), 8u);
   EXPECT_GT(j["decode_tokens_per_second"].get<double>(), 0.0);
-  for (const std::string bad : {" --model " + test::model_gguf() + " --prompt 0",
-                                " --model " + test::model_gguf() + " --kv-k nosuch",
-                                " --model " + dir + "/missing", std::string(" --prompt 8"),
-                                " --model " + test::model_gguf() + " --peak"}) {
+  for (const std::string bad :
+       {" --model " + test::model_gguf() + " --prompt 0", " --model " + test::model_gguf() + " --kv-k nosuch",
+        " --model " + dir + "/missing", std::string(" --prompt 8"), " --model " + test::model_gguf() + " --peak"}) {
     EXPECT_EQ(test::run_cmd(bin + bad, &out), 2) << bad << ": " << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << bad << ": " << out;
   }

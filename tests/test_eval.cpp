@@ -185,8 +185,8 @@ void expect_protocol(const PplResult& r, const json& g) {
   expect_rel(r.ppl_err, g["ppl_err"], 1e-3, "PPL error");
   ASSERT_EQ(r.running.size(), g["running"].size());
   for (size_t i = 0; i < r.running.size(); ++i) expect_rel(r.running[i], g["running"][i], 2e-5, "running PPL");
-  std::printf("%s: PPL %.6f ± %.6f (transformers %.6f ± %.6f)\n", ppl_method_name(r.method), r.ppl,
-              r.ppl_err, g["ppl"].get<double>(), g["ppl_err"].get<double>());
+  std::printf("%s: PPL %.6f ± %.6f (transformers %.6f ± %.6f)\n", ppl_method_name(r.method), r.ppl, r.ppl_err,
+              g["ppl"].get<double>(), g["ppl_err"].get<double>());
 }
 
 TEST_F(SmolLMEval, LlamaProtocolMatchesTransformers) {
@@ -261,7 +261,7 @@ TEST_F(SmolLMEval, KeptBaselineStatesGiveTheSameKld) {
   EXPECT_EQ(kld_summary_json(*filled.kld), kld_summary_json(*plain.kld));
   EXPECT_EQ(kld_summary_json(*reused.kld), kld_summary_json(*plain.kld));
   EXPECT_LT(reused.base_seconds, filled.base_seconds);  // the head alone
-  kept.resize(kept.size() - 1);  // not this run's states
+  kept.resize(kept.size() - 1);                         // not this run's states
   EXPECT_THROW(evaluate_perplexity(*model_, ids, o, &base), UserError);
 }
 
@@ -321,8 +321,8 @@ TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["llama"];
   const std::string dir = test::temp_dir("evalppl");
   std::string out;
-  ASSERT_EQ(run_eval("--model " + test::model_gguf() + " --text " + text + " --chunks 4 --threads 2 --json " +
-                         dir + "/r.json",
+  ASSERT_EQ(run_eval("--model " + test::model_gguf() + " --text " + text + " --chunks 4 --threads 2 --json " + dir +
+                         "/r.json",
                      &out),
             0)
       << out;
@@ -352,10 +352,11 @@ TEST(EvalPplCli, KlBaseCacheFile) {
   const std::string m = test::model_gguf();
   auto run = [&](const std::string& chunks, const std::string& out) {
     std::string log;
-    EXPECT_EQ(run_eval("--model " + m + " --text " + text + " --chunks " + chunks + " --threads 2 --kv f16 --kl-base-model " +
-                           m + " --kl-base-cache " + dir + "/base.bin --json " + dir + "/" + out,
-                       &log),
-              0)
+    EXPECT_EQ(
+        run_eval("--model " + m + " --text " + text + " --chunks " + chunks + " --threads 2 --kv f16 --kl-base-model " +
+                     m + " --kl-base-cache " + dir + "/base.bin --json " + dir + "/" + out,
+                 &log),
+        0)
         << log;
     return load_json(dir + "/" + out);
   };
@@ -379,8 +380,8 @@ TEST(EvalPplCli, ChunksProtocolEndToEnd) {
   const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["chunks"];
   const std::string dir = test::temp_dir("evalppl");
   std::string out;
-  ASSERT_EQ(run_eval("--model " + test::model_gguf() + " --text " + text +
-                         " --method chunks --chunks 1 --json " + dir + "/r.json",
+  ASSERT_EQ(run_eval("--model " + test::model_gguf() + " --text " + text + " --method chunks --chunks 1 --json " + dir +
+                         "/r.json",
                      &out),
             0)
       << out;

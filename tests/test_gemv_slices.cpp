@@ -62,7 +62,8 @@ void check_slices(const Linear& l, const float* x, const std::vector<float>& wan
       next = rs.r1;
     }
     ASSERT_EQ(next, n) << what << " parts " << parts;
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[size_t(i)], want[size_t(i)]) << what << " parts " << parts << " row " << i;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(y[size_t(i)], want[size_t(i)]) << what << " parts " << parts << " row " << i;
   }
 }
 
@@ -89,8 +90,9 @@ TEST_P(GemvSlices, DenseSlicesEqualForward) {
         }
         std::vector<float> want(size_t(s.n));
         l->forward(x.data(), 1, want.data());
-        check_slices(*l, x.data(), want,
-                     l->kind() + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + (with_bias ? " bias" : ""));
+        check_slices(
+            *l, x.data(), want,
+            l->kind() + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + (with_bias ? " bias" : ""));
       }
 }
 
@@ -98,7 +100,8 @@ TEST_P(GemvSlices, IntegerSlicesEqualReferenceBitForBit) {
   struct S {
     int64_t n, k;
   };
-  for (auto p : {P("int8", 8, 0), P("int8", 8, 64), P("int8", 8, 128), P("int8_ct", 8, 0, DType::BF16), P("int4", 4, 128)})
+  for (auto p :
+       {P("int8", 8, 0), P("int8", 8, 64), P("int8", 8, 128), P("int8_ct", 8, 0, DType::BF16), P("int4", 4, 128)})
     for (S s : {S{37, 256}, S{16, 384}, S{130, 128}, S{576, 1536}, S{3, 128}})
       for (bool with_bias : {false, true}) {
         auto w = randn(size_t(s.n * s.k), uint32_t(s.n * 131 + s.k), 0.05f);

@@ -53,8 +53,8 @@ TEST(Generate, GreedyEqualsTransformers) {
     }
     ASSERT_EQ(prompt, c["prompt_ids"].get<std::vector<int32_t>>());
     auto cache = model.make_cache(int(prompt.size()) + o.max_tokens);
-    const GenerateResult r = generate(model_step(model, *cache), model.config().vocab, prompt, o,
-                                      [](int32_t) { return true; });
+    const GenerateResult r =
+        generate(model_step(model, *cache), model.config().vocab, prompt, o, [](int32_t) { return true; });
     const auto want = c["generated"].get<std::vector<int32_t>>();
     const auto margins = c["margins"].get<std::vector<double>>();
     ASSERT_EQ(r.ids.size(), want.size());
@@ -101,15 +101,16 @@ TEST(Generate, CliStopStringAndStats) {
       << out;
   EXPECT_EQ(out.rfind(" with the founding of Rome in\n", 0), 0u) << out;
   EXPECT_NE(out.find("(stop string)"), std::string::npos) << out;
-  for (const char* key : {"prompt ", "first token", "generated ", "tok/s"}) EXPECT_NE(out.find(key), std::string::npos) << key;
+  for (const char* key : {"prompt ", "first token", "generated ", "tok/s"})
+    EXPECT_NE(out.find(key), std::string::npos) << key;
 }
 
 TEST(Generate, CliBadInput) {
   QT_REQUIRE_FILE(test::model_gguf());
   const std::string m = " generate --model " + test::model_gguf();
-  for (const std::string& args : {m, m + " --prompt a --prompt-file b", m + " --prompt x --temp -1",
-                                  m + " --prompt x --top-p 0", m + " --prompt-file /nonexistent",
-                                  m + " --prompt x --kv nosuchmethod", m + " --prompt x --system s"}) {
+  for (const std::string& args :
+       {m, m + " --prompt a --prompt-file b", m + " --prompt x --temp -1", m + " --prompt x --top-p 0",
+        m + " --prompt-file /nonexistent", m + " --prompt x --kv nosuchmethod", m + " --prompt x --system s"}) {
     std::string out;
     EXPECT_EQ(test::run_cmd(test::quanttool_bin() + args, &out), 2) << args << "\n" << out;
     EXPECT_EQ(out.rfind("error:", 0), 0u) << args << "\n" << out;

@@ -26,9 +26,7 @@ using qt::GgufValueType;
 
 namespace {
 
-std::string golden(const std::string& name) {
-  return qt::test::source_dir() + "/tests/golden/gguf/" + name;
-}
+std::string golden(const std::string& name) { return qt::test::source_dir() + "/tests/golden/gguf/" + name; }
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -78,9 +76,8 @@ TEST_P(GgufGolden, DequantizeMatchesGgufPyBitForBit) {
     std::memcpy(&want, e->data + 4 * i, 4);
     if (f32_bits(got[i]) != f32_bits(want)) {
       if (++mismatches <= 5)
-        ADD_FAILURE() << c.file << " element " << i << ": got " << got[i] << " (0x" << std::hex
-                      << f32_bits(got[i]) << "), gguf-py " << want << " (0x" << f32_bits(want)
-                      << std::dec << ")";
+        ADD_FAILURE() << c.file << " element " << i << ": got " << got[i] << " (0x" << std::hex << f32_bits(got[i])
+                      << "), gguf-py " << want << " (0x" << f32_bits(want) << std::dec << ")";
     }
   }
   EXPECT_EQ(mismatches, 0u);
@@ -92,20 +89,14 @@ TEST_P(GgufGolden, DequantizeMatchesGgufPyBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, GgufGolden,
-    ::testing::Values(GoldenCase{"f32.gguf", GgmlType::F32, {4, 64}},
-                      GoldenCase{"f16.gguf", GgmlType::F16, {4, 64}},
-                      GoldenCase{"bf16.gguf", GgmlType::BF16, {4, 64}},
-                      GoldenCase{"q4_0.gguf", GgmlType::Q4_0, {4, 128}},
-                      GoldenCase{"q4_1.gguf", GgmlType::Q4_1, {4, 128}},
-                      GoldenCase{"q5_0.gguf", GgmlType::Q5_0, {4, 128}},
-                      GoldenCase{"q5_1.gguf", GgmlType::Q5_1, {4, 128}},
-                      GoldenCase{"q8_0.gguf", GgmlType::Q8_0, {4, 128}},
-                      GoldenCase{"q2_k.gguf", GgmlType::Q2_K, {3, 256}},
-                      GoldenCase{"q3_k.gguf", GgmlType::Q3_K, {3, 256}},
-                      GoldenCase{"q4_k.gguf", GgmlType::Q4_K, {3, 256}},
-                      GoldenCase{"q5_k.gguf", GgmlType::Q5_K, {3, 256}},
-                      GoldenCase{"q6_k.gguf", GgmlType::Q6_K, {3, 256}},
-                      GoldenCase{"iq4_nl.gguf", GgmlType::IQ4_NL, {4, 128}}),
+    ::testing::Values(
+        GoldenCase{"f32.gguf", GgmlType::F32, {4, 64}}, GoldenCase{"f16.gguf", GgmlType::F16, {4, 64}},
+        GoldenCase{"bf16.gguf", GgmlType::BF16, {4, 64}}, GoldenCase{"q4_0.gguf", GgmlType::Q4_0, {4, 128}},
+        GoldenCase{"q4_1.gguf", GgmlType::Q4_1, {4, 128}}, GoldenCase{"q5_0.gguf", GgmlType::Q5_0, {4, 128}},
+        GoldenCase{"q5_1.gguf", GgmlType::Q5_1, {4, 128}}, GoldenCase{"q8_0.gguf", GgmlType::Q8_0, {4, 128}},
+        GoldenCase{"q2_k.gguf", GgmlType::Q2_K, {3, 256}}, GoldenCase{"q3_k.gguf", GgmlType::Q3_K, {3, 256}},
+        GoldenCase{"q4_k.gguf", GgmlType::Q4_K, {3, 256}}, GoldenCase{"q5_k.gguf", GgmlType::Q5_K, {3, 256}},
+        GoldenCase{"q6_k.gguf", GgmlType::Q6_K, {3, 256}}, GoldenCase{"iq4_nl.gguf", GgmlType::IQ4_NL, {4, 128}}),
     [](const auto& info) {
       std::string s = info.param.file;
       return s.substr(0, s.find('.'));
@@ -114,13 +105,16 @@ INSTANTIATE_TEST_SUITE_P(
 // Block sizes and bytes per block: ggml's type traits (ggml.h, ggml-common.h; docs/spec/gguf.md
 // §Tensor types and sizes).
 TEST(GgmlBlocks, TableMatchesGgml) {
-  struct Row { uint32_t id; const char* name; int block, bytes; };
-  const Row rows[] = {{0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
-                      {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
-                      {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},    {10, "Q2_K", 256, 84},
-                      {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
-                      {14, "Q6_K", 256, 210}, {20, "IQ4_NL", 32, 18}, {24, "I8", 1, 1},
-                      {26, "I32", 1, 4},      {28, "F64", 1, 8},      {30, "BF16", 1, 2}};
+  struct Row {
+    uint32_t id;
+    const char* name;
+    int block, bytes;
+  };
+  const Row rows[] = {{0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},
+                      {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},
+                      {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
+                      {14, "Q6_K", 256, 210}, {20, "IQ4_NL", 32, 18}, {24, "I8", 1, 1},       {26, "I32", 1, 4},
+                      {28, "F64", 1, 8},      {30, "BF16", 1, 2}};
   for (const Row& r : rows) {
     const qt::GgmlTypeRow* t = qt::ggml_type_row(r.id);
     ASSERT_NE(t, nullptr) << r.name;
@@ -190,27 +184,24 @@ TEST(GgufMetadata, EveryValueTypeFromGgufPy) {
   EXPECT_EQ(elem("t.arr_i32"), GgufValueType::INT32);  // gguf-py: python int → INT32
   EXPECT_EQ(f.get_int_array("t.arr_i32"), (std::vector<int64_t>{-5, 6, 7}));
   EXPECT_EQ(elem("t.arr_f32"), GgufValueType::FLOAT32);
-  EXPECT_EQ(f.get_float_array("t.arr_f32"),
-            (std::vector<double>{0.5, -1.25, double(3.0e-3f)}));
+  EXPECT_EQ(f.get_float_array("t.arr_f32"), (std::vector<double>{0.5, -1.25, double(3.0e-3f)}));
   EXPECT_EQ(elem("t.arr_bool"), GgufValueType::BOOL);
   EXPECT_EQ(f.get_int_array("t.arr_bool"), (std::vector<int64_t>{1, 0, 1}));
   EXPECT_EQ(elem("t.arr_str"), GgufValueType::STRING);
-  EXPECT_EQ(f.get_string_array("t.arr_str"),
-            (std::vector<std::string>{"a", "", "\xc4\xa0t ok"}));
+  EXPECT_EQ(f.get_string_array("t.arr_str"), (std::vector<std::string>{"a", "", "\xc4\xa0t ok"}));
   EXPECT_EQ(elem("t.arr_u64"), GgufValueType::UINT64);
   EXPECT_EQ(uint64_t(f.get_int_array("t.arr_u64")[0]), 18446744073709551615ULL);
   EXPECT_EQ(elem("t.arr_i64"), GgufValueType::INT64);
-  EXPECT_EQ(f.get_int_array("t.arr_i64"),
-            (std::vector<int64_t>{INT64_MIN, 2}));
+  EXPECT_EQ(f.get_int_array("t.arr_i64"), (std::vector<int64_t>{INT64_MIN, 2}));
   EXPECT_EQ(elem("t.arr_f64"), GgufValueType::FLOAT64);
   EXPECT_EQ(f.get_float_array("t.arr_f64"), (std::vector<double>{1e300, -2.5}));
   EXPECT_EQ(f.metadata().at("t.arr_str").array_size(), 3u);
 
   // Getters: wrong kind or missing key → UserError naming the file and key.
-  for (auto fn : std::vector<std::function<void()>>{
-           [&] { f.get_string("t.u8"); }, [&] { f.get_int("t.str"); },
-           [&] { f.get_int("missing.key"); }, [&] { f.get_string_array("t.arr_i32"); },
-           [&] { f.get_float_array("t.arr_i32"); }, [&] { f.get_int_array("t.u8"); }}) {
+  for (auto fn :
+       std::vector<std::function<void()>>{[&] { f.get_string("t.u8"); }, [&] { f.get_int("t.str"); },
+                                          [&] { f.get_int("missing.key"); }, [&] { f.get_string_array("t.arr_i32"); },
+                                          [&] { f.get_float_array("t.arr_i32"); }, [&] { f.get_int_array("t.u8"); }}) {
     try {
       fn();
       ADD_FAILURE() << "expected a UserError";
@@ -257,15 +248,27 @@ TEST(GgufMetadata, Version2ReadsLikeVersion3) {
 
 struct Bytes {
   std::vector<uint8_t> b;
-  Bytes& u8(uint8_t v) { b.push_back(v); return *this; }
-  Bytes& u32(uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i))); return *this; }
-  Bytes& u64(uint64_t v) { for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i))); return *this; }
+  Bytes& u8(uint8_t v) {
+    b.push_back(v);
+    return *this;
+  }
+  Bytes& u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
+    return *this;
+  }
+  Bytes& u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
+    return *this;
+  }
   Bytes& str(const std::string& s) {
     u64(s.size());
     b.insert(b.end(), s.begin(), s.end());
     return *this;
   }
-  Bytes& raw(const std::vector<uint8_t>& v) { b.insert(b.end(), v.begin(), v.end()); return *this; }
+  Bytes& raw(const std::vector<uint8_t>& v) {
+    b.insert(b.end(), v.begin(), v.end());
+    return *this;
+  }
 };
 
 struct TI {
@@ -285,9 +288,7 @@ struct Spec {
   uint32_t alignment = 32;
 };
 
-std::vector<uint8_t> kv_str(const std::string& k, const std::string& v) {
-  return Bytes().str(k).u32(8).str(v).b;
-}
+std::vector<uint8_t> kv_str(const std::string& k, const std::string& v) { return Bytes().str(k).u32(8).str(v).b; }
 std::vector<uint8_t> kv_u32(const std::string& k, uint32_t v) { return Bytes().str(k).u32(4).u32(v).b; }
 
 std::vector<uint8_t> build(const Spec& s) {
@@ -329,8 +330,7 @@ class GgufBad : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Opening `bytes` must throw a UserError that starts with the path and mentions `what`.
-  void expect_error(const std::vector<uint8_t>& bytes, const std::string& what,
-                    const std::string& tag = "bad.gguf") {
+  void expect_error(const std::vector<uint8_t>& bytes, const std::string& what, const std::string& tag = "bad.gguf") {
     std::string path = dir_ + "/" + tag;
     write_bytes(path, bytes);
     try {
@@ -384,8 +384,7 @@ TEST_F(GgufBad, MagicAndVersion) {
   for (uint32_t v : {0u, 1u, 4u, 0x03000000u}) {
     s = valid_spec();
     s.version = v;
-    expect_error(build(s), v == 0x03000000u ? "byte-swapped" : "version",
-                 fmt::format("v{}.gguf", v));
+    expect_error(build(s), v == 0x03000000u ? "byte-swapped" : "version", fmt::format("v{}.gguf", v));
   }
 }
 
@@ -513,7 +512,13 @@ TEST_F(GgufBad, CustomAlignment) {
 // Real files. Expected values read with gguf-py's GGUFReader.
 
 TEST(GgufReal, VocabOnlyFiles) {
-  struct V { const char* file; size_t n_tokens; const char* model; const char* token1; int64_t n_kv; };
+  struct V {
+    const char* file;
+    size_t n_tokens;
+    const char* model;
+    const char* token1;
+    int64_t n_kv;
+  };
   const V files[] = {
       {"ggml-vocab-gpt-2.gguf", 50257, "gpt2", "\"", 16},
       {"ggml-vocab-llama-spm.gguf", 32000, "llama", "<s>", 22},
@@ -596,21 +601,17 @@ TEST(GgufReal, SmolLM2Q41) {
     for (size_t i = 0; i < x.size(); ++i) s += uint64_t(f32_bits(x[i])) * (i % 65521 + 1);
     total += s * ++k;
     numel += int64_t(x.size());
-    if (t.name == "token_embd.weight" || t.name == "blk.0.attn_q.weight" ||
-        t.name == "output_norm.weight")
+    if (t.name == "token_embd.weight" || t.name == "blk.0.attn_q.weight" || t.name == "output_norm.weight")
       first[t.name] = std::vector<float>(x.begin(), x.begin() + 4);
   }
   auto t3 = std::chrono::steady_clock::now();
   EXPECT_EQ(numel, 134515008);
   EXPECT_EQ(total, 7763652179200950080ULL);
-  EXPECT_EQ(first["token_embd.weight"],
-            (std::vector<float>{-0.10654449462890625f, 0.032978057861328125f,
-                                0.048198699951171875f, -0.022830963134765625f}));
+  EXPECT_EQ(first["token_embd.weight"], (std::vector<float>{-0.10654449462890625f, 0.032978057861328125f,
+                                                            0.048198699951171875f, -0.022830963134765625f}));
   EXPECT_EQ(first["blk.0.attn_q.weight"],
-            (std::vector<float>{-0.0963134765625f, 0.1573486328125f, -0.0963134765625f,
-                                -0.73046875f}));
-  EXPECT_EQ(first["output_norm.weight"],
-            (std::vector<float>{1.7578125f, 1.8203125f, 1.78125f, 1.6015625f}));
+            (std::vector<float>{-0.0963134765625f, 0.1573486328125f, -0.0963134765625f, -0.73046875f}));
+  EXPECT_EQ(first["output_norm.weight"], (std::vector<float>{1.7578125f, 1.8203125f, 1.78125f, 1.6015625f}));
   using ms = std::chrono::duration<double, std::milli>;
   std::printf("[ info ] open %.1f ms; dequantize all %lld params %.1f ms (%.1f ms with checksum)\n",
               ms(t1 - t0).count(), (long long)numel, dequant_ms, ms(t3 - t2).count());

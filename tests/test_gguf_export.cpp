@@ -42,9 +42,7 @@ namespace fs = std::filesystem;
 std::string golden(const std::string& name) { return test::source_dir() + "/tests/golden/gguf_export/" + name; }
 std::string tiny(const std::string& name) { return test::source_dir() + "/tests/golden/logits/" + name; }
 
-int qt_run(const std::string& args, std::string* out) {
-  return test::run_cmd(test::quanttool_bin() + " " + args, out);
-}
+int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 
 TEST(GgufExport, RtnBytesEqualGgufPy) {
   GgufFile g = GgufFile::open(golden("rtn.gguf"));
@@ -166,7 +164,8 @@ void expect_same_tensors(const GgufFile& got, const GgufFile& want, const std::s
       // convert_hf_to_gguf.py computes the llama3 divisors in float32 torch, we in double: the
       // last bit may differ (the golden's are the float64 ones rounded once).
       std::vector<float> a = got.dequantize(*t), b = want.dequantize(w);
-      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::fabs(b[i])) << what << ": rope_freqs " << i;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], 1e-6 * std::fabs(b[i])) << what << ": rope_freqs " << i;
       continue;
     }
     EXPECT_EQ(std::memcmp(t->data, w.data, w.nbytes), 0) << what << ": bytes of " << w.name;
@@ -200,15 +199,17 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
 // (attn_output, ffn_down: 32 columns), and llama-quantize's general.file_type.
 TEST(GgufExport, KQuantsEqualLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_kq");
-  const std::tuple<const char*, GgmlType, uint32_t> cases[] = {
-      {"q4_k", GgmlType::Q5_0, 15}, {"q5_k", GgmlType::Q5_1, 17}, {"q6_k", GgmlType::Q8_0, 18},
-      {"q2_k", GgmlType::Q4_0, 10}, {"q3_k", GgmlType::Q4_0, 12}};
+  const std::tuple<const char*, GgmlType, uint32_t> cases[] = {{"q4_k", GgmlType::Q5_0, 15},
+                                                               {"q5_k", GgmlType::Q5_1, 17},
+                                                               {"q6_k", GgmlType::Q8_0, 18},
+                                                               {"q2_k", GgmlType::Q4_0, 10},
+                                                               {"q3_k", GgmlType::Q4_0, 12}};
   for (auto [type, fallback, ftype] : cases) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
-    ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
-                     &log),
-              0)
+    ASSERT_EQ(
+        qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type, &log),
+        0)
         << log;
     EXPECT_NE(log.find("2 weights with rows not a multiple of 256 stored as " +
                        std::string(ggml_type_row(uint32_t(fallback))->name)),
@@ -230,9 +231,9 @@ TEST(GgufExport, KMixesEqualLlamaQuantize) {
   for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
-    ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type,
-                     &log),
-              0)
+    ASSERT_EQ(
+        qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out + " --format gguf --gguf-type " + type, &log),
+        0)
         << log;
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
     expect_same_tensors(got, want, type);
@@ -246,8 +247,7 @@ TEST(GgufExport, KMixesEqualLlamaQuantize) {
   for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
     const std::string out = tmp + "/smol." + type + ".gguf";
     std::string log;
-    ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type " + type, &log), 0)
-        << log;
+    ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type " + type, &log), 0) << log;
     GgufFile got = GgufFile::open(out);
     std::ifstream f(golden(std::string("smollm2.") + type + ".types.txt"));
     std::string name, tname;
@@ -345,7 +345,8 @@ TEST(GgufExport, TokenizerKeysEqualLlamaCppVocabFiles) {
       }
     }
     for (auto [key, v] : {std::pair<const char*, int32_t>{"tokenizer.ggml.bos_token_id", m.bos},
-                          {"tokenizer.ggml.eos_token_id", m.eos}, {"tokenizer.ggml.unknown_token_id", m.unk},
+                          {"tokenizer.ggml.eos_token_id", m.eos},
+                          {"tokenizer.ggml.unknown_token_id", m.unk},
                           {"tokenizer.ggml.padding_token_id", m.pad}}) {
       if (g.has(key) && g.get_int(key) < int64_t(tokens.size())) {
         EXPECT_EQ(v, g.get_int(key)) << name << " " << key;
@@ -362,14 +363,28 @@ TEST(GgufExport, TokenizerKeysEqualLlamaCppVocabFiles) {
 
 // The tokenizer and architecture keys that convert_hf_to_gguf.py wrote into the SmolLM2 GGUF.
 void expect_smollm2_keys(const GgufFile& got, const GgufFile& src, const std::string& what) {
-  for (const char* k : {"general.architecture", "llama.block_count", "llama.context_length", "llama.embedding_length",
-                        "llama.feed_forward_length", "llama.attention.head_count", "llama.attention.head_count_kv",
-                        "llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon", "llama.vocab_size",
-                        "llama.rope.dimension_count", "tokenizer.ggml.model", "tokenizer.ggml.pre",
-                        "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
-                        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                        "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
-                        "tokenizer.ggml.add_bos_token", "tokenizer.chat_template"}) {
+  for (const char* k : {"general.architecture",
+                        "llama.block_count",
+                        "llama.context_length",
+                        "llama.embedding_length",
+                        "llama.feed_forward_length",
+                        "llama.attention.head_count",
+                        "llama.attention.head_count_kv",
+                        "llama.rope.freq_base",
+                        "llama.attention.layer_norm_rms_epsilon",
+                        "llama.vocab_size",
+                        "llama.rope.dimension_count",
+                        "tokenizer.ggml.model",
+                        "tokenizer.ggml.pre",
+                        "tokenizer.ggml.tokens",
+                        "tokenizer.ggml.token_type",
+                        "tokenizer.ggml.merges",
+                        "tokenizer.ggml.bos_token_id",
+                        "tokenizer.ggml.eos_token_id",
+                        "tokenizer.ggml.unknown_token_id",
+                        "tokenizer.ggml.padding_token_id",
+                        "tokenizer.ggml.add_bos_token",
+                        "tokenizer.chat_template"}) {
     ASSERT_TRUE(src.has(k)) << k;
     const GgufValue& w = src.metadata().at(k);
     ASSERT_TRUE(got.has(k)) << what << ": missing " << k;
@@ -440,8 +455,8 @@ TEST(GgufExport, FullDiskExit2LeavingNothing) {
   const std::string tmp = test::temp_dir("gguf_export_full");
   std::string log;
   // ulimit -f (KiB): the 47 KB f16 file cannot be written; the writer sees EFBIG.
-  const int rc = test::run_cmd("bash -c 'ulimit -f 16; " + test::quanttool_bin() + " convert --in " + tiny("tiny-llama3") +
-                                   " --out " + tmp + "/o.gguf --format gguf --gguf-type f16'",
+  const int rc = test::run_cmd("bash -c 'ulimit -f 16; " + test::quanttool_bin() + " convert --in " +
+                                   tiny("tiny-llama3") + " --out " + tmp + "/o.gguf --format gguf --gguf-type f16'",
                                &log);
   EXPECT_EQ(rc, 2) << log;
   EXPECT_NE(log.find("File too large"), std::string::npos) << log;

@@ -51,8 +51,7 @@ Data make_data(const Problem& p, uint32_t seed) {
 }
 
 // Reference output and the per-element tolerance.
-void reference(const Problem& p, const Data& s, Compute c, std::vector<float>* y,
-               std::vector<double>* tol) {
+void reference(const Problem& p, const Data& s, Compute c, std::vector<float>* y, std::vector<double>* tol) {
   y->assign(size_t(p.m * p.n), 0.f);
   const float* bias = p.bias ? s.b.data() : nullptr;
   std::vector<float> xr = s.x, wr = s.w;
@@ -70,8 +69,7 @@ void reference(const Problem& p, const Data& s, Compute c, std::vector<float>* y
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j) {
       double sabs = 0;
-      for (int64_t k = 0; k < p.k; ++k)
-        sabs += std::fabs(double(xr[i * p.k + k]) * double(wr[j * p.k + k]));
+      for (int64_t k = 0; k < p.k; ++k) sabs += std::fabs(double(xr[i * p.k + k]) * double(wr[j * p.k + k]));
       double yv = std::fabs(double((*y)[i * p.n + j]));
       (*tol)[i * p.n + j] = 2.02 * double(p.k) * u * sabs + 2 * u * yv + 1e-30;
     }
@@ -84,37 +82,32 @@ void reference(const Problem& p, const Data& s, Compute c, std::vector<float>* y
   std::vector<double> tol;
   reference(p, s, c, &ref, &tol);
   auto lin = make_dense_linear(s.w.data(), p.n, p.k, p.bias ? s.b.data() : nullptr, c);
-  if (lin->in_features() != p.k || lin->out_features() != p.n)
-    return ::testing::AssertionFailure() << "wrong features";
+  if (lin->in_features() != p.k || lin->out_features() != p.n) return ::testing::AssertionFailure() << "wrong features";
   const size_t pad = 64;
   std::vector<float> y(size_t(p.m * p.n) + 2 * pad, kGuard);
   lin->forward(s.x.data(), p.m, y.data() + pad);
   for (size_t i = 0; i < pad; ++i)
-    if (y[i] != kGuard || y[y.size() - 1 - i] != kGuard)
-      return ::testing::AssertionFailure() << "wrote outside y";
+    if (y[i] != kGuard || y[y.size() - 1 - i] != kGuard) return ::testing::AssertionFailure() << "wrote outside y";
   for (int64_t i = 0; i < p.m * p.n; ++i) {
     double d = std::fabs(double(y[pad + i]) - double(ref[i]));
     if (!(d <= tol[i]))
       return ::testing::AssertionFailure()
-             << "m=" << p.m << " n=" << p.n << " k=" << p.k << " bias=" << p.bias << " at ("
-             << i / p.n << "," << i % p.n << "): got " << y[pad + i] << " want " << ref[i]
-             << " |Δ|=" << d << " tol=" << tol[i];
+             << "m=" << p.m << " n=" << p.n << " k=" << p.k << " bias=" << p.bias << " at (" << i / p.n << ","
+             << i % p.n << "): got " << y[pad + i] << " want " << ref[i] << " |Δ|=" << d << " tol=" << tol[i];
   }
   return ::testing::AssertionSuccess();
 }
 
 std::vector<Problem> problems() {
   std::vector<Problem> v = {
-      {1, 1, 1, false},    {1, 1, 1, true},     {1, 48, 576, true},  {1, 49, 577, false},
-      {3, 1, 100, true},   {9, 17, 1, true},    {8, 48, 64, false},  {6, 16, 32, true},
-      {7, 47, 33, false},  {17, 97, 130, true}, {33, 200, 3, false}, {64, 96, 576, false},
-      {13, 50, 1536, true}, {2, 300, 257, false},
-      {10, 50, 4099, true}, {3, 17, 8193, false},  // K longer than one K slice (4096)
+      {1, 1, 1, false},     {1, 1, 1, true},      {1, 48, 576, true},   {1, 49, 577, false},  {3, 1, 100, true},
+      {9, 17, 1, true},     {8, 48, 64, false},   {6, 16, 32, true},    {7, 47, 33, false},   {17, 97, 130, true},
+      {33, 200, 3, false},  {64, 96, 576, false}, {13, 50, 1536, true}, {2, 300, 257, false}, {10, 50, 4099, true},
+      {3, 17, 8193, false},  // K longer than one K slice (4096)
   };
   std::mt19937 rng(7);
   for (int i = 0; i < 12; ++i) {
-    Problem p{int64_t(1 + rng() % 70), int64_t(1 + rng() % 150), int64_t(1 + rng() % 400),
-              bool(rng() % 2)};
+    Problem p{int64_t(1 + rng() % 70), int64_t(1 + rng() % 150), int64_t(1 + rng() % 400), bool(rng() % 2)};
     v.push_back(p);
   }
   return v;
@@ -122,7 +115,10 @@ std::vector<Problem> problems() {
 
 class KernelsAtLevel : public ::testing::TestWithParam<KernelLevel> {
  protected:
-  void SetUp() override { saved_ = kernel_level(); set_kernel_level(GetParam()); }
+  void SetUp() override {
+    saved_ = kernel_level();
+    set_kernel_level(GetParam());
+  }
   void TearDown() override { set_kernel_level(saved_); }
   KernelLevel saved_{};
 };
@@ -204,8 +200,7 @@ TEST_P(KernelsAtLevel, Bf16PackRoundsAsRoundBf16) {
   EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * 4));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllLevels, KernelsAtLevel,
-                         ::testing::ValuesIn(available_kernel_levels()),
+INSTANTIATE_TEST_SUITE_P(AllLevels, KernelsAtLevel, ::testing::ValuesIn(available_kernel_levels()),
                          [](const auto& info) { return std::string(kernel_level_name(info.param)); });
 
 // The tolerance is tight enough to see a single wrong term of a long dot product.
@@ -268,8 +263,8 @@ TEST(Kernels, EnvForcesLevel) {
   for (KernelLevel lvl : available_kernel_levels()) {
     const char* name = kernel_level_name(lvl);
     std::string out;
-    int rc = test::run_cmd(std::string("QT_KERNEL_LEVEL=") + name + " QT_EXPECT_LEVEL=" + name +
-                               " '" + self + "' --gtest_filter=Kernels.EnvForcesLevel",
+    int rc = test::run_cmd(std::string("QT_KERNEL_LEVEL=") + name + " QT_EXPECT_LEVEL=" + name + " '" + self +
+                               "' --gtest_filter=Kernels.EnvForcesLevel",
                            &out);
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;

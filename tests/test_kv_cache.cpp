@@ -81,8 +81,10 @@ std::vector<float> reference_attention(const KVShape& s, const KVConfig& cfg, co
         std::vector<float> kh(D), vh(D);
         double m = -1e300;
         for (int j = 0; j <= i; ++j) {
-          if (j < bk) ck->reconstruct(kc[g].data(), j, kh.data());
-          else for (int d = 0; d < D; ++d) kh[d] = half(K[(size_t(j) * KH + g) * D + d]);
+          if (j < bk)
+            ck->reconstruct(kc[g].data(), j, kh.data());
+          else
+            for (int d = 0; d < D; ++d) kh[d] = half(K[(size_t(j) * KH + g) * D + d]);
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += double(Q[(size_t(i) * NH + h) * D + d]) * kh[d];
           sc[j] = dot * s.scale;
@@ -93,8 +95,10 @@ std::vector<float> reference_attention(const KVShape& s, const KVConfig& cfg, co
         for (int j = 0; j <= i; ++j) {
           const double p = std::exp(sc[j] - m);
           sum += p;
-          if (j < bv) cv->reconstruct(vc[g].data(), j, vh.data());
-          else for (int d = 0; d < D; ++d) vh[d] = half(V[(size_t(j) * KH + g) * D + d]);
+          if (j < bv)
+            cv->reconstruct(vc[g].data(), j, vh.data());
+          else
+            for (int d = 0; d < D; ++d) vh[d] = half(V[(size_t(j) * KH + g) * D + d]);
           for (int d = 0; d < D; ++d) o[d] += p * vh[d];
         }
         for (int d = 0; d < D; ++d) out[(size_t(i) * NH + h) * D + d] = float(o[d] / sum);
@@ -131,7 +135,8 @@ void check_cache_against_reference(const std::string& kspec, const std::string& 
   const auto ref = reference_attention(s, cfg, K, V, Q, n, batches);
   double worst = 0;
   for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, double(std::fabs(out[i] - ref[i])));
-  EXPECT_LT(worst, 2e-4) << kspec << " / " << vspec << " r=" << residual << (mode == KVMode::Decode ? " decode" : " cache");
+  EXPECT_LT(worst, 2e-4) << kspec << " / " << vspec << " r=" << residual
+                         << (mode == KVMode::Decode ? " decode" : " cache");
 }
 
 TEST(QuantCache, AttentionMatchesScalarReference) {
@@ -315,7 +320,8 @@ TEST(KeyCenter, AttentionUnchangedAndQuantizedKeysCloser) {
   // Through the quantized cache with every key in its fp16 window (r ≥ n) and through the dense
   // fp16 cache, in both modes: centered keys only round to fp16 differently.
   for (auto mode : {KVMode::Cache, KVMode::Decode}) {
-    EXPECT_LT(max_abs_diff(cc.run("turboquant_mse:bits=3", true, 128, mode), cc.run("turboquant_mse:bits=3", false, 128, mode)),
+    EXPECT_LT(max_abs_diff(cc.run("turboquant_mse:bits=3", true, 128, mode),
+                           cc.run("turboquant_mse:bits=3", false, 128, mode)),
               5e-3);
     EXPECT_LT(max_abs_diff(cc.run("f16", true, 0, mode), ref), 5e-3);
   }

@@ -42,7 +42,8 @@ TEST(LloydMax, GaussianMatchesPublishedTable) {  // Max 1960
   expect_table(lloyd_max(Density::Gaussian, 4), {0.4527800, 1.5104176}, 1e-6, "b=2");
   expect_table(lloyd_max(Density::Gaussian, 8), {0.2450942, 0.7560053, 1.3439093, 2.1519457}, 1e-6, "b=3");
   const Codebook b4 = lloyd_max(Density::Gaussian, 16);
-  expect_table(b4, {0.1283950, 0.3880483, 0.6567591, 0.9423405, 1.2562312, 1.6180464, 2.0690172, 2.7325896}, 1e-6, "b=4");
+  expect_table(b4, {0.1283950, 0.3880483, 0.6567591, 0.9423405, 1.2562312, 1.6180464, 2.0690172, 2.7325896}, 1e-6,
+               "b=4");
   EXPECT_NEAR(b4.thresholds[8], 0.2582217, 1e-6);
   EXPECT_NEAR(b4.thresholds[14], 2.4008034, 1e-6);
   const double mse[] = {0.36338023, 0.11748185, 0.03454776, 0.00950101};
@@ -62,11 +63,17 @@ TEST(LloydMax, LaplacianMatchesPublishedTable) {  // Paez & Glisson 1972, unit v
 
 TEST(LloydMax, SphereCoordinateMatchesPublishedTable) {  // as √d·c
   for (auto [d, tab, dmse] :
-       {std::tuple{64, std::vector<std::vector<double>>{{0.8010}, {0.4521, 1.5000}, {0.2438, 0.7507, 1.3293, 2.1113},
-                                                        {0.1274, 0.3847, 0.6505, 0.9319, 1.2394, 1.5908, 2.0233, 2.6464}},
+       {std::tuple{64,
+                   std::vector<std::vector<double>>{{0.8010},
+                                                    {0.4521, 1.5000},
+                                                    {0.2438, 0.7507, 1.3293, 2.1113},
+                                                    {0.1274, 0.3847, 0.6505, 0.9319, 1.2394, 1.5908, 2.0233, 2.6464}},
                    std::vector<double>{0.3584, 0.1145, 0.0334, 0.0091}},
-        std::tuple{128, std::vector<std::vector<double>>{{0.7994}, {0.4525, 1.5052}, {0.2444, 0.7533, 1.3366, 2.1315},
-                                                         {0.1279, 0.3864, 0.6536, 0.9371, 1.2478, 1.6043, 2.0459, 2.6889}},
+        std::tuple{128,
+                   std::vector<std::vector<double>>{{0.7994},
+                                                    {0.4525, 1.5052},
+                                                    {0.2444, 0.7533, 1.3366, 2.1315},
+                                                    {0.1279, 0.3864, 0.6536, 0.9371, 1.2478, 1.6043, 2.0459, 2.6889}},
                    std::vector<double>{0.3609, 0.1160, 0.0340, 0.0093}}}) {
     for (int b = 1; b <= 4; ++b) {
       Codebook cb = lloyd_max(Density::Sphere, 1 << b, d);
@@ -160,8 +167,9 @@ TEST(KvKernels, ProjectionAndSignExpansionMatchDefinitions) {
       for (int r = 0; r < n; ++r)
         for (int c = 0; c < m; ++c) {
           double want = 0, mag = 0;
-          for (int i = 0; i < d; ++i) want += double(A[size_t(c) * d + i]) * x[size_t(r) * d + i],
-                                      mag += std::abs(double(A[size_t(c) * d + i]) * x[size_t(r) * d + i]);
+          for (int i = 0; i < d; ++i)
+            want += double(A[size_t(c) * d + i]) * x[size_t(r) * d + i],
+                mag += std::abs(double(A[size_t(c) * d + i]) * x[size_t(r) * d + i]);
           EXPECT_NEAR(y[size_t(r) * m + c], want, 1e-5 * mag) << "level " << int(lvl) << " m " << m;
         }
       const int ms = m + 5;  // leaves a tail of 1..5 signs after the whole bytes
@@ -183,12 +191,17 @@ TEST(KvCodecs, BitsPerElementAsPublished) {
     Side side;
     double bits;
   } cases[] = {
-      {"kivi:bits=2", Side::Key, 3.0},      {"kivi:bits=4", Side::Key, 5.0},
-      {"kivi:bits=2", Side::Value, 3.0},    {"affine:bits=4,group=64", Side::Key, 4.5},
+      {"kivi:bits=2", Side::Key, 3.0},
+      {"kivi:bits=4", Side::Key, 5.0},
+      {"kivi:bits=2", Side::Value, 3.0},
+      {"affine:bits=4,group=64", Side::Key, 4.5},
       {"affine:bits=8,group=32", Side::Key, 9.0},
-      {"turboquant_mse:bits=3", Side::Key, 3.25}, {"turboquant_mse:bits=2.5", Side::Key, 2.75},
-      {"turboquant_prod:bits=3", Side::Key, 3.5}, {"qjl", Side::Key, 1.25},
-      {"rvq:bits=1", Side::Key, 2.25},      {"rvq:bits=2", Side::Key, 4.25},
+      {"turboquant_mse:bits=3", Side::Key, 3.25},
+      {"turboquant_mse:bits=2.5", Side::Key, 2.75},
+      {"turboquant_prod:bits=3", Side::Key, 3.5},
+      {"qjl", Side::Key, 1.25},
+      {"rvq:bits=1", Side::Key, 2.25},
+      {"rvq:bits=2", Side::Key, 4.25},
       {"polar:bits=4", Side::Key, 3.875},
   };
   for (auto& c : cases) EXPECT_DOUBLE_EQ(codec(c.spec, c.side)->bits_per_element(), c.bits) << c.spec;
@@ -209,7 +222,8 @@ double rel_mse(const Codec& c, int n = 2000, uint32_t seed = 3) {
     for (int t = 0; t < G; ++t) {
       c.reconstruct(codes.data(), t, xh.data());
       double e = 0, nn = 0;
-      for (int d = 0; d < D; ++d) e += (x[t * D + d] - xh[d]) * (x[t * D + d] - xh[d]), nn += x[t * D + d] * x[t * D + d];
+      for (int d = 0; d < D; ++d)
+        e += (x[t * D + d] - xh[d]) * (x[t * D + d] - xh[d]), nn += x[t * D + d] * x[t * D + d];
       sum += e / nn;
       ++cnt;
     }
@@ -263,7 +277,8 @@ TEST(KvCodecs, AffineAndKiviErrorWithinHalfAStep) {
             for (int u = 0; u < G; ++u) mn = std::min(mn, x[u * D + d]), mx = std::max(mx, x[u * D + d]);
           } else {
             const int gs = std::string(spec).find("group=64") != std::string::npos ? 64 : 32;
-            for (int u = d / gs * gs; u < (d / gs + 1) * gs; ++u) mn = std::min(mn, x[t * D + u]), mx = std::max(mx, x[t * D + u]);
+            for (int u = d / gs * gs; u < (d / gs + 1) * gs; ++u)
+              mn = std::min(mn, x[t * D + u]), mx = std::max(mx, x[t * D + u]);
           }
           const float step = (mx - mn) / float((1 << bits) - 1);
           EXPECT_LE(std::fabs(xh[d] - x[t * D + d]), 0.5f * step * 1.01f + 2e-3f) << spec;

@@ -65,7 +65,7 @@ TEST(CommVQ, ProjectionIsRoPECommuting) {
   for (float& x : C) x = 3.0f * nd(g);
   std::vector<int64_t> cnt(k);
   for (int j = 0; j < k; ++j) cnt[size_t(j)] = j % 5;  // some zero, pairs (0, 0) included? j=0,1: 0,1
-  cnt[10] = cnt[11] = 0;                                // both empty: equal weights
+  cnt[10] = cnt[11] = 0;                               // both empty: equal weights
   const std::vector<float> before = C;
   calib::commvq_project(C.data(), cnt.data(), k, d);
   for (int gi = 0; gi < k; gi += 2)
@@ -102,7 +102,8 @@ TEST(CommVQ, ProjectionIsRoPECommuting) {
         const float m0a = x * cs - y * sn, m0b = y * cs + x * sn;
         const float m1a = x * -sn - y * cs, m1b = y * -sn + x * cs;
         const float scale = std::abs(x) + std::abs(y) + 1e-30f;
-        for (float e : {r0[i] - m0a, r0[i + h] - m0b, r1[i] - m1a, r1[i + h] - m1b}) rel_max = std::max(rel_max, std::abs(e) / scale);
+        for (float e : {r0[i] - m0a, r0[i + h] - m0b, r1[i] - m1a, r1[i + h] - m1b})
+          rel_max = std::max(rel_max, std::abs(e) / scale);
         EXPECT_NEAR(r1[i], -r0[i + h], 4e-7f * scale);  // R(m)·(J u) = J·(R(m) u)
         EXPECT_NEAR(r1[i + h], r0[i], 4e-7f * scale);
       }
@@ -117,9 +118,9 @@ const std::string& commvq_dir() {
     const calib::KvSamples s = synthetic_rope(2048, 5);
     for (const char* m : {"commvq:bits=1,cb=4", "commvq:bits=1,cb=4,comm=0"}) {
       const KVSpec spec = parse_kv_spec(m, "test");
-      calib::write_calibrated_artifacts(
-          d, calibrated_prefix(commvq_table_method(4, spec.number("comm", 1, "t") != 0), 1),
-          calib::train_kv_codebooks(s, spec, 42, 1, nullptr, {}), kD, 42, {});
+      calib::write_calibrated_artifacts(d,
+                                        calibrated_prefix(commvq_table_method(4, spec.number("comm", 1, "t") != 0), 1),
+                                        calib::train_kv_codebooks(s, spec, 42, 1, nullptr, {}), kD, 42, {});
     }
     return d;
   }();
@@ -155,7 +156,8 @@ TEST(CommVQ, CalibrationDeterministicPerSeedAndCommuting) {
   EXPECT_TRUE(differs);  // the seed is used
   EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("commvq:bits=1,cb=3", "t"), 1, 1, nullptr, {}), UserError);
   EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("commvq:bits=0.3,cb=4", "t"), 1, 1, nullptr, {}), UserError);
-  EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("commvq:bits=1,cb=4", "t"), 1, 3, nullptr, {}), UserError);  // values
+  EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("commvq:bits=1,cb=4", "t"), 1, 3, nullptr, {}),
+               UserError);  // values
   calib::KvSamples norope = s;
   norope.rope_inv_freq.clear();
   EXPECT_THROW(calib::train_kv_codebooks(norope, spec, 1, 1, nullptr, {}), UserError);
@@ -204,7 +206,8 @@ TEST(CommVQ, EncodeDecodeScoreMatchScalarReference) {
       for (int h = 0; h < kHeads; ++h) {
         const Codec& ch = codec->for_head(h);
         CommVQRef ref;
-        ref.C = *c.artifacts->find(calibrated_name(calibrated_prefix(commvq_table_method(4, comm), 1), layer, Side::Key, h, "codebooks"));
+        ref.C = *c.artifacts->find(
+            calibrated_name(calibrated_prefix(commvq_table_method(4, comm), 1), layer, Side::Key, h, "codebooks"));
         std::vector<uint8_t> codes(size_t(1000) * 2, 0);
         int code_diff = 0;
         for (int64_t m : {0, 1, 2, 31, 32, 300, 999}) {
@@ -216,7 +219,8 @@ TEST(CommVQ, EncodeDecodeScoreMatchScalarReference) {
           for (int s = 0; s < 4; ++s) code_diff += int(get_bits(codes.data() + m * 2, s, 4)) != rc[size_t(s)];
           float got[kD];
           ch.decode(codes.data(), m, 1, got);  // decode at position m: post-RoPE head space
-          for (int i = 0; i < kD; ++i) EXPECT_NEAR(got[i], want[size_t(i)], 2e-5 * (1 + std::abs(want[size_t(i)]))) << m << " " << i;
+          for (int i = 0; i < kD; ++i)
+            EXPECT_NEAR(got[i], want[size_t(i)], 2e-5 * (1 + std::abs(want[size_t(i)]))) << m << " " << i;
           float q[kD], qd[kD];
           double sref = 0, sgot = 0;
           for (int i = 0; i < kD; ++i) q[i] = nd(g);

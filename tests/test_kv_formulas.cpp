@@ -61,8 +61,9 @@ std::vector<double> rotate_ref(const std::string& kind, const std::vector<float>
   std::vector<double> y(D, 0.0);
   for (int i = 0; i < D; ++i)
     for (int j = 0; j < D; ++j)
-      y[i] += kind == "dense" ? double(r.matrix()[size_t(i) * D + j]) * x[j]
-                              : (__builtin_popcount(i & j) & 1 ? -1.0 : 1.0) * r.matrix()[j] * x[j] / std::sqrt(double(D));
+      y[i] += kind == "dense"
+                  ? double(r.matrix()[size_t(i) * D + j]) * x[j]
+                  : (__builtin_popcount(i & j) & 1 ? -1.0 : 1.0) * r.matrix()[j] * x[j] / std::sqrt(double(D));
   return y;
 }
 
@@ -72,7 +73,8 @@ std::vector<float> rotated(const Codec& c, const std::string& kind, const std::v
   std::vector<float> dom(c.domain_dim());
   c.query_to_domain(x.data(), dom.data());
   const auto ref = rotate_ref(kind, x);
-  for (int i = 0; i < D; ++i) EXPECT_NEAR(dom[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << kind << " coordinate " << i;
+  for (int i = 0; i < D; ++i)
+    EXPECT_NEAR(dom[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << kind << " coordinate " << i;
   return std::vector<float>(dom.begin(), dom.begin() + D);
 }
 
@@ -166,7 +168,8 @@ TEST(KvPartA, AffineQjlCorrectionIsUnbiasedWithQjlVariance) {
   double s = 0, s2 = 0, pred = 0;
   const int seeds = 200, per = 10;
   for (int sd = 0; sd < seeds; ++sd) {
-    auto plain = codec("affine:bits=3,rot=qr", Side::Key, 1000 + sd), corr = codec("affine:bits=3,rot=qr,qjl=1", Side::Key, 1000 + sd);
+    auto plain = codec("affine:bits=3,rot=qr", Side::Key, 1000 + sd),
+         corr = codec("affine:bits=3,rot=qr,qjl=1", Side::Key, 1000 + sd);
     for (int i = 0; i < per; ++i) {
       const auto x = gauss(g, D), w = gauss(g, D);
       std::vector<float> q(D);
@@ -195,9 +198,10 @@ TEST(KvPartA, TurboQuantFractionalMatchesFormulas) {
   struct Case {
     std::string spec;
     int b, n_hi, h;
-  } cases[] = {{"turboquant_mse:bits=2.25", 2, 16, 3}, {"turboquant_mse:bits=2.75", 2, 48, 3},
-               {"turboquant_mse:bits=3.25", 3, 16, 4}, {"turboquant_mse:bits=2,n_outlier=8,outlier_bits=4", 2, 8, 4},
-               {"turboquant_mse:bits=1.5,rot=dense", 1, 32, 2}, {"turboquant_mse:bits=3,n_outlier=64", 3, 64, 4}};
+  } cases[] = {
+      {"turboquant_mse:bits=2.25", 2, 16, 3},          {"turboquant_mse:bits=2.75", 2, 48, 3},
+      {"turboquant_mse:bits=3.25", 3, 16, 4},          {"turboquant_mse:bits=2,n_outlier=8,outlier_bits=4", 2, 8, 4},
+      {"turboquant_mse:bits=1.5,rot=dense", 1, 32, 2}, {"turboquant_mse:bits=3,n_outlier=64", 3, 64, 4}};
   for (auto& cs : cases) {
     auto cd = codec(cs.spec);
     // bytes: N·H + (d − N)·b bits of codes, then the fp16 norm
@@ -364,7 +368,8 @@ TEST(KvPartA, RaBitQEstimatorIsUnbiased) {
 TEST(KvPartA, RaBitQKeysWithTurboQuant4ValuesBytesPerToken) {
   KVShape s;  // SmolLM2-135M: 30 layers, 3 kv heads of 64
   s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.head_dim = 64, s.max_ctx = 512, s.scale = 0.125f;
-  const KVConfig cfg = uniform_kv_config(30, parse_kv_spec("rabitq:bits=1", "k"), parse_kv_spec("turboquant_mse:bits=4", "v"));
+  const KVConfig cfg =
+      uniform_kv_config(30, parse_kv_spec("rabitq:bits=1", "k"), parse_kv_spec("turboquant_mse:bits=4", "v"));
   auto c = make_kv_cache(cfg, s);
   // keys 8 + 4 bytes, values 32 + 2 bytes, per kv head and layer
   EXPECT_DOUBLE_EQ(c->bytes_per_token(), (12.0 + 34.0) * 3 * 30);
@@ -424,7 +429,8 @@ TEST(KvPartA, StatsMatchReconstructions) {
           if (side == 0) kh[hd].insert(kh[hd].end(), xr.begin(), xr.end());
           if (p >= n - 4) continue;
           double e = 0, a = 0, b = 0, c = 0;
-          for (int d = 0; d < D; ++d) e += (x[d] - xr[d]) * (x[d] - xr[d]), a += x[d] * x[d], b += xr[d] * xr[d], c += x[d] * xr[d];
+          for (int d = 0; d < D; ++d)
+            e += (x[d] - xr[d]) * (x[d] - xr[d]), a += x[d] * x[d], b += xr[d] * xr[d], c += x[d] * xr[d];
           cs[side] += c / std::sqrt(a * b), e2[side] += e, n2[side] += a;
         }
     // scores: decode mode, query at p sees keys < max(0, p + 1 − 4) from the codes
@@ -446,7 +452,8 @@ TEST(KvPartA, StatsMatchReconstructions) {
         double ze = 0, zs = 0;
         for (int j = 0; j <= p; ++j) ze += std::exp((ex[j] - me) * 0.125), zs += std::exp((es[j] - ms) * 0.125);
         double t = 0;
-        for (int j = 0; j <= p; ++j) t += std::fabs(std::exp((ex[j] - me) * 0.125) / ze - std::exp((es[j] - ms) * 0.125) / zs);
+        for (int j = 0; j <= p; ++j)
+          t += std::fabs(std::exp((ex[j] - me) * 0.125) / ze - std::exp((es[j] - ms) * 0.125) / zs);
         tv += 0.5 * t;
       }
     const KVLayerStats st = cfg.stats->layer(l);
@@ -473,9 +480,12 @@ TEST(KvPartA, CliKvStatsTableAndJson) {
   QT_REQUIRE_FILE(test::model_gguf());
   const std::string dir = test::temp_dir("kv-stats");
   const std::string base = test::quanttool_bin() + " eval-ppl --model " + test::model_gguf() + " --text " +
-                           test::data_file("wikitext-2/wiki.test.raw") + " --chunks 1 --ctx 128 --threads 2 --kv-mode decode";
+                           test::data_file("wikitext-2/wiki.test.raw") +
+                           " --chunks 1 --ctx 128 --threads 2 --kv-mode decode";
   std::string out;
-  ASSERT_EQ(test::run_cmd(base + " --kv-k rabitq:bits=1 --kv-v turboquant_mse:bits=4 --kv-stats --json " + dir + "/s.json", &out), 0)
+  ASSERT_EQ(test::run_cmd(
+                base + " --kv-k rabitq:bits=1 --kv-v turboquant_mse:bits=4 --kv-stats --json " + dir + "/s.json", &out),
+            0)
       << out;
   EXPECT_NE(out.find("kv stats"), std::string::npos) << out;
   std::ifstream f(dir + "/s.json");

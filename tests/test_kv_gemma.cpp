@@ -55,7 +55,10 @@ TEST_P(KvGemma, CalibratedMethodsRunOnTheirCaches) {
   EXPECT_EQ(s.rope_local.empty(), GetParam() == "gemma2");  // gemma3: two bases
 
   const std::string dir = test::temp_dir("kvgemma");
-  struct Row { const char* spec; std::string prefix; };
+  struct Row {
+    const char* spec;
+    std::string prefix;
+  };
   const std::vector<Row> rows = {
       {"commvq:bits=2,cb=4", kv::calibrated_prefix(kv::commvq_table_method(4, true), 2)},
       {"spectral:bits=2", kv::calibrated_prefix("spectral", 2)},
@@ -65,8 +68,8 @@ TEST_P(KvGemma, CalibratedMethodsRunOnTheirCaches) {
   for (const Row& r : rows) {
     const kv::KVSpec spec = kv::parse_kv_spec(r.spec, "test");
     const int sides = spec.method == "commvq" ? 1 : 3;
-    calib::write_calibrated_artifacts(dir, r.prefix, calib::train_kv_codebooks(s, spec, 42, sides, nullptr, {}), c.head_dim,
-                                      42, {});
+    calib::write_calibrated_artifacts(dir, r.prefix, calib::train_kv_codebooks(s, spec, 42, sides, nullptr, {}),
+                                      c.head_dim, 42, {});
   }
   std::vector<int32_t> ids(tokens.begin(), tokens.begin() + ctx);  // a calibration chunk: 16 > every window
   auto f16 = m.make_cache(ctx, "f16");

@@ -129,7 +129,8 @@ TEST(KvGolden, EveryMethodAndModeBitIdenticalToTheGolden) {
       o.max_chunks = 1;
       o.keep_tokens = true;
       o.ubatch = r.ubatch;
-      o.kv = *r.k ? uniform_kv_config(mc.n_layers, parse_kv_spec(r.k, "k"), parse_kv_spec(r.v, "v")) : recipe(mc.n_layers);
+      o.kv =
+          *r.k ? uniform_kv_config(mc.n_layers, parse_kv_spec(r.k, "k"), parse_kv_spec(r.v, "v")) : recipe(mc.n_layers);
       o.kv.residual = r.residual;
       o.kv.mode = mode;
       if (r.center) o.kv.key_center = synthetic_center(mc);
@@ -160,7 +161,8 @@ TEST(KvGolden, EveryMethodAndModeBitIdenticalToTheGolden) {
       if (k != "runs") f << " " << nlohmann::json(k).dump() << ": " << v.dump() << ",\n";
     f << " \"runs\": {";
     const char* sep = "\n";
-    for (auto& [k, v] : golden["runs"].items()) f << sep << "  " << nlohmann::json(k).dump() << ": " << v.dump(), sep = ",\n";
+    for (auto& [k, v] : golden["runs"].items())
+      f << sep << "  " << nlohmann::json(k).dump() << ": " << v.dump(), sep = ",\n";
     f << "\n }\n}\n";
   }
 }

@@ -29,7 +29,8 @@ class SmolLMKv : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!fs::exists(test::model_gguf())) return;
     Checkpoint ck = load_checkpoint(test::model_gguf());
-    tokens_ = new std::vector<int32_t>(ck.tokenizer->encode(read_all(test::data_file("wikitext-2/wiki.test.raw")).substr(0, 4000), true));
+    tokens_ = new std::vector<int32_t>(
+        ck.tokenizer->encode(read_all(test::data_file("wikitext-2/wiki.test.raw")).substr(0, 4000), true));
     model_ = new LlamaModel(std::move(ck), Compute::F32);
   }
   static void TearDownTestSuite() {
@@ -67,9 +68,12 @@ TEST_F(SmolLMKv, CacheWithUbatchOneEqualsDecode) {
     EXPECT_NEAR(c1.ppl, dec.ppl, 1e-5 * dec.ppl) << k;
     // With a window the whole-batch view differs (the chunk's window is flushed before it
     // attends, so the test can fail); per-token codes without a window are the same in both.
-    if (r > 0) EXPECT_GT(std::fabs(c64.ppl - dec.ppl), 1e-4 * dec.ppl) << k;
-    else EXPECT_NEAR(c64.ppl, dec.ppl, 1e-6 * dec.ppl) << k;
-    std::printf("%s/%s r=%d: decode %.6f, cache ubatch 1 %.6f, cache ubatch 64 %.6f\n", k, v, r, dec.ppl, c1.ppl, c64.ppl);
+    if (r > 0)
+      EXPECT_GT(std::fabs(c64.ppl - dec.ppl), 1e-4 * dec.ppl) << k;
+    else
+      EXPECT_NEAR(c64.ppl, dec.ppl, 1e-6 * dec.ppl) << k;
+    std::printf("%s/%s r=%d: decode %.6f, cache ubatch 1 %.6f, cache ubatch 64 %.6f\n", k, v, r, dec.ppl, c1.ppl,
+                c64.ppl);
   }
 }
 
@@ -83,7 +87,8 @@ TEST_F(SmolLMKv, ArtifactsGiveTheSameRun) {
   write_kv_artifacts(b, po);
   for (const char* f : {"manifest.json", "rotations.safetensors", "jl.safetensors", "codebooks.safetensors"}) {
     std::ifstream fa(a + "/" + f, std::ios::binary), fb(b + "/" + f, std::ios::binary);
-    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(fa), {}), std::string(std::istreambuf_iterator<char>(fb), {})) << f;
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(fa), {}), std::string(std::istreambuf_iterator<char>(fb), {}))
+        << f;
   }
   const PplResult computed = run("turboquant_prod:bits=3,rot=dense", "qjl:bits=2", 0, KVMode::Decode, 0),
                   loaded = run("turboquant_prod:bits=3,rot=dense", "qjl:bits=2", 0, KVMode::Decode, 0, a);
@@ -134,7 +139,8 @@ TEST(KvCli, BadInputExitsWithTwo) {
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one line: " << out;
   }
   std::string out;
-  EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " precompute --head-dim 64 --bits 9 --out " + dir + "/x", &out), 2) << out;
+  EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " precompute --head-dim 64 --bits 9 --out " + dir + "/x", &out), 2)
+      << out;
   EXPECT_FALSE(fs::exists(dir + "/x"));
   EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " calibrate --method key-means --model " + test::model_gguf() +
                               " --text " + test::data_file("wikitext-2/wiki.valid.tokens.txt") + " --out " + dir + "/y",

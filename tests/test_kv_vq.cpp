@@ -49,7 +49,8 @@ TEST(KMeans, MatchesNumpyGolden) {
     const calib::KMeansResult r = calib::kmeans(x.data(), N, dim, k, uint64_t(info[3]), int(info[4]));
     EXPECT_EQ(r.iterations, int(info[5])) << n;
     ASSERT_EQ(r.centroids.size(), cen.size()) << n;
-    for (size_t i = 0; i < cen.size(); ++i) EXPECT_NEAR(r.centroids[i], cen[i], 1e-6f * (1 + std::abs(cen[i]))) << n << " " << i;
+    for (size_t i = 0; i < cen.size(); ++i)
+      EXPECT_NEAR(r.centroids[i], cen[i], 1e-6f * (1 + std::abs(cen[i]))) << n << " " << i;
     int diff = 0;
     for (int64_t i = 0; i < N; ++i) diff += r.assign[size_t(i)] != int(as[size_t(i)]);
     EXPECT_EQ(diff, 0) << n;
@@ -95,7 +96,8 @@ TEST(LloydMaxEmpirical, GaussianSamplesGiveMaxTable) {
       const int i = codebook_index(t.data(), int(t.size()), v);
       s[size_t(i)] += v, ++n[size_t(i)];
     }
-    for (int i = 0; i < (1 << b); ++i) EXPECT_NEAR(cb.centroids[size_t(i)], s[size_t(i)] / double(n[size_t(i)]), 2e-4) << b;
+    for (int i = 0; i < (1 << b); ++i)
+      EXPECT_NEAR(cb.centroids[size_t(i)], s[size_t(i)] / double(n[size_t(i)]), 2e-4) << b;
   }
   // 2 bits: ±0.4528, ±1.510 (Max)
   const Codebook cb = calib::lloyd_max_empirical(x, 4);
@@ -112,7 +114,8 @@ std::string calibrated_dir(uint64_t seed) {
   for (const char* m : {"vecinfer:bits=1", "vecinfer:bits=2", "spectral:bits=3"}) {
     const KVSpec spec = parse_kv_spec(m, "test");
     const auto t = calib::train_kv_codebooks(s, spec, seed, 3, nullptr, {});
-    calib::write_calibrated_artifacts(dir, calibrated_prefix(spec.method, spec.number("bits", 0, "test")), t, kD, seed, {});
+    calib::write_calibrated_artifacts(dir, calibrated_prefix(spec.method, spec.number("bits", 0, "test")), t, kD, seed,
+                                      {});
   }
   return dir;
 }
@@ -178,7 +181,8 @@ TEST(KvCodebookCalibration, MissingTablesAreUserErrors) {
   EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("turboquant_mse:bits=3", "t"), 1, 3, nullptr, {}), UserError);
   const calib::KvSamples few = synthetic(200, 1);  // fewer vectors than 256 centroids
   EXPECT_THROW(calib::train_kv_codebooks(few, parse_kv_spec("vecinfer:bits=2", "t"), 1, 3, nullptr, {}), UserError);
-  EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("spectral:bits=3,rot=qr", "t"), 1, 3, nullptr, {}), UserError);
+  EXPECT_THROW(calib::train_kv_codebooks(s, parse_kv_spec("spectral:bits=3,rot=qr", "t"), 1, 3, nullptr, {}),
+               UserError);
 }
 
 // ---- scalar references -------------------------------------------------------------------------
@@ -194,7 +198,8 @@ struct VecInferRef {
   std::vector<double> transform(const float* x) const {
     std::vector<double> y(kD, 0.0);
     for (int i = 0; i < kD; ++i)
-      for (int j = 0; j < kD; ++j) y[size_t(i)] += key ? hadamard(i, j) * double(x[j]) / lambda[size_t(j)] : (i == j) * double(x[j]);
+      for (int j = 0; j < kD; ++j)
+        y[size_t(i)] += key ? hadamard(i, j) * double(x[j]) / lambda[size_t(j)] : (i == j) * double(x[j]);
     return y;
   }
   double dist(const std::vector<double>& y, int s, int c) const {
@@ -303,7 +308,8 @@ struct SpectralRef {
       int idx = 0;
       for (float th : t.at(b)) idx += zs > th;
       if (codes) codes->push_back(idx);
-      for (int j = 0; j < kD; ++j) out[size_t(j)] += double(U[size_t(i) * kD + j]) * r * scale[size_t(i)] * c.at(b)[size_t(idx)];
+      for (int j = 0; j < kD; ++j)
+        out[size_t(j)] += double(U[size_t(i) * kD + j]) * r * scale[size_t(i)] * c.at(b)[size_t(idx)];
     }
     return out;
   }
@@ -412,7 +418,8 @@ TEST(CalibratedCache, AttentionMatchesReference) {
       std::vector<std::vector<double>> kh(n), vh(n);
       for (int t = 0; t < n; ++t) {
         float kx[kD], vx[kD];
-        for (int i = 0; i < kD; ++i) kx[i] = round_half(k[size_t(t) * HD + h * kD + i]), vx[i] = round_half(v[size_t(t) * HD + h * kD + i]);
+        for (int i = 0; i < kD; ++i)
+          kx[i] = round_half(k[size_t(t) * HD + h * kD + i]), vx[i] = round_half(v[size_t(t) * HD + h * kD + i]);
         const auto y = kr.transform(kx);  // exact nearest codes (a rare tie may differ: tolerance)
         std::vector<uint8_t> code(size_t(kr.m));
         for (int s = 0; s < kr.m; ++s) {
@@ -486,7 +493,9 @@ TEST(VqSearch, TiledSearchMatchesTheDefinition) {
     for (int i = 0; i < d; ++i) C[size_t(dup) * d + i] = C[size_t(7) * d + i];  // 7 must win its ties
     NearestCodeword nc(C.data(), k, d);
     std::vector<float> rows;
-    auto add = [&](const std::vector<float>& r) { for (float x : r) rows.push_back(-2.0f * x); };  // m2 = −2r
+    auto add = [&](const std::vector<float>& r) {
+      for (float x : r) rows.push_back(-2.0f * x);
+    };  // m2 = −2r
     std::vector<float> r(static_cast<size_t>(d));
     for (int t = 0; t < 600; ++t) {
       const int kind = t % 6;
@@ -496,7 +505,7 @@ TEST(VqSearch, TiledSearchMatchesTheDefinition) {
         switch (kind) {
           case 0: r[size_t(i)] = nd(g) * (i % 17 == 3 ? 12.0f : 1.0f); break;
           case 1: r[size_t(i)] = heavy(g); break;
-          case 2: r[size_t(i)] = ca; break;                                 // exactly a codeword
+          case 2: r[size_t(i)] = ca; break;                                // exactly a codeword
           case 3: r[size_t(i)] = 0.5f * (ca + cb); break;                  // equidistant from two
           case 4: r[size_t(i)] = 0.5f * (ca + cb) + 1e-6f * nd(g); break;  // nearly so
           default: r[size_t(i)] = 1e-3f * nd(g) + (t % 12 == 5 ? C[size_t(7) * d + i] : 0.0f); break;
@@ -515,7 +524,8 @@ TEST(VqSearch, TiledSearchMatchesTheDefinition) {
     for (int t = 0; t < n; ++t) want[size_t(t)] = nearest_reference(rows.data() + size_t(t) * d, C.data(), k, d);
     for (int t0 = 0; t0 < n; t0 += 37) nc.search(rows.data() + size_t(t0) * d, std::min(37, n - t0), got.data() + t0);
     int differ = 0, at_dup = 0, at_7 = 0;
-    for (int t = 0; t < n; ++t) differ += got[size_t(t)] != want[size_t(t)], at_dup += want[size_t(t)] == dup, at_7 += want[size_t(t)] == 7;
+    for (int t = 0; t < n; ++t)
+      differ += got[size_t(t)] != want[size_t(t)], at_dup += want[size_t(t)] == dup, at_7 += want[size_t(t)] == 7;
     EXPECT_EQ(differ, 0) << "k " << k;
     EXPECT_EQ(at_dup, 0);  // the duplicate's later index never wins its ties
     EXPECT_GT(at_7, 0);
@@ -538,7 +548,8 @@ TEST(CliKvCodebook, BadOptionsAreOneLineExit2) {
   EXPECT_NE(out.find("--kv-sides all"), std::string::npos) << out;
   EXPECT_EQ(run("--model M --text " + valid + " --out /tmp/x", &out), 2) << out;  // no --kv
   EXPECT_NE(out.find("give --kv"), std::string::npos) << out;
-  EXPECT_EQ(run("--kv commvq:bits=2,cb=3 --model M --text " + valid + " --out /tmp/x", &out), 2) << out;  // commvq: cb 2, 4, 8
+  EXPECT_EQ(run("--kv commvq:bits=2,cb=3 --model M --text " + valid + " --out /tmp/x", &out), 2)
+      << out;  // commvq: cb 2, 4, 8
   EXPECT_EQ(lines(out), 1) << out;
   EXPECT_NE(out.find("cb=3"), std::string::npos) << out;
   EXPECT_EQ(run("--kv commvq:bits=2 --kv-sides values --model M --text " + valid + " --out /tmp/x", &out), 2) << out;
@@ -557,4 +568,3 @@ TEST(CliKvCodebook, BadOptionsAreOneLineExit2) {
 
 }  // namespace
 }  // namespace qt
-

@@ -126,7 +126,7 @@ TEST(Ops, RowStatsAndKlMatchDouble) {
   const int n = 1001;
   auto a = randn(n, 5, 4.0f), b = randn(n, 6, 4.0f);
   for (int i = 0; i < n; ++i) b[i] = a[i] + 0.3f * b[i] / 4.0f;  // a nearby distribution
-  a[517] = 30.0f;  // the argmax, away from the start
+  a[517] = 30.0f;                                                // the argmax, away from the start
   double mx = -1e30;
   for (float v : a) mx = std::max(mx, double(v));
   auto lse = [&](const std::vector<float>& l) {
@@ -155,12 +155,12 @@ struct AttnCase {
 
 TEST(Attention, CacheMatchesScalarReference) {
   const AttnCase cases[] = {
-      {9, 3, 64, 0, 37, 1},  {9, 3, 64, 0, 130, 3}, {4, 4, 32, 10, 1, 1}, {8, 2, 128, 50, 13, 2},
-      {6, 1, 16, 0, 7, 1},   {2, 2, 24, 3, 29, 2},  {3, 3, 6, 0, 9, 1},   {2, 1, 80, 0, 70, 4},
+      {9, 3, 64, 0, 37, 1}, {9, 3, 64, 0, 130, 3}, {4, 4, 32, 10, 1, 1}, {8, 2, 128, 50, 13, 2},
+      {6, 1, 16, 0, 7, 1},  {2, 2, 24, 3, 29, 2},  {3, 3, 6, 0, 9, 1},   {2, 1, 80, 0, 70, 4},
   };
   for (const AttnCase& tc : cases) {
-    SCOPED_TRACE(::testing::Message() << tc.n_heads << "/" << tc.n_kv_heads << " heads, d " << tc.head_dim
-                                      << ", pos " << tc.first_pos << " + " << tc.n_q);
+    SCOPED_TRACE(::testing::Message() << tc.n_heads << "/" << tc.n_kv_heads << " heads, d " << tc.head_dim << ", pos "
+                                      << tc.first_pos << " + " << tc.n_q);
     const int total = tc.first_pos + tc.n_q, D = tc.head_dim;
     const int64_t qw = int64_t(tc.n_heads) * D, kw = int64_t(tc.n_kv_heads) * D;
     auto k = randn(total * kw, 11), v = randn(total * kw, 12), q = randn(tc.n_q * qw, 13, 2.0f);
@@ -176,8 +176,8 @@ TEST(Attention, CacheMatchesScalarReference) {
         }
     ops::AttnLayout ref_layout{blocks.data(), blocks.data() + cap * D, cap, D, 2 * cap * D};
     std::vector<float> want(tc.n_q * qw);
-    ops::attention_ref(q.data(), qw, tc.n_q, tc.first_pos, tc.n_heads, tc.n_kv_heads, D, s.scale,
-                       ref_layout, want.data(), qw);
+    ops::attention_ref(q.data(), qw, tc.n_q, tc.first_pos, tc.n_heads, tc.n_kv_heads, D, s.scale, ref_layout,
+                       want.data(), qw);
     at_every_level([&](KernelLevel) {
       auto cache = make_kv_cache("f32", s);
       // Fill twice: the second sequence must not see the first (clear()).
@@ -340,8 +340,8 @@ TEST_F(SmolLM, LogitsMatchTransformersFp32) {
     if (n == 512) {
       EXPECT_NEAR(want, g.j["mean_nll"].get<double>(), 1e-12);
     }
-    std::printf("[%s] max |dlogit| %.2e, mean NLL %.8f vs %.8f (rel %.1e)\n", kernel_level_name(lvl),
-                d.max_abs, d.mean_nll, want, std::abs(d.mean_nll - want) / want);
+    std::printf("[%s] max |dlogit| %.2e, mean NLL %.8f vs %.8f (rel %.1e)\n", kernel_level_name(lvl), d.max_abs,
+                d.mean_nll, want, std::abs(d.mean_nll - want) / want);
   }
   set_kernel_level(saved);
 }
@@ -372,9 +372,8 @@ TEST_F(SmolLM, HfFolderFromConvertMatchesTransformers) {
   const Golden g = smollm_golden();
   const std::string dir = test::temp_dir("model-hf") + "/hf";
   std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + test::model_gguf() + " --out " + dir +
-                              " --dtype f32",
-                          &out),
+  ASSERT_EQ(test::run_cmd(
+                test::quanttool_bin() + " convert --in " + test::model_gguf() + " --out " + dir + " --dtype f32", &out),
             0)
       << out;
   {
@@ -430,12 +429,12 @@ TEST_F(SmolLM, MlxAffine4FolderMatchesMlxLm) {
     for (auto& [pos, t] : g["top5"].items())
       for (int i = 0; i < 5; ++i) {
         const int p = std::stoi(pos);
-        worst = std::max(worst, std::abs(double(logits[size_t(p) * V + t["ids"][i].get<int64_t>()]) -
-                                         t["values"][i].get<double>()));
+        worst = std::max(
+            worst, std::abs(double(logits[size_t(p) * V + t["ids"][i].get<int64_t>()]) - t["values"][i].get<double>()));
       }
     for (auto& s : g["samples"])
-      worst = std::max(worst, std::abs(double(logits[size_t(s[0].get<int>()) * V + s[1].get<int64_t>()]) -
-                                       s[2].get<double>()));
+      worst = std::max(
+          worst, std::abs(double(logits[size_t(s[0].get<int>()) * V + s[1].get<int64_t>()]) - s[2].get<double>()));
     EXPECT_LT(worst, 1e-2) << kernel_level_name(lvl);
     std::printf("[%s] mlx affine4-g64 folder vs mlx_lm: max |dlogit| %.2e\n", kernel_level_name(lvl), worst);
   }
@@ -488,8 +487,8 @@ TEST_P(TinyModel, LogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyModel,
-                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3", "phi3",
-                                           "olmo2", "smollm3"));
+                         ::testing::Values("llama3", "qwen2", "qwen3", "gemma2", "gemma3", "falcon3", "phi3", "olmo2",
+                                           "smollm3"));
 
 // ------------------------------------------------ Gemma: sliding window, soft-caps, KV methods
 // tests/golden/make_arch_logits_golden.py: 16 tokens, windows of 4 (gemma2) and 5 (gemma3).
@@ -586,8 +585,8 @@ TEST_P(TinyGemma, KvMethodsAtHeadDim256) {
   EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "affine:bits=8"), 0.05);
   EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "kivi:bits=8"), 0.05);
   EXPECT_LT(worst_diff(g.ck, g.ids, g.logits, "affine:bits=8", true), 0.05);
-  for (const char* kv : {"kivi:bits=2", "turboquant_mse:bits=3", "turboquant_prod:bits=3", "qjl:bits=2",
-                         "rvq:bits=2", "polar:bits=4", "rabitq:bits=2"}) {
+  for (const char* kv : {"kivi:bits=2", "turboquant_mse:bits=3", "turboquant_prod:bits=3", "qjl:bits=2", "rvq:bits=2",
+                         "polar:bits=4", "rabitq:bits=2"}) {
     SCOPED_TRACE(kv);
     EXPECT_TRUE(std::isfinite(worst_diff(g.ck, g.ids, g.logits, kv)));
   }

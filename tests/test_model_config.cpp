@@ -50,8 +50,7 @@ void expect_facts(const ModelConfig& c, const json& e, const std::string& what) 
     EXPECT_EQ(c.rope_scaling.factor, float(e["rope_factor"].get<double>()));
     EXPECT_EQ(c.rope_scaling.low_freq_factor, float(e["rope_low_freq_factor"].get<double>()));
     EXPECT_EQ(c.rope_scaling.high_freq_factor, float(e["rope_high_freq_factor"].get<double>()));
-    EXPECT_EQ(c.rope_scaling.original_max_position_embeddings,
-              e["rope_original_max_position_embeddings"].get<int>());
+    EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, e["rope_original_max_position_embeddings"].get<int>());
   }
   EXPECT_EQ(c.attention_bias, c.arch == "qwen2");
   EXPECT_EQ(c.desc().qk_norm == QkNorm::PerHead, c.arch == "qwen3");
@@ -76,11 +75,11 @@ TEST(ModelConfig, V4FormAndDefaults) {
       "rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0},
       "torch_dtype": "bfloat16", "eos_token_id": [7, 8]})");
   ModelConfig c = ModelConfig::from_hf_json(j, "v4.json");
-  EXPECT_EQ(c.arch, "llama");                    // from architectures when model_type is absent
-  EXPECT_EQ(c.n_kv_heads, 4);                    // defaults to num_attention_heads
-  EXPECT_EQ(c.head_dim, 16);                     // hidden / heads
-  EXPECT_EQ(c.rms_eps, 1e-6f);                   // LlamaConfig default
-  EXPECT_EQ(c.max_position, 2048);               // LlamaConfig default
+  EXPECT_EQ(c.arch, "llama");       // from architectures when model_type is absent
+  EXPECT_EQ(c.n_kv_heads, 4);       // defaults to num_attention_heads
+  EXPECT_EQ(c.head_dim, 16);        // hidden / heads
+  EXPECT_EQ(c.rms_eps, 1e-6f);      // LlamaConfig default
+  EXPECT_EQ(c.max_position, 2048);  // LlamaConfig default
   EXPECT_EQ(c.rope_scaling.type, "linear");
   EXPECT_EQ(c.rope_scaling.factor, 2.0f);
   EXPECT_EQ(c.rope_theta, 500000.0f);
@@ -193,9 +192,11 @@ TEST(ModelConfig, BadConfigs) {
       {R"({"model_type": "gemma2", )" + base + R"(, "layer_types": ["full_attention", "x"]})", "layer_types"},
       {R"({"model_type": "gemma3_text", )" + base + R"(, "use_bidirectional_attention": true})", "bidirectional"},
       {R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}", "'GPT2LMHeadModel'"},
-      {R"({"model_type": "phi3", )" + base + R"(, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}})",
+      {R"({"model_type": "phi3", )" + base +
+           R"(, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]}})",
        "rope scaling type 'longrope'"},
-      {R"({"model_type": "phi3", )" + base + R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}})",
+      {R"({"model_type": "phi3", )" + base +
+           R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}})",
        "partial_rotary_factor 0.75"},
       {R"({"hidden_size": 64})", "no 'model_type' or 'architectures'"},
       {R"({"model_type": "llama", "hidden_size": 64})", "missing 'intermediate_size'"},
@@ -206,7 +207,8 @@ TEST(ModelConfig, BadConfigs) {
       {R"({"model_type": "llama", )" + base + R"(, "attention_bias": true})", "attention_bias"},
       {R"({"model_type": "llama", )" + base + R"(, "hidden_act": "gelu"})", "hidden_act 'gelu'"},
       {R"({"model_type": "llama", "hidden_size": "64", "intermediate_size": 1, "num_hidden_layers": 1,
-          "num_attention_heads": 4, "vocab_size": 1})", "'hidden_size' must be an integer"},
+          "num_attention_heads": 4, "vocab_size": 1})",
+       "'hidden_size' must be an integer"},
       {R"({"model_type": "llama", )" + base + R"(, "rms_norm_eps": "x"})", "'rms_norm_eps' must be a number"},
       {R"({"model_type": "llama", )" + base + R"(, "head_dim": 15})", "head_dim 15 must be even"},
       {R"([1, 2])", "must be a JSON object"},

@@ -48,8 +48,7 @@ SchemeParams P(const char* scheme, int bits, int group, DType dt = DType::F32) {
 }
 
 // |x|·|w| row sums: the scale of the fp32 summation error of one output.
-std::vector<double> abs_dot(const std::vector<float>& x, const std::vector<float>& w, int64_t m,
-                            int64_t n, int64_t k) {
+std::vector<double> abs_dot(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t n, int64_t k) {
   std::vector<double> s(size_t(m * n));
   for (int64_t t = 0; t < m; ++t)
     for (int64_t j = 0; j < n; ++j) {
@@ -60,8 +59,7 @@ std::vector<double> abs_dot(const std::vector<float>& x, const std::vector<float
   return s;
 }
 
-void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute, ActMode act,
-                bool with_bias) {
+void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute, ActMode act, bool with_bias) {
   const int64_t n = sh.n, k = sh.k;
   auto w = randn(size_t(n * k), uint32_t(n * 131 + k + p.bits), 0.05f);
   w[0] = 0.3f;  // an outlier sets one group's scale
@@ -85,9 +83,9 @@ void check_case(const SchemeParams& p, Shape sh, int64_t m, qt::Compute compute,
   std::vector<float> got(size_t(m * n), -1.0f);
   lin->forward(x.data(), m, got.data());
 
-  const std::string what = p.scheme + " bits " + std::to_string(p.bits) + " group " +
-                           std::to_string(p.group_size) + " n " + std::to_string(n) + " k " +
-                           std::to_string(k) + " m " + std::to_string(m) + " kind " + lin->kind();
+  const std::string what = p.scheme + " bits " + std::to_string(p.bits) + " group " + std::to_string(p.group_size) +
+                           " n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m) +
+                           " kind " + lin->kind();
   if (ref_mode == ActMode::Int8PerToken) {
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << what << " at " << i;
     return;
@@ -157,10 +155,13 @@ TEST_P(PackedLinearLevels, Int4CtRunsOnTheAffineKernels) {
     PackedTensor pt = qt::quantize_weights(w.data(), n, k, p);
     PackedTensor view = qt::int4_ct_as_affine(pt);
     const auto lib = qt::dequantize_weights(pt), ours = qt::dequantize_weights(view);
-    const double half_ulp = p.dtype == DType::BF16 ? std::ldexp(1.0, -8) : p.dtype == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
+    const double half_ulp = p.dtype == DType::BF16  ? std::ldexp(1.0, -8)
+                            : p.dtype == DType::F16 ? std::ldexp(1.0, -11)
+                                                    : 0.0;
     // fp32 scales: s·u is rounded before −8·s is added (16 fp32 ulps of the largest scale bound it).
     const auto sc = qt::to_f32(view.scales);
-    const double f32_slack = p.dtype == DType::F32 ? 16.0 * std::ldexp(1.0, -24) * *std::max_element(sc.begin(), sc.end()) : 0.0;
+    const double f32_slack =
+        p.dtype == DType::F32 ? 16.0 * std::ldexp(1.0, -24) * *std::max_element(sc.begin(), sc.end()) : 0.0;
     int differ = 0;
     for (size_t i = 0; i < lib.size(); ++i) {
       ASSERT_LE(std::abs(double(lib[i]) - ours[i]), half_ulp * std::abs(double(ours[i])) + f32_slack) << i;
@@ -174,7 +175,8 @@ TEST_P(PackedLinearLevels, Int4CtRunsOnTheAffineKernels) {
       std::vector<float> a(size_t(m * n)), b(size_t(m * n));
       qt::make_packed_linear(pt, nullptr)->forward(x.data(), m, a.data());
       qt::make_packed_linear(view, nullptr)->forward(x.data(), m, b.data());
-      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << qt::dtype_name(p.dtype) << " m " << m << " at " << i;
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_EQ(a[i], b[i]) << qt::dtype_name(p.dtype) << " m " << m << " at " << i;
     }
   }
 }
@@ -184,8 +186,7 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
     for (int g : {32, 64, 128})
       for (DType dt : {DType::F32, DType::BF16})
         for (int64_t m : {1, 5, 33})
-          check_case(P("affine", bits, g, dt), Shape{53, 384}, m, qt::Compute::F32, ActMode::Default,
-                     m == 5);
+          check_case(P("affine", bits, g, dt), Shape{53, 384}, m, qt::Compute::F32, ActMode::Default, m == 5);
 }
 
 // Weights large enough for several threads. One token through 4- and 8-bit affine weights with
@@ -195,11 +196,13 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
 TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
-      for (int64_t m : {1, 2}) check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
+      for (int64_t m : {1, 2})
+        check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
   for (const char* s : {"nf4", "fp4"})  // the table GEMV (blocks inside rows)
     for (int b : {64, 128})
       for (int64_t m : {1, 3}) check_case(P(s, 4, b), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
-  for (int bits : {3, 4}) check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
+  for (int bits : {3, 4})
+    check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
   // 4-/8-bit batches: the int16 GEMM (affine_i16_gemm.h) over groups of 64 rows
   // (211: a tail panel of 3 rows), token slices, and 6-row tiles with a tail (200, 7).
   for (int bits : {4, 8})
@@ -236,7 +239,8 @@ TEST_P(PackedLinearLevels, AffineInt16RoundingErrorIsCentred) {
           for (int64_t j = 0; j < k; ++j) {
             const int64_t gi = j / g;
             bound += std::abs(double(deq[size_t(r * k + j)]) - b[r * (k / g) + gi] - c * sc[r * (k / g) + gi]) * d / 2 +
-                     4.0 * double(k) * std::ldexp(1.0, -24) * std::abs(double(x[size_t(t * k + j)]) * deq[size_t(r * k + j)]);
+                     4.0 * double(k) * std::ldexp(1.0, -24) *
+                         std::abs(double(x[size_t(t * k + j)]) * deq[size_t(r * k + j)]);
           }
           ASSERT_LE(std::abs(double(got[size_t(t * n + r)]) - want[size_t(t * n + r)]), bound)
               << "bits " << bits << " m " << m << " row " << r;

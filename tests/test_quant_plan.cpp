@@ -26,7 +26,10 @@ TEST(Recipe, GlobMatch) {
 
 TEST(Recipe, ReadsRulesAndRefusesBadOnes) {
   const std::string dir = test::temp_dir("recipe");
-  { std::ofstream(dir + "/ok.json") << R"({"rules": [{"match": "a.*", "bits": 8, "comment": "x"}, {"match": "b", "keep": true}]})"; }
+  {
+    std::ofstream(dir + "/ok.json")
+        << R"({"rules": [{"match": "a.*", "bits": 8, "comment": "x"}, {"match": "b", "keep": true}]})";
+  }
   const std::vector<RecipeRule> r = read_recipe(dir + "/ok.json");
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].match, "a.*");
@@ -109,7 +112,7 @@ TEST(QuantPlanner, RulesFlagsAndLayouts) {
   Checkpoint ck = toy_checkpoint();
   const QuantPlan plan = planner.plan(ck);
   EXPECT_EQ(plan.tensors.at("model.layers.0.self_attn.q_proj.weight").bits, 6);  // the last matching rule
-  EXPECT_EQ(plan.tensors.at("model.embed_tokens.weight").bits, 2);              // the flag
+  EXPECT_EQ(plan.tensors.at("model.embed_tokens.weight").bits, 2);               // the flag
   EXPECT_EQ(plan.tensors.count("lm_head.weight"), 0u);
   EXPECT_NE(plan.skipped.at("lm_head.weight").find("kept by recipe rule 3"), std::string::npos);
   EXPECT_NE(plan.skipped.at("model.layers.0.mlp.down_proj.weight").find("does not divide"), std::string::npos);

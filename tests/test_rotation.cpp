@@ -29,7 +29,7 @@ TEST(Rotation, RandomOrthogonalIsOrthogonalAndFixedBySeed) {
         worst = std::max(worst, std::abs(s - (i == j)));
         if (i != j) offdiag = std::max(offdiag, std::abs(double(Q[size_t(i) * d + j])));
       }
-    EXPECT_LT(worst, 2e-6) << d;  // Q·Qᵀ = I to fp32 rounding
+    EXPECT_LT(worst, 2e-6) << d;                          // Q·Qᵀ = I to fp32 rounding
     EXPECT_GT(offdiag, 0.5 / std::sqrt(double(d))) << d;  // not a permutation or the identity
     EXPECT_EQ(Q, calib::random_orthogonal(d, 3));
     EXPECT_NE(Q, calib::random_orthogonal(d, 4));
@@ -64,7 +64,8 @@ TEST(Rotation, RotatedModelComputesTheSameLogits) {
   calib::rotate_residual(ck, 0);
   EXPECT_FALSE(ck.config.tie_word_embeddings);
   ASSERT_TRUE(ck.has("lm_head.weight"));
-  for (const char* n : {"model.norm.weight", "model.layers.7.input_layernorm.weight", "model.layers.7.post_attention_layernorm.weight"}) {
+  for (const char* n : {"model.norm.weight", "model.layers.7.input_layernorm.weight",
+                        "model.layers.7.post_attention_layernorm.weight"}) {
     const std::vector<float> g = to_f32(ck.get(n));
     EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float x) { return x == 1.0f; })) << n;
   }
@@ -73,7 +74,9 @@ TEST(Rotation, RotatedModelComputesTheSameLogits) {
   const int d = ck.config.hidden;
   EXPECT_GT(max_abs_diff(e0, e1), 0.05);
   double n0 = 0, n1 = 0;
-  for (int i = 0; i < d; ++i) n0 += double(e0[size_t(100) * d + i]) * e0[size_t(100) * d + i], n1 += double(e1[size_t(100) * d + i]) * e1[size_t(100) * d + i];
+  for (int i = 0; i < d; ++i)
+    n0 += double(e0[size_t(100) * d + i]) * e0[size_t(100) * d + i],
+        n1 += double(e1[size_t(100) * d + i]) * e1[size_t(100) * d + i];
   EXPECT_NEAR(n1, n0, 1e-4 * n0);
   const std::vector<float> got = test::fp32_logits(ck, ids, ctx);
   EXPECT_LT(max_abs_diff(got, ref), 2e-3);
@@ -94,7 +97,11 @@ TEST(RotationCli, SamePerplexityAndInt4LosesLessOnTheRotatedModel) {
   ASSERT_EQ(test::run_cmd(bin + " convert --in " + m + " --out " + dir + "/rot --rotate --dtype f32", &out), 0) << out;
   std::map<std::string, double> ppl;
   auto eval = [&](const std::string& model, const std::string& tag) {
-    ASSERT_EQ(test::run_cmd(bin + " eval-ppl --model " + model + " --text " + text + " --chunks 2 --json " + dir + "/" + tag + ".json", &out), 0) << out;
+    ASSERT_EQ(test::run_cmd(bin + " eval-ppl --model " + model + " --text " + text + " --chunks 2 --json " + dir + "/" +
+                                tag + ".json",
+                            &out),
+              0)
+        << out;
     ppl[tag] = std::stod(json_field(dir + "/" + tag + ".json", "ppl"));
   };
   eval(m, "base");
@@ -105,25 +112,30 @@ TEST(RotationCli, SamePerplexityAndInt4LosesLessOnTheRotatedModel) {
   // results/calib.md §Notes, W4A8). Round-to-nearest alone does not show it: Qᵀ·W_down spreads the
   // few rows that write SmolLM2's massive residual channels over every row, which per-row int4
   // scales pay for until GPTQ compensates.
-  std::ofstream(dir + "/keep-rot.json") << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}, {"match": "lm_head.weight", "keep": true}]})";
-  std::ofstream(dir + "/keep-base.json") << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}]})";  // tied: the head too
+  std::ofstream(dir + "/keep-rot.json")
+      << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}, {"match": "lm_head.weight", "keep": true}]})";
+  std::ofstream(dir + "/keep-base.json")
+      << R"({"rules": [{"match": "model.embed_tokens.weight", "keep": true}]})";  // tied: the head too
   const std::string valid = test::data_file("wikitext-2/wiki.valid.tokens.txt");
   for (const std::string& src : {std::string("base"), std::string("rot")}) {
     const std::string in = src == "base" ? m : dir + "/rot";
-    ASSERT_EQ(test::run_cmd(bin + " convert --in " + in + " --out " + dir + "/w4-" + src + " --scheme int4 --group-size 0 --recipe " +
-                                dir + "/keep-" + src + ".json --gptq --calib " + valid + " --calib-chunks 4",
+    ASSERT_EQ(test::run_cmd(bin + " convert --in " + in + " --out " + dir + "/w4-" + src +
+                                " --scheme int4 --group-size 0 --recipe " + dir + "/keep-" + src +
+                                ".json --gptq --calib " + valid + " --calib-chunks 4",
                             &out),
               0)
         << out;
     eval(dir + "/w4-" + src, "w4-" + src);
   }
-  std::printf("W4A8 GPTQ, 2 chunks: base %.4f -> %.4f, rotated %.4f -> %.4f\n", ppl["base"], ppl["w4-base"], ppl["rot"], ppl["w4-rot"]);
-  EXPECT_LT(ppl["w4-rot"] - ppl["rot"], 0.7 * (ppl["w4-base"] - ppl["base"])) << ppl["w4-rot"] << " vs " << ppl["w4-base"];
+  std::printf("W4A8 GPTQ, 2 chunks: base %.4f -> %.4f, rotated %.4f -> %.4f\n", ppl["base"], ppl["w4-base"], ppl["rot"],
+              ppl["w4-rot"]);
+  EXPECT_LT(ppl["w4-rot"] - ppl["rot"], 0.7 * (ppl["w4-base"] - ppl["base"]))
+      << ppl["w4-rot"] << " vs " << ppl["w4-base"];
 
   const std::string bad[] = {
       " --rotate --scheme int4 --group-size 0 --imatrix " + dir + "/x.safetensors",  // stats of the unrotated model
       " --rotate --scheme int8 --group-size 0 --smooth " + dir + "/x.safetensors",
-      " --rotate-seed 3",                                                             // needs --rotate
+      " --rotate-seed 3",  // needs --rotate
       " --rotate --format gguf",
   };
   for (const std::string& b : bad) {

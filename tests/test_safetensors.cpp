@@ -27,9 +27,7 @@ using qt::UserError;
 
 namespace {
 
-std::string golden(const std::string& rel) {
-  return qt::test::source_dir() + "/tests/golden/safetensors/" + rel;
-}
+std::string golden(const std::string& rel) { return qt::test::source_dir() + "/tests/golden/safetensors/" + rel; }
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -105,7 +103,9 @@ TEST(Safetensors, ReadsPythonWrittenFile) {
     const json& v = r["values"];
     ASSERT_EQ(int64_t(v.size()), t.numel());
     switch (t.dtype) {
-      case DType::F32: case DType::F16: case DType::BF16: {
+      case DType::F32:
+      case DType::F16:
+      case DType::BF16: {
         if (t.numel() == 0) break;  // (to_f32 memcpy's from a null vector: UBSan)
         std::vector<float> x = qt::to_f32(t);
         for (size_t i = 0; i < x.size(); ++i) {
@@ -117,13 +117,22 @@ TEST(Safetensors, ReadsPythonWrittenFile) {
       case DType::F64:
         for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<double>()[i], v[i].get<double>()) << i;
         break;
-      case DType::I8: for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int8_t>()[i], v[i].get<int64_t>()); break;
-      case DType::U8: case DType::BOOL:
+      case DType::I8:
+        for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int8_t>()[i], v[i].get<int64_t>());
+        break;
+      case DType::U8:
+      case DType::BOOL:
         for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<uint8_t>()[i], v[i].get<int64_t>());
         break;
-      case DType::I16: for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int16_t>()[i], v[i].get<int64_t>()); break;
-      case DType::I32: for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int32_t>()[i], v[i].get<int64_t>()); break;
-      case DType::I64: for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int64_t>()[i], v[i].get<int64_t>()); break;
+      case DType::I16:
+        for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int16_t>()[i], v[i].get<int64_t>());
+        break;
+      case DType::I32:
+        for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int32_t>()[i], v[i].get<int64_t>());
+        break;
+      case DType::I64:
+        for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.as<int64_t>()[i], v[i].get<int64_t>());
+        break;
       default: break;  // F8: raw bytes checked above
     }
   }
@@ -234,8 +243,8 @@ TEST(Safetensors, AgreesWithReferenceOnEdgeCases) {
     std::string err = open_error(path, unhex(c["hex"]));
     bool ref_ok = c["reference"] == "ok";
     bool want_ok = c.contains("quanttool") ? c["quanttool"] == "ok" : ref_ok;
-    EXPECT_EQ(err.empty(), want_ok) << name << ": ours '" << err << "' reference '"
-                                    << c["reference"].get<std::string>() << "'";
+    EXPECT_EQ(err.empty(), want_ok) << name << ": ours '" << err << "' reference '" << c["reference"].get<std::string>()
+                                    << "'";
     if (!err.empty()) {
       EXPECT_EQ(err.rfind(path + ": ", 0), 0u) << err;
       EXPECT_EQ(err.find('\n'), std::string::npos) << err;
@@ -267,11 +276,21 @@ TEST(Safetensors, MalformedFilesNameFileAndProblem) {
       {"array", st_bytes("[1,2]", ""), "not a JSON object"},
       {"dtype", st_bytes(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", "xy"), "unknown dtype \"Q4\""},
       {"size", st_bytes(R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,2]}})", "xy"), "needs 6 bytes"},
-      {"overlap", st_bytes(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", "xyz"), "overlap"},
-      {"gap", st_bytes(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})", "xyz"), "gap"},
-      {"range", st_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "xy"), "past the end of the data buffer"},
+      {"overlap",
+       st_bytes(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
+           "xyz"),
+       "overlap"},
+      {"gap",
+       st_bytes(
+           R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})",
+           "xyz"),
+       "gap"},
+      {"range", st_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", "xy"),
+       "past the end of the data buffer"},
       {"trailing", st_bytes("{" + u8a + "}", "xyz"), "trailing bytes"},
-      {"overflow", st_bytes(R"({"a":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""), "overflows"},
+      {"overflow", st_bytes(R"({"a":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
+       "overflows"},
       {"meta", st_bytes(R"({"__metadata__":{"k":[]},)" + u8a + "}", "xy"), "__metadata__ value of 'k' is not a string"},
   };
   for (auto& c : cases) {
@@ -319,9 +338,7 @@ TEST(Safetensors, BadIndexNamesTheFile) {
   Tensor ok = Tensor::from_f32({1, 2}, {2});
   qt::write_safetensors(dir + "/s1.safetensors", {{"a", ok}});
   qt::write_safetensors(dir + "/s2.safetensors", {{"a", ok}, {"b", ok}});
-  auto index = [&](const std::string& text) {
-    std::ofstream(dir + "/model.safetensors.index.json") << text;
-  };
+  auto index = [&](const std::string& text) { std::ofstream(dir + "/model.safetensors.index.json") << text; };
   auto err = [&]() -> std::string {
     try {
       qt::load_safetensors_dir(dir);

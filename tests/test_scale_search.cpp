@@ -52,8 +52,8 @@ TEST(AwqSearch, MatchesTheTorchReference) {
   for (int64_t t = 0; t < g.n; ++t)
     for (int64_t j = 0; j < g.cols; ++j) mean_abs[j] += std::abs(g.X[t * g.cols + j]) / float(g.n);
   calib::SearchReader r{g.W.data(), g.rows, &grid, false};
-  const calib::ScaleSearchResult res =
-      calib::search_scales(g.X.data(), g.n, g.cols, {r}, grid_of(20), [&](double a) { return calib::awq_scales(mean_abs, a); });
+  const calib::ScaleSearchResult res = calib::search_scales(g.X.data(), g.n, g.cols, {r}, grid_of(20),
+                                                            [&](double a) { return calib::awq_scales(mean_abs, a); });
   const float ref_alpha = g.scalar("awq_alpha");
   ASSERT_GT(ref_alpha, 0.0f);  // a real search: the reference did not keep s = 1
   EXPECT_NEAR(res.alpha, ref_alpha, 1e-6);
@@ -80,8 +80,8 @@ TEST(AwqSearch, MatchesTheTorchReference) {
     for (int j = 0; j < 128; ++j) m = std::max(m, std::abs(v[j]));
     clipped += ref[i] < m;
   }
-  EXPECT_GE(same, int(ref.size()) - 2);  // a near tie may fall the other way in float32
-  EXPECT_GT(clipped, 10);                // the reference clips many groups: the check is not vacuous
+  EXPECT_GE(same, int(ref.size()) - 2);     // a near tie may fall the other way in float32
+  EXPECT_GT(clipped, 10);                   // the reference clips many groups: the check is not vacuous
   for (size_t k = 0; k < ws.size(); ++k) {  // the weight is clamped to the chosen values
     const float mv = got[(k / g.cols) * 2 + (k % g.cols) / 128];
     ASSERT_LE(std::abs(ws[k]), mv);
@@ -92,7 +92,8 @@ TEST(AwqSearch, MatchesTheTorchReference) {
   // A sample smaller than a group (107 tokens, 128 columns) measures the error through the
   // tokens rather than the Gram matrix: the same choices as the reference's.
   std::vector<float> ws100(before);
-  const std::vector<float> got100 = calib::clip_search(grid, ws100.data(), g.rows, g.cols, xs.data(), g.n, 20, 0.5, 100);
+  const std::vector<float> got100 =
+      calib::clip_search(grid, ws100.data(), g.rows, g.cols, xs.data(), g.n, 20, 0.5, 100);
   const std::vector<float> ref100 = to_f32(g.f.get("clip_max_100"));
   int same100 = 0;
   for (size_t i = 0; i < ref100.size(); ++i) same100 += std::abs(got100[i] - ref100[i]) <= 1e-5f * std::abs(ref100[i]);
@@ -156,7 +157,8 @@ TEST(ScaleFold, FoldedModelComputesTheSameLogits) {
       moved += *std::max_element(s.begin(), s.end()) > 1.5f * *std::min_element(s.begin(), s.end());
     EXPECT_GT(moved, 7 * ck.config.n_layers / 2) << scheme;
     // The stored norm really changed (so the loaded model used the folded weights).
-    EXPECT_NE(to_f32(fc.get("model.layers.3.input_layernorm.weight")), to_f32(ck.get("model.layers.3.input_layernorm.weight")));
+    EXPECT_NE(to_f32(fc.get("model.layers.3.input_layernorm.weight")),
+              to_f32(ck.get("model.layers.3.input_layernorm.weight")));
   }
 }
 
@@ -175,7 +177,10 @@ TEST(AwqConvertCli, BeatsRtnAndRefusesBadFlags) {
     const std::string flags = v == "awq" ? " --awq --calib " + valid + " --search-chunks 1" : "";
     ASSERT_EQ(test::run_cmd(bin + " convert" + base + flags + " --out " + dir + "/" + v, &out), 0) << out;
     ASSERT_EQ(test::run_cmd(bin + " eval-ppl --model " + dir + "/" + v + " --text " + test_text +
-                                " --chunks 2 --json " + dir + "/" + v + ".json", &out), 0) << out;
+                                " --chunks 2 --json " + dir + "/" + v + ".json",
+                            &out),
+              0)
+        << out;
     std::ifstream jf(dir + "/" + v + ".json");
     const std::string j((std::istreambuf_iterator<char>(jf)), {});
     const auto p = j.find("\"ppl\":");
@@ -184,13 +189,13 @@ TEST(AwqConvertCli, BeatsRtnAndRefusesBadFlags) {
   }
   EXPECT_LT(ppl["awq"], ppl["rtn"] * 0.9) << ppl["awq"] << " vs " << ppl["rtn"];
   const std::string bad[] = {
-      " --awq",                                                    // no --calib
-      " --awq --calib " + test_text,                               // test text
+      " --awq",                                                       // no --calib
+      " --awq --calib " + test_text,                                  // test text
       " --awq --calib " + valid + " --smooth " + dir + "/keep.json",  // two scale folds
-      " --alpha auto --calib " + valid,                            // auto needs --smooth
-      " --alpha fast",                                             // not a number
-      " --no-clip",                                                // needs --awq
-      " --calib " + valid,                                         // nothing uses it
+      " --alpha auto --calib " + valid,                               // auto needs --smooth
+      " --alpha fast",                                                // not a number
+      " --no-clip",                                                   // needs --awq
+      " --calib " + valid,                                            // nothing uses it
       " --awq --calib " + valid + " --search-chunks 0",
   };
   for (const std::string& b : bad) {

@@ -35,10 +35,7 @@ const qt::SafetensorsFile& golden_file(const std::string& name) {
   static std::map<std::string, qt::SafetensorsFile> files;
   auto it = files.find(name);
   if (it == files.end())
-    it = files
-             .emplace(name, qt::SafetensorsFile::open(qt::test::source_dir() +
-                                                      "/tests/golden/schemes/" + name))
-             .first;
+    it = files.emplace(name, qt::SafetensorsFile::open(qt::test::source_dir() + "/tests/golden/schemes/" + name)).first;
   return it->second;
 }
 
@@ -70,41 +67,37 @@ std::vector<Case> all_cases() {
         if (dt == DType::F16 && !(g == 64 && (bits == 3 || bits == 4 || bits == 8))) continue;
         std::string k = "b" + std::to_string(bits) + "g" + std::to_string(g) + "." + dt_name(dt);
         cases.push_back({"affine_" + k, "affine.safetensors", params("affine", bits, g, dt),
-                         std::string("w.") + dt_name(dt), k + ".wq", k + ".scales",
-                         k + ".biases", k + ".deq"});
+                         std::string("w.") + dt_name(dt), k + ".wq", k + ".scales", k + ".biases", k + ".deq"});
       }
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int g : {0, 64, 128}) {
       std::string k = "int8.g" + std::to_string(g) + "." + dt_name(dt);
-      cases.push_back({k, "int.safetensors", params("int8", 8, g, dt),
-                       std::string("w.") + dt_name(dt), k + ".q", k + ".scale", "", k + ".deq"});
+      cases.push_back({k, "int.safetensors", params("int8", 8, g, dt), std::string("w.") + dt_name(dt), k + ".q",
+                       k + ".scale", "", k + ".deq"});
     }
     for (int g : {0, 128}) {
       std::string k = "int4.g" + std::to_string(g) + "." + dt_name(dt);
-      cases.push_back({k, "int.safetensors", params("int4", 4, g, dt),
-                       std::string("w.") + dt_name(dt), k + ".packed", k + ".scale", "",
-                       k + ".deq"});
+      cases.push_back({k, "int.safetensors", params("int4", 4, g, dt), std::string("w.") + dt_name(dt), k + ".packed",
+                       k + ".scale", "", k + ".deq"});
     }
   }
-  for (auto [dt, g] : {std::pair{DType::F32, 0}, {DType::BF16, 0}, {DType::BF16, 128},
-                       {DType::F32, 64}}) {
+  for (auto [dt, g] : {std::pair{DType::F32, 0}, {DType::BF16, 0}, {DType::BF16, 128}, {DType::F32, 64}}) {
     std::string k = "ct.g" + std::to_string(g) + "." + dt_name(dt);
-    cases.push_back({"int8_" + k, "int.safetensors", params("int8_ct", 8, g, dt),
-                     std::string("w.") + dt_name(dt), k + ".q", k + ".scale", "", k + ".deq"});
+    cases.push_back({"int8_" + k, "int.safetensors", params("int8_ct", 8, g, dt), std::string("w.") + dt_name(dt),
+                     k + ".q", k + ".scale", "", k + ".deq"});
   }
   for (auto [dt, g] : {std::pair{DType::BF16, 128}, {DType::BF16, 32}, {DType::F32, 64}, {DType::F32, 128}}) {
     std::string k = "ct4.g" + std::to_string(g) + "." + dt_name(dt);
-    cases.push_back({"int4_" + k, "ct4.safetensors", params("int4_ct", 4, g, dt),
-                     std::string("w.") + dt_name(dt), k + ".packed", k + ".scale", "", k + ".deq"});
+    cases.push_back({"int4_" + k, "ct4.safetensors", params("int4_ct", 4, g, dt), std::string("w.") + dt_name(dt),
+                     k + ".packed", k + ".scale", "", k + ".deq"});
   }
   for (const char* qt : {"nf4", "fp4"})
     for (int bs : {64, 128})
       for (const char* in : {"main", "mainbf16", "ragged", "odd"}) {
         DType dt = std::string(in) == "mainbf16" ? DType::BF16 : DType::F32;
         std::string k = std::string(qt) + ".b" + std::to_string(bs) + "." + in;
-        cases.push_back({std::string(qt) + "_b" + std::to_string(bs) + "_" + in,
-                         "bnb.safetensors", params(qt, 4, bs, dt), std::string("in.") + in,
-                         k + ".packed", k + ".absmax", "", k + ".deq"});
+        cases.push_back({std::string(qt) + "_b" + std::to_string(bs) + "_" + in, "bnb.safetensors",
+                         params(qt, 4, bs, dt), std::string("in.") + in, k + ".packed", k + ".absmax", "", k + ".deq"});
       }
   for (Case& c : cases)
     for (char& ch : c.label)
@@ -127,8 +120,8 @@ void expect_same_tensor(const qt::Tensor& got, const qt::Tensor& want, const std
         auto g = qt::to_f32(got), w = qt::to_f32(want);
         detail = " (" + std::to_string(g[i / el]) + " vs " + std::to_string(w[i / el]) + ")";
       }
-      ADD_FAILURE() << what << ": first difference at element " << i / el << " byte " << i
-                    << ": " << int(got.data[i]) << " vs " << int(want.data[i]) << detail;
+      ADD_FAILURE() << what << ": first difference at element " << i / el << " byte " << i << ": " << int(got.data[i])
+                    << " vs " << int(want.data[i]) << detail;
       return;
     }
 }
@@ -136,8 +129,8 @@ void expect_same_tensor(const qt::Tensor& got, const qt::Tensor& want, const std
 // Bit-for-bit equal; with zero_sign_free, +0 and −0 count as equal (bitsandbytes' own CPU paths
 // disagree on the sign of FP4 code 8: its Python table and AVX-512 LUT hold +0, its scalar
 // fallback LUT −0; we give +0, the value of the quant_map it writes).
-void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want,
-                       const std::string& what, bool zero_sign_free = false) {
+void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                       bool zero_sign_free = false) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -145,8 +138,7 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
     std::memcpy(&a, &got[i], 4);
     std::memcpy(&b, &want[i], 4);
     if (zero_sign_free && got[i] == 0.0f && want[i] == 0.0f) continue;
-    if (a != b && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    if (a != b && bad++ < 5) ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
   }
   EXPECT_EQ(bad, 0) << what << ": values differ";
 }
@@ -159,9 +151,8 @@ std::vector<double> int_weights(const PackedTensor& p) {
   std::vector<double> out(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
-      int q = p.params.scheme == "int4"
-                  ? ((p.data.data[n * (K / 2) + k / 2] >> (k % 2 ? 0 : 4)) & 15) - 8
-                  : p.data.as<int8_t>()[n * K + k];
+      int q = p.params.scheme == "int4" ? ((p.data.data[n * (K / 2) + k / 2] >> (k % 2 ? 0 : 4)) & 15) - 8
+                                        : p.data.as<int8_t>()[n * K + k];
       out[size_t(n * K + k)] = double(q) * s[size_t(n * ng + k / gl)];
     }
   return out;
@@ -191,8 +182,7 @@ TEST_P(SchemeGolden, QuantizeDequantizeBitExact) {
   lib.data = f.get(c.data);
   lib.scales = f.get(c.scales);
   if (!c.biases.empty()) lib.biases = f.get(c.biases);
-  expect_bits_equal(qt::dequantize_weights(lib), want, c.label + " dequantized (library codes)",
-                    fp4);
+  expect_bits_equal(qt::dequantize_weights(lib), want, c.label + " dequantized (library codes)", fp4);
 
   EXPECT_NEAR(p.bits_per_weight(), qt::scheme_bits_per_weight(c.params, rows, cols), 1e-12);
 }
@@ -291,12 +281,10 @@ TEST(Schemes, TableRowsAreConsistent) {
 TEST(Schemes, BitsPerWeight) {
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 4, 64, DType::BF16), 7, 256), 4.5);
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 3, 32, DType::F16), 7, 256), 4.0);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 8, 128, DType::F32), 7, 256),
-                   8.5);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 8, 128, DType::F32), 7, 256), 8.5);
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8", 8, 0, DType::F32), 7, 256), 8.125);
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8", 8, 64, DType::BF16), 7, 256), 8.5);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8_ct", 8, 0, DType::BF16), 7, 256),
-                   8.0625);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8_ct", 8, 0, DType::BF16), 7, 256), 8.0625);
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int4", 4, 128, DType::F32), 7, 256), 4.25);
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("nf4", 4, 64, DType::F32), 8, 256), 4.5);
   // SmolLM2's 576-wide rows with bnb blocksize 128: 4.5 blocks per row, flat blocks.
@@ -309,8 +297,7 @@ void expect_user_error(const std::function<void()>& f, std::vector<std::string> 
     f();
     ADD_FAILURE() << "no UserError; expected one mentioning " << parts[0];
   } catch (const qt::UserError& e) {
-    for (const std::string& s : parts)
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
+    for (const std::string& s : parts) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
   }
 }
 
@@ -319,12 +306,9 @@ TEST(Schemes, BadParametersAreUserErrors) {
   auto quant = [&](SchemeParams p, int64_t rows, int64_t cols) {
     return [=, &w] { qt::quantize_weights(w.data(), rows, cols, p, "blk.0.q_proj"); };
   };
-  expect_user_error(quant(params("affine", 7, 64, DType::F32), 4, 256),
-                    {"blk.0.q_proj", "7 bits", "2, 3, 4, 5, 6, 8"});
-  expect_user_error(quant(params("affine", 4, 48, DType::F32), 4, 288),
-                    {"blk.0.q_proj", "group size 48"});
-  expect_user_error(quant(params("affine", 4, 128, DType::F32), 4, 576),
-                    {"blk.0.q_proj", "128", "576"});
+  expect_user_error(quant(params("affine", 7, 64, DType::F32), 4, 256), {"blk.0.q_proj", "7 bits", "2, 3, 4, 5, 6, 8"});
+  expect_user_error(quant(params("affine", 4, 48, DType::F32), 4, 288), {"blk.0.q_proj", "group size 48"});
+  expect_user_error(quant(params("affine", 4, 128, DType::F32), 4, 576), {"blk.0.q_proj", "128", "576"});
   expect_user_error(quant(params("int8", 8, 128, DType::F32), 4, 576), {"128", "576"});
   expect_user_error(quant(params("int8", 4, 0, DType::F32), 4, 256), {"4 bits"});
   expect_user_error(quant(params("int4", 4, 64, DType::F32), 4, 256), {"group size 64"});
@@ -343,8 +327,7 @@ TEST(Schemes, BadParametersAreUserErrors) {
 
   std::vector<float> bad(size_t(2 * 64), 1.0f);
   bad[70] = std::nanf("");
-  expect_user_error([&] { qt::quantize_weights(bad.data(), 2, 64, params("affine", 4, 64,
-                                                                          DType::F32), "t"); },
+  expect_user_error([&] { qt::quantize_weights(bad.data(), 2, 64, params("affine", 4, 64, DType::F32), "t"); },
                     {"t:", "non-finite", "[1, 6]"});
 }
 
@@ -364,7 +347,6 @@ TEST(Schemes, MalformedPackedTensorsAreUserErrors) {
   expect_user_error([&] { qt::dequantize_weights(bad, "x"); }, {"codes", "I32", "U32"});
 }
 
-
 // nf4/fp4 at every kernel level give the scalar level's bytes (the goldens above pin the level
 // this CPU runs at; this pins the others), on values that stress the code choice: exactly on
 // every midpoint (ties go to the lower code), ±1, signed zeros, a partial
@@ -379,7 +361,8 @@ TEST(Schemes, Bnb4CodesAreTheSameAtEveryKernelLevel) {
       for (float& v : w) v = nd(rng);
       // Each block: absmax 4 (a power of two, so x · (1/4) is exact), then every midpoint of the
       // sorted table times 4, ±1 after scaling, and both zeros.
-      const float* tab = std::string(scheme) == "nf4" ? qt::schemes_detail::nf4_table() : qt::schemes_detail::fp4_table();
+      const float* tab =
+          std::string(scheme) == "nf4" ? qt::schemes_detail::nf4_table() : qt::schemes_detail::fp4_table();
       std::vector<float> sorted(tab, tab + 16);
       std::sort(sorted.begin(), sorted.end());
       std::vector<float> special = {4.0f, -0.0f, 0.0f, -4.0f};
@@ -393,11 +376,9 @@ TEST(Schemes, Bnb4CodesAreTheSameAtEveryKernelLevel) {
         got.emplace_back(t.data.data, t.data.data + t.data.nbytes);
       }
       qt::set_kernel_level(qt::max_kernel_level());
-      for (size_t l = 1; l < got.size(); ++l)
-        EXPECT_EQ(got[l], got[0]) << scheme << " block " << bs << " level " << l;
+      for (size_t l = 1; l < got.size(); ++l) EXPECT_EQ(got[l], got[0]) << scheme << " block " << bs << " level " << l;
     }
 }
-
 
 // int8_ct codes (compressed-tensors W8A8): the AVX2 intrinsics give the loop's bytes, for bf16
 // and fp32 scales, per channel (with a tail of 4 past the last 32) and per group, on random
@@ -429,7 +410,8 @@ TEST(Schemes, Int8CtCodesAreTheSameAtEveryKernelLevel) {
             for (float v : {127.5f, -127.5f, 2.5f, -3.5f, 126.5f}) *g++ = v;
           } else {
             *g++ = amax;
-            for (size_t i = 0; i < 63 && i < ties.size(); ++i) *g++ = ties[(i + size_t(r) + size_t(at / 64)) % ties.size()];
+            for (size_t i = 0; i < 63 && i < ties.size(); ++i)
+              *g++ = ties[(i + size_t(r) + size_t(at / 64)) % ties.size()];
           }
         }
       std::vector<std::vector<uint8_t>> got;
@@ -455,7 +437,9 @@ TEST(Schemes, Int8CtCodesAreTheSameAtEveryKernelLevel) {
 TEST(Schemes, QuantizeTensorEqualsQuantizeWeights) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 0.02f);
-  struct Shape { int64_t rows, cols; };
+  struct Shape {
+    int64_t rows, cols;
+  };
   for (const char* scheme : {"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4"})
     for (Shape sh : {Shape{301, 576}, Shape{1001, 129}})
       for (DType src : {DType::BF16, DType::F32}) {
@@ -478,8 +462,8 @@ TEST(Schemes, QuantizeTensorEqualsQuantizeWeights) {
         const qt::Tensor deferred = qt::deferred_tensor(t.dtype, t.shape, [t] { return t; });
         for (const qt::Tensor& in : {t, deferred}) {
           const PackedTensor got = qt::quantize_tensor(in, p);
-          const std::string what = std::string(scheme) + " " + std::to_string(sh.rows) + "x" +
-                                   std::to_string(sh.cols) + " " + qt::dtype_name(src) + (in.deferred() ? " deferred" : "");
+          const std::string what = std::string(scheme) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                                   " " + qt::dtype_name(src) + (in.deferred() ? " deferred" : "");
           expect_same_tensor(got.data, want.data, what + " codes");
           expect_same_tensor(got.scales, want.scales, what + " scales");
           if (want.biases.data) expect_same_tensor(got.biases, want.biases, what + " biases");
@@ -488,8 +472,11 @@ TEST(Schemes, QuantizeTensorEqualsQuantizeWeights) {
   // A non-finite weight far into the tensor is named by its row in the whole weight.
   std::vector<float> w(size_t(700 * 576), 0.01f);
   w[size_t(650 * 576 + 3)] = NAN;
-  expect_user_error([&] { qt::quantize_tensor(qt::Tensor::from_f32(w, {700, 576}), qt::default_params("affine"), "layer.w"); },
-                    {"layer.w", "[650, 3]"});
+  expect_user_error(
+      [&] {
+        qt::quantize_tensor(qt::Tensor::from_f32(w, {700, 576}), qt::default_params("affine"), "layer.w");
+      },
+      {"layer.w", "[650, 3]"});
 }
 
 }  // namespace

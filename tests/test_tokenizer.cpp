@@ -49,7 +49,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string vectors(const std::string& name) { return qt::test::data_file("tokenizer-vectors/ggml-vocab-" + name + ".gguf"); }
+std::string vectors(const std::string& name) {
+  return qt::test::data_file("tokenizer-vectors/ggml-vocab-" + name + ".gguf");
+}
 std::string golden(const std::string& name) { return qt::test::source_dir() + "/tests/golden/tokenizer/" + name; }
 
 // Loading a vocabulary takes ~0.1 s: load each once per run.
@@ -128,8 +130,8 @@ TEST_P(Vectors, EveryCaseMatchesTheHfIds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Vectors,
-                         ::testing::Values("gpt-2", "llama-spm", "phi-3", "starcoder", "falcon",
-                                           "deepseek-coder", "refact", "mpt"),
+                         ::testing::Values("gpt-2", "llama-spm", "phi-3", "starcoder", "falcon", "deepseek-coder",
+                                           "refact", "mpt"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -138,7 +140,6 @@ INSTANTIATE_TEST_SUITE_P(LlamaCpp, Vectors,
                          });
 
 }  // namespace
-
 
 namespace {
 
@@ -186,9 +187,7 @@ fs::path export_hf(const qt::Tokenizer& tok, const std::string& tag) {
   return dir;
 }
 
-std::string vocab_path(const std::string& name) {
-  return name == "smollm2" ? qt::test::model_gguf() : vectors(name);
-}
+std::string vocab_path(const std::string& name) { return name == "smollm2" ? qt::test::model_gguf() : vectors(name); }
 
 TEST_P(Vectors, DecodeInvertsEncode) {
   const std::string path = vectors(GetParam());
@@ -220,8 +219,8 @@ TEST(SmolLM2, GgufFacts) {
   const qt::Tokenizer* tok = &cached(qt::test::model_gguf());
   EXPECT_EQ(tok->kind(), "bpe (smollm)");
   EXPECT_EQ(tok->vocab_size(), 49152);
-  EXPECT_EQ(tok->bos_id(), 1);  // <|im_start|>
-  EXPECT_EQ(tok->eos_id(), 2);  // <|im_end|>
+  EXPECT_EQ(tok->bos_id(), 1);   // <|im_start|>
+  EXPECT_EQ(tok->eos_id(), 2);   // <|im_end|>
   EXPECT_FALSE(tok->add_bos());  // tokenizer.ggml.add_bos_token = false
   EXPECT_EQ(tok->encode("Hello world", true), tok->encode("Hello world", false));
   EXPECT_EQ(tok->decode({1}), "<|im_start|>");

@@ -39,21 +39,27 @@ void write_bnb_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptio
     dtype = q.dtype;
     if (!ck.has(name + ".quant_map")) user_error("{}: no quant_map tensor to write", name);
     // bitsandbytes' QuantState.as_dict packs these four fields, in this order, with json.dumps.
-    const std::string blob = "{\"quant_type\": \"" + q.scheme + "\", \"blocksize\": " +
-                             std::to_string(q.group_size) + ", \"dtype\": \"" + torch_dtype_name(q.dtype) +
-                             "\", \"shape\": [" + std::to_string(q.rows) + ", " + std::to_string(q.cols) + "]}";
+    const std::string blob = "{\"quant_type\": \"" + q.scheme + "\", \"blocksize\": " + std::to_string(q.group_size) +
+                             ", \"dtype\": \"" + torch_dtype_name(q.dtype) + "\", \"shape\": [" +
+                             std::to_string(q.rows) + ", " + std::to_string(q.cols) + "]}";
     opt.extra_tensors[name + kStatePrefix + q.scheme] =
         Tensor::owned_bytes(DType::U8, {int64_t(blob.size())}, std::vector<uint8_t>(blob.begin(), blob.end()));
     opt.keep_dtype.insert(q.scales);
     opt.keep_dtype.insert(name + ".quant_map");
   }
-  opt.extra_config["quantization_config"] = {
-      {"_load_in_4bit", true}, {"_load_in_8bit", false},
-      {"bnb_4bit_compute_dtype", torch_dtype_name(dtype)}, {"bnb_4bit_quant_storage", "uint8"},
-      {"bnb_4bit_quant_type", type}, {"bnb_4bit_use_double_quant", false},
-      {"llm_int8_enable_fp32_cpu_offload", false}, {"llm_int8_has_fp16_weight", false},
-      {"llm_int8_skip_modules", nullptr}, {"llm_int8_threshold", 6.0},
-      {"load_in_4bit", true}, {"load_in_8bit", false}, {"quant_method", "bitsandbytes"}};
+  opt.extra_config["quantization_config"] = {{"_load_in_4bit", true},
+                                             {"_load_in_8bit", false},
+                                             {"bnb_4bit_compute_dtype", torch_dtype_name(dtype)},
+                                             {"bnb_4bit_quant_storage", "uint8"},
+                                             {"bnb_4bit_quant_type", type},
+                                             {"bnb_4bit_use_double_quant", false},
+                                             {"llm_int8_enable_fp32_cpu_offload", false},
+                                             {"llm_int8_has_fp16_weight", false},
+                                             {"llm_int8_skip_modules", nullptr},
+                                             {"llm_int8_threshold", 6.0},
+                                             {"load_in_4bit", true},
+                                             {"load_in_8bit", false},
+                                             {"quant_method", "bitsandbytes"}};
   write_hf_folder(ck, dir, opt);
 }
 

@@ -54,7 +54,8 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
     if (!scheme.empty() && q.scheme != scheme)
       user_error("{}: compressed-tensors' single config group needs one scheme ({} and {})", name, scheme, q.scheme);
     if (group >= 0 && q.group_size != group)
-      user_error("{}: compressed-tensors' single config group needs one group size ({} and {})", name, group, q.group_size);
+      user_error("{}: compressed-tensors' single config group needs one group size ({} and {})", name, group,
+                 q.group_size);
     scheme = q.scheme;
     group = q.group_size;
     opt.keep_dtype.insert(q.scales);
@@ -63,25 +64,35 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
   // Linear modules left unquantized (never the embedding: the preset targets Linear only).
   json ignore = json::array({"lm_head"});  // as the preset's recipe says, tied or not
   for (auto& [name, t] : ck.tensors)
-    if (t.shape.size() == 2 && is_float(t.dtype) && name != "model.embed_tokens.weight" &&
-        name != "lm_head.weight" && module_of(name) != name)
+    if (t.shape.size() == 2 && is_float(t.dtype) && name != "model.embed_tokens.weight" && name != "lm_head.weight" &&
+        module_of(name) != name)
       ignore.push_back(module_of(name));
   // W8A8: llm-compressor's W8A8 preset (int-quantized, per-token dynamic int8 activations).
   // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
   // activations unquantized).
-  json weights = {{"num_bits", ct->bits}, {"type", "int"}, {"symmetric", true},
+  json weights = {{"num_bits", ct->bits},
+                  {"type", "int"},
+                  {"symmetric", true},
                   {"group_size", group > 0 ? json(group) : json(nullptr)},
-                  {"strategy", group > 0 ? "group" : "channel"}, {"dynamic", false}};
-  json acts = !ct->int8_activations ? json(nullptr)
-                                   : json{{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
-                           {"strategy", "token"}, {"dynamic", true}};
-  opt.extra_config["quantization_config"] = {
-      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts},
-                                      {"output_activations", nullptr}, {"format", nullptr}}}}},
-      {"quant_method", "compressed-tensors"}, {"kv_cache_scheme", nullptr},
-      {"format", ct->format},
-      {"quantization_status", "compressed"}, {"global_compression_ratio", nullptr}, {"ignore", ignore},
-      {"moe_sparsity_config", nullptr}};
+                  {"strategy", group > 0 ? "group" : "channel"},
+                  {"dynamic", false}};
+  json acts =
+      !ct->int8_activations ? json(nullptr) : json{{"num_bits", 8},         {"type", "int"},       {"symmetric", true},
+                                                   {"group_size", nullptr}, {"strategy", "token"}, {"dynamic", true}};
+  opt.extra_config["quantization_config"] = {{"config_groups",
+                                              {{"group_0",
+                                                {{"targets", {"Linear"}},
+                                                 {"weights", weights},
+                                                 {"input_activations", acts},
+                                                 {"output_activations", nullptr},
+                                                 {"format", nullptr}}}}},
+                                             {"quant_method", "compressed-tensors"},
+                                             {"kv_cache_scheme", nullptr},
+                                             {"format", ct->format},
+                                             {"quantization_status", "compressed"},
+                                             {"global_compression_ratio", nullptr},
+                                             {"ignore", ignore},
+                                             {"moe_sparsity_config", nullptr}};
   write_hf_folder(ck, dir, opt);
 }
 
@@ -108,8 +119,10 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
     user_error("{}/config.json: only symmetric {}-bit int weights are supported with format {}", dir, ct->bits, format);
   const std::string strategy = w.value("strategy", "");
   int group = 0;
-  if (strategy == "group") group = w.value("group_size", json(0)).is_number_integer() ? w["group_size"].get<int>() : 0;
-  else if (strategy != "channel" || packed) user_error("{}/config.json: weight strategy '{}' is not supported", dir, strategy);
+  if (strategy == "group")
+    group = w.value("group_size", json(0)).is_number_integer() ? w["group_size"].get<int>() : 0;
+  else if (strategy != "channel" || packed)
+    user_error("{}/config.json: weight strategy '{}' is not supported", dir, strategy);
   json tensors = json::object(), companions = json::array();
   const std::string kSuffix = ".weight_scale";
   for (auto& [name, t] : stored) {

@@ -26,17 +26,28 @@ namespace {
 struct TypeRow {
   const char* name;
   GgmlType type;
-  uint32_t ftype;  // llama_ftype
+  uint32_t ftype;    // llama_ftype
   bool mix = false;  // llama.cpp's _M mix over `type` (k_mix_type below)
 };
 constexpr TypeRow kTypes[] = {
-    {"f32", GgmlType::F32, 0},   {"f16", GgmlType::F16, 1},   {"bf16", GgmlType::BF16, 32},
-    {"q8_0", GgmlType::Q8_0, 7}, {"q4_0", GgmlType::Q4_0, 2}, {"q4_1", GgmlType::Q4_1, 3},
-    {"q5_0", GgmlType::Q5_0, 8}, {"q5_1", GgmlType::Q5_1, 9}, {"iq4_nl", GgmlType::IQ4_NL, 25},
+    {"f32", GgmlType::F32, 0},
+    {"f16", GgmlType::F16, 1},
+    {"bf16", GgmlType::BF16, 32},
+    {"q8_0", GgmlType::Q8_0, 7},
+    {"q4_0", GgmlType::Q4_0, 2},
+    {"q4_1", GgmlType::Q4_1, 3},
+    {"q5_0", GgmlType::Q5_0, 8},
+    {"q5_1", GgmlType::Q5_1, 9},
+    {"iq4_nl", GgmlType::IQ4_NL, 25},
     // llama-quantize's names Q4_K / Q5_K are aliases of Q4_K_M / Q5_K_M: the same file_type.
-    {"q4_k", GgmlType::Q4_K, 15}, {"q5_k", GgmlType::Q5_K, 17}, {"q6_k", GgmlType::Q6_K, 18},
-    {"q2_k", GgmlType::Q2_K, 10}, {"q3_k", GgmlType::Q3_K, 12},
-    {"q4_k_m", GgmlType::Q4_K, 15, true}, {"q5_k_m", GgmlType::Q5_K, 17, true}, {"q3_k_m", GgmlType::Q3_K, 12, true},
+    {"q4_k", GgmlType::Q4_K, 15},
+    {"q5_k", GgmlType::Q5_K, 17},
+    {"q6_k", GgmlType::Q6_K, 18},
+    {"q2_k", GgmlType::Q2_K, 10},
+    {"q3_k", GgmlType::Q3_K, 12},
+    {"q4_k_m", GgmlType::Q4_K, 15, true},
+    {"q5_k_m", GgmlType::Q5_K, 17, true},
+    {"q3_k_m", GgmlType::Q3_K, 12, true},
 };
 
 // llama.cpp's tensor_type_fallback (src/llama-quant.cpp) for a weight whose rows a 256-element
@@ -84,8 +95,7 @@ GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool t
       if (rest == "attn_output.weight") return GgmlType::Q4_K;
       return base;
     }
-    if ((rest == "attn_v.weight" || rest == "ffn_down.weight") && use_more_bits(layer, n_layers))
-      return GgmlType::Q6_K;
+    if ((rest == "attn_v.weight" || rest == "ffn_down.weight") && use_more_bits(layer, n_layers)) return GgmlType::Q6_K;
   }
   return base;
 }
@@ -93,10 +103,10 @@ GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool t
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
 std::pair<int, int> order_key(const std::string& gguf) {
-  static const char* kLayer[] = {"attn_norm.weight", "attn_q.weight",  "attn_q.bias",       "attn_k.weight",
-                                 "attn_k.bias",      "attn_v.weight",  "attn_v.bias",       "attn_q_norm.weight",
+  static const char* kLayer[] = {"attn_norm.weight",   "attn_q.weight",      "attn_q.bias",     "attn_k.weight",
+                                 "attn_k.bias",        "attn_v.weight",      "attn_v.bias",     "attn_q_norm.weight",
                                  "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                                 "ffn_up.weight",    "ffn_down.weight"};
+                                 "ffn_up.weight",      "ffn_down.weight"};
   if (gguf == "token_embd.weight") return {-2, 0};
   if (gguf == "rope_freqs.weight") return {-1, 0};
   if (gguf == "output_norm.weight") return {1 << 30, 0};
@@ -156,8 +166,9 @@ bool gguf_export_is_mix(const std::string& name) {
 void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt) {
   const ModelConfig& c = ck.config;
   const char* arch = c.desc().gguf_arch;  // llama.cpp's general.architecture (mistral's is "llama")
-  if (!*arch) user_error("{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3)",
-                         ck.path, c.arch);
+  if (!*arch)
+    user_error("{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3)", ck.path,
+               c.arch);
   const TypeRow& tr = type_row(opt.type);
   const GgmlTypeRow& block = *ggml_type_row(uint32_t(opt.type));
 
@@ -187,10 +198,11 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
     }
     if (opt.k_mix && t.shape.size() == 2) ++mix[ggml_type_row(uint32_t(it.type))->name];
     if (t.shape.size() == 2 && t.shape[1] % ggml_type_row(uint32_t(it.type))->block_size != 0)
-      user_error("{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
-                 "would store it as f16; convert it with --gguf-type f16 or f32)",
-                 ck.path, hf, g, t.shape[1], ggml_type_row(uint32_t(it.type))->name,
-                 ggml_type_row(uint32_t(it.type))->block_size);
+      user_error(
+          "{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
+          "would store it as f16; convert it with --gguf-type f16 or f32)",
+          ck.path, hf, g, t.shape[1], ggml_type_row(uint32_t(it.type))->name,
+          ggml_type_row(uint32_t(it.type))->block_size);
     if (c.gguf_permutes_qk() && hf.find(".self_attn.q_proj.") != std::string::npos) it.permute_heads = c.n_heads;
     if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
     items.push_back(it);
@@ -262,8 +274,10 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
         v = gguf_permute_rows(v.data(), rows, cols, it.permute_heads);
       }
       std::vector<uint8_t> out(ggml_nbytes(it.type, v.size()));
-      if (imp) ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());
-      else ggml_quantize(it.type, v.data(), v.size(), out.data());
+      if (imp)
+        ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());
+      else
+        ggml_quantize(it.type, v.data(), v.size(), out.data());
       return out;
     });
   }

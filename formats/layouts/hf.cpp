@@ -25,7 +25,6 @@ std::string torch_dtype_name(DType t) {
 
 namespace {
 
-
 // Cast a float tensor to F32/F16/BF16, rounding to nearest even (as torch's .to() does).
 Tensor cast(const Tensor& t, DType to) {
   if (t.dtype == to) return t;  // shares the source's storage

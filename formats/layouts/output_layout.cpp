@@ -19,8 +19,8 @@ const std::vector<OutputLayout>& output_layouts() {
       {"native", "quanttool folder: any scheme, config.json quantization_config per tensor", write_native_folder,
        native_tensor_names, nullptr},
       // llm-compressor's W8A8 preset targets Linear layers and ignores lm_head.
-      {"compressed-tensors", "compressed-tensors int-quantized (W8A8) folder, as llm-compressor writes", write_ct_folder,
-       ct_tensor_names, "compressed-tensors quantizes Linear layers only (lm_head ignored)"},
+      {"compressed-tensors", "compressed-tensors int-quantized (W8A8) folder, as llm-compressor writes",
+       write_ct_folder, ct_tensor_names, "compressed-tensors quantizes Linear layers only (lm_head ignored)"},
       // transformers' bitsandbytes integration keeps the embedding and the output head float.
       {"bnb", "bitsandbytes NF4/FP4 folder, as transformers saves it", write_bnb_folder, bnb_tensor_names,
        "bitsandbytes (transformers) keeps the embedding and lm_head unquantized", ".quant_map"},

@@ -42,9 +42,8 @@ QuantEntry parse_quant_entry(const json& e, const std::string& where) {
 }
 
 json quant_entry_json(const QuantEntry& q) {
-  json e = {{"scheme", q.scheme}, {"bits", q.bits}, {"group_size", q.group_size},
-            {"dtype", dtype_name(q.dtype)}, {"shape", {q.rows, q.cols}},
-            {"data", q.data}, {"scales", q.scales}};
+  json e = {{"scheme", q.scheme},        {"bits", q.bits}, {"group_size", q.group_size}, {"dtype", dtype_name(q.dtype)},
+            {"shape", {q.rows, q.cols}}, {"data", q.data}, {"scales", q.scales}};
   if (!q.biases.empty()) e["biases"] = q.biases;
   return e;
 }
@@ -62,7 +61,7 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
   auto want = expected_tensor_shapes(c);
   std::set<std::string> companions;
   std::map<std::string, std::vector<int64_t>> logical;  // weight -> [rows, cols]
-  std::map<std::string, std::string> alias;              // weight -> the codes' other name
+  std::map<std::string, std::string> alias;             // weight -> the codes' other name
   for (auto& [name, e] : desc.at("tensors").items()) {
     QuantEntry q = parse_quant_entry(e, dir + ": " + name);
     // The codes stand in for the weight: under its own name, or under another (compressed-tensors'
@@ -92,7 +91,8 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
       user_error("{}: tensor {} has dtype {} but no quantization entry", dir, name, dtype_name(t.dtype));
   }
   for (auto& [name, shape] : want)
-    if (!stored.count(name) && !alias.count(name)) user_error("{}: missing tensor {}", dir, name);
+    if (!stored.count(name) && !alias.count(name))
+      user_error("{}: missing tensor {}", dir, name);
     else if (alias.count(name) && logical[name] != shape)
       user_error("{}: tensor {} has shape {}, expected {}", dir, name, dims(logical[name]), dims(shape));
 }

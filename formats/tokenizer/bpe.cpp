@@ -13,9 +13,7 @@ namespace qt::tok {
 // MergeTable: open addressing with linear probing; the hot lookup of the whole tokenizer.
 
 namespace {
-inline uint64_t pair_key(int32_t l, int32_t r) {
-  return ((uint64_t(uint32_t(l)) << 32) | uint32_t(r)) + 1;
-}
+inline uint64_t pair_key(int32_t l, int32_t r) { return ((uint64_t(uint32_t(l)) << 32) | uint32_t(r)) + 1; }
 inline size_t hash_key(uint64_t k) { return size_t((k * 0x9E3779B97F4A7C15ull) >> 20); }
 }  // namespace
 
@@ -278,9 +276,7 @@ void BpeTokenizer::merge_large(std::vector<Sym>& s) const {
   struct Cand {
     int32_t rank, left, lid, rid, merged;
   };
-  auto worse = [](const Cand& a, const Cand& b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  };
+  auto worse = [](const Cand& a, const Cand& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
   std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> heap(worse);
   auto push = [&](int32_t l) {
     if (l < 0 || next[l] < 0) return;
@@ -312,8 +308,7 @@ void BpeTokenizer::merge_large(std::vector<Sym>& s) const {
   s.resize(k);
 }
 
-void BpeTokenizer::emit(std::string_view word, const std::vector<Sym>& syms,
-                        std::vector<int32_t>* out) const {
+void BpeTokenizer::emit(std::string_view word, const std::vector<Sym>& syms, std::vector<int32_t>* out) const {
   for (const Sym& sy : syms) {
     if (sy.id >= 0 && sy.id < vocab.size()) {
       out->push_back(sy.id);
@@ -335,19 +330,17 @@ void BpeTokenizer::append_piece(int32_t id, bool first, std::string* out) const 
     return;
   }
   switch (t.type) {
-    case kUnused:
-      return;
+    case kUnused: return;
     case kByte:
       if (const int b = parse_byte_token(t.text); b >= 0) {
         out->push_back(static_cast<char>(b));
         return;
       }
       break;
-    case kControl: case kUnknown: case kUserDefined:
-      out->append(t.text);
-      return;
-    default:
-      break;
+    case kControl:
+    case kUnknown:
+    case kUserDefined: out->append(t.text); return;
+    default: break;
   }
   if (byte_level) {
     byte_decode(t.text, out);

@@ -37,15 +37,15 @@ class MergeTable {
 class BpeTokenizer : public TokenizerBase {
  public:
   // --- configuration (set by the loaders, then call finalize()) ---
-  bool byte_level = true;       // GPT-2 byte alphabet; false: raw UTF-8 pieces ('▁' for space)
-  bool ignore_merges = false;   // a pre-token that is a whole vocab entry is emitted as is
-  bool byte_fallback = false;   // unknown character -> <0xXX> tokens
+  bool byte_level = true;      // GPT-2 byte alphabet; false: raw UTF-8 pieces ('▁' for space)
+  bool ignore_merges = false;  // a pre-token that is a whole vocab entry is emitted as is
+  bool byte_fallback = false;  // unknown character -> <0xXX> tokens
   bool fuse_unk = false;
   // SentencePiece-style normalisation of each fragment (byte_level == false only).
-  bool replace_spaces = false;  // ' ' -> '▁'
+  bool replace_spaces = false;                                               // ' ' -> '▁'
   enum class Prepend { kNever, kAlways, kFirst } prepend = Prepend::kNever;  // add a leading '▁'
-  bool prepend_if_missing = false;  // HF Metaspace: only when the text does not start with '▁'
-  bool add_prefix_space = false;  // byte-level: HF ByteLevel(add_prefix_space)
+  bool prepend_if_missing = false;   // HF Metaspace: only when the text does not start with '▁'
+  bool add_prefix_space = false;     // byte-level: HF ByteLevel(add_prefix_space)
   std::vector<std::string> regexes;  // pre-tokenizer regex sequence (HF spelling)
   std::string pre_name;              // GGUF tokenizer.ggml.pre as given ("" for HF)
   std::string pre_family;            // canonical family (pretokenize.h), "" when from HF
@@ -66,7 +66,7 @@ class BpeTokenizer : public TokenizerBase {
 
  private:
   struct Sym {
-    int32_t id;          // token id, id >= vocab size for merge-only strings, -1 if unknown
+    int32_t id;           // token id, id >= vocab size for merge-only strings, -1 if unknown
     uint32_t begin, end;  // bytes of the word
   };
   int32_t lookup_symbol(std::string_view s) const;

@@ -24,15 +24,17 @@ struct Piece {
   enum Kind { Text, Expr, Stmt, Comment } kind;
   std::string s;
   bool strip_before = false, strip_after = false;  // {%- / -%}
-  bool keep_before = false;                          // {%+ (no lstrip_blocks)
+  bool keep_before = false;                        // {%+ (no lstrip_blocks)
 };
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 std::vector<Piece> split_pieces(std::string src) {
   // Jinja drops one newline at the very end of a template (keep_trailing_newline=False).
-  if (src.size() >= 2 && src.compare(src.size() - 2, 2, "\r\n") == 0) src.resize(src.size() - 2);
-  else if (!src.empty() && src.back() == '\n') src.pop_back();
+  if (src.size() >= 2 && src.compare(src.size() - 2, 2, "\r\n") == 0)
+    src.resize(src.size() - 2);
+  else if (!src.empty() && src.back() == '\n')
+    src.pop_back();
   std::vector<Piece> out;
   size_t i = 0;
   while (i < src.size()) {
@@ -49,16 +51,20 @@ std::vector<Piece> split_pieces(std::string src) {
     Piece p{t == '{' ? Piece::Expr : t == '%' ? Piece::Stmt : Piece::Comment, ""};
     const std::string close = t == '{' ? "}}" : t == '%' ? "%}" : "#}";
     size_t j = open + 2;
-    if (j < src.size() && src[j] == '-') p.strip_before = true, ++j;
-    else if (j < src.size() && src[j] == '+') p.keep_before = true, ++j;
+    if (j < src.size() && src[j] == '-')
+      p.strip_before = true, ++j;
+    else if (j < src.size() && src[j] == '+')
+      p.keep_before = true, ++j;
     // The closing delimiter, outside string literals (comments have none).
     size_t k = j;
     char quote = 0;
     for (; k + 1 < src.size(); ++k) {
       const char c = src[k];
       if (quote) {
-        if (c == '\\') ++k;
-        else if (c == quote) quote = 0;
+        if (c == '\\')
+          ++k;
+        else if (c == quote)
+          quote = 0;
       } else if (p.kind != Piece::Comment && (c == '\'' || c == '"')) {
         quote = c;
       } else if (src.compare(k, 2, close) == 0) {
@@ -88,8 +94,10 @@ std::vector<Piece> split_pieces(std::string src) {
         while (b < s.size() && is_ws(s[b])) ++b;
         s.erase(0, b);
       } else if (prev.kind != Piece::Expr) {
-        if (s.compare(0, 1, "\n") == 0) s.erase(0, 1), line_start = true;
-        else if (s.compare(0, 2, "\r\n") == 0) s.erase(0, 2), line_start = true;
+        if (s.compare(0, 1, "\n") == 0)
+          s.erase(0, 1), line_start = true;
+        else if (s.compare(0, 2, "\r\n") == 0)
+          s.erase(0, 2), line_start = true;
       }
     }
     if (n + 1 < out.size()) {
@@ -150,13 +158,14 @@ std::vector<Tok> lex(const std::string& s) {
       out.push_back({Tok::Str, v, nullptr});
       i = j + 1;
     } else {
-      static const char* ops[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*", "/", "%", "~", "<", ">",
-                                  "(",  ")",  "[",  "]",  "{",  "}",  ",", ".", "|", ":", "="};
+      static const char* ops[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*", "/", "%", "~", "<",
+                                  ">",  "(",  ")",  "[",  "]",  "{",  "}", ",", ".", "|", ":", "="};
       bool found = false;
       for (const char* op : ops) {
         const size_t n = std::char_traits<char>::length(op);
         if (s.compare(i, n, op) == 0) {
-          if (std::string(op) == "**" || std::string(op) == "{" || std::string(op) == "}") unsupported(std::string("'") + op + "'");
+          if (std::string(op) == "**" || std::string(op) == "{" || std::string(op) == "}")
+            unsupported(std::string("'") + op + "'");
           out.push_back({Tok::Op, op, nullptr});
           i += n, found = true;
           break;
@@ -205,8 +214,10 @@ class ExprParser {
       auto e = make(Expr::Cond);
       e->args.push_back(std::move(a));
       e->args.push_back(or_expr());
-      if (at_name("else")) next(), e->args.push_back(expr());
-      else e->args.push_back(nullptr);
+      if (at_name("else"))
+        next(), e->args.push_back(expr());
+      else
+        e->args.push_back(nullptr);
       a = std::move(e);
     }
     return a;
@@ -296,10 +307,14 @@ class ExprParser {
     }
     if (t.kind == Tok::Name) {
       auto e = make(Expr::Literal);
-      if (t.s == "true" || t.s == "True") e->value = true;
-      else if (t.s == "false" || t.s == "False") e->value = false;
-      else if (t.s == "none" || t.s == "None") e->value = nullptr;
-      else return make(Expr::Name, t.s);
+      if (t.s == "true" || t.s == "True")
+        e->value = true;
+      else if (t.s == "false" || t.s == "False")
+        e->value = false;
+      else if (t.s == "none" || t.s == "None")
+        e->value = nullptr;
+      else
+        return make(Expr::Name, t.s);
       return e;
     }
     if (t.kind == Tok::Op && t.s == "(") {
@@ -455,12 +470,16 @@ class StmtParser {
         *rest = std::move(ep);
         return kw;
       }
-      if (kw == "if") out.push_back(parse_if(*ep));
-      else if (kw == "for") out.push_back(parse_for(*ep));
-      else if (kw == "set") out.push_back(parse_set(*ep));
+      if (kw == "if")
+        out.push_back(parse_if(*ep));
+      else if (kw == "for")
+        out.push_back(parse_for(*ep));
+      else if (kw == "set")
+        out.push_back(parse_set(*ep));
       else if (kw == "endif" || kw == "endfor" || kw == "elif" || kw == "else")
         user_error("chat template: unexpected {{% {} %}}", kw);
-      else unsupported("{% " + kw + " %}");
+      else
+        unsupported("{% " + kw + " %}");
     }
     if (!ends.empty()) user_error("chat template: missing {{% {} %}}", *ends.begin());
     return "";

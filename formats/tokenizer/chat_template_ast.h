@@ -40,11 +40,11 @@ using Body = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
   enum Kind { Text, Output, If, For, Set } kind;
-  std::string text;               // Text
-  ExprP expr;                     // Output, Set: the value; For: the iterable
-  std::vector<std::string> vars;  // For: the loop variables; Set: the target (name or name.attr)
+  std::string text;                              // Text
+  ExprP expr;                                    // Output, Set: the value; For: the iterable
+  std::vector<std::string> vars;                 // For: the loop variables; Set: the target (name or name.attr)
   std::vector<std::pair<ExprP, Body>> branches;  // If: (condition, body) per if/elif
-  Body body, else_body;           // For: body and {% else %}; If: else
+  Body body, else_body;                          // For: body and {% else %}; If: else
 };
 
 struct Program {

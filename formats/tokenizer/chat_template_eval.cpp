@@ -127,7 +127,8 @@ class Evaluator {
           scopes_.back()[n.vars[0]] = std::move(v);
         } else {  // name.attr = value on a dict variable
           Value* d = lookup(n.vars[0]);
-          if (!d || d->undefined || !d->j.is_object()) type_error("{% set " + n.vars[0] + "." + n.vars[1] + " %} needs a dict");
+          if (!d || d->undefined || !d->j.is_object())
+            type_error("{% set " + n.vars[0] + "." + n.vars[1] + " %} needs a dict");
           d->j[n.vars[1]] = v.j;
         }
         break;
@@ -140,12 +141,14 @@ class Evaluator {
     const Value it = eval(*n.expr);
     json items;
     if (it.undefined || it.j.is_null()) type_error("a loop over an undefined value");
-    if (it.j.is_array()) items = it.j;
+    if (it.j.is_array())
+      items = it.j;
     else if (it.j.is_object())
       for (auto e = it.j.begin(); e != it.j.end(); ++e) items.push_back(e.key());  // iterating a dict: its keys
     else if (it.j.is_string())
       for (char c : it.j.get<std::string>()) items.push_back(std::string(1, c));
-    else type_error("a loop over a " + std::string(it.j.type_name()));
+    else
+      type_error("a loop over a " + std::string(it.j.type_name()));
     if (items.empty()) return run(n.else_body, out);
     const size_t len = items.size();
     for (size_t i = 0; i < len; ++i) {
@@ -158,8 +161,13 @@ class Evaluator {
           type_error("cannot unpack a loop item into " + std::to_string(n.vars.size()) + " names");
         for (size_t k = 0; k < n.vars.size(); ++k) s[n.vars[k]] = Value{false, items[i][k]};
       }
-      s["loop"] = Value{false, json{{"index0", i}, {"index", i + 1}, {"first", i == 0}, {"last", i + 1 == len},
-                                    {"length", len}, {"revindex", len - i}, {"revindex0", len - i - 1}}};
+      s["loop"] = Value{false, json{{"index0", i},
+                                    {"index", i + 1},
+                                    {"first", i == 0},
+                                    {"last", i + 1 == len},
+                                    {"length", len},
+                                    {"revindex", len - i},
+                                    {"revindex0", len - i - 1}}};
       run(n.body, out);
       scopes_.pop_back();
     }
@@ -206,11 +214,14 @@ class Evaluator {
     if (step == 0) type_error("a slice step of 0");
     auto clamp = [&](int64_t i, int64_t lo, int64_t hi) { return std::max(lo, std::min(hi, i < 0 ? i + n : i)); };
     const int64_t start = step > 0 ? clamp(num(e.args[1], 0), 0, n) : clamp(num(e.args[1], n - 1), -1, n - 1);
-    const int64_t stop = step > 0 ? clamp(num(e.args[2], n), 0, n) : (e.args[2] ? clamp(num(e.args[2], -1), -1, n - 1) : -1);
+    const int64_t stop =
+        step > 0 ? clamp(num(e.args[2], n), 0, n) : (e.args[2] ? clamp(num(e.args[2], -1), -1, n - 1) : -1);
     json r = is_str ? json(std::string()) : json::array();
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (is_str) r.get_ref<std::string&>() += o.j.get_ref<const std::string&>()[size_t(i)];
-      else r.push_back(o.j[size_t(i)]);
+      if (is_str)
+        r.get_ref<std::string&>() += o.j.get_ref<const std::string&>()[size_t(i)];
+      else
+        r.push_back(o.j[size_t(i)]);
     }
     return {false, r};
   }
@@ -236,7 +247,9 @@ class Evaluator {
     if (f == "trim") return {false, strip(str_of(v, "trim"), kWhitespace, true, true)};
     if (f == "upper" || f == "lower") {
       std::string s = str_of(v, "upper/lower");
-      for (char& c : s) c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      for (char& c : s)
+        c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                              : std::tolower(static_cast<unsigned char>(c)));
       return {false, s};
     }
     if (f == "length" || f == "count") {
@@ -312,11 +325,12 @@ class Evaluator {
         const Value r = item(self, a[0]);
         return r.undefined ? (a.size() > 1 ? a[1] : Value{false, nullptr}) : r;
       }
-      if (m == "items") return {false, [&] {
-        json r = json::array();
-        for (auto it = self.j.begin(); it != self.j.end(); ++it) r.push_back(json::array({it.key(), *it}));
-        return r;
-      }()};
+      if (m == "items")
+        return {false, [&] {
+                  json r = json::array();
+                  for (auto it = self.j.begin(); it != self.j.end(); ++it) r.push_back(json::array({it.key(), *it}));
+                  return r;
+                }()};
       if (m == "keys" || m == "values") {
         json r = json::array();
         for (auto it = self.j.begin(); it != self.j.end(); ++it) r.push_back(m == "keys" ? json(it.key()) : *it);
@@ -324,7 +338,9 @@ class Evaluator {
       }
     }
     const std::string& s = str_of(self, ("the method ." + m + "()").c_str());
-    auto arg_str = [&](size_t i, const std::string& dflt) { return i < a.size() && !a[i].j.is_null() ? str_of(a[i], m.c_str()) : dflt; };
+    auto arg_str = [&](size_t i, const std::string& dflt) {
+      return i < a.size() && !a[i].j.is_null() ? str_of(a[i], m.c_str()) : dflt;
+    };
     if (m == "strip") return {false, strip(s, arg_str(0, kWhitespace), true, true)};
     if (m == "lstrip") return {false, strip(s, arg_str(0, kWhitespace), true, false)};
     if (m == "rstrip") return {false, strip(s, arg_str(0, kWhitespace), false, true)};
@@ -335,7 +351,9 @@ class Evaluator {
     }
     if (m == "upper" || m == "lower") {
       std::string r = s;
-      for (char& c : r) c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      for (char& c : r)
+        c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                              : std::tolower(static_cast<unsigned char>(c)));
       return {false, r};
     }
     if (m == "replace") {
@@ -359,7 +377,8 @@ class Evaluator {
   }
 
   static double num(const Value& v, const std::string& op) {
-    if (v.undefined || !v.j.is_number()) type_error("'" + op + "' needs numbers, got " + (v.undefined ? "undefined" : py_repr(v.j)));
+    if (v.undefined || !v.j.is_number())
+      type_error("'" + op + "' needs numbers, got " + (v.undefined ? "undefined" : py_repr(v.j)));
     return v.j.get<double>();
   }
 
@@ -380,11 +399,14 @@ class Evaluator {
     if (op == "in" || op == "not in") {
       bool r = false;
       if (b.undefined) type_error("'in' an undefined value");
-      if (b.j.is_string()) r = b.j.get<std::string>().find(str_of(a, "'in' a string")) != std::string::npos;
-      else if (b.j.is_object()) r = a.j.is_string() && b.j.contains(a.j.get<std::string>());
+      if (b.j.is_string())
+        r = b.j.get<std::string>().find(str_of(a, "'in' a string")) != std::string::npos;
+      else if (b.j.is_object())
+        r = a.j.is_string() && b.j.contains(a.j.get<std::string>());
       else if (b.j.is_array())
         for (const json& x : b.j) r = r || equal(a, Value{false, x});
-      else type_error("'in' a " + std::string(b.j.type_name()));
+      else
+        type_error("'in' a " + std::string(b.j.type_name()));
       return {false, r != (op == "not in")};
     }
     if (op == "+" && !a.undefined && !b.undefined) {

@@ -54,8 +54,10 @@ GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t) {
   GgufTokenizerMeta m;
   if (auto* b = dynamic_cast<const tok::BpeTokenizer*>(&t)) {
     if (!b->byte_level)
-      user_error("{}: a SentencePiece-style tokenizer.json cannot be written to GGUF yet (convert from "
-                 "a GGUF of the model, or use a byte-level BPE model)", b->meta.source);
+      user_error(
+          "{}: a SentencePiece-style tokenizer.json cannot be written to GGUF yet (convert from "
+          "a GGUF of the model, or use a byte-level BPE model)",
+          b->meta.source);
     m.model = "gpt2";
     m.pre = b->pre_name.empty() ? pre_name_for_hf(*b) : b->pre_name;
     if (m.pre.empty())

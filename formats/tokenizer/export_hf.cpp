@@ -21,8 +21,10 @@ namespace {
 using nlohmann::json;
 
 json byte_level_node(bool add_prefix_space, bool trim_offsets, bool use_regex) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space},
-          {"trim_offsets", trim_offsets}, {"use_regex", use_regex}};
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", add_prefix_space},
+          {"trim_offsets", trim_offsets},
+          {"use_regex", use_regex}};
 }
 
 json split_node(const std::string& regex) {
@@ -34,8 +36,13 @@ json added_tokens(const Vocab& v) {
   for (int32_t id = 0; id < v.size(); ++id) {
     const TokenInfo& t = v.tokens[id];
     if (!t.partitioned()) continue;
-    out.push_back({{"id", id}, {"content", t.text}, {"single_word", false}, {"lstrip", t.lstrip},
-                   {"rstrip", t.rstrip}, {"normalized", !t.special()}, {"special", t.special()}});
+    out.push_back({{"id", id},
+                   {"content", t.text},
+                   {"single_word", false},
+                   {"lstrip", t.lstrip},
+                   {"rstrip", t.rstrip},
+                   {"normalized", !t.special()},
+                   {"special", t.special()}});
   }
   return out;
 }
@@ -45,7 +52,7 @@ json added_tokens_decoder(const Vocab& v) {
   for (int32_t id = 0; id < v.size(); ++id) {
     const TokenInfo& t = v.tokens[id];
     if (!t.partitioned()) continue;
-    out[std::to_string(id)] = {{"content", t.text}, {"lstrip", t.lstrip}, {"normalized", !t.special()},
+    out[std::to_string(id)] = {{"content", t.text},  {"lstrip", t.lstrip},   {"normalized", !t.special()},
                                {"rstrip", t.rstrip}, {"single_word", false}, {"special", t.special()}};
   }
   return out;
@@ -220,7 +227,8 @@ nlohmann::json SpmTokenizer::to_hf_tokenizer_json() const {
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
   j["added_tokens"] = added_tokens(vocab);
-  const json replace_space = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", std::string(kSpaceMarker)}};
+  const json replace_space = {
+      {"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", std::string(kSpaceMarker)}};
   if (add_space_prefix) {
     j["normalizer"] = {{"type", "Sequence"},
                        {"normalizers", {{{"type", "Prepend"}, {"prepend", std::string(kSpaceMarker)}}, replace_space}}};

@@ -17,10 +17,31 @@ using tok::TokenInfo;
 
 // Texts llama.cpp puts in its end-of-generation set and types CONTROL when the file did not.
 constexpr const char* kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81"
+    "of\xE2\x96\x81"
+    "sentence\xEF\xBD\x9C>",
+    "[e~[",
 };
 
 void read_vocab(const GgufFile& g, tok::Vocab* v) {
@@ -40,8 +61,7 @@ void read_vocab(const GgufFile& g, tok::Vocab* v) {
     } else {
       user_error("{}: tokenizer.ggml.scores must be an array of FLOAT32 or INT32", src);
     }
-    if (scores.size() < n)
-      user_error("{}: tokenizer.ggml.scores has {} entries for {} tokens", src, scores.size(), n);
+    if (scores.size() < n) user_error("{}: tokenizer.ggml.scores has {} entries for {} tokens", src, scores.size(), n);
   }
   const std::vector<int64_t>* types = nullptr;
   if (g.has("tokenizer.ggml.token_type")) {
@@ -77,8 +97,7 @@ void read_special_ids(const GgufFile& g, int32_t n_tokens, tok::TokenizerMeta* m
   m->add_eos = g.get_bool_or("tokenizer.ggml.add_eos_token", m->add_eos);
   m->chat_template = g.get_string_or("tokenizer.chat_template", "");
   const std::string arch = g.get_string_or("general.architecture", "");
-  if (!arch.empty() && g.has(arch + ".context_length"))
-    m->model_max_length = g.get_int(arch + ".context_length");
+  if (!arch.empty() && g.has(arch + ".context_length")) m->model_max_length = g.get_int(arch + ".context_length");
 }
 
 void mark_eog_tokens(tok::Vocab* v) {
@@ -102,8 +121,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     read_vocab(g, &t->vocab);
     const std::string pre = g.get_string_or("tokenizer.ggml.pre", "");
     tok::PreTokenizerSpec spec;
-    if (!tok::pre_tokenizer_for_gguf(pre, &spec))
-      user_error("{}: tokenizer.ggml.pre '{}' is not supported", src, pre);
+    if (!tok::pre_tokenizer_for_gguf(pre, &spec)) user_error("{}: tokenizer.ggml.pre '{}' is not supported", src, pre);
     t->regexes = spec.regexes;
     t->pre_name = spec.name;
     t->pre_family = spec.family;

@@ -62,7 +62,8 @@ void read_pre_tokenizer(const Ctx& c, const json& pt, tok::BpeTokenizer* t, bool
   if (pt.is_null()) return;
   const std::string ty = type_of(pt);
   if (ty == "Sequence") {
-    if (!pt.contains("pretokenizers") || !pt["pretokenizers"].is_array()) c.fail("pre_tokenizer Sequence without a list");
+    if (!pt.contains("pretokenizers") || !pt["pretokenizers"].is_array())
+      c.fail("pre_tokenizer Sequence without a list");
     for (const json& p : pt["pretokenizers"]) read_pre_tokenizer(c, p, t, saw_byte_level);
     return;
   }
@@ -73,7 +74,8 @@ void read_pre_tokenizer(const Ctx& c, const json& pt, tok::BpeTokenizer* t, bool
     // HF adds the prefix space to every piece split off so far; we can add it to a whole
     // fragment only, i.e. when ByteLevel is the first pre-tokenizer.
     if (pt.value("add_prefix_space", false)) {
-      if (!t->regexes.empty()) c.fail("pre_tokenizer: ByteLevel add_prefix_space after another pre-tokenizer is not supported");
+      if (!t->regexes.empty())
+        c.fail("pre_tokenizer: ByteLevel add_prefix_space after another pre-tokenizer is not supported");
       t->add_prefix_space = true;
     }
     if (pt.value("use_regex", true)) t->regexes.push_back(tok::re::kGpt2);
@@ -86,7 +88,8 @@ void read_pre_tokenizer(const Ctx& c, const json& pt, tok::BpeTokenizer* t, bool
   if (ty == "Split") {
     const json& pat = pt.value("pattern", json());
     const std::string behavior = pt.value("behavior", "");
-    if (behavior != "Isolated") c.fail("pre_tokenizer Split with behavior '" + behavior + "' is not supported (only Isolated)");
+    if (behavior != "Isolated")
+      c.fail("pre_tokenizer Split with behavior '" + behavior + "' is not supported (only Isolated)");
     if (pt.value("invert", false)) c.fail("pre_tokenizer Split with invert is not supported");
     if (pat.contains("Regex") && pat["Regex"].is_string()) {
       t->regexes.push_back(pat["Regex"].get<std::string>());
@@ -105,9 +108,9 @@ void read_pre_tokenizer(const Ctx& c, const json& pt, tok::BpeTokenizer* t, bool
     t->prepend_if_missing = true;
     std::string scheme = pt.value("prepend_scheme", "");
     if (scheme.empty()) scheme = pt.value("add_prefix_space", true) ? "always" : "never";
-    t->prepend = scheme == "always" ? tok::BpeTokenizer::Prepend::kAlways
-               : scheme == "first"  ? tok::BpeTokenizer::Prepend::kFirst
-                                    : tok::BpeTokenizer::Prepend::kNever;
+    t->prepend = scheme == "always"  ? tok::BpeTokenizer::Prepend::kAlways
+                 : scheme == "first" ? tok::BpeTokenizer::Prepend::kFirst
+                                     : tok::BpeTokenizer::Prepend::kNever;
     if (pt.value("split", true)) t->regexes.push_back("\xE2\x96\x81[^\xE2\x96\x81]*|[^\xE2\x96\x81]+");
     return;
   }
@@ -208,7 +211,8 @@ std::unique_ptr<Tokenizer> load_hf_dir(const std::string& dir) {
   }
   const json added = tj.value("added_tokens", json::array());
   for (const json& a : added) {
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+        !a["content"].is_string())
       c.fail("added_tokens entry without id/content");
     const int64_t id = a["id"].get<int64_t>();
     if (id < 0 || id > 16 * 1024 * 1024) c.fail("added token id " + std::to_string(id) + " out of range");
@@ -245,8 +249,10 @@ std::unique_ptr<Tokenizer> load_hf_dir(const std::string& dir) {
       c.fail("bad merge entry " + m.dump());
     }
   }
-  if (model.value("dropout", json()).is_number() && model["dropout"].get<double>() > 0) c.fail("BPE dropout is not supported");
-  if (!model.value("continuing_subword_prefix", json()).is_null() || !model.value("end_of_word_suffix", json()).is_null())
+  if (model.value("dropout", json()).is_number() && model["dropout"].get<double>() > 0)
+    c.fail("BPE dropout is not supported");
+  if (!model.value("continuing_subword_prefix", json()).is_null() ||
+      !model.value("end_of_word_suffix", json()).is_null())
     c.fail("BPE continuing_subword_prefix / end_of_word_suffix are not supported");
   t->ignore_merges = model.value("ignore_merges", false);
   t->byte_fallback = model.value("byte_fallback", false);
@@ -281,9 +287,12 @@ std::unique_ptr<Tokenizer> load_hf_dir(const std::string& dir) {
     }
     if (tc.contains("unk_token") && t->meta.unk < 0) t->meta.unk = t->vocab.find(token_text(tc["unk_token"]));
     if (tc.contains("pad_token")) t->meta.pad = t->vocab.find(token_text(tc["pad_token"]));
-    if (tc.contains("add_bos_token") && tc["add_bos_token"].is_boolean()) t->meta.add_bos = tc["add_bos_token"].get<bool>();
-    if (tc.contains("add_eos_token") && tc["add_eos_token"].is_boolean()) t->meta.add_eos = tc["add_eos_token"].get<bool>();
-    if (tc.contains("chat_template") && tc["chat_template"].is_string()) t->meta.chat_template = tc["chat_template"].get<std::string>();
+    if (tc.contains("add_bos_token") && tc["add_bos_token"].is_boolean())
+      t->meta.add_bos = tc["add_bos_token"].get<bool>();
+    if (tc.contains("add_eos_token") && tc["add_eos_token"].is_boolean())
+      t->meta.add_eos = tc["add_eos_token"].get<bool>();
+    if (tc.contains("chat_template") && tc["chat_template"].is_string())
+      t->meta.chat_template = tc["chat_template"].get<std::string>();
     if (tc.contains("model_max_length") && tc["model_max_length"].is_number_integer())
       t->meta.model_max_length = tc["model_max_length"].get<int64_t>();
   }

@@ -46,8 +46,7 @@ std::string expand_whitespace_classes(std::string_view pattern);
 // Common regexes, in HF spelling (docs/spec/tokenizer.md §Regexes).
 namespace re {
 // GPT-2 as HF ByteLevel(use_regex) applies it (with the final `|\s+`).
-inline constexpr const char* kGpt2 =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr const char* kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 // llama.cpp's GPT-2 list entry (without `|\s+`; the lone whitespace it leaves is its own piece
 // anyway, so both split identically).
 inline constexpr const char* kGpt2LlamaCpp =
@@ -71,7 +70,7 @@ struct PreTokenizerSpec {
   std::string family;                // canonical family ("gpt-2", "smollm", "llama-bpe", "qwen2", ...)
   std::vector<std::string> regexes;  // as llama.cpp applies them
   bool ignore_merges = false;
-  bool add_bos = false;              // llama.cpp's default before tokenizer.ggml.add_bos_token
+  bool add_bos = false;  // llama.cpp's default before tokenizer.ggml.add_bos_token
 };
 bool pre_tokenizer_for_gguf(const std::string& pre, PreTokenizerSpec* spec);
 

@@ -55,8 +55,7 @@ int32_t SpmTokenizer::byte_token(uint8_t b) const {
   return byte_tokens_[b] >= 0 ? byte_tokens_[b] : meta.unk;
 }
 
-void SpmTokenizer::encode_fragment(std::string_view frag, bool after_special, bool,
-                                   std::vector<int32_t>* out) const {
+void SpmTokenizer::encode_fragment(std::string_view frag, bool after_special, bool, std::vector<int32_t>* out) const {
   std::string text;
   text.reserve(frag.size() + frag.size() / 4 + 4);
   if (add_space_prefix && after_special) text += kSpaceMarker;
@@ -163,9 +162,9 @@ void SpmTokenizer::append_piece(int32_t id, bool first, std::string* out) const 
       else
         piece = t.text;
       break;
-    case kControl: case kUnknown: case kUserDefined:
-      piece = t.text;
-      break;
+    case kControl:
+    case kUnknown:
+    case kUserDefined: piece = t.text; break;
     default:  // unused / undefined: llama.cpp renders nothing
       return;
   }

@@ -28,8 +28,7 @@ class SpmTokenizer : public TokenizerBase {
 
  private:
   int32_t byte_token(uint8_t b) const;
-  void encode_segment(std::string_view text, const uint32_t* starts, size_t n,
-                      std::vector<int32_t>* out) const;
+  void encode_segment(std::string_view text, const uint32_t* starts, size_t n, std::vector<int32_t>* out) const;
   int32_t byte_tokens_[256];
   // Pairs of adjacent symbols (packed bytes) that occur inside some token. Between two symbols
   // that form no such pair no merge can ever happen, so the text splits there into segments that

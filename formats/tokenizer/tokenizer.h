@@ -22,8 +22,7 @@ class Tokenizer {
   // (llama.cpp's default in llama-tokenize / llama-perplexity) they are tokenized as plain text.
   // User-defined added tokens are always matched whole, as in llama.cpp and HF tokenizers.
   // Never throws on any input bytes: invalid UTF-8 is read the way llama.cpp reads it (U+FFFD).
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
-                                      bool parse_special = false) const = 0;
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const = 0;
   // The text the ids stand for: control tokens are rendered as their text, no space clean-up.
   // UserError for an id outside [0, vocab_size()).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;

@@ -26,8 +26,8 @@ bool decode_utf8(std::string_view s, size_t* pos, uint32_t* cpt) {
     return true;
   }
   if ((c & 0xF8) == 0xF0 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
-    uint32_t v = (uint32_t(c & 0x07) << 18) | (uint32_t(b(i + 1) & 0x3F) << 12) |
-                 (uint32_t(b(i + 2) & 0x3F) << 6) | (b(i + 3) & 0x3F);
+    uint32_t v = (uint32_t(c & 0x07) << 18) | (uint32_t(b(i + 1) & 0x3F) << 12) | (uint32_t(b(i + 2) & 0x3F) << 6) |
+                 (b(i + 3) & 0x3F);
     // llama.cpp would throw when re-encoding these; we treat the lead byte as invalid instead.
     if (v <= 0x10FFFF) {
       *cpt = v;

@@ -18,9 +18,8 @@ void Vocab::build_index(const std::string& where) {
     if (!inserted) user_error("{}: tokens {} and {} have the same text '{}'", where, it->second, i, t.text);
     if (t.partitioned()) specials.push_back(i);
   }
-  std::stable_sort(specials.begin(), specials.end(), [&](int32_t a, int32_t b) {
-    return tokens[a].text.size() > tokens[b].text.size();
-  });
+  std::stable_sort(specials.begin(), specials.end(),
+                   [&](int32_t a, int32_t b) { return tokens[a].text.size() > tokens[b].text.size(); });
 }
 
 namespace {
@@ -28,8 +27,7 @@ namespace {
 bool c_isspace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 }  // namespace
 
-void partition_specials(const Vocab& v, std::string_view text, bool parse_special,
-                        std::vector<Fragment>* out) {
+void partition_specials(const Vocab& v, std::string_view text, bool parse_special, std::vector<Fragment>* out) {
   out->clear();
   if (text.empty()) return;
   out->push_back({false, -1, 0, static_cast<uint32_t>(text.size())});
@@ -68,8 +66,7 @@ void partition_specials(const Vocab& v, std::string_view text, bool parse_specia
   }
 }
 
-std::vector<int32_t> TokenizerBase::encode(std::string_view text, bool add_special,
-                                           bool parse_special) const {
+std::vector<int32_t> TokenizerBase::encode(std::string_view text, bool add_special, bool parse_special) const {
   // Offsets are 32-bit throughout.
   if (text.size() >= (size_t(1) << 32))
     user_error("{}: cannot tokenize {} bytes at once (limit 4 GiB)", meta.source, text.size());
@@ -96,8 +93,7 @@ std::string TokenizerBase::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!vocab.valid(ids[i]))
-      user_error("{}: cannot decode token id {} (vocabulary has {} tokens)", meta.source, ids[i],
-                 vocab.size());
+      user_error("{}: cannot decode token id {} (vocabulary has {} tokens)", meta.source, ids[i], vocab.size());
     append_piece(ids[i], i == 0, &out);
   }
   return out;

@@ -16,7 +16,13 @@ namespace qt::tok {
 
 // GGUF tokenizer.ggml.token_type values (llama.cpp LLAMA_TOKEN_TYPE_*).
 enum TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
 };
 
 struct TokenInfo {
@@ -56,15 +62,14 @@ struct Vocab {
 
 struct Fragment {
   bool is_token;
-  int32_t id;            // when is_token
-  uint32_t begin, end;   // byte range of raw text otherwise
+  int32_t id;           // when is_token
+  uint32_t begin, end;  // byte range of raw text otherwise
 };
 
 // llama.cpp tokenizer_st_partition: for each special token (longest first), split every raw
 // fragment at its occurrences; control/unknown tokens only when parse_special, user-defined
 // tokens always. Honors the lstrip/rstrip flags (C-locale isspace).
-void partition_specials(const Vocab& v, std::string_view text, bool parse_special,
-                        std::vector<Fragment>* out);
+void partition_specials(const Vocab& v, std::string_view text, bool parse_special, std::vector<Fragment>* out);
 
 // Everything about a tokenizer that is not the encoding algorithm.
 struct TokenizerMeta {
@@ -79,8 +84,7 @@ struct TokenizerMeta {
 
 class TokenizerBase : public Tokenizer {
  public:
-  std::vector<int32_t> encode(std::string_view text, bool add_special,
-                              bool parse_special = false) const override;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override { return vocab.size(); }
   int bos_id() const override { return meta.bos; }

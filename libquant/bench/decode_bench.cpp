@@ -8,13 +8,10 @@
 namespace qt::bench {
 
 namespace {
-int32_t argmax(const std::vector<float>& v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 }  // namespace
 
-DecodeResult run_decode(LlamaModel& model, KVCache& cache, const std::vector<int32_t>& prompt, int gen,
-                        int ubatch) {
+DecodeResult run_decode(LlamaModel& model, KVCache& cache, const std::vector<int32_t>& prompt, int gen, int ubatch) {
   using clock = std::chrono::steady_clock;
   if (prompt.empty()) user_error("bench --decode: the prompt has no tokens");
   if (gen < 0 || ubatch <= 0) user_error("bench --decode: --gen must be ≥ 0 and the batch positive");

@@ -8,15 +8,14 @@ namespace qt::bench {
 
 std::vector<GemmShape> smollm2_shapes() {
   const int L = 30;
-  return {{"q", 576, 576, L},      {"k", 192, 576, L},    {"v", 192, 576, L},
-          {"o", 576, 576, L},      {"gate", 1536, 576, L}, {"up", 1536, 576, L},
-          {"down", 576, 1536, L},  {"output", 49152, 576, 1}};
+  return {{"q", 576, 576, L},     {"k", 192, 576, L},   {"v", 192, 576, L},     {"o", 576, 576, L},
+          {"gate", 1536, 576, L}, {"up", 1536, 576, L}, {"down", 576, 1536, L}, {"output", 49152, 576, 1}};
 }
 
 double GemmResult::gflops() const { return best_s > 0 ? flops() / best_s * 1e-9 : 0; }
 
-std::vector<GemmResult> run_gemm_bench(const std::vector<GemmShape>& shapes, int64_t m,
-                                       Compute compute, double min_seconds, int min_reps) {
+std::vector<GemmResult> run_gemm_bench(const std::vector<GemmShape>& shapes, int64_t m, Compute compute,
+                                       double min_seconds, int min_reps) {
   using Clock = std::chrono::steady_clock;
   std::vector<GemmResult> out;
   std::mt19937 rng(42);

@@ -28,9 +28,8 @@ struct GemmResult {
 
 // Times each shape (at least `min_reps` runs and `min_seconds` per shape); the weights and
 // activations are random. Kernels are those of the current kernel level.
-std::vector<GemmResult> run_gemm_bench(const std::vector<GemmShape>& shapes, int64_t m,
-                                       Compute compute, double min_seconds = 0.3,
-                                       int min_reps = 3);
+std::vector<GemmResult> run_gemm_bench(const std::vector<GemmShape>& shapes, int64_t m, Compute compute,
+                                       double min_seconds = 0.3, int min_reps = 3);
 
 // Σ count·flops / Σ count·best time over the results, in GFLOP/s.
 double weighted_gflops(const std::vector<GemmResult>& results);

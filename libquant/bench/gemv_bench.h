@@ -12,11 +12,11 @@
 namespace qt::bench {
 
 struct GemvResult {
-  std::string kind;            // Linear::kind() that ran ("" when the column cannot run here)
+  std::string kind;  // Linear::kind() that ran ("" when the column cannot run here)
   int64_t n = 0, k = 0;
-  int copies = 0;              // matrices cycled through
-  double bytes_per_pass = 0;   // packed bytes of all copies (codes, scales, biases)
-  double best_s = 0;           // seconds for one pass over all copies (best of the passes)
+  int copies = 0;             // matrices cycled through
+  double bytes_per_pass = 0;  // packed bytes of all copies (codes, scales, biases)
+  double best_s = 0;          // seconds for one pass over all copies (best of the passes)
   double gb_per_s() const { return best_s > 0 ? bytes_per_pass / best_s * 1e-9 : 0.0; }
 };
 

@@ -14,10 +14,14 @@ namespace qt::bench {
 
 std::vector<KernelColumn> default_kernel_columns() {
   return {
-      {"f32", "", 0, 0, false, false},          {"bf16", "", 0, 0, true, false},
-      {"w8a8", "int8", 8, 0, false, false},     {"w8a8-g128", "int8", 8, 128, false, false},
-      {"w4a8", "int4", 4, 0, false, false},     {"affine8-g64", "affine", 8, 64, false, false},
-      {"affine4-g64", "affine", 4, 64, false, false}, {"nf4-b64", "nf4", 4, 64, false, false},
+      {"f32", "", 0, 0, false, false},
+      {"bf16", "", 0, 0, true, false},
+      {"w8a8", "int8", 8, 0, false, false},
+      {"w8a8-g128", "int8", 8, 128, false, false},
+      {"w4a8", "int4", 4, 0, false, false},
+      {"affine8-g64", "affine", 8, 64, false, false},
+      {"affine4-g64", "affine", 4, 64, false, false},
+      {"nf4-b64", "nf4", 4, 64, false, false},
       {"w8a8-fp-act", "int8", 8, 0, false, true},
   };
 }
@@ -55,8 +59,8 @@ double time_forward(const Linear& l, const std::vector<float>& x, int64_t m, std
 }  // namespace
 
 std::vector<KernelRow> run_kernel_bench(const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>& shapes,
-                                        const std::vector<int64_t>& ms,
-                                        const std::vector<KernelColumn>& columns, double min_seconds) {
+                                        const std::vector<int64_t>& ms, const std::vector<KernelColumn>& columns,
+                                        double min_seconds) {
   std::vector<KernelRow> rows;
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   for (auto& [name, nk] : shapes) {

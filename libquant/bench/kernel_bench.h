@@ -13,7 +13,7 @@ struct KernelColumn {
   std::string label;   // "f32", "w8a8", "affine4-g64", ...
   std::string scheme;  // "" for dense
   int bits = 0, group = 0;
-  bool bf16 = false;          // dense bf16
+  bool bf16 = false;            // dense bf16
   bool fp_activations = false;  // integer schemes without activation quantization (decode path)
 };
 std::vector<KernelColumn> default_kernel_columns();
@@ -31,7 +31,7 @@ struct KernelRow {
 
 // For every shape and every m: build each column's Linear once per shape, time forward.
 std::vector<KernelRow> run_kernel_bench(const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>& shapes,
-                                        const std::vector<int64_t>& ms,
-                                        const std::vector<KernelColumn>& columns, double min_seconds);
+                                        const std::vector<int64_t>& ms, const std::vector<KernelColumn>& columns,
+                                        double min_seconds);
 
 }  // namespace qt::bench

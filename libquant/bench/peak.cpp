@@ -101,8 +101,7 @@ QT_AVX512 uint64_t read512(const char* p, size_t bytes) {
   __m512i acc[8];
   for (auto& a : acc) a = _mm512_setzero_si512();
   for (size_t off = 0; off + 512 <= bytes; off += 512)
-    for (int i = 0; i < 8; ++i)
-      acc[i] = _mm512_add_epi64(acc[i], _mm512_load_si512(p + off + 64 * i));
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_add_epi64(acc[i], _mm512_load_si512(p + off + 64 * i));
   for (int i = 1; i < 8; ++i) acc[0] = _mm512_add_epi64(acc[0], acc[i]);
   return uint64_t(_mm512_reduce_add_epi64(acc[0]));
 }
@@ -112,8 +111,7 @@ QT_AVX2 uint64_t read256(const char* p, size_t bytes) {
   for (auto& a : acc) a = _mm256_setzero_si256();
   for (size_t off = 0; off + 256 <= bytes; off += 256)
     for (int i = 0; i < 8; ++i)
-      acc[i] = _mm256_add_epi64(
-          acc[i], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + off + 32 * i)));
+      acc[i] = _mm256_add_epi64(acc[i], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + off + 32 * i)));
   for (int i = 1; i < 8; ++i) acc[0] = _mm256_add_epi64(acc[0], acc[i]);
   return uint64_t(_mm256_extract_epi64(acc[0], 0));
 }
@@ -154,8 +152,8 @@ double time_threads(int threads, const std::function<void(int)>& work, bool medi
 
 // Runs a compute loop: picks the iteration count for ~`seconds` on one thread, then measures
 // 1..max_threads threads. ops_per_iter counts the work of one iteration (kChains instructions).
-PeakResult run_compute(const char* name, const char* unit, const char* isa, double ops_per_iter,
-                       float (*loop)(int64_t), int max_threads, double seconds) {
+PeakResult run_compute(const char* name, const char* unit, const char* isa, double ops_per_iter, float (*loop)(int64_t),
+                       int max_threads, double seconds) {
   PeakResult r{name, unit, isa, {}};
   int64_t iters = 1 << 16;
   for (;;) {  // calibrate (also warms the core's clock up)
@@ -190,9 +188,12 @@ size_t l3_cache_bytes() {
     char* end = nullptr;
     unsigned long long v = std::strtoull(s.c_str(), &end, 10);
     if (v > 0) {
-      if (*end == 'K' || *end == 'k') v <<= 10;
-      else if (*end == 'M' || *end == 'm') v <<= 20;
-      else if (*end == 'G' || *end == 'g') v <<= 30;
+      if (*end == 'K' || *end == 'k')
+        v <<= 10;
+      else if (*end == 'M' || *end == 'm')
+        v <<= 20;
+      else if (*end == 'G' || *end == 'g')
+        v <<= 30;
       return size_t(v);
     }
   }
@@ -201,41 +202,38 @@ size_t l3_cache_bytes() {
 
 PeakResult peak_fp32_fma(int max_threads, double seconds) {
   if (max_kernel_level() == KernelLevel::AVX512)
-    return run_compute("fp32_fma", "GFLOP/s", "vfmadd231ps zmm", kChains * 32.0, loop_fma512,
-                       max_threads, seconds);
+    return run_compute("fp32_fma", "GFLOP/s", "vfmadd231ps zmm", kChains * 32.0, loop_fma512, max_threads, seconds);
   if (cpu_features().avx2 && cpu_features().fma)
-    return run_compute("fp32_fma", "GFLOP/s", "vfmadd231ps ymm", kChains * 16.0, loop_fma256,
-                       max_threads, seconds);
+    return run_compute("fp32_fma", "GFLOP/s", "vfmadd231ps ymm", kChains * 16.0, loop_fma256, max_threads, seconds);
   return {"fp32_fma", "GFLOP/s", "", {}};
 }
 
 PeakResult peak_bf16_dot(int max_threads, double seconds) {
   if (max_kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_bf16)
-    return run_compute("bf16_dot", "GFLOP/s", "vdpbf16ps zmm", kChains * 64.0, loop_bf16,
-                       max_threads, seconds);
+    return run_compute("bf16_dot", "GFLOP/s", "vdpbf16ps zmm", kChains * 64.0, loop_bf16, max_threads, seconds);
   return {"bf16_dot", "GFLOP/s", "", {}};
 }
 
 PeakResult peak_int8_vnni(int max_threads, double seconds) {
   if (max_kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni)
-    return run_compute("int8_vnni", "GOP/s", "vpdpbusd zmm", kChains * 128.0, loop_vnni512,
-                       max_threads, seconds);
+    return run_compute("int8_vnni", "GOP/s", "vpdpbusd zmm", kChains * 128.0, loop_vnni512, max_threads, seconds);
   if (cpu_features().avx_vnni)
-    return run_compute("int8_vnni", "GOP/s", "vpdpbusd ymm", kChains * 64.0, loop_vnni256,
-                       max_threads, seconds);
+    return run_compute("int8_vnni", "GOP/s", "vpdpbusd ymm", kChains * 64.0, loop_vnni256, max_threads, seconds);
   return {"int8_vnni", "GOP/s", "", {}};
 }
 
 PeakResult peak_mem_read(int max_threads, double seconds) {
   const KernelLevel lvl = max_kernel_level();
-  PeakResult r{"mem_read", "GB/s",
-               lvl == KernelLevel::AVX512 ? "zmm loads" : lvl == KernelLevel::AVX2 ? "ymm loads"
-                                                                                   : "scalar loads",
+  PeakResult r{"mem_read",
+               "GB/s",
+               lvl == KernelLevel::AVX512 ? "zmm loads"
+               : lvl == KernelLevel::AVX2 ? "ymm loads"
+                                          : "scalar loads",
                {}};
   // ≥ 4× L3, split in per-thread slices of whole 512-byte blocks.
   const size_t bytes = std::max<size_t>(4 * l3_cache_bytes(), size_t(128) << 20);
-  std::unique_ptr<char, decltype(&std::free)> buf(
-      static_cast<char*>(std::aligned_alloc(size_t(2) << 20, bytes)), &std::free);
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(size_t(2) << 20, bytes)),
+                                                  &std::free);
   if (!buf) throw std::bad_alloc();
   char* p = buf.get();
   // Huge pages where the kernel allows them: with 4 KiB pages the page walks, not DRAM, limit
@@ -244,9 +242,7 @@ PeakResult peak_mem_read(int max_threads, double seconds) {
 #pragma omp parallel for schedule(static) num_threads(max_threads)
   for (int64_t i = 0; i < int64_t(bytes / 4096); ++i) std::memset(p + i * 4096, int(i & 0xff), 4096);
   auto read = [&](const char* q, size_t n) {
-    return lvl == KernelLevel::AVX512 ? read512(q, n)
-           : lvl == KernelLevel::AVX2 ? read256(q, n)
-                                      : read_scalar(q, n);
+    return lvl == KernelLevel::AVX512 ? read512(q, n) : lvl == KernelLevel::AVX2 ? read256(q, n) : read_scalar(q, n);
   };
   // Several passes per measurement so that one lasts about seconds / kRepeats.
   auto t0 = Clock::now();
@@ -255,9 +251,12 @@ PeakResult peak_mem_read(int max_threads, double seconds) {
   const int passes = std::max(1, int(seconds / kRepeats / std::max(one, 1e-4)));
   for (int t = 1; t <= max_threads; ++t) {
     const size_t slice = bytes / size_t(t) / 512 * 512;
-    double dt = time_threads(t, [&](int id) {
-      for (int k = 0; k < passes; ++k) g_sink64 = read(p + size_t(id) * slice, slice);
-    }, /*median=*/true);
+    double dt = time_threads(
+        t,
+        [&](int id) {
+          for (int k = 0; k < passes; ++k) g_sink64 = read(p + size_t(id) * slice, slice);
+        },
+        /*median=*/true);
     r.points.push_back({t, double(slice) * t * passes / dt * 1e-9});
   }
   return r;

@@ -15,9 +15,9 @@ struct PeakPoint {
 };
 
 struct PeakResult {
-  std::string name;   // "fp32_fma", "bf16_dot", "int8_vnni", "mem_read"
-  std::string unit;   // "GFLOP/s", "GOP/s", "GB/s"
-  std::string isa;    // instruction measured, or "" when the CPU lacks it
+  std::string name;               // "fp32_fma", "bf16_dot", "int8_vnni", "mem_read"
+  std::string unit;               // "GFLOP/s", "GOP/s", "GB/s"
+  std::string isa;                // instruction measured, or "" when the CPU lacks it
   std::vector<PeakPoint> points;  // one per thread count 1..N; empty when unsupported
   double at(int threads) const;   // value at that thread count (0 when not measured)
 };

@@ -60,7 +60,7 @@ void bnb4_dequant(const Bnb4Weight& w, __nv_bfloat16* out, cudaStream_t s) {
   const int64_t n_bytes = w.rows * w.cols / 2;
   const int64_t blocks = std::min<int64_t>((n_bytes + 255) / 256, 132 * 16);
   bnb4_dequant_kernel<<<unsigned(blocks), 256, 0, s>>>(w.codes.get<uint8_t>(), w.absmax.get<float>(),
-                                                        w.table.get<float>(), n_bytes, w.block, out);
+                                                       w.table.get<float>(), n_bytes, w.block, out);
   QT_CUDA_LAUNCHED();
 }
 

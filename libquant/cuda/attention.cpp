@@ -11,9 +11,8 @@ Attention::~Attention() {
   if (h_) cublasDestroy(h_);
 }
 
-void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k,
-                     const __half* v, float* out, const __half* k2, const __half* v2, const __half* q2, KvBound kb,
-                     KvBound vb) {
+void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k, const __half* v,
+                     float* out, const __half* k2, const __half* v2, const __half* q2, KvBound kb, KvBound vb) {
   max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
   k2_ = k2 != nullptr, v2_ = v2 != nullptr;
   kb_ = kb, vb_ = vb;
@@ -93,7 +92,11 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
   const size_t nfull = heads * size_t(nbf_);
   void* const* B = bptrs_.get<void*>();
   // (pointer arrays, rows of the query block, batch count) of the band's whole blocks and its tail
-  struct Part { void* const* p; size_t n; int rows, batch; };
+  struct Part {
+    void* const* p;
+    size_t n;
+    int rows, batch;
+  };
   std::vector<Part> parts;
   if (W) {
     parts.push_back({B, nfull, W, chunks * nh_ * nbf_});

@@ -54,7 +54,7 @@ class Attention {
   int max_chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0, hd_ = 0;
   bool k2_ = false, v2_ = false;
   KvBound kb_, vb_;
-  int band_ = 0, nbf_ = 0, tail_ = 0;  // band block, whole blocks per chunk, rows of the last partial one
+  int band_ = 0, nbf_ = 0, tail_ = 0;    // band block, whole blocks per chunk, rows of the last partial one
   DeviceBuffer S_, P_, S2_, P2_, ptrs_;  // ptrs_: 11 arrays of max_chunks·nh device pointers
   DeviceBuffer bptrs_;                   // band: 6 arrays of max_chunks·nh·nbf_, then 6 of max_chunks·nh (tail)
 };

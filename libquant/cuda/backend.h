@@ -24,11 +24,11 @@ bool built();        // true in a -DQT_CUDA=ON build
 int device_count();  // 0 without CUDA, without a device or driver
 
 struct DeviceInfo {
-  std::string name;        // "NVIDIA H100 80GB HBM3"
-  int driver = 0;          // cudaDriverGetVersion, e.g. 13000
-  int runtime = 0;         // cudaRuntimeGetVersion
+  std::string name;  // "NVIDIA H100 80GB HBM3"
+  int driver = 0;    // cudaDriverGetVersion, e.g. 13000
+  int runtime = 0;   // cudaRuntimeGetVersion
   int cc_major = 0, cc_minor = 0;
-  size_t memory = 0;       // bytes
+  size_t memory = 0;             // bytes
   std::string describe() const;  // one line
 };
 // UserError when the build has no CUDA or no device is present.
@@ -81,9 +81,9 @@ std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids);
 // bench --peak --device cuda: the tensor-core rates our GEMMs reach (cuBLASLt, the kernels eval-ppl
 // uses) on large random operands, and the device-to-device copy bandwidth (bytes read + written).
 struct GpuPeaks {
-  int n = 0;                  // the GEMMs are n × n × n
-  double bf16_tflops = 0;     // bf16 operands, fp32 accumulate and output
-  double int8_tops = 0;       // int8 operands, int32 accumulate and output
+  int n = 0;               // the GEMMs are n × n × n
+  double bf16_tflops = 0;  // bf16 operands, fp32 accumulate and output
+  double int8_tops = 0;    // int8 operands, int32 accumulate and output
   double copy_gbps = 0;
 };
 GpuPeaks measure_peaks(int n = 8192);

@@ -32,7 +32,10 @@ class DeviceBuffer {
   void reserve(size_t bytes) {
     if (bytes > n_) resize(bytes);
   }
-  template <typename T = void> T* get() const { return static_cast<T*>(p_); }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(p_);
+  }
   size_t bytes() const { return n_; }
 
  private:

@@ -15,16 +15,15 @@ namespace qt::cuda {
 
 inline void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaSuccess) return;
-  if (e == cudaErrorMemoryAllocation)
-    user_error("GPU out of memory ({}); try a smaller --batch", what);
-  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                           ") in " + what + " at " + file + ":" + std::to_string(line));
+  if (e == cudaErrorMemoryAllocation) user_error("GPU out of memory ({}); try a smaller --batch", what);
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
+                           what + " at " + file + ":" + std::to_string(line));
 }
 inline void check_cublas(cublasStatus_t s, const char* what, const char* file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   if (s == CUBLAS_STATUS_ALLOC_FAILED) user_error("GPU out of memory in cuBLAS ({}); try a smaller --batch", what);
-  throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(s) + " in " + what + " at " + file +
-                           ":" + std::to_string(line));
+  throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(s) + " in " + what + " at " + file + ":" +
+                           std::to_string(line));
 }
 
 }  // namespace qt::cuda

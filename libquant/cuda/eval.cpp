@@ -42,9 +42,12 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
     user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", Bm->cfg.vocab, c.vocab);
   // The KV cache: f16 (opt.kv empty, or f16 everywhere), or a quantized one on the GPU (kv.h;
   // what it does not run is a "not on cuda yet" UserError from set_kv).
-  if (!opt.kv.k.empty()) I.set_kv(opt.kv);
-  else I.set_kv(kv::uniform_kv_config(c.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv")));
-  if (opt.ubatch > 0 && opt.ubatch < opt.ctx) user_error("--ubatch {}: not on cuda yet (cuda runs whole chunks)", opt.ubatch);
+  if (!opt.kv.k.empty())
+    I.set_kv(opt.kv);
+  else
+    I.set_kv(kv::uniform_kv_config(c.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv")));
+  if (opt.ubatch > 0 && opt.ubatch < opt.ctx)
+    user_error("--ubatch {}: not on cuda yet (cuda runs whole chunks)", opt.ubatch);
 
   PplResult res;
   res.method = opt.method;
@@ -107,8 +110,7 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
                  kld_out.get<KldRow>() + r0, I.stream);
         I.prof.mark("kld", I.stream);
       } else {
-        token_nll(I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0,
-                  I.stream);
+        token_nll(I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0, I.stream);
         I.prof.mark("nll", I.stream);
       }
     }

@@ -32,7 +32,8 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   if (it != plans_.end()) return it->second;
   Plan p;
   const bool i8 = ab_type == CUDA_R_8I;
-  QT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F, i8 ? CUDA_R_32I : CUDA_R_32F));
+  QT_CUBLAS_CHECK(
+      cublasLtMatmulDescCreate(&p.op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F, i8 ? CUDA_R_32I : CUDA_R_32F));
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
   QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
@@ -48,19 +49,20 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   int found = 0;
   QT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
   cublasLtMatmulPreferenceDestroy(pref);
-  if (found == 0) throw std::runtime_error(std::string("cuBLASLt found no algorithm for a ") + (i8 ? "int8" : "bf16") + " GEMM");
+  if (found == 0)
+    throw std::runtime_error(std::string("cuBLASLt found no algorithm for a ") + (i8 ? "int8" : "bf16") + " GEMM");
   p.algo = res.algo;
   return plans_.emplace(key, p).first->second;
 }
 
-void GemmLt::run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y,
-                 cudaDataType_t y_type, bool accumulate, cudaStream_t s) {
+void GemmLt::run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, cudaDataType_t y_type,
+                 bool accumulate, cudaStream_t s) {
   if (n <= 0) return;
   if (accumulate && y_type != CUDA_R_32F) throw std::logic_error("GemmLt: accumulate needs an fp32 output");
   Plan& p = plan(out, in, n, y_type, CUDA_R_16BF);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  QT_CUBLAS_CHECK(cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(),
-                                 ws_.bytes(), s));
+  QT_CUBLAS_CHECK(
+      cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }
 
 }  // namespace qt::cuda
@@ -71,8 +73,8 @@ void GemmLt::run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, in
   if (n <= 0) return;
   Plan& p = plan(out, in, n, CUDA_R_32I, CUDA_R_8I);
   const int32_t alpha = 1, beta = 0;
-  QT_CUBLAS_CHECK(cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(),
-                                 ws_.bytes(), s));
+  QT_CUBLAS_CHECK(
+      cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }
 
 }  // namespace qt::cuda
@@ -91,7 +93,8 @@ int GemmLt::tune(const void* W, int out, int in, const void* X, int n, void* Y, 
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   std::vector<cublasLtMatmulHeuristicResult_t> res(size_t(std::max(1, candidates)));
   int found = 0;
-  QT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, int(res.size()), res.data(), &found));
+  QT_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, int(res.size()), res.data(), &found));
   cublasLtMatmulPreferenceDestroy(pref);
   const int32_t ia = 1, ib = 0;
   const float fa = 1.0f, fb = 0.0f;
@@ -106,8 +109,8 @@ int GemmLt::tune(const void* W, int out, int in, const void* X, int n, void* Y, 
   for (int i = 0; i < found; ++i) {
     if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
     auto go = [&] {
-      return cublasLtMatmul(h_, p.op, alpha, W, p.a, X, p.b, beta, Y, p.c, Y, p.c, &res[i].algo, ws_.get(),
-                            ws_.bytes(), s);
+      return cublasLtMatmul(h_, p.op, alpha, W, p.a, X, p.b, beta, Y, p.c, Y, p.c, &res[i].algo, ws_.get(), ws_.bytes(),
+                            s);
     };
     if (go() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up (and: does it run at all)
     QT_CUDA_CHECK(cudaEventRecord(e0, s));

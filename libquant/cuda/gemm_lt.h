@@ -30,8 +30,8 @@ class GemmLt {
   // choice is not always the fastest (up to 15% slower at the 8B gate|up shape). Returns the chosen
   // candidate's index (0: the heuristic's own) and writes both times (ms per GEMM) to first_ms /
   // best_ms.
-  int tune(const void* W, int out, int in, const void* X, int n, void* Y, cudaDataType_t y_type,
-           cudaDataType_t ab_type, cudaStream_t s, int candidates, float* first_ms, float* best_ms);
+  int tune(const void* W, int out, int in, const void* X, int n, void* Y, cudaDataType_t y_type, cudaDataType_t ab_type,
+           cudaStream_t s, int candidates, float* first_ms, float* best_ms);
 
  private:
   struct Plan {

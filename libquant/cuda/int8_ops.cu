@@ -153,7 +153,6 @@ __global__ void rope_split_q8_kernel(const int32_t* acc, const float* sx, const 
     v[int64_t(r) * KV + t] = __float2half_rn(deq(s_in, sw[Q + KV + t], in[Q + KV + t]));
 }
 
-
 // ---- Vectorized forms: 16-byte loads and stores, so that each SM keeps enough bytes in
 // flight to run these passes at the HBM's rate (the scalar forms above reached 2.1–2.4 TB/s of the
 // 3 TB/s). Same formulas, element for element; a block's reductions see the same values (max is
@@ -183,10 +182,9 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 __device__ __forceinline__ int8_t q8_rni(float v, float inv) {
   return int8_t(min(max(__float2int_rn(v * inv), -128), 127));
 }
-__global__ void __launch_bounds__(1024) swiglu_q8_v4_kernel(const int32_t* __restrict__ acc, int F,
-                                                            const float* __restrict__ sx_in,
-                                                            const float* __restrict__ sw, int8_t* __restrict__ q,
-                                                            float* __restrict__ sx_out) {
+__global__ void __launch_bounds__(1024)
+    swiglu_q8_v4_kernel(const int32_t* __restrict__ acc, int F, const float* __restrict__ sx_in,
+                        const float* __restrict__ sw, int8_t* __restrict__ q, float* __restrict__ sx_out) {
   extern __shared__ float4 h4[];
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
@@ -246,10 +244,11 @@ __global__ void rmsnorm_q8_v4_kernel(const float* x, const float* w, int dim, fl
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
   const int dim4 = dim / 4;
-  const float4* xr = reinterpret_cast<const float4*>(x + (int64_t(r / group) * group_stride + group_off + r % group) * dim);
+  const float4* xr =
+      reinterpret_cast<const float4*>(x + (int64_t(r / group) * group_stride + group_off + r % group) * dim);
   for (int d = threadIdx.x; d < dim4; d += blockDim.x) xs4[d] = xr[d];
-  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim),
-                 sx + r, sh);
+  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim), sx + r,
+                 sh);
 }
 
 __global__ void residual_rmsnorm_q8_v4_kernel(const int32_t* __restrict__ acc, const float* sx_acc,
@@ -270,8 +269,8 @@ __global__ void residual_rmsnorm_q8_v4_kernel(const int32_t* __restrict__ acc, c
     xs4[d] = v;
   }
   // norm_q8_row_v4 synchronizes: every thread has read sx_acc[r] before sx[r] is written
-  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim),
-                 sx + r, sh);
+  norm_q8_row_v4(xs4, reinterpret_cast<const float4*>(w), dim4, eps, dim, reinterpret_cast<char4*>(q + r * dim), sx + r,
+                 sh);
 }
 
 __global__ void quant_rows_v4_kernel(const float* x, int dim, int8_t* q, float* sx) {
@@ -310,7 +309,8 @@ __global__ void rope_split_q8_v4_kernel(const int32_t* __restrict__ acc, const f
   const float* sr = sin_t + int64_t(pos) * half;
   for (int t = threadIdx.x; t < (nh + nkv) * h4; t += blockDim.x) {
     const int h = t / h4, i = (t % h4) * 4, j = h * hd + i;
-    const float4 x0 = deq4(s_in, __ldg(reinterpret_cast<const float4*>(sw + j)), __ldcs(reinterpret_cast<const int4*>(in + j)));
+    const float4 x0 =
+        deq4(s_in, __ldg(reinterpret_cast<const float4*>(sw + j)), __ldcs(reinterpret_cast<const int4*>(in + j)));
     const float4 x1 = deq4(s_in, __ldg(reinterpret_cast<const float4*>(sw + j + half)),
                            __ldcs(reinterpret_cast<const int4*>(in + j + half)));
     const float4 c = __ldg(reinterpret_cast<const float4*>(cr + i)), s = __ldg(reinterpret_cast<const float4*>(sr + i));
@@ -336,7 +336,8 @@ __global__ void rope_split_q8_v4_kernel(const int32_t* __restrict__ acc, const f
 namespace {
 bool use_vec(int width) { return width % 4 == 0; }
 int norm_threads(int) { return 512; }  // the scalar kernels' block size: the same sums
-template <typename K> void smem_attr(K kernel, size_t bytes) {
+template <typename K>
+void smem_attr(K kernel, size_t bytes) {
   QT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 }  // namespace
@@ -351,7 +352,8 @@ void residual_rmsnorm_q8(const int32_t* acc, const float* sx_acc, const float* s
     QT_CUDA_LAUNCHED();
     return;
   }
-  QT_CUDA_CHECK(cudaFuncSetAttribute(residual_rmsnorm_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  QT_CUDA_CHECK(
+      cudaFuncSetAttribute(residual_rmsnorm_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   residual_rmsnorm_q8_kernel<<<rows, 512, smem, s>>>(acc, sx_acc, sw, x, w, dim, eps, q, sx);
   QT_CUDA_LAUNCHED();
 }

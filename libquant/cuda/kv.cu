@@ -395,7 +395,8 @@ KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg
   s.nt_lo = int(lo.t.size()), s.nt_hi = int(hi.t.size());
   s.signs = upload(ctx.rotation("wht").matrix());
   s.code_bytes = kv::packed_bytes(int64_t(s.n_hi) * s.bh + int64_t(D - s.n_hi) * s.bl, 1);
-  if (s.code_bytes + 2 != s.group_bytes) throw std::logic_error("cuda kv: turboquant_mse layout differs from the CPU's");
+  if (s.code_bytes + 2 != s.group_bytes)
+    throw std::logic_error("cuda kv: turboquant_mse layout differs from the CPU's");
   return s;
 }
 
@@ -470,8 +471,8 @@ void kv_unrotate(const KvSideGpu& s, float* y, int64_t vectors, cudaStream_t st)
 void window_softmax(const float* Sq, const float* Se, int64_t rows, int T, float scale, KvBound kb, KvBound vb,
                     __half* Pq, __half* Pe, int band, cudaStream_t st) {
   if (rows <= 0) return;
-  window_softmax_kernel<<<unsigned((rows + kWarps - 1) / kWarps), 32 * kWarps, 0, st>>>(Sq, Se, rows, T, scale, kb,
-                                                                                       vb, Pq, Pe, band);
+  window_softmax_kernel<<<unsigned((rows + kWarps - 1) / kWarps), 32 * kWarps, 0, st>>>(Sq, Se, rows, T, scale, kb, vb,
+                                                                                        Pq, Pe, band);
   QT_CUDA_LAUNCHED();
 }
 

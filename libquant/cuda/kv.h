@@ -48,13 +48,13 @@ struct KvSideGpu {
   enum Kind { Exact = 0, Affine = 1, KiviKey = 2, TurboMse = 3 };
   int kind = Exact;
   int D = 0;
-  int bits = 0, group = 0;    // affine / kivi: code bits, channels per group (kivi keys: tokens per group)
+  int bits = 0, group = 0;       // affine / kivi: code bits, channels per group (kivi keys: tokens per group)
   int n_hi = 0, bh = 0, bl = 0;  // turboquant_mse: the first n_hi rotated coordinates at bh bits, the rest at bl
-  int R = 0, G = 1;           // residual window, tokens per code group
+  int R = 0, G = 1;              // residual window, tokens per code group
   size_t code_bytes = 0, group_bytes = 0;
   DeviceBuffer c_lo, t_lo, c_hi, t_hi, signs;  // fp32 codebooks (centroids, thresholds) and the WHT signs
   int nt_lo = 0, nt_hi = 0;
-  std::string spec;           // the CPU's canonical text
+  std::string spec;  // the CPU's canonical text
   bool rotated() const { return kind == TurboMse; }
   KvBound bound() const;
   // Groups of one chunk's kv head (T positions) the code array holds.

@@ -207,9 +207,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
         // int4 codes (two a byte) are unpacked to int8; int8 and int8_ct codes are int8 already.
         const bool i4 = p->data.dtype == DType::U8;
         if (family(*p) != KernelFamily::Int8PerToken || p->params.group_size != 0)
-          user_error("{}: {} is {} while the first projection is W8A8/W4A8: mixed layouts: not on cuda yet", ck.path,
-                     n, p->params.scheme);
-        if (p->rows != r || p->cols != in || (i4 && in % 2)) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+          user_error("{}: {} is {} while the first projection is W8A8/W4A8: mixed layouts: not on cuda yet", ck.path, n,
+                     p->params.scheme);
+        if (p->rows != r || p->cols != in || (i4 && in % 2))
+          user_error("{}: tensor {} has an unexpected shape", ck.path, n);
         if (i4) {  // W4A8: the int4 codes unpacked to int8 once, here; then the W8A8 kernels
           w4 = true;
           const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), r, in);
@@ -283,8 +284,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
   }
   weight_bytes += embed.bytes();
-  std::optional<std::vector<float>> head_q =
-      head_q8 ? std::nullopt : tied ? std::move(emb_q) : dequantized("lm_head.weight");
+  std::optional<std::vector<float>> head_q = head_q8 ? std::nullopt
+                                             : tied  ? std::move(emb_q)
+                                                     : dequantized("lm_head.weight");
   if (head_q8) {
   } else if (head_q) {
     lm_head.resize(size_t(c.vocab * H) * 2);
@@ -330,9 +332,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     }
     L.rope = !c.has_rope(i) ? 0 : c.rope_local_theta > 0 && c.is_sliding(i) ? 2 : 1;
     L.window = c.is_sliding(i) ? c.sliding_window : 0;
-    L.wqkv = stacked({{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV},
-                      {p + "self_attn.v_proj.weight", KV}},
-                     H, &L.sqkv, &L.aqkv, &L.nqkv);
+    L.wqkv = stacked(
+        {{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV}, {p + "self_attn.v_proj.weight", KV}},
+        H, &L.sqkv, &L.aqkv, &L.nqkv);
     L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao, &L.no);
     L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu, &L.ngu);
     L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown, &L.ndown);
@@ -349,14 +351,13 @@ GpuModel::Impl::~Impl() {
 
 size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
-  size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 +
-                  F * 2);
+  size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 + F * 2);
   b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
                                 kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
-  b += size_t(chunks) * T_ * H * 2;                          // hs (at most every row)
-  if (head_q8) b += size_t(chunks) * T_ * (H + 4);            // hq, hsx
-  if (desc->has_post_norms()) b += N * H * 4;                 // post
+  b += size_t(chunks) * T_ * H * 2;                 // hs (at most every row)
+  if (head_q8) b += size_t(chunks) * T_ * (H + 4);  // hq, hsx
+  if (desc->has_post_norms()) b += N * H * 4;       // post
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
@@ -457,7 +458,8 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   const int N = chunks * T, H = c.hidden, F = c.intermediate;
   if (chunks > max_chunks) throw std::logic_error("GpuModel: forward of more chunks than reserved");
   for (int i = 0; i < N; ++i)
-    if (ids[i] < 0 || ids[i] >= c.vocab) user_error("token id {} is outside the vocabulary (0..{})", ids[i], c.vocab - 1);
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      user_error("token id {} is outside the vocabulary (0..{})", ids[i], c.vocab - 1);
   prof.start(stream);
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
   cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream, embed_mult);
@@ -542,8 +544,8 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   float *sa = sxa.get<float>(), *sb = sxb.get<float>();
   int32_t* y = acc.get<int32_t>();
   if (q8_fuse && prev)  // the previous layer's down output (acc, sb) added here
-    residual_rmsnorm_q8(y, sb, prev->sdown.get<float>(), x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps,
-                        a, sa, stream);
+    residual_rmsnorm_q8(y, sb, prev->sdown.get<float>(), x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a,
+                        sa, stream);
   else
     rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   prof.mark("norm", stream);

@@ -22,14 +22,14 @@ struct GpuModel::Impl {
     // fp32 [H]: the pre-norms (empty where the family has none: OLMo 2) and the post-norms
     // (Gemma, OLMo 2; empty for llama): formats/arch.h's BlockNorms, 1 + w folded in for Gemma.
     DeviceBuffer attn_norm, ffn_norm, attn_post, ffn_post;
-    DeviceBuffer q_norm, k_norm;       // fp32 [head_dim] or [n_heads·head_dim] / [n_kv·head_dim]
-    DeviceBuffer bqkv;                 // fp32 [Q + 2·KV]: q/k/v biases (qwen2); empty: none
-    int rope = 1;                      // 0 none (SmolLM3's no-RoPE layers), 1 the global table, 2 the local
-    int window = 0;                    // sliding-window layer: keys each query sees; 0: all
-    DeviceBuffer wqkv;                 // bf16 [Q + 2·KV, H]: q_proj, k_proj, v_proj rows
-    DeviceBuffer wo;                   // bf16 [H, Q]
-    DeviceBuffer wgu;                  // bf16 [2F, H]: gate_proj, up_proj rows
-    DeviceBuffer wdown;                // bf16 [H, F]
+    DeviceBuffer q_norm, k_norm;  // fp32 [head_dim] or [n_heads·head_dim] / [n_kv·head_dim]
+    DeviceBuffer bqkv;            // fp32 [Q + 2·KV]: q/k/v biases (qwen2); empty: none
+    int rope = 1;                 // 0 none (SmolLM3's no-RoPE layers), 1 the global table, 2 the local
+    int window = 0;               // sliding-window layer: keys each query sees; 0: all
+    DeviceBuffer wqkv;            // bf16 [Q + 2·KV, H]: q_proj, k_proj, v_proj rows
+    DeviceBuffer wo;              // bf16 [H, Q]
+    DeviceBuffer wgu;             // bf16 [2F, H]: gate_proj, up_proj rows
+    DeviceBuffer wdown;           // bf16 [H, F]
     // W8A8 (q8): the same matrices as int8 codes, and their per-output-channel scales (fp32).
     DeviceBuffer sqkv, so, sgu, sdown;
     // Affine (weight-only): the same matrices as MLX codes, decoded to bf16 before each GEMM.
@@ -47,14 +47,14 @@ struct GpuModel::Impl {
   DeviceBuffer lm_head;     // bf16 [vocab, H] (empty when it is `embed` itself: tied bf16)
   DeviceBuffer final_norm;  // fp32 [H]
   std::vector<Layer> layers;
-  bool q8 = false;      // every projection W8A8 (int8 codes, per-token int8 activations)
-  bool affine = false;  // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
+  bool q8 = false;         // every projection W8A8 (int8 codes, per-token int8 activations)
+  bool affine = false;     // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
   void tune_gemms(int n);  // W8A8: cuBLASLt's int8 candidates timed at reserve
   // W8A8: epilogues fused into RoPE and the next norm (the same values as the separate kernels,
   // which run where the hidden row does not fit shared memory).
   bool q8_fuse = true;
-  bool w4 = false;      // q8 with int4 weights (W4A8), unpacked to int8 at load
-  bool bnb4 = false;    // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
+  bool w4 = false;          // q8 with int4 weights (W4A8), unpacked to int8 at load
+  bool bnb4 = false;        // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
@@ -63,13 +63,13 @@ struct GpuModel::Impl {
   std::unique_ptr<GemmLt> gemm;
   std::unique_ptr<Attention> attn;
   std::unique_ptr<GpuKv> kvq;  // a quantized KV cache (kv.h); null: the f16 cache
-  StageProfile prof;  // QT_CUDA_PROFILE=1
+  StageProfile prof;           // QT_CUDA_PROFILE=1
 
   // Scratch for up to max_chunks chunks of T tokens.
   int max_chunks = 0, T = 0;
-  DeviceBuffer rope_cos, rope_sin;              // fp32 [T, hd/2]
-  DeviceBuffer rope_cos_l, rope_sin_l;          // gemma3's sliding layers: the local base's table
-  DeviceBuffer post;                            // fp32 [N, H]: a sublayer's output before its post-norm
+  DeviceBuffer rope_cos, rope_sin;      // fp32 [T, hd/2]
+  DeviceBuffer rope_cos_l, rope_sin_l;  // gemma3's sliding layers: the local base's table
+  DeviceBuffer post;                    // fp32 [N, H]: a sublayer's output before its post-norm
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
   DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.

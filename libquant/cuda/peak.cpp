@@ -12,7 +12,8 @@
 namespace qt::cuda {
 namespace {
 
-template <typename F> double median_ms(F&& f, cudaStream_t s) {
+template <typename F>
+double median_ms(F&& f, cudaStream_t s) {
   for (int i = 0; i < 3; ++i) f();
   cudaEvent_t a, b;
   QT_CUDA_CHECK(cudaEventCreate(&a));
@@ -52,8 +53,7 @@ GpuPeaks measure_peaks(int n) {
   r.bf16_tflops = 2.0 * double(n) * n * n / (ms_bf16 * 1e-3) / 1e12;
   fill_random(a.get<uint32_t>(), nn / 4, 3, 0xffffffffu, s);
   fill_random(b.get<uint32_t>(), nn / 4, 4, 0xffffffffu, s);
-  const double ms_i8 = median_ms(
-      [&] { g.run_i8(a.get<int8_t>(), n, n, b.get<int8_t>(), n, c.get<int32_t>(), s); }, s);
+  const double ms_i8 = median_ms([&] { g.run_i8(a.get<int8_t>(), n, n, b.get<int8_t>(), n, c.get<int32_t>(), s); }, s);
   r.int8_tops = 2.0 * double(n) * n * n / (ms_i8 * 1e-3) / 1e12;
   const size_t bytes = size_t(1) << 30;
   DeviceBuffer x(bytes), y(bytes);

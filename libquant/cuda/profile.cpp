@@ -17,7 +17,8 @@ StageProfile::~StageProfile() {
   double total = 0;
   for (auto& [k, v] : ms_) total += v;
   std::fprintf(stderr, "cuda stage profile (device ms, summed over the run):\n");
-  for (auto& [k, v] : ms_) std::fprintf(stderr, "  %-14s %10.1f ms  %5.1f%%\n", k.c_str(), v, total > 0 ? 100 * v / total : 0);
+  for (auto& [k, v] : ms_)
+    std::fprintf(stderr, "  %-14s %10.1f ms  %5.1f%%\n", k.c_str(), v, total > 0 ? 100 * v / total : 0);
   std::fprintf(stderr, "  %-14s %10.1f ms\n", "total", total);
   for (cudaEvent_t e : pool_) cudaEventDestroy(e);
 }

@@ -4,7 +4,8 @@
 
 namespace qt::cuda {
 
-template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
@@ -13,7 +14,8 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 // Every thread gets the block's sum / max. `sh` holds 32 values of T.
-template <typename T> __device__ __forceinline__ T block_sum(T v, T* sh) {
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* sh) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
   v = warp_sum(v);
   __syncthreads();

@@ -6,8 +6,8 @@
 
 namespace qt::cuda {
 namespace {
-__global__ void rmsnorm_kernel(const float* x, const float* w, bf16* y, int dim, float eps, int group,
-                               int group_stride, int group_off) {
+__global__ void rmsnorm_kernel(const float* x, const float* w, bf16* y, int dim, float eps, int group, int group_stride,
+                               int group_off) {
   __shared__ float sh[32];
   const int r = blockIdx.x;
   const int64_t src = int64_t(r / group) * group_stride + group_off + r % group;

@@ -52,8 +52,8 @@ std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int
 }
 std::vector<float> swiglu(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_bf16(const std::vector<float>&, int, int, const std::vector<float>&, int) { no_cuda(); }
-std::vector<float> attention(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int,
-                             int, int, int, int, float) {
+std::vector<float> attention(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int, int,
+                             int, int, int, float) {
   no_cuda();
 }
 Q8 rmsnorm_q8(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }

@@ -40,8 +40,10 @@ __global__ void swiglu_kernel(const float* gu, int F, bf16* h) {
 
 void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_tanh) {
   if (n <= 0 || F <= 0) return;
-  if (gelu_tanh) swiglu_kernel<true><<<n, 256, 0, s>>>(gu, F, h);
-  else swiglu_kernel<false><<<n, 256, 0, s>>>(gu, F, h);
+  if (gelu_tanh)
+    swiglu_kernel<true><<<n, 256, 0, s>>>(gu, F, h);
+  else
+    swiglu_kernel<false><<<n, 256, 0, s>>>(gu, F, h);
   QT_CUDA_LAUNCHED();
 }
 

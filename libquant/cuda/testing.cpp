@@ -13,12 +13,14 @@
 namespace qt::cuda::testing {
 
 namespace {
-template <typename T> DeviceBuffer up(const std::vector<T>& v) {
+template <typename T>
+DeviceBuffer up(const std::vector<T>& v) {
   DeviceBuffer b(v.size() * sizeof(T));
   QT_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
   return b;
 }
-template <typename T> std::vector<T> down(const DeviceBuffer& b, size_t n) {
+template <typename T>
+std::vector<T> down(const DeviceBuffer& b, size_t n) {
   QT_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<T> v(n);
   QT_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));

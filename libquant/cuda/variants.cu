@@ -62,8 +62,8 @@ void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s) {
 void qk_norm(float* qkv, int rows, int64_t stride, int nq, int qlen, const float* wq, int nk, int klen, int kcol,
              const float* wk, float eps, cudaStream_t s) {
   if (rows <= 0) return;
-  qk_norm_kernel<<<dim3(unsigned(rows), unsigned(nq + nk)), 128, 0, s>>>(qkv, stride, nq, qlen, wq, nk, klen, kcol,
-                                                                          wk, eps);
+  qk_norm_kernel<<<dim3(unsigned(rows), unsigned(nq + nk)), 128, 0, s>>>(qkv, stride, nq, qlen, wq, nk, klen, kcol, wk,
+                                                                         eps);
   QT_CUDA_LAUNCHED();
 }
 

@@ -26,8 +26,10 @@ GenerateResult generate(const StepFn& step, int vocab, const std::vector<int32_t
   for (;;) {
     const int32_t id = sampler.sample(logits.data(), vocab);
     r.ids.push_back(id);
-    if (r.ids.size() == 1) r.first_token_s = since(t0), t_first = clock::now();
-    else r.decode_s = since(t_first);
+    if (r.ids.size() == 1)
+      r.first_token_s = since(t0), t_first = clock::now();
+    else
+      r.decode_s = since(t_first);
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
       r.stopped_by_token = true;
       break;

@@ -14,9 +14,9 @@ namespace qt {
 
 // One scored position of the test model against the baseline.
 struct KldToken {
-  double nll = 0;       // −log p_test(target)
-  double nll_base = 0;  // −log p_base(target)
-  double kld = 0;       // Σ_v p_base (log p_base − log p_test)
+  double nll = 0;         // −log p_test(target)
+  double nll_base = 0;    // −log p_base(target)
+  double kld = 0;         // Σ_v p_base (log p_base − log p_test)
   bool same_top = false;  // argmax test == argmax base
 };
 
@@ -33,11 +33,11 @@ struct KldSummary {
   double ratio = 0, ratio_err = 0;        // Mean PPL(Q)/PPL(base)
   double diff = 0, diff_err = 0;          // Mean PPL(Q)-PPL(base)
   double kld = 0, kld_err = 0;            // Mean KLD
-  double kld_max = 0, kld_p999 = 0, kld_p99 = 0, kld_p95 = 0, kld_p90 = 0, kld_median = 0,
-         kld_p10 = 0, kld_p5 = 0, kld_p1 = 0, kld_p01 = 0, kld_min = 0;
+  double kld_max = 0, kld_p999 = 0, kld_p99 = 0, kld_p95 = 0, kld_p90 = 0, kld_median = 0, kld_p10 = 0, kld_p5 = 0,
+         kld_p1 = 0, kld_p01 = 0, kld_min = 0;
   double dp = 0, dp_err = 0;  // Mean Δp = p_test(target) − p_base(target), as fractions
-  double dp_max = 0, dp_p999 = 0, dp_p99 = 0, dp_p95 = 0, dp_p90 = 0, dp_p75 = 0, dp_median = 0,
-         dp_p25 = 0, dp_p10 = 0, dp_p5 = 0, dp_p1 = 0, dp_p01 = 0, dp_min = 0;
+  double dp_max = 0, dp_p999 = 0, dp_p99 = 0, dp_p95 = 0, dp_p90 = 0, dp_p75 = 0, dp_median = 0, dp_p25 = 0, dp_p10 = 0,
+         dp_p5 = 0, dp_p1 = 0, dp_p01 = 0, dp_min = 0;
   double rms_dp = 0, rms_dp_err = 0;
   double same_top = 0, same_top_err = 0;  // fraction of positions whose argmax agree
 };

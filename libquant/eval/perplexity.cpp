@@ -50,8 +50,8 @@ double token_nll(const float* logits, int n_vocab, int target) {
   return ops::row_stats(logits, n_vocab).lse - double(logits[target]);
 }
 
-PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
-                              const PplOptions& opt, LlamaModel* base, const ProgressFn& progress) {
+PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens, const PplOptions& opt,
+                              LlamaModel* base, const ProgressFn& progress) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const ModelConfig& c = model.config();
@@ -223,8 +223,8 @@ nlohmann::json ppl_result_json(const PplResult& r) {
   }
   if (r.base_seconds > 0) j["kl_base_eval_seconds"] = r.base_seconds;
   if (!r.tokens.empty()) {
-    nlohmann::json nll = nlohmann::json::array(), nll_base = nlohmann::json::array(),
-                   kld = nlohmann::json::array(), same = nlohmann::json::array();
+    nlohmann::json nll = nlohmann::json::array(), nll_base = nlohmann::json::array(), kld = nlohmann::json::array(),
+                   same = nlohmann::json::array();
     for (const KldToken& t : r.tokens) {
       nll.push_back(t.nll);
       if (!r.kld) continue;

@@ -40,15 +40,15 @@ ChunkPlan plan_chunks(PplMethod method, int ctx, int64_t n_tokens, int max_chunk
 struct PplOptions {
   PplMethod method = PplMethod::Llama;
   int ctx = 512;
-  int max_chunks = -1;    // < 0: every whole chunk
-  int first_chunk = 0;    // start at this chunk (one part of a run split across processes)
-  bool keep_tokens = false;  // keep every scored position's NLL (and KLD) in PplResult::tokens
-  int bos_id = -1;        // llama method: replaces each chunk's first token (−1: no BOS added)
-  kv::KVConfig kv;        // KV cache of the model (no layers given: f32)
+  int max_chunks = -1;          // < 0: every whole chunk
+  int first_chunk = 0;          // start at this chunk (one part of a run split across processes)
+  bool keep_tokens = false;     // keep every scored position's NLL (and KLD) in PplResult::tokens
+  int bos_id = -1;              // llama method: replaces each chunk's first token (−1: no BOS added)
+  kv::KVConfig kv;              // KV cache of the model (no layers given: f32)
   std::string base_kv = "f32";  // KV cache of the KL baseline
-  int ubatch = 0;         // tokens per forward call (0: the whole chunk); the cache sees each
-                          // batch appended before its queries attend
-  int head_rows = 256;    // output-head slice: rows of logits held at once (memory bound)
+  int ubatch = 0;               // tokens per forward call (0: the whole chunk); the cache sees each
+                                // batch appended before its queries attend
+  int head_rows = 256;          // output-head slice: rows of logits held at once (memory bound)
   // The KL baseline's final hidden states at the scored rows, chunk after chunk (n_chunks ·
   // n_scored · hidden floats). Empty: filled as the baseline runs. Full: read instead of running
   // the baseline's forward (its output head still runs, so the KLD is the same to the bit).
@@ -56,11 +56,11 @@ struct PplOptions {
 };
 
 struct ChunkProgress {
-  int chunk = 0;          // chunks done
+  int chunk = 0;  // chunks done
   int n_chunks = 0;
-  double seconds = 0;     // since the evaluation started
-  int64_t tokens = 0;     // tokens evaluated so far
-  double ppl = 0;         // running estimate, llama.cpp's [i] value
+  double seconds = 0;  // since the evaluation started
+  int64_t tokens = 0;  // tokens evaluated so far
+  double ppl = 0;      // running estimate, llama.cpp's [i] value
 };
 using ProgressFn = std::function<void(const ChunkProgress&)>;
 
@@ -71,23 +71,22 @@ struct PplResult {
   int64_t tokens_evaluated = 0;  // n_chunks · ctx
   int64_t tokens_scored = 0;
   double mean_nll = 0, ppl = 0, ppl_err = 0;
-  double seconds = 0;            // evaluation only (not loading or tokenizing)
-  double model_seconds = 0;      // of those, the evaluated model's own forward and output head
-  double base_seconds = 0;       // and the KL baseline's (0 without one)
-  std::vector<double> running;   // PPL after each chunk
-  std::optional<KldSummary> kld; // when a baseline ran
-  std::vector<KldToken> tokens;  // with keep_tokens: each scored position in order (nll only
-                                 // without a baseline)
-  std::string kv_name;           // the model's cache, as it describes itself
-  double kv_bytes_per_token = 0; // everything it stores at ctx positions, per position
+  double seconds = 0;                 // evaluation only (not loading or tokenizing)
+  double model_seconds = 0;           // of those, the evaluated model's own forward and output head
+  double base_seconds = 0;            // and the KL baseline's (0 without one)
+  std::vector<double> running;        // PPL after each chunk
+  std::optional<KldSummary> kld;      // when a baseline ran
+  std::vector<KldToken> tokens;       // with keep_tokens: each scored position in order (nll only
+                                      // without a baseline)
+  std::string kv_name;                // the model's cache, as it describes itself
+  double kv_bytes_per_token = 0;      // everything it stores at ctx positions, per position
   double kv_f16_bytes_per_token = 0;  // an fp16 cache of the same model
 };
 
 // Runs `model` (and `base`, when given, on the same tokens) over the chunks of `tokens`.
 // The accumulation order is fixed, so results do not depend on the thread count.
-PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
-                              const PplOptions& opt, LlamaModel* base = nullptr,
-                              const ProgressFn& progress = {});
+PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens, const PplOptions& opt,
+                              LlamaModel* base = nullptr, const ProgressFn& progress = {});
 
 // Refuses (UserError naming base_path) a KL baseline that is not the same model: another
 // architecture or shape, another vocabulary, or a tokenizer that splits the text differently.

@@ -25,8 +25,9 @@ json merge_ppl_parts(std::vector<json> parts, const std::vector<std::string>& na
     return parts[a]["chunk_offset"].get<int>() < parts[b]["chunk_offset"].get<int>();
   });
   // What every part must share for the positions to belong to one run.
-  static const char* kSame[] = {"method", "ctx", "tokens_text", "kv_cache", "kv_bytes_per_token", "model",
-                                "text", "kl_base_model", "kl_base_kv", "compute", "ubatch", "bos_per_chunk"};
+  static const char* kSame[] = {"method", "ctx",          "tokens_text",   "kv_cache",   "kv_bytes_per_token",
+                                "model",  "text",         "kl_base_model", "kl_base_kv", "compute",
+                                "ubatch", "bos_per_chunk"};
   const json& first = parts[order[0]];
   const bool has_kld = first.contains("kld");
   int next = first["chunk_offset"].get<int>();
@@ -42,8 +43,7 @@ json merge_ppl_parts(std::vector<json> parts, const std::vector<std::string>& na
         user_error("{}: its {} differs from {}'s", names[k], key, names[order[0]]);
     if (p.contains("kld") != has_kld) user_error("{}: KLD in some parts and not in others", names[k]);
     const int off = p["chunk_offset"].get<int>(), n = p["chunks"].get<int>();
-    if (off != next)
-      user_error("{}: starts at chunk {}, the parts before it end at chunk {}", names[k], off, next);
+    if (off != next) user_error("{}: starts at chunk {}, the parts before it end at chunk {}", names[k], off, next);
     next = off + n;
     const json& ts = p["token_stats"];
     const auto nll = ts.at("nll").get<std::vector<double>>();

@@ -38,8 +38,8 @@ inline float bias_term(const float* b, const float* s, const float* xsum, const 
 // s_g·d_g into a float total per row.
 template <int kBits, int R>
 QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
-                       const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0, const float* bias,
-                       float* y, bool prefetch) {
+                       const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0,
+                       const float* bias, float* y, bool prefetch) {
   constexpr int W = 16;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
   const uint8_t* row[R];
@@ -54,7 +54,8 @@ QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* b
     // (SmolLM2's 576 codes, Cider's K = 2560) that the hardware prefetcher barely ramps up on; this
     // took 4-bit codes from ~50% to ~70% of the memory bandwidth here.
     if (prefetch)
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
     __m256i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
     for (int64_t j = gi * g; j < (gi + 1) * g; j += 2 * W) {
@@ -73,18 +74,19 @@ QT_AVX2 void rows_avx2(const uint8_t* codes, const float* scales, const float* b
       }
     }
     for (int r = 0; r < R; ++r)
-      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(scales[(r0 + r) * groups + gi] * xd[gi]),
-                               tot[r]);
+      tot[r] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(scales[(r0 + r) * groups + gi] * xd[gi]), tot[r]);
   }
   for (int r = 0; r < R; ++r)
-    y[r0 + r] = hsum8(tot[r]) + bias_term(biases + (r0 + r) * groups, scales + (r0 + r) * groups, xsum, xres, groups) + (bias ? bias[r0 + r] : 0.0f);
+    y[r0 + r] = hsum8(tot[r]) + bias_term(biases + (r0 + r) * groups, scales + (r0 + r) * groups, xsum, xres, groups) +
+                (bias ? bias[r0 + r] : 0.0f);
 }
 
 // The same at 32 lanes, one VPDPWSSD the multiply and the add (AVX-512 without VNNI runs the AVX2 rows).
 template <int kBits, int R>
 QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
-                           const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0, const float* bias,
-                           float* y, bool prefetch) {
+                                const int16_t* xq, const float* xd, const float* xsum, const float* xres, int64_t r0,
+                                const float* bias, float* y, bool prefetch) {
   constexpr int W = 32;
   const int64_t row_bytes = k * kBits / 8, groups = k / g;
   const uint8_t* row[R];
@@ -96,7 +98,8 @@ QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const
   const __m512i low4 = _mm512_set1_epi16(15);
   for (int64_t gi = 0; gi < groups; ++gi) {
     if (prefetch)
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + gi * g * kBits / 8), _MM_HINT_T0);
     __m512i acc[R], acc2[R];  // two chains per row
     for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_si512();
     for (int64_t j = gi * g; j < (gi + 1) * g; j += 2 * W) {
@@ -107,8 +110,10 @@ QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const
           acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_and_si512(v, low4), x0);
           acc2[r] = _mm512_dpwssd_epi32(acc2[r], _mm512_srli_epi16(v, 4), x1);
         } else {
-          acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j))), x0);
-          acc2[r] = _mm512_dpwssd_epi32(acc2[r], _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j + W))), x1);
+          acc[r] = _mm512_dpwssd_epi32(
+              acc[r], _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j))), x0);
+          acc2[r] = _mm512_dpwssd_epi32(
+              acc2[r], _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + j + W))), x1);
         }
       }
     }
@@ -117,7 +122,8 @@ QT_AVX512_VNNI void rows_avx512(const uint8_t* codes, const float* scales, const
                                _mm512_set1_ps(scales[(r0 + r) * groups + gi] * xd[gi]), tot[r]);
   }
   for (int r = 0; r < R; ++r)
-    y[r0 + r] = _mm512_reduce_add_ps(tot[r]) + bias_term(biases + (r0 + r) * groups, scales + (r0 + r) * groups, xsum, xres, groups) +
+    y[r0 + r] = _mm512_reduce_add_ps(tot[r]) +
+                bias_term(biases + (r0 + r) * groups, scales + (r0 + r) * groups, xsum, xres, groups) +
                 (bias ? bias[r0 + r] : 0.0f);
 }
 

@@ -12,12 +12,12 @@ struct TileArgs {
   const int32_t* pan;    // the tile's first decoded panel
   const float *st, *bt;  // its scales and biases [p][group][16]
   int64_t k, g;
-  const int16_t* a;      // R token rows of x̃, stride k
-  const float *d, *xs;   // [R][groups]: the tokens' int16 steps and group sums
-  const float* bias;     // at the first panel's first row, or null
-  float* y;              // at (first token, first row), stride ldy
+  const int16_t* a;     // R token rows of x̃, stride k
+  const float *d, *xs;  // [R][groups]: the tokens' int16 steps and group sums
+  const float* bias;    // at the first panel's first row, or null
+  float* y;             // at (first token, first row), stride ldy
   int64_t ldy;
-  int last_cols;         // rows of the last panel that exist (1..16)
+  int last_cols;  // rows of the last panel that exist (1..16)
 };
 
 struct Isa {

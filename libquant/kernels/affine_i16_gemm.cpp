@@ -47,7 +47,9 @@ void decode_panels(int bits, const uint8_t* codes, const float* scales, const fl
         bt[(p * groups + gi) * 16 + r] = real ? biases[row * groups + gi] + float(c) * sc : 0.0f;
       }
       const uint8_t* src = codes + row * row_bytes;
-      auto pair = [c](int lo, int hi) { return int32_t(uint16_t(int16_t(lo - c))) | int32_t(uint32_t(uint16_t(int16_t(hi - c))) << 16); };
+      auto pair = [c](int lo, int hi) {
+        return int32_t(uint16_t(int16_t(lo - c))) | int32_t(uint32_t(uint16_t(int16_t(hi - c))) << 16);
+      };
       if (!real)
         for (int64_t i = 0; i < k2; ++i) dst[i * 16] = 0;
       else if (bits == 4)  // byte i holds q_2i (low nibble) and q_2i+1 (high)
@@ -96,8 +98,10 @@ void affine_i16_gemm(int bits, const uint8_t* codes, const float* scales, const 
     float* st = static_cast<float*>(st_buf.reserve(size_t(np) * size_t(groups) * 16 * 4));
     float* bt = static_cast<float*>(bt_buf.reserve(size_t(np) * size_t(groups) * 16 * 4));
     decode_panels(bits, codes, scales, biases, n, k, g, p0, np, pan, st, bt);
-    i16::TileArgs ta{pan, st, bt, k, g, nullptr, nullptr, nullptr, bias ? bias + p0 * 16 : nullptr, nullptr, n,
-                     int(std::min<int64_t>(16, n - (p0 + np - 1) * 16))};
+    i16::TileArgs ta{pan,     st,      bt,
+                     k,       g,       nullptr,
+                     nullptr, nullptr, bias ? bias + p0 * 16 : nullptr,
+                     nullptr, n,       int(std::min<int64_t>(16, n - (p0 + np - 1) * 16))};
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * is.mr;
       ta.a = q + t0 * k;

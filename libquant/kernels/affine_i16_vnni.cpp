@@ -46,7 +46,8 @@ QT_VNNI void tile(const TileArgs& t) {
     vnni_group_sums<VnniDot::S16S16, R, NP>(pan, reinterpret_cast<const uint8_t*>(t.a), 2 * t.k, gi * t.g / 2,
                                             (gi + 1) * t.g / 2, &acc[0][0][0]);
     for (int q = 0; q < NP; ++q) {
-      const __m512 sv = _mm512_load_ps(t.st + (q * groups + gi) * 16), bv = _mm512_load_ps(t.bt + (q * groups + gi) * 16);
+      const __m512 sv = _mm512_load_ps(t.st + (q * groups + gi) * 16),
+                   bv = _mm512_load_ps(t.bt + (q * groups + gi) * 16);
       for (int r = 0; r < R; ++r) {
         __m512 s = _mm512_fmadd_ps(bv, _mm512_set1_ps(t.xs[r * groups + gi]), _mm512_load_ps(sum[r][q]));
         s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(acc[r][q])),
@@ -70,9 +71,13 @@ template <int R>
 constexpr std::array<TileFn, kNP + 1> tiles_of_rows() {
   return {nullptr, tile<R, 1>, tile<R, 2>, tile<R, 3>, tile<R, 4>};
 }
-constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {
-    std::array<TileFn, kNP + 1>{}, tiles_of_rows<1>(), tiles_of_rows<2>(), tiles_of_rows<3>(),
-    tiles_of_rows<4>(),            tiles_of_rows<5>(), tiles_of_rows<6>()};
+constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {std::array<TileFn, kNP + 1>{},
+                                                                     tiles_of_rows<1>(),
+                                                                     tiles_of_rows<2>(),
+                                                                     tiles_of_rows<3>(),
+                                                                     tiles_of_rows<4>(),
+                                                                     tiles_of_rows<5>(),
+                                                                     tiles_of_rows<6>()};
 
 void run_tile(const TileArgs& t, int rows, int np) { kTiles[size_t(rows)][size_t(np)](t); }
 

@@ -13,9 +13,9 @@ inline uint16_t round_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   uint32_t ex = u & 0x7f800000u;
-  if (ex == 0) return uint16_t((u >> 16) & 0x8000);                     // zero / denormal
+  if (ex == 0) return uint16_t((u >> 16) & 0x8000);                        // zero / denormal
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN → quiet
-  if (ex == 0x7f800000u) return uint16_t(u >> 16);                      // ±inf
+  if (ex == 0x7f800000u) return uint16_t(u >> 16);                         // ±inf
   u += 0x7fffu + ((u >> 16) & 1);
   return uint16_t(u >> 16);
 }

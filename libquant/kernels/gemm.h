@@ -16,11 +16,10 @@
 namespace qt::kernels {
 
 // Scalar references: the spec the SIMD kernels are tested against. fp32 accumulation in k order.
-void gemm_ref_f32(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
-                  int64_t K, float* y);
+void gemm_ref_f32(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K, float* y);
 // w_bf16: [N,K] bf16 bits (rounded with round_bf16); x is rounded with round_bf16 per element.
-void gemm_ref_bf16(const float* x, const uint16_t* w_bf16, const float* bias, int64_t M,
-                   int64_t N, int64_t K, float* y);
+void gemm_ref_bf16(const float* x, const uint16_t* w_bf16, const float* bias, int64_t M, int64_t N, int64_t K,
+                   float* y);
 
 struct Family {
   const char* name;  // "f32-avx512", ...
@@ -42,8 +41,8 @@ struct Family {
   // One tile: rows × cols (rows ≤ mr, cols ≤ nr) of y over k ∈ [k0, k0+kc).
   // a points at row 0, k0 of the activations (lda elements per row); b at the panel's k0 group;
   // c at y's tile (ldc). first: store acc (+ bias[0..cols) when bias); else c += acc.
-  void (*tile)(int rows, int cols, int64_t kc, const void* a, int64_t lda, const void* b,
-               float* c, int64_t ldc, bool first, const float* bias);
+  void (*tile)(int rows, int cols, int64_t kc, const void* a, int64_t lda, const void* b, float* c, int64_t ldc,
+               bool first, const float* bias);
 };
 
 // Families this build has; nullptr where the CPU/level cannot run them.

@@ -10,8 +10,7 @@
 #include "libquant/kernels/bf16.h"
 #include "libquant/kernels/gemm.h"
 
-#define QT_AVX512BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+#define QT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
 namespace qt::kernels {
 namespace {
@@ -27,39 +26,37 @@ QT_AVX512BF16 inline __mmask16 col_mask(int cols, int j) {
 }
 
 template <int R>
-QT_AVX512BF16 void tile_r(int cols, int64_t kc, const uint16_t* a, int64_t lda,
-                          const uint16_t* b, float* c, int64_t ldc, bool first,
-                          const float* bias) {
+QT_AVX512BF16 void tile_r(int cols, int64_t kc, const uint16_t* a, int64_t lda, const uint16_t* b, float* c,
+                          int64_t ldc, bool first, const float* bias) {
   __m512 acc[R][NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
   const int64_t kp = kc / 2;
   for (int64_t k = 0; k < kp; ++k) {
     __m512bh bv[NV];
-    #pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j)
-      bv[j] = (__m512bh)_mm512_load_si512(b + k * 2 * NR + 32 * j);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) bv[j] = (__m512bh)_mm512_load_si512(b + k * 2 * NR + 32 * j);
+#pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       int32_t pair;
       std::memcpy(&pair, a + i * lda + 2 * k, 4);
       __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
     }
   }
   __mmask16 mk[NV];
   __m512 bb[NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int j = 0; j < NV; ++j) {
     mk[j] = col_mask(cols, j);
     bb[j] = bias ? _mm512_maskz_loadu_ps(mk[j], bias + 16 * j) : _mm512_setzero_ps();
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
       float* p = c + i * ldc + 16 * j;
       __m512 old = first ? bb[j] : _mm512_maskz_loadu_ps(mk[j], p);
@@ -67,8 +64,8 @@ QT_AVX512BF16 void tile_r(int cols, int64_t kc, const uint16_t* a, int64_t lda,
     }
 }
 
-void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c,
-          int64_t ldc, bool first, const float* bias) {
+void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c, int64_t ldc,
+          bool first, const float* bias) {
   auto a = static_cast<const uint16_t*>(av);
   auto b = static_cast<const uint16_t*>(bv);
   switch (rows) {

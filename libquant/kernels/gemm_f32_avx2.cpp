@@ -37,12 +37,12 @@ QT_AVX2 inline __m256 load_b(const uint16_t* b) {
 }
 
 template <int R, typename BT>
-QT_AVX2 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const BT* b, float* c,
-                    int64_t ldc, bool first, const float* bias) {
+QT_AVX2 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const BT* b, float* c, int64_t ldc, bool first,
+                    const float* bias) {
   __m256 acc[R][NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     // One row (the decode step's GEMV) streams the panel once from memory with little to
@@ -51,25 +51,25 @@ QT_AVX2 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const BT*
       for (int j = 0; j < int(sizeof(*b)) * NR; j += 64)
         _mm_prefetch(reinterpret_cast<const char*>(b + k * NR) + kPrefetchBytes + j, _MM_HINT_T0);
     __m256 bv[NV];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) bv[j] = load_b(b + k * NR + 8 * j);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       __m256 av = _mm256_broadcast_ss(a + i * lda + k);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
     }
   }
   __m256i mk[NV];
   __m256 bb[NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int j = 0; j < NV; ++j) {
     mk[j] = col_mask(cols, j);
     bb[j] = bias ? _mm256_maskload_ps(bias + 8 * j, mk[j]) : _mm256_setzero_ps();
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
       float* p = c + i * ldc + 8 * j;
       __m256 old = first ? bb[j] : _mm256_maskload_ps(p, mk[j]);
@@ -78,8 +78,8 @@ QT_AVX2 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const BT*
 }
 
 template <typename BT>
-void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c,
-          int64_t ldc, bool first, const float* bias) {
+void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c, int64_t ldc,
+          bool first, const float* bias) {
   auto a = static_cast<const float*>(av);
   auto b = static_cast<const BT*>(bv);
   switch (rows) {

@@ -26,34 +26,34 @@ QT_AVX512 inline __mmask16 col_mask(int cols, int j) {
 }
 
 template <int R>
-QT_AVX512 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const float* b,
-                      float* c, int64_t ldc, bool first, const float* bias) {
+QT_AVX512 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                      bool first, const float* bias) {
   __m512 acc[R][NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     __m512 bv[NV];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) bv[j] = _mm512_load_ps(b + k * NR + 16 * j);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       __m512 av = _mm512_set1_ps(a[i * lda + k]);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
   }
   __mmask16 mk[NV];
   __m512 bb[NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int j = 0; j < NV; ++j) {
     mk[j] = col_mask(cols, j);
     bb[j] = bias ? _mm512_maskz_loadu_ps(mk[j], bias + 16 * j) : _mm512_setzero_ps();
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < NV; ++j) {
       float* p = c + i * ldc + 16 * j;
       __m512 old = first ? bb[j] : _mm512_maskz_loadu_ps(mk[j], p);
@@ -61,8 +61,8 @@ QT_AVX512 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const f
     }
 }
 
-void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c,
-          int64_t ldc, bool first, const float* bias) {
+void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c, int64_t ldc,
+          bool first, const float* bias) {
   auto a = static_cast<const float*>(av);
   auto b = static_cast<const float*>(bv);
   switch (rows) {

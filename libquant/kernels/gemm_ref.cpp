@@ -7,8 +7,7 @@
 
 namespace qt::kernels {
 
-void gemm_ref_f32(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
-                  int64_t K, float* y) {
+void gemm_ref_f32(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K, float* y) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       const float* xr = x + m * K;
@@ -19,8 +18,8 @@ void gemm_ref_f32(const float* x, const float* w, const float* bias, int64_t M, 
     }
 }
 
-void gemm_ref_bf16(const float* x, const uint16_t* w_bf16, const float* bias, int64_t M,
-                   int64_t N, int64_t K, float* y) {
+void gemm_ref_bf16(const float* x, const uint16_t* w_bf16, const float* bias, int64_t M, int64_t N, int64_t K,
+                   float* y) {
   std::vector<float> xr(static_cast<size_t>(K));
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t k = 0; k < K; ++k) xr[k] = bf16_round_value(x[m * K + k]);

@@ -93,7 +93,8 @@ __attribute__((target("avx2"))) void quantize_row(const float* x, int64_t k, int
   const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
   i = 0;
   for (; i + 8 <= k; i += 8) {
-    __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 v =
+        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
     const __m128i v32lo = _mm256_castsi256_si128(_mm256_cvtps_epi32(v));
     const __m128i v32hi = _mm256_extracti128_si256(_mm256_cvtps_epi32(v), 1);
@@ -111,8 +112,8 @@ void quantize_activations_int8_avx2(const float* x, int64_t m, int64_t k, int8_t
   for (int64_t t = 0; t < m; ++t) quantize_row(x + t * k, k, q + t * k, scales + t);
 }
 
-void gemm_s8s8_avx2(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl, const int8_t* a,
-                    const float* sx, int64_t m, float* y) {
+void gemm_s8s8_avx2(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl, const int8_t* a, const float* sx,
+                    int64_t m, float* y) {
   const int64_t pairs = (n + kRows - 1) / kRows;
   // Static schedule: a thread keeps the same rows in every token block (its weights stay cached);
   // blocks write disjoint outputs, so no barrier between them.

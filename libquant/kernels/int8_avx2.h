@@ -16,7 +16,7 @@ void quantize_activations_int8_avx2(const float* x, int64_t m, int64_t k, int8_t
 
 // y[m, n] = sx[t] · Σ_g s[n, g] · float(Σ_{k∈g} a[t, k] · q[n, k]); a in [−127, 127], q in
 // [−128, 127]; k and gl multiples of 32. OpenMP over pairs of output rows.
-void gemm_s8s8_avx2(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl, const int8_t* a,
-                    const float* sx, int64_t m, float* y);
+void gemm_s8s8_avx2(const int8_t* q, const float* s, int64_t n, int64_t k, int64_t gl, const int8_t* a, const float* sx,
+                    int64_t m, float* y);
 
 }  // namespace qt::kernels

@@ -38,7 +38,8 @@ QT_AVX2 void rows(const int8_t* q, const float* s, int64_t k, int64_t gl, const 
     for (int64_t kk = g * gl; kk < (g + 1) * gl; kk += 32) {
       const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kk));
       if (((kk - g * gl) & 63) == 0)
-        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetch * 4 * k + kk), _MM_HINT_T0);
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(row[r] + kPrefetch * 4 * k + kk), _MM_HINT_T0);
       for (int r = 0; r < R; ++r) {
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + kk));
         const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(av, w));

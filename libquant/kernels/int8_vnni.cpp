@@ -63,9 +63,9 @@ namespace {
 constexpr int kMR = 6, kNP = 4;
 
 template <int R, int NP>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(
-    const Int8Vnni& w, int64_t p0, const uint8_t* a, int64_t lda, const float* sx, float* y,
-    int64_t ldy, __mmask16 last_mask) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const Int8Vnni& w, int64_t p0, const uint8_t* a,
+                                                                 int64_t lda, const float* sx, float* y, int64_t ldy,
+                                                                 __mmask16 last_mask) {
   const int64_t k4 = w.k / 4, g4 = w.gl / 4;
   const uint8_t* pan[NP];
   for (int q = 0; q < NP; ++q) pan[q] = reinterpret_cast<const uint8_t*>(w.panels.data()) + size_t((p0 + q) * k4 * 64);
@@ -92,16 +92,19 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(
   }
 }
 
-using TileFn = void (*)(const Int8Vnni&, int64_t, const uint8_t*, int64_t, const float*, float*,
-                        int64_t, __mmask16);
+using TileFn = void (*)(const Int8Vnni&, int64_t, const uint8_t*, int64_t, const float*, float*, int64_t, __mmask16);
 template <int R>
 constexpr std::array<TileFn, kNP + 1> tiles_of_rows() {
   return {nullptr, tile<R, 1>, tile<R, 2>, tile<R, 3>, tile<R, 4>};
 }
 // kTiles[rows][panels]
-constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {
-    std::array<TileFn, kNP + 1>{}, tiles_of_rows<1>(), tiles_of_rows<2>(), tiles_of_rows<3>(),
-    tiles_of_rows<4>(),            tiles_of_rows<5>(), tiles_of_rows<6>()};
+constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {std::array<TileFn, kNP + 1>{},
+                                                                     tiles_of_rows<1>(),
+                                                                     tiles_of_rows<2>(),
+                                                                     tiles_of_rows<3>(),
+                                                                     tiles_of_rows<4>(),
+                                                                     tiles_of_rows<5>(),
+                                                                     tiles_of_rows<6>()};
 
 }  // namespace
 
@@ -110,8 +113,8 @@ namespace {
 // quantize_activations_int8 of one row, written as a + 128 (VPDPBUSD's unsigned operand): the same
 // absmax, s = absmax/127 (1 for a zero row), inv = 1/s, codes rint(x·inv) by VCVTPS2DQ in the
 // default round-to-nearest-even mode, saturated to int8 — the reference's bytes, flipped.
-__attribute__((target("avx512f,avx512bw"))) void quantize_row_u8(const float* x, int64_t k,
-                                                                  uint8_t* out, float* scale) {
+__attribute__((target("avx512f,avx512bw"))) void quantize_row_u8(const float* x, int64_t k, uint8_t* out,
+                                                                 float* scale) {
   __m512 amax = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));

@@ -14,9 +14,9 @@ namespace qt::kernels {
 
 struct Int8Vnni {
   int64_t n = 0, k = 0, gl = 0, ng = 0, n_panels = 0;
-  UninitVector<int8_t> panels;      // [n_panels][k/4][16][4]
-  std::vector<int32_t> colsum128;   // [n_panels][ng][16]: 128 · Σ_{k∈g} w
-  std::vector<float> scales;        // [n_panels][ng][16]
+  UninitVector<int8_t> panels;     // [n_panels][k/4][16][4]
+  std::vector<int32_t> colsum128;  // [n_panels][ng][16]: 128 · Σ_{k∈g} w
+  std::vector<float> scales;       // [n_panels][ng][16]
   int8_t code(int64_t row, int64_t col) const {
     const int64_t p = row / 16, r = row % 16;
     return panels[size_t(((p * (k / 4) + col / 4) * 16 + r) * 4 + col % 4)];

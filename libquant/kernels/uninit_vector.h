@@ -10,11 +10,19 @@ namespace qt::kernels {
 
 template <typename T>
 struct UninitAllocator : std::allocator<T> {
-  template <typename U> struct rebind { using other = UninitAllocator<U>; };
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
   UninitAllocator() = default;
-  template <typename U> UninitAllocator(const UninitAllocator<U>&) noexcept {}
-  template <typename U> void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
-  template <typename U, typename... A> void construct(U* p, A&&... a) {
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
     ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
   }
 };

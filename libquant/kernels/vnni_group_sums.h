@@ -15,8 +15,10 @@ enum class VnniDot { U8S8, S16S16 };  // VPDPBUSD (4 bytes per dword), VPDPWSSD 
 
 // Steps [s0, s1): weights at pan[q] + 64·s bytes, token row r's dword at a + r·lda + 4·s bytes.
 template <VnniDot kDot, int R, int NP>
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void vnni_group_sums(
-    const uint8_t* const* pan, const uint8_t* a, int64_t lda, int64_t s0, int64_t s1, int32_t* acc_out) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void vnni_group_sums(const uint8_t* const* pan,
+                                                                                      const uint8_t* a, int64_t lda,
+                                                                                      int64_t s0, int64_t s1,
+                                                                                      int32_t* acc_out) {
   __m512i acc[R][NP];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -33,8 +35,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void vnni_group
       const __m512i av = _mm512_set1_epi32(dw);
 #pragma GCC unroll 8
       for (int q = 0; q < NP; ++q) {
-        if constexpr (kDot == VnniDot::U8S8) acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], av, wv[q]);
-        else acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], av, wv[q]);
+        if constexpr (kDot == VnniDot::U8S8)
+          acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], av, wv[q]);
+        else
+          acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], av, wv[q]);
       }
     }
   }

@@ -23,7 +23,9 @@ std::string codebook_name(int density, int bits, double param) {
 
 namespace {
 
-Tensor f32_tensor(const std::vector<float>& v, std::vector<int64_t> shape) { return Tensor::from_f32(v, std::move(shape)); }
+Tensor f32_tensor(const std::vector<float>& v, std::vector<int64_t> shape) {
+  return Tensor::from_f32(v, std::move(shape));
+}
 
 void add_codebook(NamedTensors& out, const KVContext& ctx, Density d, int bits, double param) {
   const auto cb = ctx.codebook(d, bits, param);
@@ -82,7 +84,8 @@ std::string write_kv_artifacts(const std::string& dir, const PrecomputeOptions& 
 
 std::shared_ptr<const Artifacts> Artifacts::load(const std::string& dir, int head_dim, uint64_t seed) {
   const std::string mp = dir + "/manifest.json";
-  if (!std::filesystem::is_regular_file(mp)) user_error("--artifacts {}: no manifest.json (made by quanttool precompute?)", dir);
+  if (!std::filesystem::is_regular_file(mp))
+    user_error("--artifacts {}: no manifest.json (made by quanttool precompute?)", dir);
   MappedFile mf = map_file(mp);
   nlohmann::json man;
   try {
@@ -90,11 +93,13 @@ std::shared_ptr<const Artifacts> Artifacts::load(const std::string& dir, int hea
   } catch (const std::exception& e) {
     user_error("--artifacts {}: manifest.json is not JSON ({})", dir, e.what());
   }
-  if (man.value("format", "") != "quanttool-kv-artifacts") user_error("--artifacts {}: not a quanttool KV artifacts folder", dir);
+  if (man.value("format", "") != "quanttool-kv-artifacts")
+    user_error("--artifacts {}: not a quanttool KV artifacts folder", dir);
   if (man.value("head_dim", 0) != head_dim)
     user_error("--artifacts {}: made for head dimension {}, the model has {}", dir, man.value("head_dim", 0), head_dim);
   if (man.value("seed", uint64_t(0)) != seed)
-    user_error("--artifacts {}: made with seed {}, this run uses {} (--kv-seed)", dir, man.value("seed", uint64_t(0)), seed);
+    user_error("--artifacts {}: made with seed {}, this run uses {} (--kv-seed)", dir, man.value("seed", uint64_t(0)),
+               seed);
   auto a = std::make_shared<Artifacts>();
   a->dir_ = dir;
   for (auto& [f, names] : man["files"].items()) {

@@ -36,12 +36,12 @@ namespace lvl_avx512 {
 #pragma GCC pop_options
 
 const AttendKernels& attend_kernels() {
-  static const AttendKernels scalar{lvl_scalar::score_tile, lvl_scalar::score_tile2, lvl_scalar::dot_rows, lvl_scalar::mix_rows,
-                                     lvl_scalar::expand_signs, lvl_scalar::project_rows};
-  static const AttendKernels avx2{lvl_avx2::score_tile, lvl_avx2::score_tile2, lvl_avx2::dot_rows, lvl_avx2::mix_rows,
-                                     lvl_avx2::expand_signs, lvl_avx2::project_rows};
-  static const AttendKernels avx512{lvl_avx512::score_tile, lvl_avx512::score_tile2, lvl_avx512::dot_rows, lvl_avx512::mix_rows,
-                                     lvl_avx512::expand_signs, lvl_avx512::project_rows};
+  static const AttendKernels scalar{lvl_scalar::score_tile, lvl_scalar::score_tile2,  lvl_scalar::dot_rows,
+                                    lvl_scalar::mix_rows,   lvl_scalar::expand_signs, lvl_scalar::project_rows};
+  static const AttendKernels avx2{lvl_avx2::score_tile, lvl_avx2::score_tile2,  lvl_avx2::dot_rows,
+                                  lvl_avx2::mix_rows,   lvl_avx2::expand_signs, lvl_avx2::project_rows};
+  static const AttendKernels avx512{lvl_avx512::score_tile, lvl_avx512::score_tile2,  lvl_avx512::dot_rows,
+                                    lvl_avx512::mix_rows,   lvl_avx512::expand_signs, lvl_avx512::project_rows};
   switch (kernel_level()) {
     case KernelLevel::AVX512: return avx512;
     case KernelLevel::AVX2: return avx2;

@@ -20,10 +20,10 @@ namespace {
 class F32Cache final : public KVCache {
  public:
   F32Cache(const KVShape& s, bool round_f16) : KVCache(s), f16_(round_f16) {
-    if (s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 ||
-        s.max_ctx <= 0 || s.n_heads % s.n_kv_heads != 0)
-      user_error("kv cache: invalid shape ({} layers, {} heads, {} kv heads, head_dim {}, ctx {})",
-                 s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.max_ctx);
+    if (s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.max_ctx <= 0 ||
+        s.n_heads % s.n_kv_heads != 0)
+      user_error("kv cache: invalid shape ({} layers, {} heads, {} kv heads, head_dim {}, ctx {})", s.n_layers,
+                 s.n_heads, s.n_kv_heads, s.head_dim, s.max_ctx);
     cap_ = (int64_t(s.max_ctx) + ops::kAttnKeyPad - 1) / ops::kAttnKeyPad * ops::kAttnKeyPad;
     block_ = 2 * cap_ * s.head_dim;
     layer_ = block_ * s.n_kv_heads;
@@ -38,8 +38,8 @@ class F32Cache final : public KVCache {
   void append(int layer, const float* k, const float* v, int n, int first_pos) override {
     const int D = shape_.head_dim, H = shape_.n_kv_heads;
     if (layer < 0 || layer >= shape_.n_layers || first_pos != n_[layer] || first_pos + n > shape_.max_ctx)
-      user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})",
-                 first_pos, first_pos + n - 1, layer, n_[layer], shape_.max_ctx);
+      user_error("kv cache: append of positions {}..{} to layer {} holding {} (capacity {})", first_pos,
+                 first_pos + n - 1, layer, n_[layer], shape_.max_ctx);
 #pragma omp parallel for schedule(static) if (int64_t(n) * H * D >= (1 << 15))
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < n; ++i) {
@@ -63,8 +63,8 @@ class F32Cache final : public KVCache {
 
   void attend(int layer, const float* q, int n_q, int first_pos, float* out) const override {
     if (first_pos + n_q > n_[layer])
-      user_error("kv cache: attention for positions up to {} but layer {} holds {}",
-                 first_pos + n_q - 1, layer, n_[layer]);
+      user_error("kv cache: attention for positions up to {} but layer {} holds {}", first_pos + n_q - 1, layer,
+                 n_[layer]);
     const int D = shape_.head_dim;
     ops::AttnLayout kv{nullptr, nullptr, cap_, D, block_};
     if (f16_) {
@@ -78,8 +78,7 @@ class F32Cache final : public KVCache {
     if (shape_.masked(layer))  // Gemma's soft-capping / sliding window
       return ops::attention_masked(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale,
                                    shape_.softcap, shape_.window_of(layer), kv, out, qs);
-    ops::attention(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale, kv,
-                   out, qs);
+    ops::attention(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale, kv, out, qs);
   }
 
   std::string name() const override { return f16_ ? "f16" : "f32"; }

@@ -23,11 +23,11 @@ namespace qt {
 
 struct KVShape {
   int n_layers = 0;
-  int n_heads = 0;     // query heads
+  int n_heads = 0;  // query heads
   int n_kv_heads = 0;
   int head_dim = 0;
-  int max_ctx = 0;     // positions the cache must hold
-  float scale = 0;     // score scale, 1/sqrt(head_dim) for the Llama family
+  int max_ctx = 0;  // positions the cache must hold
+  float scale = 0;  // score scale, 1/sqrt(head_dim) for the Llama family
   // Gemma: scores soft-capped to softcap · tanh(s / softcap) (0: none), and per layer a sliding
   // window (window[l] > 0: a query at p sees keys p − window[l] + 1 … p; empty or 0: all).
   float softcap = 0;
@@ -58,8 +58,8 @@ class KVCache {
   // Writes `out`; multithreaded over heads and query rows (--threads).
   virtual void attend(int layer, const float* q, int n_q, int first_pos, float* out) const = 0;
 
-  virtual std::string name() const = 0;            // "f32", later "kivi-2", "turboquant-3", …
-  virtual double bytes_per_token() const = 0;      // storage per position, all layers, K and V
+  virtual std::string name() const = 0;        // "f32", later "kivi-2", "turboquant-3", …
+  virtual double bytes_per_token() const = 0;  // storage per position, all layers, K and V
   // Positions stored for `layer`.
   virtual int size(int layer) const = 0;
 

@@ -29,7 +29,9 @@ const std::vector<float>* CalibratedTables::find(int h, const std::string& table
 
 const std::vector<float>& CalibratedTables::get(int h, const std::string& table, long size) const {
   const std::vector<float>* t = find(h, table);
-  if (!t) user_error("{}: --artifacts {} lacks {}", what_, ctx_.artifacts->dir(), calibrated_name(prefix_, ctx_.layer, side_, h, table));
+  if (!t)
+    user_error("{}: --artifacts {} lacks {}", what_, ctx_.artifacts->dir(),
+               calibrated_name(prefix_, ctx_.layer, side_, h, table));
   if (size >= 0 && long(t->size()) != size)
     user_error("{}: {} holds {} floats, expected {} (calibrated for another configuration?)", what_,
                calibrated_name(prefix_, ctx_.layer, side_, h, table), t->size(), size);

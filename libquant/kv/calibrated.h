@@ -49,7 +49,9 @@ class PerHeadCodec final : public Codec {
   void encode_tokens_at(const float* x, int n, int64_t pos0, uint8_t* out) const override {
     heads_[0]->encode_tokens_at(x, n, pos0, out);
   }
-  void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override { heads_[0]->decode(codes, j0, n, out); }
+  void decode(const uint8_t* codes, int64_t j0, int n, float* out) const override {
+    heads_[0]->decode(codes, j0, n, out);
+  }
   void query_to_domain(const float* q, float* out) const override { heads_[0]->query_to_domain(q, out); }
   void queries_to_domain(const float* q, int n, float* out) const override { heads_[0]->queries_to_domain(q, n, out); }
   void domain_to_head(const float* acc, float* out) const override { heads_[0]->domain_to_head(acc, out); }

@@ -46,7 +46,7 @@ struct KVContext {
   int head_dim = 0;
   uint64_t seed = 42;
   std::shared_ptr<const Artifacts> artifacts;
-  int layer = 0;  // the layer the codec is for: calibrated methods read their tables per layer
+  int layer = 0;                           // the layer the codec is for: calibrated methods read their tables per layer
   std::shared_ptr<const RopeAngles> rope;  // the model's RoPE at the cache's positions (null: unknown)
 
   // Centroids and thresholds as floats (the values the codecs use).

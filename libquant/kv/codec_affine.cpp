@@ -85,8 +85,7 @@ class AffineTokenCodec final : public Codec {
 class KiviKeyCodec final : public Codec {
  public:
   KiviKeyCodec(int d, int bits, int group, std::string name)
-      : Codec(d, std::move(name)), bits_(bits), group_(group),
-        code_bytes_(packed_bytes(int64_t(d) * group, bits)) {}
+      : Codec(d, std::move(name)), bits_(bits), group_(group), code_bytes_(packed_bytes(int64_t(d) * group, bits)) {}
   int token_group() const override { return group_; }
   size_t group_bytes() const override { return code_bytes_ + size_t(d_) * 4; }
 
@@ -99,8 +98,7 @@ class KiviKeyCodec final : public Codec {
       const MinMax m = fit(mn, mx, L);
       store_f16(out + code_bytes_ + c * 4, m.scale);
       store_f16(out + code_bytes_ + c * 4 + 2, m.min);
-      for (int t = 0; t < group_; ++t)
-        put_bits(out, int64_t(t) * d_ + c, bits_, code_of(x[t * stride + c], m, L));
+      for (int t = 0; t < group_; ++t) put_bits(out, int64_t(t) * d_ + c, bits_, code_of(x[t * stride + c], m, L));
     }
   }
 
@@ -111,7 +109,8 @@ class KiviKeyCodec final : public Codec {
       const int64_t j = j0 + i, g = j / group_;
       const uint8_t* p = codes + g * group_bytes();
       if (g != cur) {
-        for (int c = 0; c < d_; ++c) sc[c] = load_f16(p + code_bytes_ + c * 4), mn[c] = load_f16(p + code_bytes_ + c * 4 + 2);
+        for (int c = 0; c < d_; ++c)
+          sc[c] = load_f16(p + code_bytes_ + c * 4), mn[c] = load_f16(p + code_bytes_ + c * 4 + 2);
         cur = g;
       }
       const int t = int(j % group_);

@@ -71,7 +71,8 @@ class AffineRotated final : public RotatedCodec {
       const uint8_t* p = codes + size_t(j0 + t) * gb;
       float* o = out + int64_t(t) * dd;
       inner_->decode(p, 0, 1, o);
-      if (qjl_) attend_kernels().expand_signs(p + inner_bytes_, d_, c * load_half(p + inner_bytes_ + sign_bytes_), o + d_);
+      if (qjl_)
+        attend_kernels().expand_signs(p + inner_bytes_, d_, c * load_half(p + inner_bytes_ + sign_bytes_), o + d_);
     }
   }
 

@@ -50,7 +50,8 @@ std::shared_ptr<const RopeAngles> RopeAngles::make(const std::vector<float>& inv
 }
 
 void RopeAngles::rotate(const float* x, int64_t pos, float* y, bool inverse) const {
-  if (pos < 0 || pos >= n_pos) throw std::logic_error(fmt::format("RoPE angles: position {} outside 0..{}", pos, n_pos - 1));
+  if (pos < 0 || pos >= n_pos)
+    throw std::logic_error(fmt::format("RoPE angles: position {} outside 0..{}", pos, n_pos - 1));
   const float* c = cos.data() + size_t(pos) * half;
   const float* s = sin.data() + size_t(pos) * half;
   for (int i = 0; i < half; ++i) {
@@ -64,9 +65,11 @@ namespace {
 
 class CommVQHead final : public Codec {
  public:
-  CommVQHead(int d, int n, int cb, std::vector<float> codebooks, std::shared_ptr<const RopeAngles> rope, std::string name)
+  CommVQHead(int d, int n, int cb, std::vector<float> codebooks, std::shared_ptr<const RopeAngles> rope,
+             std::string name)
       : Codec(d, std::move(name)), n_(n), cb_(cb), k_(1 << cb), C_(std::move(codebooks)), rope_(std::move(rope)) {
-    for (int s = 0; s < n_; ++s) stage_.push_back(std::make_unique<NearestCodeword>(C_.data() + size_t(s) * k_ * d_, k_, d_));
+    for (int s = 0; s < n_; ++s)
+      stage_.push_back(std::make_unique<NearestCodeword>(C_.data() + size_t(s) * k_ * d_, k_, d_));
   }
   size_t group_bytes() const override { return packed_bytes(n_, cb_); }
 
@@ -95,13 +98,16 @@ class CommVQHead final : public Codec {
     thread_local std::vector<uint8_t> codes;
     R.resize(size_t(n) * d_);
     codes.resize(size_t(n) * n_);
-    for (int t = 0; t < n; ++t) rope_->rotate(x + size_t(t) * d_, pos0 + t, R.data() + size_t(t) * d_, /*inverse=*/true);
+    for (int t = 0; t < n; ++t)
+      rope_->rotate(x + size_t(t) * d_, pos0 + t, R.data() + size_t(t) * d_, /*inverse=*/true);
     encode_pre(R.data(), n, codes.data());
     const size_t gb = group_bytes();
     std::memset(out, 0, size_t(n) * gb);
     for (int t = 0; t < n; ++t) pack_codes(out + size_t(t) * gb, 0, n_, cb_, codes.data() + size_t(t) * n_);
   }
-  void encode_at(const float* x, int64_t, int64_t pos, uint8_t* out) const override { encode_tokens_at(x, 1, pos, out); }
+  void encode_at(const float* x, int64_t, int64_t pos, uint8_t* out) const override {
+    encode_tokens_at(x, 1, pos, out);
+  }
   // The pre-RoPE reconstruction Σ_s C_s[code_s] of one token's codes.
   void sum_codewords(const uint8_t* p, float* y) const {
     uint8_t codes[256];
@@ -123,7 +129,7 @@ class CommVQHead final : public Codec {
 
  private:
   int n_, cb_, k_;
-  std::vector<float> C_;  // C_[stage][codeword][d]
+  std::vector<float> C_;                                 // C_[stage][codeword][d]
   std::vector<std::unique_ptr<NearestCodeword>> stage_;  // each stage's search (reads C_)
   std::shared_ptr<const RopeAngles> rope_;
 };
@@ -134,20 +140,26 @@ std::string commvq_table_method(int cb, bool comm) {
   return std::string("commvq") + (cb != 8 ? fmt::format("_c{}", cb) : "") + (comm ? "" : "_free");
 }
 
-std::unique_ptr<Codec> make_commvq_codec(const KVContext& ctx, double bits, int cb, bool comm, Side side, const std::string& name) {
+std::unique_ptr<Codec> make_commvq_codec(const KVContext& ctx, double bits, int cb, bool comm, Side side,
+                                         const std::string& name) {
   const int d = ctx.head_dim;
-  if (side != Side::Key) user_error("{}: CommVQ encodes keys only (its values need the paper's learned encoder); give values another method", name);
+  if (side != Side::Key)
+    user_error("{}: CommVQ encodes keys only (its values need the paper's learned encoder); give values another method",
+               name);
   if (d % 2) user_error("{}: RoPE pairs need an even head dimension, not {}", name, d);
   const double nd = bits * d / cb;
   if (nd < 1 || std::fabs(nd - std::round(nd)) > 1e-9 || std::round(nd) > 256)
-    user_error("{}: {} bits per element is not a whole number of {}-bit codes per {}-dim key (a multiple of {}/{}, at most 256 codes)",
-               name, bits, cb, d, cb, d);
+    user_error(
+        "{}: {} bits per element is not a whole number of {}-bit codes per {}-dim key (a multiple of {}/{}, at most "
+        "256 codes)",
+        name, bits, cb, d, cb, d);
   if (!ctx.rope || ctx.rope->half * 2 != d) user_error("{}: needs the model's RoPE (keys are stored before it)", name);
   const int n = int(std::round(nd));
   CalibratedTables t(ctx, commvq_table_method(cb, comm), bits, side);
   std::vector<std::unique_ptr<Codec>> heads;
   for (int h = 0; h < t.heads(); ++h)
-    heads.push_back(std::make_unique<CommVQHead>(d, n, cb, t.get(h, "codebooks", long(n) * (1L << cb) * d), ctx.rope, name));
+    heads.push_back(
+        std::make_unique<CommVQHead>(d, n, cb, t.get(h, "codebooks", long(n) * (1L << cb) * d), ctx.rope, name));
   return std::make_unique<PerHeadCodec>(std::move(heads));
 }
 

@@ -23,7 +23,8 @@ class Polar final : public RotatedCodec {
  public:
   Polar(const KVContext& ctx, int bits, const std::string& rot, std::string name)
       : RotatedCodec(ctx.head_dim, std::move(name), rot == "none" ? Rotation() : ctx.rotation(rot)),
-        b1_(bits), bu_(std::max(1, bits - 2)) {
+        b1_(bits),
+        bu_(std::max(1, bits - 2)) {
     if (d_ % kBlock) user_error("polar: head dimension {} is not a multiple of 16", d_);
     const int L1 = 1 << b1_;
     for (int k = 0; k < L1; ++k) {
@@ -116,7 +117,8 @@ class Polar final : public RotatedCodec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_polar_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name) {
+std::unique_ptr<Codec> make_polar_codec(const KVContext& ctx, int bits, const std::string& rot,
+                                        const std::string& name) {
   return std::make_unique<Polar>(ctx, bits, rot, name);
 }
 

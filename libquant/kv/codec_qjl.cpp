@@ -18,7 +18,11 @@ namespace {
 class Qjl final : public Codec {
  public:
   Qjl(const KVContext& ctx, int m, std::string name)
-      : Codec(ctx.head_dim, std::move(name)), m_(m), S_(ctx.jl(m, SeedUse::JL)), St_(transposed(S_, m, d_)), sign_bytes_(packed_bytes(m, 1)) {}
+      : Codec(ctx.head_dim, std::move(name)),
+        m_(m),
+        S_(ctx.jl(m, SeedUse::JL)),
+        St_(transposed(S_, m, d_)),
+        sign_bytes_(packed_bytes(m, 1)) {}
   int domain_dim() const override { return m_; }
   size_t group_bytes() const override { return sign_bytes_ + 2; }
 

@@ -30,7 +30,8 @@ namespace {
 class RaBitQ final : public RotatedCodec {
  public:
   RaBitQ(const KVContext& ctx, int bits, const std::string& rot, std::string name)
-      : RotatedCodec(ctx.head_dim, std::move(name), ctx.rotation(rot)), bits_(bits),
+      : RotatedCodec(ctx.head_dim, std::move(name), ctx.rotation(rot)),
+        bits_(bits),
         code_bytes_(packed_bytes(ctx.head_dim, bits)) {
     const float M = float((1 << bits) - 1) / 2.0f;
     for (int u = 0; u < (1 << bits); ++u) level_[u] = float(u) - M;
@@ -69,7 +70,7 @@ class RaBitQ final : public RotatedCodec {
   // The codes u (y = u − M) of the unit vector o and ⟨ŷ, o⟩.
   double quantize(const float* o, uint8_t* u) const {
     const int top = (1 << (bits_ - 1)) - 1;  // magnitude steps above the first level (0.5)
-    int lvl[1024];                            // |y_i| = lvl_i + 0.5
+    int lvl[1024];                           // |y_i| = lvl_i + 0.5
     double ip = 0, y2 = 0.25 * d_;
     for (int i = 0; i < d_; ++i) lvl[i] = 0, ip += 0.5 * std::fabs(o[i]);
     if (top > 0) {
@@ -111,7 +112,8 @@ class RaBitQ final : public RotatedCodec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_rabitq_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name) {
+std::unique_ptr<Codec> make_rabitq_codec(const KVContext& ctx, int bits, const std::string& rot,
+                                         const std::string& name) {
   return std::make_unique<RaBitQ>(ctx, bits, rot, name);
 }
 

@@ -54,7 +54,6 @@ class Rvq final : public RotatedCodec {
     }
   }
 
-
  private:
   int b_;
   KVContext::FloatCodebook g_, l_;

@@ -45,7 +45,8 @@ class SpectralHead final : public Codec {
     int total = 0;
     for (int i = 0; i < d; ++i) {
       bits_[i] = int(bits[i]);
-      if (bits_[i] < 0 || bits_[i] > 8 || float(bits_[i]) != bits[i]) user_error("{}: bad bit width {} in the tables", name_, bits[i]);
+      if (bits_[i] < 0 || bits_[i] > 8 || float(bits_[i]) != bits[i])
+        user_error("{}: bad bit width {} in the tables", name_, bits[i]);
       if (bits_[i] > 0 && !cb_.count(bits_[i])) {
         const int b = bits_[i];
         cb_[b].c = t.get(h, fmt::format("cb{}.centroids", b), 1L << b);
@@ -125,9 +126,9 @@ class SpectralHead final : public Codec {
   std::vector<float> U_, Ut_, mean_, scale_;
   std::vector<int> bits_;
   std::map<int, Cb> cb_;
-  std::vector<int64_t> off_;                // bit offset of coordinate i's code
-  std::vector<int> tab_off_;                // coordinate i's entries in tab_
-  std::vector<float> tab_;                  // s_i · c_{b_i}[·], coordinate after coordinate
+  std::vector<int64_t> off_;                    // bit offset of coordinate i's code
+  std::vector<int> tab_off_;                    // coordinate i's entries in tab_
+  std::vector<float> tab_;                      // s_i · c_{b_i}[·], coordinate after coordinate
   std::vector<const std::vector<float>*> thr_;  // thresholds of the coded coordinates, in order
   size_t code_bytes_ = 0, bytes_ = 0;
 };

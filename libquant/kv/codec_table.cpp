@@ -41,13 +41,17 @@ void Codec::domain_to_head(const float* acc, float* out) const {
   for (int i = 0; i < d_; ++i) out[i] += acc[i];
 }
 void RotatedCodec::query_to_domain(const float* q, float* out) const {
-  if (rot_.dim()) rot_.apply(q, out);
-  else std::memcpy(out, q, sizeof(float) * d_);
+  if (rot_.dim())
+    rot_.apply(q, out);
+  else
+    std::memcpy(out, q, sizeof(float) * d_);
 }
 void RotatedCodec::domain_to_head(const float* acc, float* out) const {
   float tmp[1024];
-  if (rot_.dim()) rot_.inverse(acc, tmp);
-  else std::memcpy(tmp, acc, sizeof(float) * d_);
+  if (rot_.dim())
+    rot_.inverse(acc, tmp);
+  else
+    std::memcpy(tmp, acc, sizeof(float) * d_);
   for (int i = 0; i < d_; ++i) out[i] += tmp[i];
 }
 float l2_norm(const float* x, int d) {
@@ -136,7 +140,8 @@ struct Args {
   // A whole-number parameter in [lo, hi] (UserError naming the flag otherwise).
   int integer(const std::string& k, int fallback, int lo, int hi) const {
     const double v = spec.number(k, fallback, what);
-    if (v != std::floor(v) || v < lo || v > hi) user_error("{}: {}={} is not a whole number in {}..{}", what, k, v, lo, hi);
+    if (v != std::floor(v) || v < lo || v > hi)
+      user_error("{}: {}={} is not a whole number in {}..{}", what, k, v, lo, hi);
     return int(v);
   }
 };
@@ -160,10 +165,12 @@ std::unique_ptr<Codec> make_affine_row(const Args& a) {
 // outlier_bits=H (default b + 1).
 std::unique_ptr<Codec> make_turboquant_mse_row(const Args& a) {
   const int d = a.ctx.head_dim;
-  if (!(a.bits >= 1 && a.bits <= 4)) user_error("{}: turboquant_mse has no {}-bit variant (bits: 1..4, fractional ones too, e.g. 2.25)", a.what, a.bits);
+  if (!(a.bits >= 1 && a.bits <= 4))
+    user_error("{}: turboquant_mse has no {}-bit variant (bits: 1..4, fractional ones too, e.g. 2.25)", a.what, a.bits);
   const int b = int(std::floor(a.bits));
   if (a.spec.has("n_outlier") || a.spec.has("outlier_bits")) {
-    if (a.bits != b) user_error("{}: with n_outlier, bits is the regular channels' whole width (got {})", a.what, a.bits);
+    if (a.bits != b)
+      user_error("{}: with n_outlier, bits is the regular channels' whole width (got {})", a.what, a.bits);
     if (!a.spec.has("n_outlier")) user_error("{}: outlier_bits needs n_outlier", a.what);
     const int n = a.integer("n_outlier", 0, 0, d);
     const int h = a.integer("outlier_bits", std::min(b + 1, 4), 1, 4);
@@ -172,8 +179,8 @@ std::unique_ptr<Codec> make_turboquant_mse_row(const Args& a) {
   if (a.bits == b) return make_turboquant_mse_codec(a.ctx, b, d, b, a.rot(), a.spec.text());
   const double n = (a.bits - b) * d;
   if (std::fabs(n - std::round(n)) > 1e-9)
-    user_error("{}: {} bits is not a whole number of {}-bit coordinates out of {} (a multiple of 1/{})", a.what,
-               a.bits, b + 1, d, d);
+    user_error("{}: {} bits is not a whole number of {}-bit coordinates out of {} (a multiple of 1/{})", a.what, a.bits,
+               b + 1, d, d);
   return make_turboquant_mse_codec(a.ctx, b, int(std::round(n)), b + 1, a.rot(), a.spec.text());
 }
 
@@ -183,61 +190,110 @@ struct Row {
   double default_bits;
   std::set<std::string> params;  // besides bits and r
   std::function<std::unique_ptr<Codec>(const Args&)> make;
-  const char* sides = "kv";      // "k": keys only
-  bool any_bits = false;         // `bits` is checked by the constructor (fractional rates), not the list
-  bool calibrated = false;       // its tables come from calibrate --method kv-codebook (calibrated.h)
-  bool cuda = false;             // the CUDA backend runs it (libquant/cuda/kv.cu)
+  const char* sides = "kv";  // "k": keys only
+  bool any_bits = false;     // `bits` is checked by the constructor (fractional rates), not the list
+  bool calibrated = false;   // its tables come from calibrate --method kv-codebook (calibrated.h)
+  bool cuda = false;         // the CUDA backend runs it (libquant/cuda/kv.cu)
 };
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
       {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row, "kv", false, false, true},
-      {"kivi", {2, 3, 4, 8}, 2, {"group"},
+      {"kivi",
+       {2, 3, 4, 8},
+       2,
+       {"group"},
        [](const Args& a) {
          const int g = a.group(32);
          return a.side == Side::Key ? make_kivi_key_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text())
                                     : make_affine_codec(a.ctx.head_dim, int(a.bits), g, a.spec.text());
        },
-       "kv", false, false, true},
-      {"turboquant_mse", {1, 2, 2.5, 3, 3.5, 4}, 3, {"rot", "n_outlier", "outlier_bits"}, make_turboquant_mse_row,
-       "kv", true, false, true},
-      {"turboquant_prod", {1, 2, 3, 4}, 3, {"rot"},
+       "kv",
+       false,
+       false,
+       true},
+      {"turboquant_mse",
+       {1, 2, 2.5, 3, 3.5, 4},
+       3,
+       {"rot", "n_outlier", "outlier_bits"},
+       make_turboquant_mse_row,
+       "kv",
+       true,
+       false,
+       true},
+      {"turboquant_prod",
+       {1, 2, 3, 4},
+       3,
+       {"rot"},
        [](const Args& a) { return make_turboquant_prod_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
-      {"qjl", {1, 2, 3, 4}, 1, {"m"},
+      {"qjl",
+       {1, 2, 3, 4},
+       1,
+       {"m"},
        [](const Args& a) {
          const double m = a.spec.number("m", a.bits * a.ctx.head_dim, a.what);
-         if (m < 8 || m > 16 * 1024 || m != std::floor(m)) user_error("{}: m={} is not a sketch size in 8..16384", a.what, m);
+         if (m < 8 || m > 16 * 1024 || m != std::floor(m))
+           user_error("{}: m={} is not a sketch size in 8..16384", a.what, m);
          return make_qjl_codec(a.ctx, int(m), a.spec.text());
        }},
-      {"rvq", {1, 2, 3}, 1, {"rot"},
+      {"rvq",
+       {1, 2, 3},
+       1,
+       {"rot"},
        [](const Args& a) { return make_rvq_codec(a.ctx, int(a.bits), a.rot(), a.spec.text()); }},
-      {"polar", {2, 3, 4}, 4, {"rot"},
+      {"polar",
+       {2, 3, 4},
+       4,
+       {"rot"},
        [](const Args& a) {
          const std::string rot = a.spec.str("rot", "wht");
-         if (rot != "wht" && rot != "dense" && rot != "none") user_error("{}: rot={} (wht, dense or none)", a.what, rot);
+         if (rot != "wht" && rot != "dense" && rot != "none")
+           user_error("{}: rot={} (wht, dense or none)", a.what, rot);
          return make_polar_codec(a.ctx, int(a.bits), rot, a.spec.text());
        }},
-      {"rabitq", {1, 2, 3, 4}, 1, {"rot"},
+      {"rabitq",
+       {1, 2, 3, 4},
+       1,
+       {"rot"},
        [](const Args& a) {
          const std::string rot = a.spec.str("rot", "wht");
          if (rot != "wht" && rot != "dense" && rot != "qr") user_error("{}: rot={} (wht or qr)", a.what, rot);
          return make_rabitq_codec(a.ctx, int(a.bits), rot == "wht" ? "wht" : "dense", a.spec.text());
        }},
       // calibrated (calibrated.h): tables per layer, side and kv head from calibrate --method kv-codebook
-      {"vecinfer", {1, 2, 4}, 2, {},
-       [](const Args& a) { return make_vecinfer_codec(a.ctx, int(a.bits), a.side, a.spec.text()); }, "kv", false, true},
-      {"spectral", {1, 2, 3, 4}, 3, {},
-       [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); }, "kv", false, true},
+      {"vecinfer",
+       {1, 2, 4},
+       2,
+       {},
+       [](const Args& a) { return make_vecinfer_codec(a.ctx, int(a.bits), a.side, a.spec.text()); },
+       "kv",
+       false,
+       true},
+      {"spectral",
+       {1, 2, 3, 4},
+       3,
+       {},
+       [](const Args& a) { return make_spectral_codec(a.ctx, a.bits, a.side, a.spec.text()); },
+       "kv",
+       false,
+       true},
       // bits per element = n·cb/d: n residual stages of 2^cb codewords (cb 2, 4 or 8); comm=0 the
       // unprojected ablation. 0.25 at d = 64 is VeloxQuant-MLX's 64× (d = 128, 4 stages of 8 bits).
-      {"commvq", {0.25, 0.5, 1, 2, 3}, 2, {"cb", "comm"},
+      {"commvq",
+       {0.25, 0.5, 1, 2, 3},
+       2,
+       {"cb", "comm"},
        [](const Args& a) {
          const int cb = a.integer("cb", 8, 2, 8);
-         if (cb != 2 && cb != 4 && cb != 8) user_error("{}: cb={} is not a codebook width of 2, 4 or 8 bits", a.what, cb);
-         if (!(a.bits > 0 && a.bits <= 8)) user_error("{}: bits={} is not a rate in (0, 8] bits per element", a.what, a.bits);
+         if (cb != 2 && cb != 4 && cb != 8)
+           user_error("{}: cb={} is not a codebook width of 2, 4 or 8 bits", a.what, cb);
+         if (!(a.bits > 0 && a.bits <= 8))
+           user_error("{}: bits={} is not a rate in (0, 8] bits per element", a.what, a.bits);
          return make_commvq_codec(a.ctx, a.bits, cb, a.integer("comm", 1, 0, 1) == 1, a.side, a.spec.text());
        },
-       "k", true, true},
+       "k",
+       true,
+       true},
   };
   return rows;
 }
@@ -303,7 +359,8 @@ std::unique_ptr<Codec> make_codec(const KVSpec& spec, Side side, const KVContext
     for (double b : it->bits) allowed += (allowed.empty() ? "" : ", ") + fmt::format("{}", b);
     user_error("{}: {} has no {}-bit variant (bits: {})", what, spec.method, bits, allowed);
   }
-  if (ctx.head_dim < 8 || ctx.head_dim > 1024) user_error("{}: head dimension {} is not supported (8..1024)", what, ctx.head_dim);
+  if (ctx.head_dim < 8 || ctx.head_dim > 1024)
+    user_error("{}: head dimension {} is not supported (8..1024)", what, ctx.head_dim);
   return it->make(Args{spec, side, ctx, bits, what});
 }
 

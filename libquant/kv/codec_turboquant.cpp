@@ -79,7 +79,6 @@ class TurboMse final : public RotatedCodec {
     }
   }
 
-
  private:
   int bl_, bh_, n_hi_;
   KVContext::FloatCodebook lo_, hi_;

@@ -44,8 +44,8 @@ void block_sums_scalar(const float* start, const float* x, const float* rows, in
     for (int c = 0; c < kBlock; ++c) out[c] += x[i] * rows[size_t(i) * kCentroids + c];
 }
 
-__attribute__((target("avx2")))
-void block_sums_avx2(const float* start, const float* x, const float* rows, int v, float* out) {
+__attribute__((target("avx2"))) void block_sums_avx2(const float* start, const float* x, const float* rows, int v,
+                                                     float* out) {
   __m256 a0, a1, a2, a3;
   if (start) {
     a0 = _mm256_loadu_ps(start), a1 = _mm256_loadu_ps(start + 8);
@@ -186,7 +186,8 @@ class VecInferHead final : public Codec {
 std::unique_ptr<Codec> make_vecinfer_codec(const KVContext& ctx, int bits, Side side, const std::string& name) {
   const int d = ctx.head_dim, v = 8 / bits;
   if (d % v) user_error("{}: head dimension {} is not a multiple of the sub-vector size {}", name, d, v);
-  if (side == Side::Key && (d & (d - 1))) user_error("{}: the Hadamard transform needs a power-of-two head dimension, not {}", name, d);
+  if (side == Side::Key && (d & (d - 1)))
+    user_error("{}: the Hadamard transform needs a power-of-two head dimension, not {}", name, d);
   CalibratedTables t(ctx, "vecinfer", bits, side);
   std::vector<std::unique_ptr<Codec>> heads;
   for (int h = 0; h < t.heads(); ++h) {

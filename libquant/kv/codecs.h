@@ -20,7 +20,8 @@ std::unique_ptr<Codec> make_affine_rotated_codec(const KVContext& ctx, int bits,
                                                  bool qjl, const std::string& name);
 // RaBitQ (and extended RaBitQ at 2–4 bits): sign / grid codes of the rotated unit vector with
 // its norm and ⟨ō, o⟩, scored by the unbiased estimator (codec_rabitq.cpp).
-std::unique_ptr<Codec> make_rabitq_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name);
+std::unique_ptr<Codec> make_rabitq_codec(const KVContext& ctx, int bits, const std::string& rot,
+                                         const std::string& name);
 // bits b: (b−1)-bit MSE stage + 1-bit QJL of the residual.
 std::unique_ptr<Codec> make_turboquant_prod_codec(const KVContext& ctx, int bits, const std::string& rot,
                                                   const std::string& name);
@@ -29,7 +30,8 @@ std::unique_ptr<Codec> make_qjl_codec(const KVContext& ctx, int m, const std::st
 // Two b-bit stages: Gaussian then Laplacian Lloyd-Max.
 std::unique_ptr<Codec> make_rvq_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name);
 // Level-1 angles at `bits`, levels 2–4 at max(1, bits − 2), one fp16 radius per 16 coordinates.
-std::unique_ptr<Codec> make_polar_codec(const KVContext& ctx, int bits, const std::string& rot, const std::string& name);
+std::unique_ptr<Codec> make_polar_codec(const KVContext& ctx, int bits, const std::string& rot,
+                                        const std::string& name);
 
 // Calibrated methods (calibrated.h: their tables come from calibrate --method kv-codebook).
 // VecInfer: product VQ of 8/bits-dim sub-vectors with 256 centroids; keys smoothed and Hadamard-rotated.
@@ -40,7 +42,8 @@ std::unique_ptr<Codec> make_spectral_codec(const KVContext& ctx, double bits, Si
 // CommVQ: residual VQ of the pre-RoPE key, n = bits·d/cb stages of 2^cb codewords (codebooks
 // RoPE-commutative unless comm = false), RoPE applied at score time from the stored positions.
 // Keys only. Its tables' method name in the artifacts: commvq_table_method(cb, comm).
-std::unique_ptr<Codec> make_commvq_codec(const KVContext& ctx, double bits, int cb, bool comm, Side side, const std::string& name);
+std::unique_ptr<Codec> make_commvq_codec(const KVContext& ctx, double bits, int cb, bool comm, Side side,
+                                         const std::string& name);
 std::string commvq_table_method(int cb, bool comm);
 
 // Codecs whose domain is the rotated head space (TurboQuant, RVQ, PolarQuant): queries are

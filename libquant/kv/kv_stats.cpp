@@ -69,8 +69,8 @@ nlohmann::json KVStats::to_json() const {
 }
 
 std::string KVStats::table() const {
-  std::string s = fmt::format("{:>5}  {:>8}  {:>10}  {:>8}  {:>10}  {:>13}  {:>8}\n", "layer", "K cos", "K rel MSE", "V cos",
-                              "V rel MSE", "score rel err", "attn TV");
+  std::string s = fmt::format("{:>5}  {:>8}  {:>10}  {:>8}  {:>10}  {:>13}  {:>8}\n", "layer", "K cos", "K rel MSE",
+                              "V cos", "V rel MSE", "score rel err", "attn TV");
   auto line = [&](const std::string& name, const KVLayerStats& st) {
     const nlohmann::json j = row(st);
     s += fmt::format("{:>5}  {:>8}  {:>10}  {:>8}  {:>10}  {:>13}  {:>8}\n", name, cell(j, "k_cos", "{:.5f}"),

@@ -50,9 +50,9 @@ struct SideStore {
   std::unique_ptr<Codec> codec;  // null: full precision
   bool round_f16 = true;         // the window / full-precision values are fp16
   int R = 0, G = 1;
-  kv::TokenRing ring;            // the newest positions at full precision
-  std::vector<uint8_t> codes;    // [kv head][groups][group_bytes]
-  int64_t encoded = 0;           // positions encoded (whole groups)
+  kv::TokenRing ring;          // the newest positions at full precision
+  std::vector<uint8_t> codes;  // [kv head][groups][group_bytes]
+  int64_t encoded = 0;         // positions encoded (whole groups)
 
   int64_t boundary(int64_t n) const {
     if (!codec) return 0;
@@ -76,7 +76,8 @@ class QuantCache final : public KVCache {
  public:
   QuantCache(const KVShape& s, const kv::KVConfig& c) : KVCache(s), cfg_(c) {
     if (int(c.k.size()) != s.n_layers || int(c.v.size()) != s.n_layers)
-      user_error("kv config: {} layers of keys and {} of values for a model of {} layers", c.k.size(), c.v.size(), s.n_layers);
+      user_error("kv config: {} layers of keys and {} of values for a model of {} layers", c.k.size(), c.v.size(),
+                 s.n_layers);
     kv::KVContext ctx;
     ctx.head_dim = s.head_dim;
     ctx.seed = c.seed;
@@ -84,7 +85,8 @@ class QuantCache final : public KVCache {
     // Each layer's own RoPE (gemma3: the sliding layers' local base), for codecs of pre-RoPE keys.
     std::shared_ptr<const kv::RopeAngles> rope, rope_local;
     if (int(s.rope_inv_freq.size()) * 2 == s.head_dim) rope = kv::RopeAngles::make(s.rope_inv_freq, s.max_ctx);
-    if (int(s.rope_local_inv_freq.size()) * 2 == s.head_dim) rope_local = kv::RopeAngles::make(s.rope_local_inv_freq, s.max_ctx);
+    if (int(s.rope_local_inv_freq.size()) * 2 == s.head_dim)
+      rope_local = kv::RopeAngles::make(s.rope_local_inv_freq, s.max_ctx);
     cap_ = s.max_ctx;
     const int H = s.n_kv_heads, D = s.head_dim;
     layers_.resize(s.n_layers);
@@ -129,7 +131,8 @@ class QuantCache final : public KVCache {
 
   double bytes_per_token() const override {
     double b = 0;
-    for (auto& L : layers_) b += L.k.bytes_at(shape_.max_ctx, shape_.head_dim) + L.v.bytes_at(shape_.max_ctx, shape_.head_dim);
+    for (auto& L : layers_)
+      b += L.k.bytes_at(shape_.max_ctx, shape_.head_dim) + L.v.bytes_at(shape_.max_ctx, shape_.head_dim);
     return b * shape_.n_kv_heads / double(shape_.max_ctx);
   }
 
@@ -167,7 +170,8 @@ class QuantCache final : public KVCache {
 
   // Stats: cos and squared errors of positions [from, st.encoded) of every kv head against what
   // was encoded (before the batch enters the ring, as encode_upto reads it).
-  void reconstruction_stats(int layer, int side, const SideStore& st, int64_t from, const float* src, int64_t p0) const {
+  void reconstruction_stats(int layer, int side, const SideStore& st, int64_t from, const float* src,
+                            int64_t p0) const {
     if (!st.codec || st.encoded <= from) return;
     const int H = shape_.n_kv_heads, D = shape_.head_dim;
     const size_t gb = st.codec->group_bytes();
@@ -193,9 +197,9 @@ class QuantCache final : public KVCache {
   // Positions of one side of the layer just appended that its queries may read at full
   // precision though the ring no longer holds them (decode, a batch longer than the window).
   struct Recent {
-    int layer = -1;            // −1: none
-    int64_t lo = 0, hi = 0;    // positions [lo, hi)
-    std::vector<float> rows;   // [kv head][hi − lo][D], fp16-rounded as the ring's
+    int layer = -1;           // −1: none
+    int64_t lo = 0, hi = 0;   // positions [lo, hi)
+    std::vector<float> rows;  // [kv head][hi − lo][D], fp16-rounded as the ring's
   };
 
   // Called before the batch [p0, p0 + n) of `src` enters st.ring: keeps what the batch's
@@ -245,7 +249,8 @@ class QuantCache final : public KVCache {
           thread_local std::vector<float> x;
           x.resize(size_t(n) * D);
           for (int64_t t = 0; t < n; ++t) token(st, h, a + t, src, p0, x.data() + size_t(t) * D);
-          st.codec->for_head(h).encode_tokens_at(x.data(), int(n), a, st.codes.data() + (size_t(h) * groups_cap(st) + a) * gb);
+          st.codec->for_head(h).encode_tokens_at(x.data(), int(n), a,
+                                                 st.codes.data() + (size_t(h) * groups_cap(st) + a) * gb);
         }
       st.encoded = g1;
       return;
@@ -408,7 +413,8 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       const int pos = first_pos + i0 + r;
       const int64_t state = decode ? pos + 1 : first_pos + n_q;
       const int nvis = pos + 1;
-      const int bk = int(std::min<int64_t>(SK.boundary(state), nvis)), bv = int(std::min<int64_t>(SV.boundary(state), nvis));
+      const int bk = int(std::min<int64_t>(SK.boundary(state), nvis)),
+                bv = int(std::min<int64_t>(SV.boundary(state), nvis));
       for (int hh = 0; hh < group; ++hh) {
         const int v = r * group + hh;
         NVIS[v] = nvis, BK[v] = bk, BV[v] = bv;
@@ -416,7 +422,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       kenc = std::max(kenc, bk), venc = std::max(venc, bv);
     }
     const int ltk = ltk0 > 0 && kenc >= SK.codec->table_min_keys() ? ltk0 : 0;  // tables, when they pay
-    const Codec* CK = SK.codec ? &SK.codec->for_head(g) : nullptr;  // this kv head's codecs
+    const Codec* CK = SK.codec ? &SK.codec->for_head(g) : nullptr;              // this kv head's codecs
     const Codec* CV = SV.codec ? &SV.codec->for_head(g) : nullptr;
     auto qrow = [&](int v) { return q + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
     auto orow = [&](int v) { return out + int64_t(i0 + v / group) * NH * D + int64_t(g * group + v % group) * D; };
@@ -456,7 +462,8 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
         int v = 0;
         for (; v + 2 <= nv; v += 2) {  // pairs of queries share each tile row's loads
           if (BK[v] <= j0 && BK[v + 1] <= j0) continue;
-          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, tt, dtk, row(v), BK[v + 1] > j0 ? row(v + 1) : s2);
+          K.score_tile2(QT.data() + size_t(v) * dtk, QT.data() + size_t(v + 1) * dtk, tt, dtk, row(v),
+                        BK[v + 1] > j0 ? row(v + 1) : s2);
         }
         if (v < nv && BK[v] > j0) K.score_tile(QT.data() + size_t(v) * dtk, tt, dtk, row(v));
       }

@@ -95,8 +95,7 @@ void fwht(float* x, int d) {
 Rotation::Rotation(const std::string& kind, int d, uint64_t seed, const std::vector<float>* given)
     : kind_(kind), d_(d) {
   if (kind == "wht") {
-    if (d <= 0 || (d & (d - 1)))
-      user_error("rot=wht: head dimension {} is not a power of two (use rot=dense)", d);
+    if (d <= 0 || (d & (d - 1))) user_error("rot=wht: head dimension {} is not a power of two (use rot=dense)", d);
     m_ = given ? *given : random_signs(d, sub_seed(seed, SeedUse::Signs));
     if (int(m_.size()) != d) user_error("rotation: {} signs given for dimension {}", m_.size(), d);
   } else if (kind == "dense") {

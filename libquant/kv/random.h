@@ -44,8 +44,8 @@ class Rotation {
   Rotation(const std::string& kind, int d, uint64_t seed, const std::vector<float>* given = nullptr);
   int dim() const { return d_; }
   const std::string& kind() const { return kind_; }
-  void apply(const float* x, float* y) const;    // y = Π x   (x == y allowed)
-  void inverse(const float* y, float* x) const;  // x = Πᵀ y  (x == y allowed)
+  void apply(const float* x, float* y) const;              // y = Π x   (x == y allowed)
+  void inverse(const float* y, float* x) const;            // x = Πᵀ y  (x == y allowed)
   const std::vector<float>& matrix() const { return m_; }  // dense: d×d; wht: the d signs
  private:
   std::string kind_;

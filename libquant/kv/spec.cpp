@@ -26,8 +26,7 @@ double KVSpec::number(const std::string& k, double fallback, const std::string& 
   if (it == params.end()) return fallback;
   char* end = nullptr;
   const double v = std::strtod(it->second.c_str(), &end);
-  if (it->second.empty() || *end != '\0')
-    user_error("{} {}: {}={} is not a number", what, text(), k, it->second);
+  if (it->second.empty() || *end != '\0') user_error("{} {}: {}={} is not a number", what, text(), k, it->second);
   return v;
 }
 
@@ -75,7 +74,8 @@ std::string KVConfig::describe() const {
     return true;
   };
   std::string d = (same(k) && same(v)) ? "k=" + k[0].text() + " v=" + v[0].text() : "per-layer recipe";
-  return d + " (r=" + (residual < 0 ? std::string("default") : std::to_string(residual)) + ", " + (mode == KVMode::Decode ? "decode" : "cache") + ")";
+  return d + " (r=" + (residual < 0 ? std::string("default") : std::to_string(residual)) + ", " +
+         (mode == KVMode::Decode ? "decode" : "cache") + ")";
 }
 
 KVConfig uniform_kv_config(int n_layers, const KVSpec& k, const KVSpec& v) {

@@ -41,11 +41,11 @@ struct KVConfig {
                              // method's default (128 for kivi, as in its paper; 0 for the others);
                              // a spec's r=N overrides it for that side
   KVMode mode = KVMode::Cache;
-  std::string artifacts;     // precompute folder, or empty: compute rotations/codebooks here
-  uint64_t seed = 42;        // rotations and JL matrices (must match the artifacts')
+  std::string artifacts;                        // precompute folder, or empty: compute rotations/codebooks here
+  uint64_t seed = 42;                           // rotations and JL matrices (must match the artifacts')
   std::shared_ptr<const KeyCenter> key_center;  // when set, keys are stored minus these means
-  std::shared_ptr<KVStats> stats;  // when set, the quantized cache adds its reconstruction and
-                                   // score errors here (eval-ppl --kv-stats)
+  std::shared_ptr<KVStats> stats;               // when set, the quantized cache adds its reconstruction and
+                                                // score errors here (eval-ppl --kv-stats)
 
   // Every layer, keys and values, at full precision of one kind ("f32" or "f16"): the fast
   // dense cache serves it. Empty when mixed or quantized.

@@ -29,7 +29,8 @@ void TokenRing::push(const float* x, int n) {
 
 int TokenRing::runs(int h, int64_t a, int64_t b, Run out[2]) const {
   if (a < begin() || b > end_ || a > b)
-    throw std::logic_error(fmt::format("token ring: positions {}..{} asked, it holds {}..{}", a, b - 1, begin(), end_ - 1));
+    throw std::logic_error(
+        fmt::format("token ring: positions {}..{} asked, it holds {}..{}", a, b - 1, begin(), end_ - 1));
   if (a == b) return 0;
   const int64_t s = a % cap_, n = b - a;
   const int64_t first = std::min(n, cap_ - s);  // rows up to the end of the buffer

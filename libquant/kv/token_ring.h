@@ -16,7 +16,7 @@ class TokenRing {
   TokenRing(int heads, int dim, int64_t cap, bool round_f16);
 
   int64_t capacity() const { return cap_; }
-  int64_t end() const { return end_; }                                    // positions pushed
+  int64_t end() const { return end_; }                                 // positions pushed
   int64_t begin() const { return std::max<int64_t>(0, end_ - cap_); }  // the oldest still held
   void clear() { end_ = 0; }
 

@@ -14,8 +14,8 @@ namespace {
 
 // Nearest codeword of one row among k (centroid-major ct[i·k + c], ‖c‖² in cn); the AVX2 and
 // baseline clones give the same floats (multiply and add stay separate).
-__attribute__((target_clones("avx2", "default")))
-int nearest_codeword(const float* m2, const float* ct, const float* cn, int k, int d, float* dist) {
+__attribute__((target_clones("avx2", "default"))) int nearest_codeword(const float* m2, const float* ct,
+                                                                       const float* cn, int k, int d, float* dist) {
   for (int c = 0; c < k; ++c) dist[c] = cn[c];
   for (int i = 0; i < d; ++i) {
     const float xi = m2[i];
@@ -40,8 +40,9 @@ constexpr int kRows = 6;
 typedef float v8 __attribute__((vector_size(32)));
 typedef int v8i __attribute__((vector_size(32)));
 
-__attribute__((target_clones("avx2", "default")))
-void nearest_rows(const float* m2, int n, int d, const float* ctile, const float* cn, int k, float* bd, int* bi, int* best) {
+__attribute__((target_clones("avx2", "default"))) void nearest_rows(const float* m2, int n, int d, const float* ctile,
+                                                                    const float* cn, int k, float* bd, int* bi,
+                                                                    int* best) {
   for (int j = 0; j < 16 * n; ++j) bd[j] = INFINITY, bi[j] = 0;
   for (int c0 = 0; c0 < k; c0 += 16) {
     const float* tile = ctile + size_t(c0) * d;
@@ -104,8 +105,10 @@ void NearestCodeword::prepare() const {
     float a = 0;  // in increasing i, multiply then add
     for (int i = 0; i < d_; ++i) {
       const float x = C_[size_t(c) * d_ + i];
-      if (k_ % 16 != 0) ct_[size_t(i) * k_ + c] = x;
-      else ctile_[size_t(c / 16 * 16) * d_ + size_t(i) * 16 + c % 16] = x;
+      if (k_ % 16 != 0)
+        ct_[size_t(i) * k_ + c] = x;
+      else
+        ctile_[size_t(c / 16 * 16) * d_ + size_t(i) * 16 + c % 16] = x;
       a += x * x;
     }
     cn_[size_t(c)] = a;
@@ -117,7 +120,8 @@ void NearestCodeword::search(const float* m2, int n, int* best) const {
   if (k_ % 16 != 0) {
     thread_local std::vector<float> dist;
     dist.resize(size_t(k_));
-    for (int t = 0; t < n; ++t) best[t] = nearest_codeword(m2 + size_t(t) * d_, ct_.data(), cn_.data(), k_, d_, dist.data());
+    for (int t = 0; t < n; ++t)
+      best[t] = nearest_codeword(m2 + size_t(t) * d_, ct_.data(), cn_.data(), k_, d_, dist.data());
     return;
   }
   // Whole row blocks straight from m2; a last partial block through a copy padded with its first

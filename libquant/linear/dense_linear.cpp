@@ -44,11 +44,11 @@ void note_once(const char* msg) {
 const Family* pick_family(Compute compute, bool quiet) {
   const KernelLevel lvl = kernel_level();
   if (compute == Compute::BF16) {
-    if (lvl == KernelLevel::AVX512 && cpu_features().avx512_bf16)
-      return kernels::family_bf16_avx512();
+    if (lvl == KernelLevel::AVX512 && cpu_features().avx512_bf16) return kernels::family_bf16_avx512();
     if (!cpu_features().avx512_bf16 && !quiet)
-      note_once("this CPU has no AVX512-BF16: bf16 weights are multiplied with fp32 FMAs "
-                "(same results, fp32 speed)");
+      note_once(
+          "this CPU has no AVX512-BF16: bf16 weights are multiplied with fp32 FMAs "
+          "(same results, fp32 speed)");
     return lvl >= KernelLevel::AVX2 ? kernels::family_bf16_avx2() : nullptr;
   }
   if (lvl == KernelLevel::AVX512) return kernels::family_f32_avx512();
@@ -114,15 +114,14 @@ class DenseLinear final : public Linear {
     pl.mcb = std::max<int64_t>(1, mc_rows / f.mr);
     const int64_t panels = (n_ + f.nr - 1) / f.nr;
     const int64_t tiles = panels * pl.rblocks;
-    const int nt = int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1,
-                                           std::min<int64_t>(num_threads(), tiles)));
+    const int nt =
+        int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1, std::min<int64_t>(num_threads(), tiles)));
     if (nt == 1) {
       if (f.convert_a) f.convert_rows(x, m, k_, const_cast<void*>(pl.a));
       run_tiles(f, pl, 0, tiles, y, bias);
       return;
     }
-    const int64_t chunks =
-        std::min<int64_t>(tiles, nt * (tune.chunks ? tune.chunks : kChunksPerThread));
+    const int64_t chunks = std::min<int64_t>(tiles, nt * (tune.chunks ? tune.chunks : kChunksPerThread));
     std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(nt)
     {
@@ -187,8 +186,7 @@ class DenseLinear final : public Linear {
   // Tiles [t0, t1) of the panel-major numbering. For each row chunk, for each panel, for each
   // K slice, the row blocks: the KC×NR slice of the panel is reused from L1 by every row block,
   // and the row chunk's activations from L2 by every panel.
-  void run_tiles(const Family& f, const Plan& pl, int64_t t0, int64_t t1, float* y,
-                 const float* bias) const {
+  void run_tiles(const Family& f, const Plan& pl, int64_t t0, int64_t t1, float* y, const float* bias) const {
     const auto* packed = static_cast<const char*>(packed_.data());
     const int64_t rb = pl.rblocks;
     const int64_t p_first = t0 / rb, p_last = (t1 - 1) / rb;
@@ -208,10 +206,8 @@ class DenseLinear final : public Linear {
           for (int64_t q = q0; q < q1; ++q) {
             const int64_t m0 = q * f.mr;
             const int rows = int(std::min<int64_t>(f.mr, pl.m - m0));
-            const char* ap =
-                static_cast<const char*>(pl.a) + size_t(m0 * pl.lda + k0) * size_t(f.a_bytes);
-            f.tile(rows, cols, kc, ap, pl.lda, b, y + m0 * n_ + n0, n_, k0 == 0,
-                   bias ? bias + n0 : nullptr);
+            const char* ap = static_cast<const char*>(pl.a) + size_t(m0 * pl.lda + k0) * size_t(f.a_bytes);
+            f.tile(rows, cols, kc, ap, pl.lda, b, y + m0 * n_ + n0, n_, k0 == 0, bias ? bias + n0 : nullptr);
           }
         }
       }
@@ -242,8 +238,7 @@ class DenseLinear final : public Linear {
   }
 
   void forward_ref(const float* x, int64_t m, float* y, const float* bias) const {
-    const int nt = int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1,
-                                           std::min<int64_t>(num_threads(), m)));
+    const int nt = int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1, std::min<int64_t>(num_threads(), m)));
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t r = 0; r < m; ++r) {
       if (compute_ == Compute::BF16)
@@ -277,8 +272,7 @@ const char* dense_kernel_name(Compute compute) {
 }
 }  // namespace kernels
 
-std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in,
-                                          const float* bias, Compute compute) {
+std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in, const float* bias, Compute compute) {
   return std::make_unique<DenseLinear>(w, out, in, bias, compute);
 }
 

@@ -44,7 +44,7 @@ class IntLinear final : public Linear {
     for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
     const bool vnni = kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0;
     if (w.data.dtype != DType::U8) {  // int8 rows store I8 codes; int4 two a byte (U8)
-      if (vnni) {  // packed for VPDPBUSD straight from the stored bytes
+      if (vnni) {                     // packed for VPDPBUSD straight from the stored bytes
         vnni_ = kernels::pack_int8_vnni(reinterpret_cast<const int8_t*>(w.data.data), s_.data(), n_, k_, gl_);
         return;
       }
@@ -150,9 +150,7 @@ class IntLinear final : public Linear {
   }
 
  private:
-  int8_t code(int64_t n, int64_t k) const {
-    return vnni_.panels.empty() ? qp_[n * k_ + k] : vnni_.code(n, k);
-  }
+  int8_t code(int64_t n, int64_t k) const { return vnni_.panels.empty() ? qp_[n * k_ + k] : vnni_.code(n, k); }
   float scale(int64_t n, int64_t g) const { return s_[size_t(n * ng_ + g)]; }
 
   // reference_gemm's Int8PerToken loop over the packed codes.
@@ -192,17 +190,16 @@ class IntLinear final : public Linear {
   SchemeParams params_;
   ActMode act_;
   std::vector<float> bias_;
-  PackedTensor w_;               // the stored tensor, when its int8 codes are used in place
-  std::vector<int8_t> q_;        // [n, k] signed codes made at load (int4 unpacked)
-  const int8_t* qp_ = nullptr;   // the [n, k] codes the AVX2/scalar kernels read: w_'s or q_'s
-  std::vector<float> s_;   // [n, ng] fp32 scales
+  PackedTensor w_;              // the stored tensor, when its int8 codes are used in place
+  std::vector<int8_t> q_;       // [n, k] signed codes made at load (int4 unpacked)
+  const int8_t* qp_ = nullptr;  // the [n, k] codes the AVX2/scalar kernels read: w_'s or q_'s
+  std::vector<float> s_;        // [n, ng] fp32 scales
   kernels::Int8Vnni vnni_;
 };
 
 }  // namespace
 
-std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias,
-                                        const PackedLinearOptions& opt) {
+std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt) {
   return std::make_unique<IntLinear>(std::move(w), bias, opt);
 }
 

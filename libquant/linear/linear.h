@@ -49,8 +49,7 @@ class Linear {
 // Dense weights w: [out, in] row-major fp32 (HF layout), packed for the fastest kernel of the
 // current kernel level. `bias` may be null. Compute::BF16 needs AVX512-BF16 (falls back to F32
 // with a message otherwise).
-std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in,
-                                          const float* bias, Compute compute);
+std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in, const float* bias, Compute compute);
 // The same from a [out, in] tensor of any float dtype (F32/F16/BF16/F64), converted to fp32 one
 // panel of rows at a time while packing (no whole-matrix fp32 copy). Equal to the above on to_f32(w).
 std::unique_ptr<Linear> make_dense_linear(const Tensor& w, const float* bias, Compute compute);

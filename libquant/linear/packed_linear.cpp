@@ -17,8 +17,7 @@ RowSlice Linear::gemv_slice(const float*, int, int, float*) const {
   throw std::logic_error("gemv_slice is not implemented for a " + kind() + " Linear");
 }
 
-std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias,
-                                           const PackedLinearOptions& opt) {
+std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt) {
   check_packed(w, "packed weight");
   const Scheme& row = find_scheme(w.params.scheme);
   if (row.kernel_form) w = row.kernel_form(std::move(w));

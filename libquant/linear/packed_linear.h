@@ -30,13 +30,10 @@ struct PackedLinearOptions {
 
 // Dispatches on the kernel family of w's scheme row (its kernel_form first, if any). `bias` (out_features floats) may be null. UserError when the
 // tensors do not match the scheme's layout (check_packed).
-std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias,
-                                           const PackedLinearOptions& opt = {});
+std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt = {});
 
 // The two families (int_linear.cpp, weight_only_linear.cpp).
-std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias,
-                                        const PackedLinearOptions& opt);
-std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias,
-                                                const PackedLinearOptions& opt);
+std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
+std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
 
 }  // namespace qt

@@ -59,9 +59,8 @@ __attribute__((target("avx512f,fma"))) float dot_avx512(const float* a, const fl
 
 // One MLX affine group of 4- or 8-bit codes (g a multiple of 16) at `bytes`: out = q·s, then + b,
 // each rounded to bf16 when `bf16` (as affine_dequant), multiply and add never fused.
-__attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8_t* bytes, int bits,
-                                                                      int64_t g, float s, float b,
-                                                                      bool bf16, float* out) {
+__attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8_t* bytes, int bits, int64_t g, float s,
+                                                                     float b, bool bf16, float* out) {
   const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
   for (int64_t j = 0; j < g; j += 16) {
     __m128i codes;
@@ -126,7 +125,7 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
 
 template <int kBits>
 __attribute__((target("avx2"))) void decode_group_avx2(const uint8_t* bytes, int64_t g, float s, float b, bool bf16,
-                                                        float* out) {
+                                                       float* out) {
   const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
   for (int64_t j = 0; j < g; j += 8) _mm256_storeu_ps(out + j, affine_8<kBits>(bytes + j * kBits / 8, vs, vb, bf16));
 }
@@ -142,8 +141,7 @@ void decode_group_avx2(const uint8_t* bytes, int bits, int64_t g, float s, float
 // `first` is the row's flat index r·k (even; k and the block size multiples of 8, so 8 elements
 // never straddle a block).
 __attribute__((target("avx2"))) void decode_bnb4_avx2(const uint8_t* bytes, int64_t k, int64_t first, int64_t bs,
-                                                       const float* absmax, const float* table, bool bf16,
-                                                       float* out) {
+                                                      const float* absmax, const float* table, bool bf16, float* out) {
   const __m256 lo_tab = _mm256_loadu_ps(table), hi_tab = _mm256_loadu_ps(table + 8);
   for (int64_t j = 0; j < k; j += 8) {
     int32_t four;
@@ -164,9 +162,8 @@ __attribute__((target("avx2"))) void decode_bnb4_avx2(const uint8_t* bytes, int6
 // through memory: each 8 weights are decoded in registers exactly as decode_group_avx2 decodes
 // them and multiplied into the accumulator at once (the few-token GEMV of forward_rows).
 template <int kBits>
-__attribute__((target("avx2,fma"))) float dot_affine_avx2(const uint8_t* row, int64_t k, int64_t g,
-                                                          const float* scales, const float* biases, bool bf16,
-                                                          const float* x) {
+__attribute__((target("avx2,fma"))) float dot_affine_avx2(const uint8_t* row, int64_t k, int64_t g, const float* scales,
+                                                          const float* biases, bool bf16, const float* x) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (int64_t j0 = 0; j0 < k; j0 += g) {
     const __m256 vs = _mm256_set1_ps(scales[j0 / g]), vb = _mm256_set1_ps(biases[j0 / g]);
@@ -331,7 +328,8 @@ class WeightOnlyLinear final : public Linear {
     if (affine_ && int16_act_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: Σ q·x̃ in int16 pairs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
-          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
+          x, m, y,
+          [&](const float* xt, kernels::AffineGemvInput* in) { kernels::affine_gemv_prepare(bits_, xt, k_, g, in); },
           [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
             kernels::affine_gemv_rows(bits_, w_.data.data, scales_.data(), biases_.data(), k_, g, in, r0, r1, bias, yt);
           });
@@ -438,9 +436,9 @@ class WeightOnlyLinear final : public Linear {
   Compute compute_;
   const Family* fam_;
   bool affine_ = false;
-  bool fast_decode_ = false;  // SIMD group decode (4/8-bit, f32/bf16 scales)
-  bool int16_act_ = true;     // affine: tokens rounded per group to int16 (ActMode::None: exact fp32)
-  bool fast_bnb_ = false;     // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
+  bool fast_decode_ = false;               // SIMD group decode (4/8-bit, f32/bf16 scales)
+  bool int16_act_ = true;                  // affine: tokens rounded per group to int16 (ActMode::None: exact fp32)
+  bool fast_bnb_ = false;                  // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
   KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
   int bits_ = 4;
   int64_t groups_ = 1;
@@ -450,8 +448,7 @@ class WeightOnlyLinear final : public Linear {
 
 }  // namespace
 
-std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias,
-                                                const PackedLinearOptions& opt) {
+std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt) {
   return std::make_unique<WeightOnlyLinear>(std::move(w), bias, opt);
 }
 

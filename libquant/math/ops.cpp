@@ -44,11 +44,11 @@ constexpr int W = 16, R = 6, CV = 4;
 }  // namespace lvl_avx512
 #pragma GCC pop_options
 
-#define QT_OPS_DISPATCH(call)                                  \
-  switch (kernel_level()) {                                    \
-    case KernelLevel::AVX512: return lvl_avx512::call;         \
-    case KernelLevel::AVX2: return lvl_avx2::call;             \
-    default: return lvl_scalar::call;                          \
+#define QT_OPS_DISPATCH(call)                          \
+  switch (kernel_level()) {                            \
+    case KernelLevel::AVX512: return lvl_avx512::call; \
+    case KernelLevel::AVX2: return lvl_avx2::call;     \
+    default: return lvl_scalar::call;                  \
   }
 
 namespace {
@@ -56,16 +56,19 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 }  // namespace
 
-void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride,
-             int64_t rows, int64_t dim, float eps) {
+void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t rows, int64_t dim,
+             float eps) {
   const KernelLevel lvl = kernel_level();
 #pragma omp parallel for schedule(static) if (rows * dim >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * x_stride;
     float* yr = y + r * y_stride;
-    if (lvl == KernelLevel::AVX512) lvl_avx512::rmsnorm_row(xr, w, yr, dim, eps);
-    else if (lvl == KernelLevel::AVX2) lvl_avx2::rmsnorm_row(xr, w, yr, dim, eps);
-    else lvl_scalar::rmsnorm_row(xr, w, yr, dim, eps);
+    if (lvl == KernelLevel::AVX512)
+      lvl_avx512::rmsnorm_row(xr, w, yr, dim, eps);
+    else if (lvl == KernelLevel::AVX2)
+      lvl_avx2::rmsnorm_row(xr, w, yr, dim, eps);
+    else
+      lvl_scalar::rmsnorm_row(xr, w, yr, dim, eps);
   }
 }
 
@@ -92,8 +95,7 @@ RopeTable::RopeTable(const ModelConfig& cfg) {
       if (wavelen > lo_wav) {
         f = f / rs.factor;
       } else if (wavelen >= hi_wav) {
-        const float s = (old_ctx / wavelen - rs.low_freq_factor) /
-                        (rs.high_freq_factor - rs.low_freq_factor);
+        const float s = (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
         f = (1.0f - s) * f / rs.factor + s * f;
       }
     } else if (rs.type == "linear") {
@@ -116,17 +118,19 @@ void RopeTable::ensure(int n_pos) {
   n_pos_ = n_pos;
 }
 
-void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int pos0,
-          const RopeTable& table) {
+void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int pos0, const RopeTable& table) {
   const KernelLevel lvl = kernel_level();
 #pragma omp parallel for schedule(static) if (rows * n_heads * head_dim >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * stride;
     const float* c = table.cos(pos0 + int(r));
     const float* s = table.sin(pos0 + int(r));
-    if (lvl == KernelLevel::AVX512) lvl_avx512::rope_row(xr, n_heads, head_dim, c, s);
-    else if (lvl == KernelLevel::AVX2) lvl_avx2::rope_row(xr, n_heads, head_dim, c, s);
-    else lvl_scalar::rope_row(xr, n_heads, head_dim, c, s);
+    if (lvl == KernelLevel::AVX512)
+      lvl_avx512::rope_row(xr, n_heads, head_dim, c, s);
+    else if (lvl == KernelLevel::AVX2)
+      lvl_avx2::rope_row(xr, n_heads, head_dim, c, s);
+    else
+      lvl_scalar::rope_row(xr, n_heads, head_dim, c, s);
   }
 }
 
@@ -137,9 +141,12 @@ void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_
     const float* g = gate + r * n;
     const float* u = up + r * n;
     float* o = out + r * n;
-    if (lvl == KernelLevel::AVX512) lvl_avx512::swiglu_row(g, u, o, n);
-    else if (lvl == KernelLevel::AVX2) lvl_avx2::swiglu_row(g, u, o, n);
-    else lvl_scalar::swiglu_row(g, u, o, n);
+    if (lvl == KernelLevel::AVX512)
+      lvl_avx512::swiglu_row(g, u, o, n);
+    else if (lvl == KernelLevel::AVX2)
+      lvl_avx2::swiglu_row(g, u, o, n);
+    else
+      lvl_scalar::swiglu_row(g, u, o, n);
   }
 }
 
@@ -159,27 +166,24 @@ void exp_inplace(float* x, int64_t n) { QT_OPS_DISPATCH(exp_span(x, n)); }
 ShareAttention::ShareAttention(int part, int parts) { attention_share = {part, parts}; }
 ShareAttention::~ShareAttention() { attention_share = {}; }
 
-void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
-               int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
-               int64_t out_stride) {
+void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads, int head_dim,
+               float scale, const AttnLayout& kv, float* out, int64_t out_stride) {
   const KernelLevel lvl = kernel_level();
   // The tiles need whole vectors of head dimensions.
   if (lvl == KernelLevel::AVX512 && head_dim % 16 == 0)
-    return lvl_avx512::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim,
-                                      scale, kv, out, out_stride);
+    return lvl_avx512::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim, scale, kv, out,
+                                      out_stride);
   if (lvl >= KernelLevel::AVX2 && head_dim % 8 == 0)
-    return lvl_avx2::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim,
-                                    scale, kv, out, out_stride);
+    return lvl_avx2::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim, scale, kv, out,
+                                    out_stride);
   if (head_dim % 4 == 0)
-    return lvl_scalar::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads,
-                                      head_dim, scale, kv, out, out_stride);
-  attention_ref(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim, scale, kv, out,
-                out_stride);
+    return lvl_scalar::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim, scale, kv, out,
+                                      out_stride);
+  attention_ref(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim, scale, kv, out, out_stride);
 }
 
-void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
-                   int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
-                   int64_t out_stride) {
+void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads, int head_dim,
+                   float scale, const AttnLayout& kv, float* out, int64_t out_stride) {
   const int group = n_heads / n_kv_heads;
   std::vector<double> s, o(head_dim);
   for (int i = 0; i < n_q; ++i) {

@@ -15,8 +15,8 @@ namespace qt::ops {
 
 // y[r] = x[r] / sqrt(mean(x[r]²) + eps) * w, for rows r of length dim (x may equal y).
 // Row strides are in floats. Parallel over rows.
-void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride,
-             int64_t rows, int64_t dim, float eps);
+void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t rows, int64_t dim,
+             float eps);
 
 // Cos/sin of every (position, frequency) pair, in Hugging Face's float32 arithmetic:
 // inv_freq[i] = 1 / theta^(2i/d) (then the llama3 or linear scaling of docs/spec/hf-config.md
@@ -40,8 +40,7 @@ class RopeTable {
 
 // Rotate-half RoPE (HF layout: pairs (i, i+d/2) of each head), in place. Row r of x holds
 // n_heads heads of head_dim at position pos0 + r; rows are `stride` floats apart.
-void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int pos0,
-          const RopeTable& table);
+void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int pos0, const RopeTable& table);
 
 // out[i] = silu(gate[i]) * up[i] over `rows` rows of n values (row strides in floats).
 void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t n);
@@ -96,9 +95,8 @@ struct AttnLayout {
   const uint16_t* kt16 = nullptr;
   const uint16_t* v16 = nullptr;
 };
-void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
-               int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
-               int64_t out_stride);
+void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads, int head_dim,
+               float scale, const AttnLayout& kv, float* out, int64_t out_stride);
 
 // For a team that already holds the threads (the decode step, llama_decode.cpp): while a
 // ShareAttention lives on a thread, attention() called on that thread computes only slice `part`
@@ -118,14 +116,13 @@ class ShareAttention {
 // at position p sees only keys p − window + 1 … p (when window > 0; transformers' sliding
 // window: kv_idx > q_idx − window). Plain loops (not the tiled kernels): the Llama path keeps
 // its kernel untouched.
-void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
-                      int n_kv_heads, int head_dim, float scale, float softcap, int window,
-                      const AttnLayout& kv, float* out, int64_t out_stride);
+void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads,
+                      int head_dim, float scale, float softcap, int window, const AttnLayout& kv, float* out,
+                      int64_t out_stride);
 
 // Scalar reference of the same computation (double accumulation, std::exp): the spec the
 // vectorized kernels are tested against.
-void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
-                   int n_kv_heads, int head_dim, float scale, const AttnLayout& kv, float* out,
-                   int64_t out_stride);
+void attention_ref(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads, int head_dim,
+                   float scale, const AttnLayout& kv, float* out, int64_t out_stride);
 
 }  // namespace qt::ops

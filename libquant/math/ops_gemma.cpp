@@ -31,14 +31,16 @@ namespace {
 
 template <class T>
 float widen(T v) {
-  if constexpr (sizeof(T) == 2) return f16_to_f32(v);
-  else return v;
+  if constexpr (sizeof(T) == 2)
+    return f16_to_f32(v);
+  else
+    return v;
 }
 
 // One (query row, head): scores over the visible keys, softmax in double, then P·V.
 template <class T>
-void attend_row(const float* qh, int lo, int hi, const T* kt, int64_t kts, const T* v, int64_t vs,
-                int D, float scale, float softcap, float* s, float* oh) {
+void attend_row(const float* qh, int lo, int hi, const T* kt, int64_t kts, const T* v, int64_t vs, int D, float scale,
+                float softcap, float* s, float* oh) {
   const int n = hi - lo;
   std::fill(s, s + n, 0.0f);
   for (int d = 0; d < D; ++d) {
@@ -67,9 +69,9 @@ void attend_row(const float* qh, int lo, int hi, const T* kt, int64_t kts, const
 
 }  // namespace
 
-void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads,
-                      int n_kv_heads, int head_dim, float scale, float softcap, int window,
-                      const AttnLayout& kv, float* out, int64_t out_stride) {
+void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads,
+                      int head_dim, float scale, float softcap, int window, const AttnLayout& kv, float* out,
+                      int64_t out_stride) {
   const int group = n_heads / n_kv_heads;
   const int64_t tasks = int64_t(n_q) * n_heads;
 #pragma omp parallel for schedule(dynamic, 4) if (tasks > 1)
@@ -86,8 +88,8 @@ void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, 
       attend_row(qh, lo, hi, kv.kt16 + base, kv.kt_stride, kv.v16 + base, kv.v_stride, head_dim, scale, softcap,
                  s.data(), oh);
     else
-      attend_row(qh, lo, hi, kv.kt + base, kv.kt_stride, kv.v + base, kv.v_stride, head_dim, scale, softcap,
-                 s.data(), oh);
+      attend_row(qh, lo, hi, kv.kt + base, kv.kt_stride, kv.v + base, kv.v_stride, head_dim, scale, softcap, s.data(),
+                 oh);
   }
 }
 

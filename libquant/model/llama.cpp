@@ -14,8 +14,7 @@ namespace qt {
 LinearFactory dense_linear_factory(Compute compute) {
   return [compute](const std::string& name, const Tensor& w, const Tensor* bias) {
     if (!is_float(w.dtype))
-      user_error("{} holds packed {} codes without a quantization description", name,
-                 dtype_name(w.dtype));
+      user_error("{} holds packed {} codes without a quantization description", name, dtype_name(w.dtype));
     if (w.shape.size() != 2) user_error("tensor of rank {} used as a matrix", w.shape.size());
     std::vector<float> btmp;
     const float* bp = nullptr;
@@ -50,10 +49,10 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
   const ModelConfig& c = cfg_;
   if (!desc_) user_error("{}: architecture '{}' is not supported ({})", ck.path, c.arch, supported_archs());
   const ArchDesc& a = *desc_;
-  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 ||
-      c.hidden <= 0 || c.vocab <= 0 || c.n_layers <= 0)
-    user_error("{}: inconsistent head configuration ({} heads, {} kv heads, head_dim {})", ck.path,
-               c.n_heads, c.n_kv_heads, c.head_dim);
+  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 || c.hidden <= 0 ||
+      c.vocab <= 0 || c.n_layers <= 0)
+    user_error("{}: inconsistent head configuration ({} heads, {} kv heads, head_dim {})", ck.path, c.n_heads,
+               c.n_kv_heads, c.head_dim);
 
   auto lin = [&](const std::string& name, const std::string& bias_name, int64_t out, int64_t in) {
     const std::string stored = stored_codes_name(ck, name);
@@ -63,8 +62,8 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     const Tensor* b = bias_name.empty() ? nullptr : &ck.get(bias_name);
     auto l = make_linear(name, w, b);
     if (l->in_features() != in || l->out_features() != out)
-      user_error("{}: Linear for {} has shape [{}, {}], expected [{}, {}]", ck.path, name,
-                 l->out_features(), l->in_features(), out, in);
+      user_error("{}: Linear for {} has shape [{}, {}], expected [{}, {}]", ck.path, name, l->out_features(),
+                 l->in_features(), out, in);
     if (consume) {
       // A Linear that copied its weight lets go of the source pages it read: otherwise the mapped
       // file stays resident beside the copy (eval's peak RSS would be source + packed weights).
@@ -98,9 +97,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     auto L = std::make_unique<Layer>();
     const std::string p = L->prefix = "model.layers." + std::to_string(i) + ".";
     auto bias = [&](const char* n) { return c.attention_bias ? p + n : std::string(); };
-    auto block_norm = [&](const char* name) {
-      return name ? norm(p + name + ".weight", H) : std::vector<float>();
-    };
+    auto block_norm = [&](const char* name) { return name ? norm(p + name + ".weight", H) : std::vector<float>(); };
     L->attn_pre = block_norm(a.norms.attn_pre);
     L->attn_post = block_norm(a.norms.attn_post);
     L->ffn_pre = block_norm(a.norms.ffn_pre);
@@ -176,11 +173,12 @@ size_t LlamaModel::weight_bytes() const {
   size_t b = embedding_.nbytes + final_norm_.size() * 4 + lm_head_->weight_bytes();
   if (embed_q_ && embed_q_ != lm_head_) b += embed_q_->weight_bytes();
   for (auto& L : layers_) {
-    for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(),
-                            L->up.get(), L->down.get()})
+    for (const Linear* l :
+         {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(), L->down.get()})
       b += l->weight_bytes();
     b += (L->attn_pre.size() + L->attn_post.size() + L->ffn_pre.size() + L->ffn_post.size() + L->q_norm.size() +
-          L->k_norm.size()) * 4;
+          L->k_norm.size()) *
+         4;
   }
   return b;
 }
@@ -200,8 +198,8 @@ void LlamaModel::ensure_scratch(int n) {
   cap_ = n;
 }
 
-void LlamaModel::linear(const Linear& l, const std::string* prefix, const char* name, const float* x,
-                        int64_t n, float* y) {
+void LlamaModel::linear(const Linear& l, const std::string* prefix, const char* name, const float* x, int64_t n,
+                        float* y) {
   if (observer_) observer_(prefix ? *prefix + name : std::string(name), x, n, l.in_features());
   l.forward(x, n, y);
 }
@@ -243,8 +241,8 @@ void LlamaModel::embed(const int32_t* tokens, int n, float* x) const {
   }
 }
 
-void LlamaModel::forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first,
-                         int n_out, float* logits) {
+void LlamaModel::forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first, int n_out,
+                         float* logits) {
   if (out_first < 0 || n_out < 0 || out_first + n_out > n)
     user_error("forward: output rows {}..{} outside the batch of {}", out_first, out_first + n_out, n);
   if (n == 1 && decode_ready()) return forward_token(tokens[0], pos0, cache, n_out == 1 ? logits : nullptr);
@@ -285,8 +283,8 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
   ensure_scratch(n);
   ops::RopeTable* rope = rope_of(l);
   if (rope) rope->ensure(pos0 + n);
-  float *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(),
-        *hb = hb_.data(), *hb2 = hb2_.data();
+  float *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(), *hb = hb_.data(),
+        *hb2 = hb2_.data();
   const Layer& L = *layers_[l];
   const float eps = c.rms_eps;
   // x through the norm w into xb, or x itself where the row has no such norm
@@ -324,8 +322,10 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
   in = pre(L.ffn_pre);
   linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", in, n, hb);
   linear(*L.up, &L.prefix, "mlp.up_proj.weight", in, n, hb2);
-  if (a.act == Activation::GeluTanh) ops::geglu_tanh(hb, hb2, hb, n, F);
-  else ops::swiglu(hb, hb2, hb, n, F);
+  if (a.act == Activation::GeluTanh)
+    ops::geglu_tanh(hb, hb2, hb, n, F);
+  else
+    ops::swiglu(hb, hb2, hb, n, F);
   linear(*L.down, &L.prefix, "mlp.down_proj.weight", hb, n, xb);
   add_post(L.ffn_post);
 }

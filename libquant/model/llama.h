@@ -45,8 +45,8 @@ LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinear
 
 // Called with the input of every Linear before it runs (calibration statistics):
 // name of the weight, x [n_tokens, in_features].
-using LinearObserver = std::function<void(const std::string& name, const float* x, int64_t n_tokens,
-                                          int64_t in_features)>;
+using LinearObserver =
+    std::function<void(const std::string& name, const float* x, int64_t n_tokens, int64_t in_features)>;
 
 class LlamaModel {
  public:
@@ -72,8 +72,7 @@ class LlamaModel {
   // hold exactly pos0 positions) and writes the logits of rows [out_first, out_first+n_out)
   // to `logits` ([n_out, vocab], row-major). Rows outside that range skip the output head.
   // Not thread-safe: one forward at a time per model (it reuses its scratch buffers).
-  void forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first, int n_out,
-               float* logits);
+  void forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first, int n_out, float* logits);
   // The same in two steps, for callers that want the (largest) output head in slices:
   // forward_hidden returns the final-normed hidden states [n, hidden] (valid until the next
   // call), output_head turns rows of them into logits [rows, vocab].
@@ -101,8 +100,7 @@ class LlamaModel {
   struct Layer;
   LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume);
   // Runs l on x; the observer, when set, sees the weight's name (*prefix + name).
-  void linear(const Linear& l, const std::string* prefix, const char* name, const float* x,
-              int64_t n, float* y);
+  void linear(const Linear& l, const std::string* prefix, const char* name, const float* x, int64_t n, float* y);
   void embed(const int32_t* tokens, int n, float* x) const;
   void ensure_scratch(int n);
   // The decode step (llama_decode.cpp): one token in one OpenMP team, every Linear's rows cut
@@ -112,9 +110,9 @@ class LlamaModel {
   void forward_token(int32_t token, int pos, KVCache& cache, float* logits);
 
   ModelConfig cfg_;
-  const ArchDesc* desc_;  // cfg_'s row
-  Tensor embedding_;  // [vocab, hidden], any float dtype, shared with the checkpoint; or, when
-                      // the checkpoint stores it quantized, empty and embed_q_ holds it
+  const ArchDesc* desc_;             // cfg_'s row
+  Tensor embedding_;                 // [vocab, hidden], any float dtype, shared with the checkpoint; or, when
+                                     // the checkpoint stores it quantized, empty and embed_q_ holds it
   std::shared_ptr<Linear> embed_q_;  // quantized embedding (rows via dequantize_row)
   std::vector<float> final_norm_;
   std::vector<std::unique_ptr<Layer>> layers_;

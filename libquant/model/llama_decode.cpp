@@ -33,8 +33,8 @@ bool LlamaModel::decode_ready() const {
   if (a.has_post_norms() || !a.norms.attn_pre || !a.norms.ffn_pre || a.act != Activation::Silu) return false;
   if (!cfg_.sliding.empty() || observer_ || !lm_head_->has_gemv_slices()) return false;
   for (const auto& L : layers_)
-    for (const Linear* l : {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(),
-                            L->down.get()})
+    for (const Linear* l :
+         {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(), L->down.get()})
       if (!l->has_gemv_slices()) return false;
   return true;
 }

@@ -104,8 +104,8 @@ inline GroupParams affine_fit(const float* v, int64_t n, float n_bins) {
 // One group: its scale and bias and its codes. Cloned for AVX2 (the library is built for the
 // baseline ISA; convert runs this over every weight): the same IEEE operations in the same order,
 // so both clones give the same bits.
-__attribute__((target_clones("avx2", "default")))
-void affine_group(const float* v, int g, float n_bins, uint8_t* codes, float* scale_out, float* bias_out) {
+__attribute__((target_clones("avx2", "default"))) void affine_group(const float* v, int g, float n_bins, uint8_t* codes,
+                                                                    float* scale_out, float* bias_out) {
   const GroupParams p = affine_fit(v, g, n_bins);
   for (int j = 0; j < g; ++j) codes[j] = uint8_t(affine_code(v[j], p.scale, p.bias, n_bins));
   *scale_out = p.scale;

@@ -38,9 +38,9 @@ PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
 // reciprocal, as bitsandbytes' CPU kernel does), clamped to [-1, 1]; its code is order[#{i :
 // mid[i] < x}], which is std::lower_bound's position over the sorted midpoints (ties stay with
 // the lower code) counted without branches.
-__attribute__((target_clones("avx2", "default")))
-void bnb4_block_codes(const float* w, int64_t len, bool partial, float clamped, float inv, const float* mid,
-                      const uint8_t* order, uint8_t* codes) {
+__attribute__((target_clones("avx2", "default"))) void bnb4_block_codes(const float* w, int64_t len, bool partial,
+                                                                        float clamped, float inv, const float* mid,
+                                                                        const uint8_t* order, uint8_t* codes) {
   float x[4096];
   if (partial)
     for (int64_t i = 0; i < len; ++i) x[i] = w[i] / clamped;
@@ -58,9 +58,8 @@ void bnb4_block_codes(const float* w, int64_t len, bool partial, float clamped, 
 // scalar-ish and the nibble packing scalar (perf: 40% of an 8B nf4 convert). Same IEEE operations
 // per element (multiply by the reciprocal, clamp, 15 ordered compares), so the same bits;
 // tests/test_schemes.cpp compares it with the loop above at every kernel level.
-__attribute__((target("avx2")))
-void bnb4_full_block_avx2(const float* w, int64_t len, float inv, const float* mid, const uint8_t* order,
-                          uint8_t* dst) {
+__attribute__((target("avx2"))) void bnb4_full_block_avx2(const float* w, int64_t len, float inv, const float* mid,
+                                                          const uint8_t* order, uint8_t* dst) {
   __m256 m[15];
   for (int k = 0; k < 15; ++k) m[k] = _mm256_set1_ps(mid[k]);
   const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-1.0f), hi = _mm256_set1_ps(1.0f);
@@ -77,7 +76,8 @@ void bnb4_full_block_avx2(const float* w, int64_t len, float inv, const float* m
       c[j] = _mm256_setzero_si256();
     }
     for (int k = 0; k < 15; ++k)
-      for (int j = 0; j < 4; ++j) c[j] = _mm256_sub_epi32(c[j], _mm256_castps_si256(_mm256_cmp_ps(m[k], v[j], _CMP_LT_OQ)));
+      for (int j = 0; j < 4; ++j)
+        c[j] = _mm256_sub_epi32(c[j], _mm256_castps_si256(_mm256_cmp_ps(m[k], v[j], _CMP_LT_OQ)));
     __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
     b = _mm256_permutevar8x32_epi32(b, fix);  // 32 codes, one byte each, in order
     if (order) b = _mm256_shuffle_epi8(table, b);

@@ -33,8 +33,8 @@ void give_back(std::vector<uint8_t>* v) {
     p.free.erase(p.free.begin());
   }
   if (p.bytes + cap > kPoolBytes) return;
-  auto at = std::lower_bound(p.free.begin(), p.free.end(), cap,
-                             [](const auto& b, size_t c) { return b->capacity() < c; });
+  auto at =
+      std::lower_bound(p.free.begin(), p.free.end(), cap, [](const auto& b, size_t c) { return b->capacity() < c; });
   p.free.insert(at, std::move(owned));
   p.bytes += cap;
 }
@@ -48,8 +48,8 @@ std::shared_ptr<std::vector<uint8_t>> pooled_zero_buffer(size_t n) {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
     // The smallest free buffer that holds n, unless it is more than twice n (it would idle).
-    auto at = std::lower_bound(p.free.begin(), p.free.end(), n,
-                               [](const auto& b, size_t c) { return b->capacity() < c; });
+    auto at =
+        std::lower_bound(p.free.begin(), p.free.end(), n, [](const auto& b, size_t c) { return b->capacity() < c; });
     if (at != p.free.end() && (*at)->capacity() <= 2 * n) {
       v = std::move(*at);
       p.bytes -= v->capacity();

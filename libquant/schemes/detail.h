@@ -33,7 +33,10 @@ struct OutTensor {
   TensorSpec spec;
   std::shared_ptr<std::vector<uint8_t>> bytes;
   explicit OutTensor(const TensorSpec& s) : spec(s), bytes(pooled_zero_buffer(s.nbytes())) {}
-  template <typename T> T* as() { return reinterpret_cast<T*>(bytes->data()); }
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(bytes->data());
+  }
   // Store fp32 v rounded to the spec's float dtype at element i.
   void store_float(size_t i, float v) {
     switch (spec.dtype) {
@@ -54,8 +57,8 @@ struct OutTensor {
 };
 
 // The packed [rows, cols] weight made of a quantizer's finished outputs (biases: affine only).
-inline PackedTensor finish_packed(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data,
-                                  OutTensor& scales, OutTensor* biases = nullptr) {
+inline PackedTensor finish_packed(const SchemeParams& p, int64_t rows, int64_t cols, OutTensor& data, OutTensor& scales,
+                                  OutTensor* biases = nullptr) {
   PackedTensor t;
   t.params = p;
   t.rows = rows;
@@ -65,7 +68,6 @@ inline PackedTensor finish_packed(const SchemeParams& p, int64_t rows, int64_t c
   if (biases) t.biases = biases->finish();
   return t;
 }
-
 
 // ---- Each row's rounding, defined once: its quantize (the fast per-group loops) and its
 // GridRule (grid.h: GPTQ, importance-weighted fits) both call these.
@@ -89,8 +91,8 @@ inline float cider_code(float x, float s, float lo, float hi) {
 // torch.finfo(T).eps: compressed-tensors' replacement for a zero scale (int8_ct, int4_ct).
 inline float dtype_eps(DType t) {
   switch (t) {
-    case DType::BF16: return 0.0078125f;     // 2^-7
-    case DType::F16: return 0.0009765625f;   // 2^-10
+    case DType::BF16: return 0.0078125f;      // 2^-7
+    case DType::F16: return 0.0009765625f;    // 2^-10
     default: return 1.1920928955078125e-07f;  // 2^-23
   }
 }
@@ -129,7 +131,9 @@ inline int bnb4_position(float x, const float* mid) {
 }
 // A full block's scale factor: x · (1 / max(absmax, 1e-38)).
 inline float bnb4_inverse(float absmax) { return 1.0f / std::max(absmax, 1e-38f); }
-inline float bnb4_value(const float* table, int code, float absmax, DType T) { return round_to(T, table[code] * absmax); }
+inline float bnb4_value(const float* table, int code, float absmax, DType T) {
+  return round_to(T, table[code] * absmax);
+}
 
 PackedLayout bnb4_layout(const SchemeParams& p, int64_t rows, int64_t cols);
 PackedTensor bnb4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, const Bnb4Book& book);
@@ -142,8 +146,8 @@ void bnb4_pack_row(const int16_t* q, int64_t cols, uint8_t* dst);
 // compressed-tensors' symmetric groups (int8_ct, int4_ct): per row and group, s = ct_scale, stored
 // to `scales`; then codes(v, n, s, first element's index) writes the group's codes.
 template <class Codes>
-void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, float top, OutTensor& scales,
-                         Codes codes) {
+void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, float top,
+                         OutTensor& scales, Codes codes) {
   const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)

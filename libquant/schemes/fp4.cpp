@@ -15,10 +15,22 @@ namespace qt::schemes_detail {
 namespace {
 
 constexpr float kFp4Table[16] = {
-    0.0f,         0.0052083334885537624f,  0.6666666865348816f,  1.0f,
-    0.3333333432674408f,  0.5f,            0.1666666716337204f,  0.25f,
-    0.0f,         -0.0052083334885537624f, -0.6666666865348816f, -1.0f,
-    -0.3333333432674408f, -0.5f,           -0.1666666716337204f, -0.25f,
+    0.0f,
+    0.0052083334885537624f,
+    0.6666666865348816f,
+    1.0f,
+    0.3333333432674408f,
+    0.5f,
+    0.1666666716337204f,
+    0.25f,
+    0.0f,
+    -0.0052083334885537624f,
+    -0.6666666865348816f,
+    -1.0f,
+    -0.3333333432674408f,
+    -0.5f,
+    -0.1666666716337204f,
+    -0.25f,
 };
 constexpr uint8_t kFp4Order[16] = {11, 10, 13, 12, 15, 14, 9, 0, 8, 1, 6, 7, 4, 5, 2, 3};
 
@@ -34,7 +46,9 @@ void fp4_dequantize(const PackedTensor& t, float* out) { bnb4_dequantize(t, kFp4
 
 GroupParams fp4_fit_rtn(const float* v, int64_t n, const SchemeParams&) { return bnb4_fit_rtn(v, n); }
 int fp4_grid_code(float x, const GroupParams& g, const SchemeParams&) { return bnb4_grid_code(x, g.scale, book()); }
-float fp4_value(int q, const GroupParams& g, const SchemeParams& p) { return bnb4_value(kFp4Table, q, g.scale, p.dtype); }
+float fp4_value(int q, const GroupParams& g, const SchemeParams& p) {
+  return bnb4_value(kFp4Table, q, g.scale, p.dtype);
+}
 void fp4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) { bnb4_pack_row(q, cols, dst); }
 
 }  // namespace

@@ -62,7 +62,9 @@ void int4_dequantize(const PackedTensor& t, float* out) {
     }
 }
 
-GroupParams int4_fit_rtn(const float* v, int64_t n, const SchemeParams&) { return {cider_scale(span_absmax(v, n), 7.0f), 0.0f}; }
+GroupParams int4_fit_rtn(const float* v, int64_t n, const SchemeParams&) {
+  return {cider_scale(span_absmax(v, n), 7.0f), 0.0f};
+}
 int int4_grid_code(float x, const GroupParams& g, const SchemeParams&) { return int(int4_code(x, g.scale)) - 8; }
 float int4_value(int q, const GroupParams& g, const SchemeParams&) { return float(q) * g.scale; }
 void int4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) {
@@ -73,8 +75,9 @@ void int4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t*
 
 const Scheme kInt4 = {
     .name = "int4",
-    .summary = "W4A8 symmetric int4, zero point 8 (Cider): scale absmax/7 fp32 per channel or group 128; "
-               "int8 activations",
+    .summary =
+        "W4A8 symmetric int4, zero point 8 (Cider): scale absmax/7 fp32 per channel or group 128; "
+        "int8 activations",
     .bits = {4},
     .group_sizes = {0, 128},
     .default_bits = 4,

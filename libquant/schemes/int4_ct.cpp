@@ -23,8 +23,8 @@ PackedLayout int4_ct_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   return l;
 }
 
-__attribute__((target_clones("avx2", "default")))
-void int4_ct_codes(const float* v, int64_t n, float s, DType T, uint32_t* words) {
+__attribute__((target_clones("avx2", "default"))) void int4_ct_codes(const float* v, int64_t n, float s, DType T,
+                                                                     uint32_t* words) {
   for (int64_t j = 0; j < n; j += 8) {
     uint32_t w = 0;
     for (int k = 0; k < 8; ++k) w |= uint32_t(int(ct_code(v[j + k], s, T, -8.0f, 7.0f)) + 8) << (4 * k);
@@ -36,8 +36,9 @@ PackedTensor int4_ct_quantize(const float* w, int64_t rows, int64_t cols, const 
   PackedLayout l = int4_ct_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
   uint32_t* q = data.as<uint32_t>();
-  ct_symmetric_groups(w, rows, cols, p, 7.5f, scales,
-                      [&](const float* v, int64_t n, float s, int64_t at) { int4_ct_codes(v, n, s, p.dtype, q + at / 8); });
+  ct_symmetric_groups(w, rows, cols, p, 7.5f, scales, [&](const float* v, int64_t n, float s, int64_t at) {
+    int4_ct_codes(v, n, s, p.dtype, q + at / 8);
+  });
   return finish_packed(p, rows, cols, data, scales);
 }
 
@@ -103,8 +104,9 @@ namespace qt::schemes_detail {
 
 const Scheme kInt4Ct = {
     .name = "int4_ct",
-    .summary = "W4A16 symmetric int4 as compressed-tensors packs it (pack-quantized, for vLLM): scale "
-               "absmax/7.5 in the weights' dtype per group; weight-only",
+    .summary =
+        "W4A16 symmetric int4 as compressed-tensors packs it (pack-quantized, for vLLM): scale "
+        "absmax/7.5 in the weights' dtype per group; weight-only",
     .bits = {4},
     .group_sizes = {32, 64, 128},
     .default_bits = 4,

@@ -25,8 +25,7 @@
 
 namespace qt {
 
-void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q,
-                               float* scales) {
+void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q, float* scales) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* row = x + t * k;
@@ -64,14 +63,13 @@ PackedLayout int8_ct_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
 // give the same bits.
 
 // Cider: q = clamp(rint(v / s), -128, 127).
-__attribute__((target_clones("avx2", "default")))
-void int8_codes(const float* v, int64_t n, float s, int8_t* q) {
+__attribute__((target_clones("avx2", "default"))) void int8_codes(const float* v, int64_t n, float s, int8_t* q) {
   for (int64_t i = 0; i < n; ++i) q[i] = int8_t(cider_code(v[i], s, -128.0f, 127.0f));
 }
 
 // compressed-tensors: q = rint(clamp(T(v / s), -128, 127)), the quotient rounded to T first.
-__attribute__((target_clones("avx2", "default")))
-void int8_ct_codes_loop(const float* v, int64_t n, float s, DType T, int8_t* q) {
+__attribute__((target_clones("avx2", "default"))) void int8_ct_codes_loop(const float* v, int64_t n, float s, DType T,
+                                                                          int8_t* q) {
   // One loop per dtype, so that the rounding's switch is resolved outside the loop.
   if (T == DType::BF16) {
     for (int64_t i = 0; i < n; ++i) q[i] = int8_t(ct_code(v[i], s, DType::BF16, -128.0f, 127.0f));
@@ -87,8 +85,7 @@ void int8_ct_codes_loop(const float* v, int64_t n, float s, DType T, int8_t* q) 
 // CPU time (perf). Same IEEE operations per element: the division, bf16 round-to-nearest-even by
 // the integer carry (quotients are finite: |v| <= absmax and s > 0), clamp, rint.
 // tests/test_schemes.cpp compares it with the loop at every kernel level.
-__attribute__((target("avx2")))
-void int8_ct_codes_avx2(const float* v, int64_t n, float s, bool bf16, int8_t* q) {
+__attribute__((target("avx2"))) void int8_ct_codes_avx2(const float* v, int64_t n, float s, bool bf16, int8_t* q) {
   const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
   const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
                 keep = _mm256_set1_epi32(int(0xffff0000u));
@@ -150,8 +147,7 @@ void int8_dequantize(const PackedTensor& t, float* out) {
     }
 }
 
-PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols,
-                              const SchemeParams& p) {
+PackedTensor int8_ct_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = int8_ct_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
   int8_t* q = data.as<int8_t>();

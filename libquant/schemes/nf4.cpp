@@ -38,7 +38,9 @@ void nf4_dequantize(const PackedTensor& t, float* out) { bnb4_dequantize(t, kNf4
 
 GroupParams nf4_fit_rtn(const float* v, int64_t n, const SchemeParams&) { return bnb4_fit_rtn(v, n); }
 int nf4_grid_code(float x, const GroupParams& g, const SchemeParams&) { return bnb4_grid_code(x, g.scale, book()); }
-float nf4_value(int q, const GroupParams& g, const SchemeParams& p) { return bnb4_value(kNf4Table, q, g.scale, p.dtype); }
+float nf4_value(int q, const GroupParams& g, const SchemeParams& p) {
+  return bnb4_value(kNf4Table, q, g.scale, p.dtype);
+}
 void nf4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) { bnb4_pack_row(q, cols, dst); }
 
 }  // namespace

@@ -15,8 +15,7 @@ bool is_quantized_folder(const Checkpoint& ck) {
   return ck.quantization.is_object() && ck.quantization.contains("tensors") && ck.source_kind != "gguf";
 }
 
-Tensor view_as(const Checkpoint& ck, const std::string& stored, const TensorSpec& want,
-               const std::string& weight) {
+Tensor view_as(const Checkpoint& ck, const std::string& stored, const TensorSpec& want, const std::string& weight) {
   const Tensor& t = ck.get(stored);
   if (t.dtype != want.dtype || t.nbytes != want.nbytes())
     user_error("{}: {}: tensor {} is {} of {} bytes, expected {} of {} bytes", ck.path, weight, stored,

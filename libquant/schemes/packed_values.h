@@ -30,12 +30,8 @@ inline float load_float(const Tensor& t, size_t i) {
 }
 
 // Groups of a row of `cols` values (per channel, group 0: one group of the whole row) and their length.
-inline int64_t n_groups(const SchemeParams& p, int64_t cols) {
-  return p.group_size == 0 ? 1 : cols / p.group_size;
-}
-inline int64_t group_len(const SchemeParams& p, int64_t cols) {
-  return p.group_size == 0 ? cols : p.group_size;
-}
+inline int64_t n_groups(const SchemeParams& p, int64_t cols) { return p.group_size == 0 ? 1 : cols / p.group_size; }
+inline int64_t group_len(const SchemeParams& p, int64_t cols) { return p.group_size == 0 ? cols : p.group_size; }
 
 // bitsandbytes' 4-bit code tables (nf4.cpp, fp4.cpp): 16 values, index = code.
 const float* nf4_table();

@@ -68,8 +68,10 @@ QuantPlanner::QuantPlanner(const QuantRequest& r, const OutputLayout& layout, co
 QuantPlan QuantPlanner::plan(Checkpoint& ck) {
   const bool tied = ck.config.tie_word_embeddings;
   if (r_.lm_head_bits >= 0 && tied && !r_.untie)
-    user_error("--lm-head-bits: {} ties lm_head to the embedding; add --untie to write a separate "
-               "lm_head.weight, or use --embedding-bits", ck.path);
+    user_error(
+        "--lm-head-bits: {} ties lm_head to the embedding; add --untie to write a separate "
+        "lm_head.weight, or use --embedding-bits",
+        ck.path);
   if (tied && r_.untie) {
     ck.tensors["lm_head.weight"] = ck.get("model.embed_tokens.weight");  // shares the storage
     ck.config.tie_word_embeddings = false;

@@ -22,11 +22,11 @@
 namespace qt {
 
 struct QuantRequest {
-  std::string scheme;  // empty: no quantization
-  std::string recipe;  // a file or a preset name (resolve_recipe)
+  std::string scheme;                                                 // empty: no quantization
+  std::string recipe;                                                 // a file or a preset name (resolve_recipe)
   int bits = -1, group = -1, embedding_bits = -1, lm_head_bits = -1;  // -1: not given
-  bool strict = false;  // refuse a weight the group size does not fit
-  bool untie = false;   // write a separate lm_head.weight for a tied model
+  bool strict = false;                                                // refuse a weight the group size does not fit
+  bool untie = false;  // write a separate lm_head.weight for a tied model
 };
 
 struct QuantPlan {

@@ -53,8 +53,8 @@ std::string resolve_recipe(const std::string& arg, const std::string& source_dir
   if (fs::exists(arg) || arg.find('/') != std::string::npos || arg.find(".json") != std::string::npos) return arg;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (const fs::path& dir : {fs::path(source_dir) / "recipes", exe.parent_path() / "recipes",
-                              exe.parent_path().parent_path() / "recipes"})
+  for (const fs::path& dir :
+       {fs::path(source_dir) / "recipes", exe.parent_path() / "recipes", exe.parent_path().parent_path() / "recipes"})
     if (fs::is_regular_file(dir / (arg + ".json"))) return (dir / (arg + ".json")).string();
   user_error("--recipe {}: no such file, nor a preset (recipes/: q4-mix, q3-mix)", arg);
 }
@@ -81,10 +81,15 @@ std::vector<RecipeRule> read_recipe(const std::string& path) {
     rule.match = r["match"];
     for (auto& [k, v] : r.items()) {
       if (k == "match" || k == "comment") continue;
-      if (k == "keep" && v.is_boolean()) rule.keep = v;
-      else if (k == "bits" && v.is_number_integer()) rule.bits = v;
-      else if (k == "group_size" && v.is_number_integer()) rule.group = v;
-      else user_error("{}: rule {} ('{}'): unknown or mistyped key \"{}\" (bits, group_size, keep)", path, n, rule.match, k);
+      if (k == "keep" && v.is_boolean())
+        rule.keep = v;
+      else if (k == "bits" && v.is_number_integer())
+        rule.bits = v;
+      else if (k == "group_size" && v.is_number_integer())
+        rule.group = v;
+      else
+        user_error("{}: rule {} ('{}'): unknown or mistyped key \"{}\" (bits, group_size, keep)", path, n, rule.match,
+                   k);
     }
     rules.push_back(rule);
   }

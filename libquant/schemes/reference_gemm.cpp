@@ -89,18 +89,10 @@ void int_row_deq(const PackedTensor& w, int64_t n, float* out, IntRow codes, boo
     out[j] = round_dtype ? round_to(w.params.dtype, v) : v;
   }
 }
-void int8_row(const PackedTensor& w, int64_t n, float* out) {
-  int_row_deq(w, n, out, int8_codes, false);
-}
-void int8_ct_row(const PackedTensor& w, int64_t n, float* out) {
-  int_row_deq(w, n, out, int8_codes, true);
-}
-void int4_row(const PackedTensor& w, int64_t n, float* out) {
-  int_row_deq(w, n, out, int4_codes, false);
-}
-void int4_ct_row(const PackedTensor& w, int64_t n, float* out) {
-  int_row_deq(w, n, out, int4_ct_codes, true);
-}
+void int8_row(const PackedTensor& w, int64_t n, float* out) { int_row_deq(w, n, out, int8_codes, false); }
+void int8_ct_row(const PackedTensor& w, int64_t n, float* out) { int_row_deq(w, n, out, int8_codes, true); }
+void int4_row(const PackedTensor& w, int64_t n, float* out) { int_row_deq(w, n, out, int4_codes, false); }
+void int4_ct_row(const PackedTensor& w, int64_t n, float* out) { int_row_deq(w, n, out, int4_ct_codes, true); }
 
 struct RefRow {
   std::string_view scheme;
@@ -108,9 +100,8 @@ struct RefRow {
   IntRow int_codes;  // null: no integer path
 };
 constexpr RefRow kRefRows[] = {
-    {"affine", affine_row, nullptr}, {"int8", int8_row, int8_codes},
-    {"int8_ct", int8_ct_row, int8_codes}, {"int4", int4_row, int4_codes},
-    {"int4_ct", int4_ct_row, nullptr},  // W4A16: weight-only
+    {"affine", affine_row, nullptr}, {"int8", int8_row, int8_codes},    {"int8_ct", int8_ct_row, int8_codes},
+    {"int4", int4_row, int4_codes},  {"int4_ct", int4_ct_row, nullptr},  // W4A16: weight-only
     {"nf4", bnb_row, nullptr},       {"fp4", bnb_row, nullptr},
 };
 
@@ -122,13 +113,11 @@ const RefRow& ref_row(std::string_view scheme) {
 
 }  // namespace
 
-void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, float* y,
-                    ActMode mode) {
+void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, float* y, ActMode mode) {
   check_packed(w, "reference_gemm");
   const Scheme& scheme = find_scheme(w.params.scheme);
   const RefRow& rr = ref_row(w.params.scheme);
-  if (mode == ActMode::Default)
-    mode = scheme.int8_activations() ? ActMode::Int8PerToken : ActMode::None;
+  if (mode == ActMode::Default) mode = scheme.int8_activations() ? ActMode::Int8PerToken : ActMode::None;
   const int64_t N = w.rows, K = w.cols;
 
   if (mode == ActMode::None) {
@@ -145,8 +134,7 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
     return;
   }
 
-  if (!rr.int_codes)
-    user_error("reference_gemm: scheme {} has no int8-activation path", w.params.scheme);
+  if (!rr.int_codes) user_error("reference_gemm: scheme {} has no int8-activation path", w.params.scheme);
   std::vector<int8_t> a(static_cast<size_t>(n_tokens * K));
   std::vector<float> s_x(static_cast<size_t>(n_tokens));
   quantize_activations_int8(x, n_tokens, K, a.data(), s_x.data());

@@ -106,26 +106,23 @@ bool scheme_fits(const SchemeParams& p, int64_t rows, int64_t cols, std::string*
   const Scheme* s = lookup(p.scheme);
   if (!s) return fail(fmt::format("unknown scheme '{}' (known: {})", p.scheme, scheme_names()));
   if (std::find(s->bits.begin(), s->bits.end(), p.bits) == s->bits.end())
-    return fail(fmt::format("{} does not support {} bits (supported: {})", s->name, p.bits,
-                            fmt::join(s->bits, ", ")));
-  if (std::find(s->group_sizes.begin(), s->group_sizes.end(), p.group_size) ==
-      s->group_sizes.end()) {
+    return fail(fmt::format("{} does not support {} bits (supported: {})", s->name, p.bits, fmt::join(s->bits, ", ")));
+  if (std::find(s->group_sizes.begin(), s->group_sizes.end(), p.group_size) == s->group_sizes.end()) {
     std::vector<std::string> gs;
     for (int g : s->group_sizes) gs.push_back(group_name(g));
-    return fail(fmt::format("{} does not support group size {} (supported: {})", s->name,
-                            p.group_size, fmt::join(gs, ", ")));
+    return fail(
+        fmt::format("{} does not support group size {} (supported: {})", s->name, p.group_size, fmt::join(gs, ", ")));
   }
   if (p.dtype != DType::F32 && p.dtype != DType::F16 && p.dtype != DType::BF16)
-    return fail(fmt::format("{} quantizes F32, F16 or BF16 weights, not {}", s->name,
-                            dtype_name(p.dtype)));
-  if (rows <= 0 || cols <= 0)
-    return fail(fmt::format("cannot quantize an empty [{}, {}] tensor", rows, cols));
+    return fail(fmt::format("{} quantizes F32, F16 or BF16 weights, not {}", s->name, dtype_name(p.dtype)));
+  if (rows <= 0 || cols <= 0) return fail(fmt::format("cannot quantize an empty [{}, {}] tensor", rows, cols));
   // bitsandbytes blocks run over the flattened tensor (a partial last block is allowed there);
   // every other row groups columns within a row.
   if (!s->flat_blocks && p.group_size != 0 && cols % p.group_size != 0)
-    return fail(fmt::format("group size {} does not divide the row length {} ({} groups run along "
-                            "each row)",
-                            p.group_size, cols, s->name));
+    return fail(
+        fmt::format("group size {} does not divide the row length {} ({} groups run along "
+                    "each row)",
+                    p.group_size, cols, s->name));
   if (cols % s->col_align != 0)
     return fail(s->col_align == 2
                     ? fmt::format("{} packs two columns per byte; the row length {} is odd", s->name, cols)
@@ -153,8 +150,7 @@ double scheme_bits_per_weight(const SchemeParams& p, int64_t rows, int64_t cols)
 namespace {
 // Whether any of w[0, n) is Inf/NaN; *low gets the OR of the low 16 bits of every value (0: all
 // are bf16 values). Cloned for AVX2: the library is built for the baseline ISA.
-__attribute__((target_clones("avx2", "default")))
-bool any_non_finite(const float* w, size_t n, uint32_t* low) {
+__attribute__((target_clones("avx2", "default"))) bool any_non_finite(const float* w, size_t n, uint32_t* low) {
   uint32_t all_exp = 0, any_low = 0;
   for (size_t i = 0; i < n; ++i) {
     uint32_t u;
@@ -168,8 +164,7 @@ bool any_non_finite(const float* w, size_t n, uint32_t* low) {
 }  // namespace
 
 namespace schemes_detail {
-__attribute__((target_clones("avx2", "default")))
-float span_absmax(const float* v, int64_t n) {
+__attribute__((target_clones("avx2", "default"))) float span_absmax(const float* v, int64_t n) {
   float m = 0.0f;
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) {
@@ -191,16 +186,15 @@ PackedTensor quantize_rows(const float* w, int64_t rows, int64_t cols, const Sch
   if (any_non_finite(w, n, &any_low))
     for (size_t i = 0; i < n; ++i)
       if (!std::isfinite(w[i]))
-        user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i],
-                   size_t(row0) + i / size_t(cols), i % size_t(cols));
+        user_error("{}: non-finite weight {} at [{}, {}]; cannot quantize", what, w[i], size_t(row0) + i / size_t(cols),
+                   i % size_t(cols));
   const Scheme& s = find_scheme(p.scheme);
   // Weights that came from a bf16 tensor are their own bf16 rounding: no copy to round.
   if (p.dtype == DType::F32 || (p.dtype == DType::BF16 && !any_low)) return s.quantize(w, rows, cols, p);
   std::vector<float> rounded(w, w + n);
   for (float& v : rounded) {
     v = round_to(p.dtype, v);
-    if (!std::isfinite(v))
-      user_error("{}: weight overflows {}; cannot quantize", what, dtype_name(p.dtype));
+    if (!std::isfinite(v)) user_error("{}: weight overflows {}; cannot quantize", what, dtype_name(p.dtype));
   }
   return s.quantize(rounded.data(), rows, cols, p);
 }
@@ -267,11 +261,12 @@ void check_packed(const PackedTensor& t, std::string_view what) {
   auto check = [&](const Tensor& got, const TensorSpec& want, const char* role) {
     if (got.dtype != want.dtype || got.shape != want.shape || got.nbytes != want.nbytes() ||
         (want.nbytes() > 0 && got.data == nullptr))
-      user_error("{}: {} {} has {} {} ({} bytes), expected {} {} for {} {}-bit group {} of "
-                 "[{}, {}]",
-                 what, t.params.scheme, role, dtype_name(got.dtype), fmt::join(got.shape, "x"),
-                 got.nbytes, dtype_name(want.dtype), fmt::join(want.shape, "x"), t.params.scheme,
-                 t.params.bits, t.params.group_size, t.rows, t.cols);
+      user_error(
+          "{}: {} {} has {} {} ({} bytes), expected {} {} for {} {}-bit group {} of "
+          "[{}, {}]",
+          what, t.params.scheme, role, dtype_name(got.dtype), fmt::join(got.shape, "x"), got.nbytes,
+          dtype_name(want.dtype), fmt::join(want.shape, "x"), t.params.scheme, t.params.bits, t.params.group_size,
+          t.rows, t.cols);
   };
   check(t.data, l.data, "codes");
   check(t.scales, l.scales, "scales");

@@ -223,15 +223,13 @@ void check_packed(const PackedTensor& t, std::string_view what);
 //                acc_g = Σ_{k∈g} a[t,k]·q[n,k] (int4: q = u − 8); then, in fp32, in this order:
 //                y = s_x[t] · (Σ_g s_w[n,g] · float(acc_g)), the group sum running over g in
 //                order (per channel: one group). s_w as stored (int8_ct: its dtype widened).
-void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, float* y,
-                    ActMode mode = ActMode::Default);
+void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, float* y, ActMode mode = ActMode::Default);
 
 // Per-token dynamic symmetric int8 (docs/spec/int8-w8a8.md, the W8A8/W4A8 activations): for
 // each row of x [n_tokens, k]: s = absmax/127 in fp32 (1 for an all-zero row), inv = 1/s,
 // q = clamp(rint(x·inv), −128, 127) with round-half-to-even (the multiply by the reciprocal is
 // Cider's w8a8_quantize.metal; the rounding is torch.round's and cvtps2dq's).
-void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q,
-                               float* scales);
+void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q, float* scales);
 
 // int4_ct (compressed-tensors W4A16) as the affine 4-bit weight its kernels run (its row's
 // kernel_form): the same codes (shared), fp32 scales s and biases −8·s.
