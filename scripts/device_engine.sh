@@ -5,7 +5,10 @@
 # cpu_new.xz / cpu_base.xz (CPU builds), test_cuda.xz, lib.tar.xz, tok/.
 set -o pipefail
 K=$(cd "$(dirname "$0")" && pwd); R=$(cd "$K/.." && pwd); STEP=$1
-mkdir -p /work && ln -sfn "$R" /work/main   # QT_SOURCE_DIR of the builds: tests/golden, data
+# The binaries read tests/golden and data/ from the source folder they were built in (QT_SOURCE_DIR):
+# QT_BUILD_SRC names it, and it is linked to this checkout here.
+[ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
+mkdir -p "$(dirname "$QT_BUILD_SRC")" && ln -sfn "$R" "$QT_BUILD_SRC"
 mkdir -p /tmp/kit
 for b in qt_new qt_base cpu_new cpu_base test_cuda; do [ -f $K/$b.xz ] && { xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; }; done
 tar -xJf "$K/lib.tar.xz" -C /tmp/kit
