@@ -2,6 +2,7 @@
 // Facts: docs/spec/gguf.md §Model keys, §Tied embeddings, §rope_freqs; docs/spec/hf-config.md.
 #include "formats/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -261,8 +262,7 @@ void read_no_rope_layers(const json& j, const std::string& path, ModelConfig* c)
   }
   if (bool_field_or(j, "use_sliding_window", false, path))
     user_error("{}: use_sliding_window is not supported for {}", path, c->arch);
-  for (uint8_t n : none)
-    if (n) c->no_rope = none;
+  if (std::find(none.begin(), none.end(), uint8_t(1)) != none.end()) c->no_rope = std::move(none);
 }
 
 }  // namespace
