@@ -23,7 +23,7 @@
 #include "libquant/parallel.h"
 
 namespace qt {
-namespace {
+namespace cmd_bench {
 
 struct BenchOpts {
   bool peak = false, gemm = false, kernel = false, gemv = false, decode = false;
@@ -339,5 +339,5 @@ Registrar reg(
        return [o] { return run_bench(*o); };
      }});
 
-}  // namespace
+}  // namespace cmd_bench
 }  // namespace qt

@@ -33,7 +33,7 @@ namespace qt {
 int run_kv_codebook(const std::string& kv, const std::string& model, const std::string& text, const std::string& out,
                     int ctx, int chunks, uint64_t seed, const std::string& sides);  // cmd_calibrate_kv_codebook.cpp
 
-namespace {
+namespace cmd_calibrate {
 
 struct Options {
   std::string method, model, text, kv, out, artifacts, json_path;
@@ -244,5 +244,5 @@ const Registrar reg{
        return [o] { return run(*o); };
      }}};
 
-}  // namespace
+}  // namespace cmd_calibrate
 }  // namespace qt

@@ -38,7 +38,7 @@
 #include "libquant/schemes/scheme.h"
 
 namespace qt {
-namespace {
+namespace cmd_convert {
 
 namespace fs = std::filesystem;
 
@@ -306,5 +306,5 @@ const Registrar reg(
        return [a] { return run(*a); };
      }});
 
-}  // namespace
+}  // namespace cmd_convert
 }  // namespace qt

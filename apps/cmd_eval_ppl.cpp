@@ -28,7 +28,7 @@
 #include "libquant/parallel.h"
 
 namespace qt {
-namespace {
+namespace cmd_eval_ppl {
 
 using nlohmann::json;
 
@@ -479,5 +479,5 @@ const Registrar reg{
        return [o] { return run(*o); };
      }}};
 
-}  // namespace
+}  // namespace cmd_eval_ppl
 }  // namespace qt

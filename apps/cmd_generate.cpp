@@ -21,7 +21,7 @@
 #include "libquant/parallel.h"
 
 namespace qt {
-namespace {
+namespace cmd_generate {
 
 struct Options {
   std::string model, prompt, prompt_file, system, compute = "f32", device = "cpu", kernel;
@@ -178,5 +178,5 @@ const Registrar reg{
        return [o] { return run(*o); };
      }}};
 
-}  // namespace
+}  // namespace cmd_generate
 }  // namespace qt

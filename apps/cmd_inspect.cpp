@@ -17,7 +17,7 @@
 #include "libquant/schemes/packed_io.h"
 
 namespace qt {
-namespace {
+namespace cmd_inspect {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -246,5 +246,5 @@ const Registrar reg({"inspect", "Show a checkpoint's architecture, tokenizer and
                        return [path, json_path] { return run(*path, *json_path); };
                      }});
 
-}  // namespace
+}  // namespace cmd_inspect
 }  // namespace qt

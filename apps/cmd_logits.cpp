@@ -16,7 +16,7 @@
 #include "libquant/parallel.h"
 
 namespace qt {
-namespace {
+namespace cmd_logits {
 
 struct Args {
   std::string model, text, out, compute = "f32", device = "cpu", kv = "f32";
@@ -95,5 +95,5 @@ const Registrar reg({"logits", "Logits of the first N tokens of a text (raw fp32
                        return [a] { return run(*a); };
                      }});
 
-}  // namespace
+}  // namespace cmd_logits
 }  // namespace qt

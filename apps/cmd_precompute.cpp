@@ -7,7 +7,7 @@
 #include "libquant/kv/artifacts.h"
 
 namespace qt {
-namespace {
+namespace cmd_precompute {
 
 const Registrar reg({"precompute", "rotation matrices, JL matrices and codebooks for the KV methods",
                      [](CLI::App& sub) -> std::function<int()> {
@@ -25,5 +25,5 @@ const Registrar reg({"precompute", "rotation matrices, JL matrices and codebooks
                        };
                      }});
 
-}  // namespace
+}  // namespace cmd_precompute
 }  // namespace qt

@@ -12,7 +12,7 @@
 #include "formats/tokenizer/tokenizer.h"
 
 namespace qt {
-namespace {
+namespace cmd_tokenize {
 
 namespace fs = std::filesystem;
 
@@ -63,5 +63,5 @@ const Registrar reg({"tokenize", "Token ids of a text file, one per line", [](CL
                        return [a] { return run(*a); };
                      }});
 
-}  // namespace
+}  // namespace cmd_tokenize
 }  // namespace qt

@@ -1,5 +1,10 @@
 // Subcommand registry: each apps/cmd_*.cpp registers itself with a static Registrar, so adding a
 // subcommand is adding a file.
+//
+// apps/ compiles as one unity translation unit (CMakeLists.txt): CLI11 is header-only and costs
+// seconds of code generation in every file that uses it, once this way. So a file's internals sit
+// in a namespace named after it (qt::cmd_convert, …), not an anonymous one, whose names would
+// collide with the next file's.
 #pragma once
 #include <functional>
 #include <string>

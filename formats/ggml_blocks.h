@@ -9,6 +9,10 @@
 
 namespace qt {
 
+// x rounded up to a multiple of `align`: GGUF pads the header and every tensor's data to the
+// file's alignment (general.alignment, 32 by default; ggml/src/gguf.cpp).
+inline uint64_t gguf_pad(uint64_t x, uint64_t align) { return (x + align - 1) / align * align; }
+
 enum class GgmlType : uint32_t {
   F32 = 0,
   F16 = 1,

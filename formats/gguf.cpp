@@ -118,7 +118,6 @@ double read_float_as(Cursor& c, GgufValueType t, const char* what) {
   return c.read<double>(what);
 }
 
-uint64_t pad_to(uint64_t x, uint64_t align) { return (x + align - 1) / align * align; }
 
 }  // namespace
 
@@ -294,7 +293,7 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
   // Data section: aligned start (only when there are tensors: vocab-only files end here).
   uint64_t data_start = c.pos();
   if (n_tensors > 0) {
-    data_start = pad_to(data_start, f.alignment_);
+    data_start = gguf_pad(data_start, f.alignment_);
     if (data_start > size)
       user_error("{}: truncated: data section would start at {} but the file has {} bytes", name, data_start, size);
   }
@@ -321,7 +320,7 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
           name, ti.name, ti.nbytes, ti.offset, avail);
     ti.data = data + data_start + ti.offset;
     // Cannot overflow: nbytes <= avail <= size, plus an alignment of at most 2^31.
-    expect += pad_to(ti.nbytes, f.alignment_);
+    expect += gguf_pad(ti.nbytes, f.alignment_);
   }
   return f;
 }

@@ -27,21 +27,7 @@ void put_str(std::string* s, const std::string& v) {
   put<uint64_t>(s, v.size());
   s->append(v);
 }
-uint64_t pad_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-// write(2) until done; errno on failure, 0 on success.
-int write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    c += w, n -= size_t(w);
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -104,9 +90,9 @@ void GgufWriter::write(const std::string& path) const {
     for (int64_t d : t.ne) put<uint64_t>(&head, uint64_t(d));
     put<uint32_t>(&head, uint32_t(t.type));
     put<uint64_t>(&head, offset);
-    offset = pad_to(offset + t.nbytes, kAlignment);
+    offset = gguf_pad(offset + t.nbytes, kAlignment);
   }
-  head.resize(pad_to(head.size(), kAlignment), '\0');
+  head.resize(gguf_pad(head.size(), kAlignment), '\0');
 
   const fs::path p = fs::absolute(path);
   std::string tmp_name = ".";  // appends: GCC 12 warns (-Wrestrict, falsely) on "." + string
@@ -127,7 +113,7 @@ void GgufWriter::write(const std::string& path) const {
         throw std::logic_error("GgufWriter: " + t.name + " produced " + std::to_string(bytes.size()) +
                                " bytes, expected " + std::to_string(t.nbytes));
       if (int e = write_all(fd, bytes.data(), bytes.size())) fail(e);
-      const size_t pad = size_t(pad_to(t.nbytes, kAlignment) - t.nbytes);
+      const size_t pad = size_t(gguf_pad(t.nbytes, kAlignment) - t.nbytes);
       if (int e = write_all(fd, zeros, pad)) fail(e);
     }
     if (durable_writes() && ::fsync(fd) != 0 && errno != EINVAL) fail(errno);

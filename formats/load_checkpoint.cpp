@@ -27,11 +27,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string dims(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Every expected tensor present with its shape; nothing else.
 void check_tensor_set(const std::string& path, const ModelConfig& c,
@@ -41,7 +36,7 @@ void check_tensor_set(const std::string& path, const ModelConfig& c,
     auto it = want.find(name);
     if (it == want.end()) user_error("{}: tensor {} is not part of a {} model", path, name, c.arch);
     if (it->second != shape)
-      user_error("{}: tensor {} has shape {}, expected {}", path, name, dims(shape), dims(it->second));
+      user_error("{}: tensor {} has shape {}, expected {}", path, name, shape_text(shape), shape_text(it->second));
   }
   for (auto& [name, shape] : want)
     if (!got.count(name)) user_error("{}: missing tensor {}", path, name);

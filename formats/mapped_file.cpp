@@ -53,9 +53,6 @@ MappedFile map_file(const std::string& path) {
   return mf;
 }
 
-namespace {
-
-// Writes all n bytes to fd; returns 0 or the errno of the failed write.
 int write_all(int fd, const void* bytes, size_t n) {
   const uint8_t* b = static_cast<const uint8_t*>(bytes);
   for (size_t done = 0; done < n;) {
@@ -66,8 +63,6 @@ int write_all(int fd, const void* bytes, size_t n) {
   }
   return 0;
 }
-
-}  // namespace
 
 void write_file_atomic(const std::string& path, const void* bytes, size_t n) {
   namespace fs = std::filesystem;

@@ -19,6 +19,9 @@ MappedFile map_file(const std::string& path);
 // Write `bytes` to `path` atomically: a temporary name in the same folder, (fsync,) rename.
 void write_file_atomic(const std::string& path, const void* bytes, size_t n);
 
+// write(2) until all n bytes are written (EINTR retried): 0, or the errno of the failed write.
+int write_all(int fd, const void* bytes, size_t n);
+
 // Whether the writers (safetensors, GGUF, write_file_atomic) fsync each file before renaming it
 // into place: `convert --fsync`. Off by default, as in llama-quantize, mlx_lm and transformers'
 // save_pretrained: a temporary name renamed into place already keeps a failed or interrupted

@@ -67,6 +67,9 @@ std::vector<float> to_f32(const Tensor& t);
 void to_f32_range(const Tensor& t, size_t first, size_t n, float* out);
 
 // IEEE half / bfloat16 conversions (round-to-nearest-even on the way down, as numpy/torch do).
+// "[a, b, c]": a shape in messages.
+std::string shape_text(const std::vector<int64_t>& shape);
+
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 inline float bf16_to_f32(uint16_t h) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages quanttool builds with. Idempotent: does nothing when all are there.
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
+PKGS=(build-essential cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
       libeigen3-dev libopenblas-openmp-dev libgtest-dev libpcre2-dev python3 python3-pip unzip parallel
       clang-format)
 missing=()

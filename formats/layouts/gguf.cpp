@@ -102,7 +102,7 @@ GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool t
 
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
-std::pair<int, int> order_key(const std::string& gguf) {
+std::pair<int, int> gguf_order_key(const std::string& gguf) {
   static const char* kLayer[] = {"attn_norm.weight",   "attn_q.weight",      "attn_q.bias",     "attn_k.weight",
                                  "attn_k.bias",        "attn_v.weight",      "attn_v.bias",     "attn_q_norm.weight",
                                  "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
@@ -216,7 +216,7 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
   }
   if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
   std::sort(items.begin(), items.end(),
-            [](const Item& a, const Item& b) { return order_key(a.gguf) < order_key(b.gguf); });
+            [](const Item& a, const Item& b) { return gguf_order_key(a.gguf) < gguf_order_key(b.gguf); });
 
   GgufWriter w;
   w.add_string("general.architecture", arch);

@@ -65,7 +65,7 @@ Tensor deferred_cast(const Tensor& t, DType to) {
 
 // Natural order: embedding, layers 0, 1, ..., 10 (not 0, 1, 10, 2), final norm, lm_head;
 // shards then hold whole layers in sequence, as transformers writes them.
-std::pair<int, std::string> order_key(const std::string& name) {
+std::pair<int, std::string> hf_order_key(const std::string& name) {
   static constexpr std::string_view kPrefix = "model.layers.";
   if (name == "model.embed_tokens.weight") return {-1, name};
   if (name.rfind(kPrefix, 0) == 0) {
@@ -95,7 +95,7 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
     names.push_back(name);
   }
   std::sort(names.begin(), names.end(),
-            [](const std::string& a, const std::string& b) { return order_key(a) < order_key(b); });
+            [](const std::string& a, const std::string& b) { return hf_order_key(a) < hf_order_key(b); });
   NamedTensors tensors;
   tensors.reserve(names.size());
   for (auto& name : names) {

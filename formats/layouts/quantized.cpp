@@ -10,11 +10,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string dims(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 }  // namespace
 
@@ -86,7 +81,7 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
     auto lg = logical.find(name);
     const std::vector<int64_t>& shape = lg != logical.end() ? lg->second : t.shape;
     if (shape != it->second)
-      user_error("{}: tensor {} has shape {}, expected {}", dir, name, dims(shape), dims(it->second));
+      user_error("{}: tensor {} has shape {}, expected {}", dir, name, shape_text(shape), shape_text(it->second));
     if (lg == logical.end() && !is_float(t.dtype))
       user_error("{}: tensor {} has dtype {} but no quantization entry", dir, name, dtype_name(t.dtype));
   }
@@ -94,7 +89,7 @@ void check_quantized_tensor_set(const std::string& dir, const ModelConfig& c,
     if (!stored.count(name) && !alias.count(name))
       user_error("{}: missing tensor {}", dir, name);
     else if (alias.count(name) && logical[name] != shape)
-      user_error("{}: tensor {} has shape {}, expected {}", dir, name, dims(logical[name]), dims(shape));
+      user_error("{}: tensor {} has shape {}, expected {}", dir, name, shape_text(logical[name]), shape_text(shape));
 }
 
 }  // namespace qt

@@ -180,7 +180,7 @@ std::string token_text(const json& j) {
   return "";
 }
 
-std::unique_ptr<Tokenizer> load_hf_dir(const std::string& dir) {
+std::unique_ptr<Tokenizer> load_tokenizer_dir(const std::string& dir) {
   const fs::path tj_path = fs::path(dir) / "tokenizer.json";
   const Ctx c{tj_path.string()};
   if (!fs::exists(tj_path)) c.fail("no such file");
@@ -309,7 +309,7 @@ std::unique_ptr<Tokenizer> load_hf_dir(const std::string& dir) {
 
 std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir) {
   try {
-    return load_hf_dir(dir);
+    return load_tokenizer_dir(dir);
   } catch (const nlohmann::json::exception& e) {  // a field of an unexpected JSON type
     user_error("{}: unexpected tokenizer.json / tokenizer_config.json content: {}", dir, e.what());
   }
