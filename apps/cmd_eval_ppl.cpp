@@ -374,7 +374,7 @@ int run_cuda(const Options& o) {
     po.kv.mode = o.kvf.mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
     po.kv.artifacts = o.kvf.artifacts;
     po.kv.seed = o.kvf.seed;
-    cuda::check_kv(po.kv, cfg.head_dim);
+    cuda::check_kv(po.kv, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
   }
   if (cfg.max_position > 0 && po.ctx > cfg.max_position)
     user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
