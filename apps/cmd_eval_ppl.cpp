@@ -374,7 +374,7 @@ int run_cuda(const Options& o) {
     po.kv.mode = o.kvf.mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
     po.kv.artifacts = o.kvf.artifacts;
     po.kv.seed = o.kvf.seed;
-    cuda::check_kv(po.kv, cfg.head_dim);
+    cuda::check_kv(po.kv, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
   }
   if (cfg.max_position > 0 && po.ctx > cfg.max_position)
     user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
@@ -458,7 +458,8 @@ const Registrar reg{
        sub.add_option("--merge", o->merge, "merge the JSON parts of a split run into --json FILE")->expected(1, -1);
        sub.add_option("--threads", o->threads, "threads (default: all cores)");
        sub.add_option("--device", o->device,
-                      "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON)")
+                      "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
+                      "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads)")
            ->check(CLI::IsMember({"cpu", "cuda"}));
        sub.add_option("--batch", o->batch, "cuda: chunks per forward (default: as many as fit, up to 32768 tokens)");
        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")

@@ -58,12 +58,14 @@ class GpuModel {
 };
 
 // The KV cache of the next evaluate_perplexity: f16 (every layer f16) or a quantized method the
-// GPU runs (libquant/cuda/kv.h: affine, kivi, turboquant_mse; cache or decode mode); UserError
-// "... not on cuda yet" for the others. evaluate_perplexity sets opt.kv itself; this is for
+// GPU runs (libquant/cuda/kv.h: affine, kivi, turboquant_mse natively, every other method of the
+// CPU table through its CPU codec; cache or decode mode); UserError "... not on cuda yet" for the
+// rest (f32, per-layer recipes, key centering, stats). evaluate_perplexity sets opt.kv itself; this is for
 // auto_batch, whose scratch depends on it.
 void set_kv(GpuModel& m, const kv::KVConfig& cfg);
-// The same checks before any loading (UserError for what the GPU does not run).
-void check_kv(const kv::KVConfig& cfg, int head_dim);
+// The same checks before the model is on the GPU (UserError for what the GPU does not run);
+// rope_inv_freq: the model's RoPE frequencies (CommVQ needs them).
+void check_kv(const kv::KVConfig& cfg, int head_dim, const std::vector<float>& rope_inv_freq = {});
 
 // Chunks per forward call when `batch` is 0: as many as fit a budget of tokens and memory.
 int auto_batch(const GpuModel& m, int ctx);
@@ -140,8 +142,10 @@ std::vector<float> kv_decode(const kv::KVSpec& spec, bool key, const kv::KVConfi
                              int n, int D);
 // Causal attention of B chunks of T tokens through the GPU KV cache of cfg (cfg.k[0], cfg.v[0],
 // mode, residual): q [B·T, nh·D], k, v [B·T, nkv·D] (rounded to f16), out [B·T, nh·D].
+// rope_inv_freq: the RoPE of the positions (CommVQ); layer: the layer whose codecs run (calibrated methods).
 std::vector<float> kv_attention(const kv::KVConfig& cfg, const std::vector<float>& q, const std::vector<float>& k,
-                                const std::vector<float>& v, int B, int T, int nh, int nkv, int D, float scale);
+                                const std::vector<float>& v, int B, int T, int nh, int nkv, int D, float scale,
+                                const std::vector<float>& rope_inv_freq = {}, int layer = 0);
 // kld_token (kld.h) of rows × V base and test logits.
 std::vector<KldToken> kld_rows(const std::vector<float>& base, const std::vector<float>& test, int rows, int V,
                                const std::vector<int32_t>& targets);

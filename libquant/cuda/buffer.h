@@ -1,4 +1,5 @@
-// DeviceBuffer: one cudaMalloc'ed array, freed with its owner.
+// DeviceBuffer: one cudaMalloc'ed array, freed with its owner; PinnedBuffer: the same in page-locked
+// host memory (cudaMallocHost: asynchronous copies to and from the device).
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -41,6 +42,35 @@ class DeviceBuffer {
  private:
   void release() {
     if (p_) cudaFree(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { release(); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  // Exactly `bytes` (contents lost when it reallocates).
+  void resize(size_t bytes) {
+    if (bytes == n_) return;
+    release();
+    if (bytes) QT_CUDA_CHECK(cudaMallocHost(&p_, bytes));
+    n_ = bytes;
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return n_; }
+
+ private:
+  void release() {
+    if (p_) cudaFreeHost(p_);
     p_ = nullptr;
     n_ = 0;
   }

@@ -8,6 +8,7 @@
 #include "formats/error.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kv/cache.h"
+#include "libquant/math/ops.h"
 
 namespace qt::cuda {
 
@@ -72,6 +73,7 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
     KVShape s;
     s.n_layers = c.n_layers, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads, s.head_dim = c.head_dim;
     s.max_ctx = P.ctx, s.scale = c.attn_scale();
+    s.rope_inv_freq = ops::RopeTable(c).inv_freq();
     const std::unique_ptr<KVCache> cpu = make_kv_cache(opt.kv, s);
     res.kv_name = cpu->name();
     res.kv_bytes_per_token = cpu->bytes_per_token();

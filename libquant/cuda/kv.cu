@@ -9,6 +9,7 @@
 #include "formats/error.h"
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/kv.h"
+#include "libquant/cuda/kv_host.h"
 #include "libquant/cuda/reduce.cuh"
 #include "libquant/kv/artifacts.h"
 #include "libquant/kv/codec.h"
@@ -336,7 +337,8 @@ KvBound KvSideGpu::bound() const {
   return b;
 }
 
-KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, int D) {
+KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, int D, int n_layers,
+                       const std::vector<float>& rope_inv_freq) {
   KvSideGpu s;
   s.D = D;
   s.spec = spec.text();
@@ -353,31 +355,43 @@ KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg
   kv::KVContext ctx;
   ctx.head_dim = D;
   ctx.seed = cfg.seed;
-  if (!cfg.artifacts.empty()) ctx.artifacts = kv::Artifacts::load(cfg.artifacts, D, cfg.seed);
-  const std::unique_ptr<kv::Codec> cpu = kv::make_codec(spec, key ? kv::Side::Key : kv::Side::Value, ctx);
-  s.G = cpu->token_group();
-  s.group_bytes = cpu->group_bytes();
+  std::unique_ptr<kv::Codec> cpu;
+  if (kv::kv_method_cuda(spec.method) == kv::CudaKv::Native) {
+    if (!cfg.artifacts.empty()) ctx.artifacts = kv::Artifacts::load(cfg.artifacts, D, cfg.seed);
+    cpu = kv::make_codec(spec, key ? kv::Side::Key : kv::Side::Value, ctx);
+  } else {
+    s.host = std::make_shared<HostCodecs>(spec, key, cfg, D, n_layers, rope_inv_freq);
+  }
+  s.G = cpu ? cpu->token_group() : s.host->token_group();
+  s.group_bytes = cpu ? cpu->group_bytes() : s.host->group_bytes();
   const double r = spec.number("r", spec.method == "kivi" && cfg.residual < 0 ? 128 : std::max(0, cfg.residual), flag);
   s.R = int(r);
   if (r < 0 || r != std::floor(r)) user_error("kv: r={} is not a token count", r);
   if (s.G > 1 && s.R % s.G)
     user_error("{}{}: the residual window {} is not a multiple of the group of {} tokens", flag, spec.text(), s.R, s.G);
+  // The native kernels' parameters; the rest of a native method's variants through its CPU codec.
+  const bool native =
+      cpu && (spec.method == "affine" || spec.method == "kivi"
+                  ? spec.str("rot", "none") == "none" && !(spec.method == "kivi" && key && size_t(s.G) * D > 48 * 1024)
+                  : spec.str("rot", "wht") == "wht");
+  if (!native) {
+    s.kind = KvSideGpu::HostCodec;
+    if (!s.host) s.host = std::make_shared<HostCodecs>(spec, key, cfg, D, n_layers, rope_inv_freq);
+    return s;
+  }
   if (spec.method == "affine" || spec.method == "kivi") {
-    if (spec.str("rot", "none") != "none") not_yet("rotated affine (rot=)");
     s.bits = int(spec.number("bits", spec.method == "affine" ? 4 : 2, flag));
     s.group = int(spec.number("group", 32, flag));
     if (spec.method == "kivi" && key) {
       s.kind = KvSideGpu::KiviKey;
-      s.code_bytes = kv::packed_bytes(int64_t(D) * s.G, s.bits);
-      if (size_t(s.G) * D > 48 * 1024) not_yet("a kivi group of G·D codes over 48 KiB");
+      s.code_bytes = kv::packed_bytes(int64_t(D) * s.G, s.bits);  // G·D ≤ 48 KiB of shared memory (else HostCodec)
     } else {
       s.kind = KvSideGpu::Affine;
       s.code_bytes = kv::packed_bytes(D, s.bits);
     }
     return s;
   }
-  // turboquant_mse (codec_table.cpp's make_turboquant_mse_row)
-  if (spec.str("rot", "wht") != "wht") not_yet("turboquant_mse rot=" + spec.str("rot", "wht") + " (cuda: wht)");
+  // turboquant_mse (codec_table.cpp's make_turboquant_mse_row), rot=wht
   s.kind = KvSideGpu::TurboMse;
   const double bits = spec.number("bits", 3, flag);
   const int b = int(std::floor(bits));
@@ -400,11 +414,12 @@ KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg
   return s;
 }
 
-void check_kv(const kv::KVConfig& cfg, int head_dim) {
-  if (!cfg.k.empty()) GpuKv g(cfg, head_dim);
+void check_kv(const kv::KVConfig& cfg, int head_dim, const std::vector<float>& rope_inv_freq) {
+  if (!cfg.k.empty()) GpuKv g(cfg, head_dim, rope_inv_freq);
 }
 
 void kv_encode(const KvSideGpu& s, const __half* x, int B, int T, int nkv, uint8_t* codes, cudaStream_t st) {
+  if (s.kind == KvSideGpu::HostCodec) throw std::logic_error("kv_encode: a host-codec side");
   if (s.kind == KvSideGpu::Exact || B <= 0) return;
   const int enc = int(s.bound().at(T)), D = s.D;
   if (enc <= 0) return;
@@ -435,6 +450,7 @@ void kv_encode(const KvSideGpu& s, const __half* x, int B, int T, int nkv, uint8
 
 void kv_decode(const KvSideGpu& s, const uint8_t* codes, const __half* x, int B, int T, int nkv, __half* dom,
                cudaStream_t st) {
+  if (s.kind == KvSideGpu::HostCodec) throw std::logic_error("kv_decode: a host-codec side");
   if (B <= 0) return;
   if (s.kind == KvSideGpu::Exact) {
     QT_CUDA_CHECK(cudaMemcpyAsync(dom, x, size_t(B) * T * nkv * s.D * 2, cudaMemcpyDeviceToDevice, st));
@@ -478,15 +494,15 @@ void window_softmax(const float* Sq, const float* Se, int64_t rows, int T, float
 
 // ------------------------------------------------------------------------------- GpuKv
 
-GpuKv::GpuKv(const kv::KVConfig& cfg, int D) {
+GpuKv::GpuKv(const kv::KVConfig& cfg, int D, const std::vector<float>& rope_inv_freq) {
   if (cfg.k.empty() || cfg.v.empty()) throw std::logic_error("GpuKv: empty config");
   for (size_t l = 1; l < cfg.k.size(); ++l)
     if (cfg.k[l].text() != cfg.k[0].text() || cfg.v[l].text() != cfg.v[0].text())
       user_error("kv: a different method per layer: not on cuda yet");
   if (cfg.key_center) user_error("--kv-key-center: not on cuda yet");
   if (cfg.stats) user_error("--kv-stats: not on cuda yet");
-  k_ = make_kv_side(cfg.k[0], true, cfg, D);
-  v_ = make_kv_side(cfg.v[0], false, cfg, D);
+  k_ = make_kv_side(cfg.k[0], true, cfg, D, int(cfg.k.size()), rope_inv_freq);
+  v_ = make_kv_side(cfg.v[0], false, cfg, D, int(cfg.v.size()), rope_inv_freq);
   decode_ = cfg.mode == kv::KVMode::Decode;
 }
 
@@ -500,29 +516,47 @@ size_t GpuKv::scratch_bytes(const kv::KVConfig& cfg, int D, int chunks, int T, i
 void GpuKv::reserve(int chunks, int T, int nh, int nkv) {
   chunks_ = chunks, T_ = T, nh_ = nh, nkv_ = nkv;
   const size_t N = size_t(chunks) * T, KV = size_t(nkv) * k_.D;
-  for (auto [side, codes, dom] : {std::tuple{&k_, &ck_, &kd_}, std::tuple{&v_, &cv_, &vd_}}) {
+  for (auto [side, codes, dom, in, out] :
+       {std::tuple{&k_, &ck_, &kd_, &hk_in_, &hk_out_}, std::tuple{&v_, &cv_, &vd_, &hv_in_, &hv_out_}}) {
     if (side->kind == KvSideGpu::Exact) continue;
-    codes->resize(std::max<size_t>(1, size_t(chunks) * nkv * side->groups(T) * side->group_bytes));
     dom->resize(N * KV * 2);
+    if (side->kind == KvSideGpu::HostCodec) {  // the codes stay on the host
+      side->host->reserve_positions(T);
+      in->resize(N * KV * 2), out->resize(N * KV * 2);
+      continue;
+    }
+    codes->resize(std::max<size_t>(1, size_t(chunks) * nkv * side->groups(T) * side->group_bytes));
   }
   if (v_.rotated() && value_window()) ve_.resize(N * KV * 2);
   if (k_.rotated()) qd_.resize(N * size_t(nh) * k_.D * 2);
 }
 
-void GpuKv::prepare(const __half* q, const __half* k, const __half* v, int chunks, cudaStream_t st) {
+void GpuKv::prepare(const __half* q, const __half* k, const __half* v, int chunks, cudaStream_t st, int layer) {
   if (chunks > chunks_) throw std::logic_error("GpuKv: more chunks than reserved");
   const int T = T_, nkv = nkv_;
-  if (k_.kind != KvSideGpu::Exact) {
+  const bool hk = k_.kind == KvSideGpu::HostCodec, hv = v_.kind == KvSideGpu::HostCodec;
+  if (k_.kind != KvSideGpu::Exact && !hk) {
     QT_CUDA_CHECK(cudaMemsetAsync(ck_.get(), 0, ck_.bytes(), st));
     kv_encode(k_, k, chunks, T, nkv, ck_.get<uint8_t>(), st);
     kv_decode(k_, ck_.get<uint8_t>(), k, chunks, T, nkv, kd_.get<__half>(), st);
     if (k_.rotated()) kv_rotate(k_, q, int64_t(chunks) * T * nh_, qd_.get<__half>(), st);
   }
-  if (v_.kind != KvSideGpu::Exact) {
+  if (v_.kind != KvSideGpu::Exact && !hv) {
     QT_CUDA_CHECK(cudaMemsetAsync(cv_.get(), 0, cv_.bytes(), st));
     kv_encode(v_, v, chunks, T, nkv, cv_.get<uint8_t>(), st);
     kv_decode(v_, cv_.get<uint8_t>(), v, chunks, T, nkv, vd_.get<__half>(), st);
     if (v_.rotated() && value_window()) kv_rotate(v_, v, int64_t(chunks) * T * nkv, ve_.get<__half>(), st);
+  }
+  if (hk || hv) {  // after the native side's kernels: down, the CPU codecs, up
+    const size_t bytes = size_t(chunks) * T * nkv * k_.D * 2;
+    if (hk) QT_CUDA_CHECK(cudaMemcpyAsync(hk_in_.get(), k, bytes, cudaMemcpyDeviceToHost, st));
+    if (hv) QT_CUDA_CHECK(cudaMemcpyAsync(hv_in_.get(), v, bytes, cudaMemcpyDeviceToHost, st));
+    QT_CUDA_CHECK(cudaStreamSynchronize(st));
+    HostCodecs::run_both(hk ? k_.host.get() : nullptr, hk_in_.get<uint16_t>(), hk_out_.get<uint16_t>(),
+                         hv ? v_.host.get() : nullptr, hv_in_.get<uint16_t>(), hv_out_.get<uint16_t>(), layer, chunks,
+                         T, nkv, int(k_.bound().at(T)), int(v_.bound().at(T)));
+    if (hk) QT_CUDA_CHECK(cudaMemcpyAsync(kd_.get(), hk_out_.get(), bytes, cudaMemcpyHostToDevice, st));
+    if (hv) QT_CUDA_CHECK(cudaMemcpyAsync(vd_.get(), hv_out_.get(), bytes, cudaMemcpyHostToDevice, st));
   }
 }
 

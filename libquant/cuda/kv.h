@@ -1,8 +1,11 @@
-// Quantized KV caches on the GPU (eval-ppl --device cuda --kv / --kv-k / --kv-v, --kv-mode):
-// f16, affine (plain per-token groups), kivi (keys per channel over groups of tokens, values
-// per token) and turboquant_mse (WHT rotation, the f_d Lloyd–Max codebooks, fractional rates),
-// mirroring the CPU codecs (libquant/kv/codec_affine.cpp, codec_turboquant.cpp) and the
-// quantized cache's visibility rules (libquant/kv/quant_cache.cpp).
+// Quantized KV caches on the GPU (eval-ppl --device cuda --kv / --kv-k / --kv-v, --kv-mode).
+// Native kinds: f16, affine (plain per-token groups), kivi (keys per channel over groups of
+// tokens, values per token) and turboquant_mse (WHT rotation, the f_d Lloyd–Max codebooks,
+// fractional rates), CUDA kernels mirroring the CPU codecs (libquant/kv/codec_affine.cpp,
+// codec_turboquant.cpp). Every other method of the CPU table (and the parameters the native
+// kernels lack: rot= on affine, turboquant_mse rot=dense) is the HostCodec kind: the CPU codec on
+// host copies of the layer's K/V, the reconstruction back in head space (kv_host.h). Both follow
+// the quantized cache's visibility rules (libquant/kv/quant_cache.cpp).
 //
 // Per layer, after RoPE (the chunk's K/V as f16, as the CPU rounds them on the way in):
 //   1. encode: positions [0, boundary(T)) of every chunk and kv head into the CPU's byte layout
@@ -25,11 +28,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "libquant/cuda/buffer.h"
 #include "libquant/kv/spec.h"
 
 namespace qt::cuda {
+
+class HostCodecs;  // kv_host.h
 
 // Where a side's encoded positions end after n tokens (quant_cache.cpp's SideStore::boundary):
 // kind 0 exact (nothing encoded), 1 per token (n − R), 2 groups (⌊n / U⌋ · U).
@@ -45,7 +51,7 @@ struct KvBound {
 };
 
 struct KvSideGpu {
-  enum Kind { Exact = 0, Affine = 1, KiviKey = 2, TurboMse = 3 };
+  enum Kind { Exact = 0, Affine = 1, KiviKey = 2, TurboMse = 3, HostCodec = 4 };
   int kind = Exact;
   int D = 0;
   int bits = 0, group = 0;       // affine / kivi: code bits, channels per group (kivi keys: tokens per group)
@@ -54,7 +60,8 @@ struct KvSideGpu {
   size_t code_bytes = 0, group_bytes = 0;
   DeviceBuffer c_lo, t_lo, c_hi, t_hi, signs;  // fp32 codebooks (centroids, thresholds) and the WHT signs
   int nt_lo = 0, nt_hi = 0;
-  std::string spec;  // the CPU's canonical text
+  std::string spec;                  // the CPU's canonical text
+  std::shared_ptr<HostCodecs> host;  // HostCodec: the CPU codecs of every layer
   bool rotated() const { return kind == TurboMse; }
   KvBound bound() const;
   // Groups of one chunk's kv head (T positions) the code array holds.
@@ -63,10 +70,14 @@ struct KvSideGpu {
   bool windowed() const { return kind != Exact && (G > 1 || R > 0); }
 };
 
-// The GPU side of `spec` (as make_codec reads it, with the cache's residual rule); UserError
-// "… not on cuda yet" for methods or parameters the GPU does not run.
-KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, int head_dim);
+// The GPU side of `spec` (as make_codec reads it, with the cache's residual rule): a native kind
+// where kv.cu's kernels run the method at these parameters, else HostCodec (codecs for n_layers
+// layers; rope_inv_freq: the model's RoPE, for CommVQ); UserError "… not on cuda yet" for what
+// neither runs (f32).
+KvSideGpu make_kv_side(const kv::KVSpec& spec, bool key, const kv::KVConfig& cfg, int head_dim, int n_layers = 1,
+                       const std::vector<float>& rope_inv_freq = {});
 
+// Native kinds only (HostCodec: kv_host.h).
 // x [B·T, nkv·D] f16 → codes [B][nkv][groups(T)][group_bytes] of positions < bound().at(T).
 void kv_encode(const KvSideGpu& s, const __half* x, int B, int T, int nkv, uint8_t* codes, cudaStream_t st);
 // dom [B·T, nkv·D] f16: positions < bound().at(T) decoded from the codes, the rest x in the domain.
@@ -92,7 +103,8 @@ __host__ __device__ inline int band_start(int b, int band, int T) {
 // The cache of one eval-ppl run: one method for keys and one for values on every layer.
 class GpuKv {
  public:
-  GpuKv(const kv::KVConfig& cfg, int head_dim);
+  // rope_inv_freq: the model's RoPE frequencies (CommVQ's keys are stored before RoPE).
+  GpuKv(const kv::KVConfig& cfg, int head_dim, const std::vector<float>& rope_inv_freq = {});
   const KvSideGpu& keys() const { return k_; }
   const KvSideGpu& values() const { return v_; }
   bool decode_mode() const { return decode_; }
@@ -110,8 +122,9 @@ class GpuKv {
   // The exact keys of a decode window are scored in head space, as the CPU scores them: q · k.
   const __half* k2_ptr(const __half* k) const { return k; }
   const __half* v2_ptr(const __half* v) const { return v_.rotated() ? ve_.get<__half>() : v; }
-  // Encodes and decodes one layer's K/V of `chunks` chunks (after RoPE), rotates the queries.
-  void prepare(const __half* q, const __half* k, const __half* v, int chunks, cudaStream_t st);
+  // Encodes and decodes layer `layer`'s K/V of `chunks` chunks (after RoPE), rotates the queries.
+  // HostCodec sides copy K/V to the host and wait for the copy (the stream is synchronized).
+  void prepare(const __half* q, const __half* k, const __half* v, int chunks, cudaStream_t st, int layer = 0);
   // After attention: the output (fp32 [chunks·T, nh·D], value domain) back to head space.
   void finish(float* out, int chunks, cudaStream_t st);
   // The codes of the last prepare (tests).
@@ -123,6 +136,7 @@ class GpuKv {
   bool decode_ = false;
   int chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0;
   DeviceBuffer ck_, cv_, kd_, vd_, qd_, ve_;
+  PinnedBuffer hk_in_, hk_out_, hv_in_, hv_out_;  // HostCodec sides: K/V down, head-space reconstruction up
 };
 
 }  // namespace qt::cuda

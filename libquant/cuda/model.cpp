@@ -598,7 +598,7 @@ void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
   if (!cfg.sliding.empty() || cfg.attn_softcap > 0 || cfg.rope_local_theta > 0 || !cfg.no_rope.empty())
     user_error("a quantized KV cache with {}'s attention (sliding windows, soft-caps, per-layer RoPE): not on cuda yet",
                cfg.arch);
-  kvq = std::make_unique<GpuKv>(kc, cfg.head_dim);
+  kvq = std::make_unique<GpuKv>(kc, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
   max_chunks = 0;  // the next reserve binds attention to the cache's buffers
 }
 
@@ -609,7 +609,7 @@ void GpuModel::Impl::attend(int chunks, const Layer& L) {
     prof.mark("attention", stream);
     return;
   }
-  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream);
+  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream, int(&L - layers.data()));
   prof.mark("kv encode/decode", stream);
   attn->run(chunks, scale, stream);
   prof.mark("attention", stream);

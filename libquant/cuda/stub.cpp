@@ -25,7 +25,7 @@ size_t GpuModel::weight_bytes() const { no_cuda(); }
 std::string GpuModel::kind() const { no_cuda(); }
 int auto_batch(const GpuModel&, int) { no_cuda(); }
 void set_kv(GpuModel&, const kv::KVConfig&) { no_cuda(); }
-void check_kv(const kv::KVConfig&, int) { no_cuda(); }
+void check_kv(const kv::KVConfig&, int, const std::vector<float>&) { no_cuda(); }
 PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&,
                               GpuModel*) {
   no_cuda();
@@ -42,7 +42,8 @@ std::vector<float> kv_decode(const kv::KVSpec&, bool, const kv::KVConfig&, const
   no_cuda();
 }
 std::vector<float> kv_attention(const kv::KVConfig&, const std::vector<float>&, const std::vector<float>&,
-                                const std::vector<float>&, int, int, int, int, int, float) {
+                                const std::vector<float>&, int, int, int, int, int, float, const std::vector<float>&,
+                                int) {
   no_cuda();
 }
 std::vector<float> rmsnorm(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }

@@ -207,8 +207,9 @@ std::vector<float> kv_decode(const kv::KVSpec& spec, bool key, const kv::KVConfi
 }
 
 std::vector<float> kv_attention(const kv::KVConfig& cfg, const std::vector<float>& q, const std::vector<float>& k,
-                                const std::vector<float>& v, int B, int T, int nh, int nkv, int D, float scale) {
-  GpuKv kvq(cfg, D);
+                                const std::vector<float>& v, int B, int T, int nh, int nkv, int D, float scale,
+                                const std::vector<float>& rope_inv_freq, int layer) {
+  GpuKv kvq(cfg, D, rope_inv_freq);
   kvq.reserve(B, T, nh, nkv);
   DeviceBuffer dq = up_f16(q), dk = up_f16(k), dv = up_f16(v), out(size_t(B) * T * nh * D * 4);
   const __half *qh = dq.get<__half>(), *kh = dk.get<__half>(), *vh = dv.get<__half>();
@@ -216,7 +217,7 @@ std::vector<float> kv_attention(const kv::KVConfig& cfg, const std::vector<float
   a.bind(B, T, nh, nkv, D, kvq.q_ptr(qh), kvq.k_ptr(kh), kvq.v_ptr(vh), out.get<float>(),
          kvq.key_window() ? kvq.k2_ptr(kh) : nullptr, kvq.value_window() ? kvq.v2_ptr(vh) : nullptr, qh,
          kvq.keys().bound(), kvq.values().bound());
-  kvq.prepare(qh, kh, vh, B, nullptr);
+  kvq.prepare(qh, kh, vh, B, nullptr, layer);
   a.run(B, scale, nullptr);
   kvq.finish(out.get<float>(), B, nullptr);
   return down<float>(out, size_t(B) * T * nh * D);

@@ -137,7 +137,14 @@ std::string kv_method_sides(const std::string& method);
 // and the names of those that do, for messages.
 bool kv_method_calibrated(const std::string& method);
 std::string calibrated_kv_method_names();
-// Whether the CUDA backend runs a method (f16 included; false for an unknown one), and their names.
+// How --device cuda runs a method: Native — CUDA kernels of its own (libquant/cuda/kv.cu; the
+// parameters those kernels lack go through the host codec); HostCodec — this CPU codec on host
+// copies of each layer's K/V, the reconstruction sent back in head space (libquant/cuda/kv_host.h);
+// None — refused.
+enum class CudaKv { None, Native, HostCodec };
+CudaKv kv_method_cuda(const std::string& method);  // None for an unknown method; f16 is Native
+// Whether the CUDA backend runs a method (f16 included; false for an unknown one), and their names
+// ("f16, affine, kivi, turboquant_mse (native); turboquant_prod, … (host codec)").
 bool kv_method_on_cuda(const std::string& method);
 std::string cuda_kv_method_names();
 

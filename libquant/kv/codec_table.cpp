@@ -190,15 +190,15 @@ struct Row {
   double default_bits;
   std::set<std::string> params;  // besides bits and r
   std::function<std::unique_ptr<Codec>(const Args&)> make;
-  const char* sides = "kv";  // "k": keys only
-  bool any_bits = false;     // `bits` is checked by the constructor (fractional rates), not the list
-  bool calibrated = false;   // its tables come from calibrate --method kv-codebook (calibrated.h)
-  bool cuda = false;         // the CUDA backend runs it (libquant/cuda/kv.cu)
+  const char* sides = "kv";         // "k": keys only
+  bool any_bits = false;            // `bits` is checked by the constructor (fractional rates), not the list
+  bool calibrated = false;          // its tables come from calibrate --method kv-codebook (calibrated.h)
+  CudaKv cuda = CudaKv::HostCodec;  // how --device cuda runs it (codec.h)
 };
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
-      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row, "kv", false, false, true},
+      {"affine", {2, 3, 4, 8}, 4, {"group", "rot", "qjl"}, make_affine_row, "kv", false, false, CudaKv::Native},
       {"kivi",
        {2, 3, 4, 8},
        2,
@@ -211,7 +211,7 @@ const std::vector<Row>& table() {
        "kv",
        false,
        false,
-       true},
+       CudaKv::Native},
       {"turboquant_mse",
        {1, 2, 2.5, 3, 3.5, 4},
        3,
@@ -220,7 +220,7 @@ const std::vector<Row>& table() {
        "kv",
        true,
        false,
-       true},
+       CudaKv::Native},
       {"turboquant_prod",
        {1, 2, 3, 4},
        3,
@@ -324,18 +324,23 @@ bool kv_method_calibrated(const std::string& method) {
   return false;
 }
 
-bool kv_method_on_cuda(const std::string& method) {
-  if (method == "f16") return true;  // the full-precision cache cuda keeps
+CudaKv kv_method_cuda(const std::string& method) {
+  if (method == "f16") return CudaKv::Native;  // the full-precision cache cuda keeps
   for (const Row& r : table())
     if (method == r.name) return r.cuda;
-  return false;
+  return CudaKv::None;
 }
 
+bool kv_method_on_cuda(const std::string& method) { return kv_method_cuda(method) != CudaKv::None; }
+
 std::string cuda_kv_method_names() {
-  std::string s = "f16";
+  std::string native = "f16", host;
   for (const Row& r : table())
-    if (r.cuda) s += ", " + std::string(r.name);
-  return s;
+    if (r.cuda == CudaKv::Native)
+      native += ", " + std::string(r.name);
+    else if (r.cuda == CudaKv::HostCodec)
+      host += (host.empty() ? "" : ", ") + std::string(r.name);
+  return native + " (native)" + (host.empty() ? "" : "; " + host + " (host codec)");
 }
 
 std::string calibrated_kv_method_names() {
