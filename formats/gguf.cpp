@@ -118,7 +118,6 @@ double read_float_as(Cursor& c, GgufValueType t, const char* what) {
   return c.read<double>(what);
 }
 
-
 }  // namespace
 
 const char* gguf_value_type_name(GgufValueType t) {

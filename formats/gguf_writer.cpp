@@ -28,7 +28,6 @@ void put_str(std::string* s, const std::string& v) {
   s->append(v);
 }
 
-
 }  // namespace
 
 void GgufWriter::key(const std::string& k, uint32_t type) {

@@ -27,7 +27,6 @@ using nlohmann::json;
 
 namespace {
 
-
 // Every expected tensor present with its shape; nothing else.
 void check_tensor_set(const std::string& path, const ModelConfig& c,
                       const std::map<std::string, std::vector<int64_t>>& got) {

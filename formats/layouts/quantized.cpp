@@ -8,10 +8,7 @@ namespace qt {
 
 using nlohmann::json;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 QuantEntry parse_quant_entry(const json& e, const std::string& where) {
   QuantEntry q;
