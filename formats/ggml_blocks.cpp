@@ -7,9 +7,6 @@
 #include <cstring>
 
 #include "formats/ggml_quants_common.h"
-#include "formats/ggml_quants_iq4nl.h"
-#include "formats/ggml_quants_k.h"
-#include "formats/ggml_quants_legacy.h"
 #include "formats/tensor.h"
 
 namespace qt {
@@ -51,29 +48,48 @@ void from_bf16(const float* src, uint8_t* dst, size_t nb) {
   }
 }
 
+// A block type's row functions from its family's (ggml_quants_common.h): one loop over the blocks
+// serves every type, as ggml's from_float_ref loops over quantize_row_*_ref's blocks.
+template <GgmlType T, int BS, int BYTES, auto Deq, auto Quant>
+struct BlockFns {
+  static void to_float(const uint8_t* src, float* dst, size_t nb) { Deq(T, src, dst, nb); }
+  static void from_float(const float* src, uint8_t* dst, size_t nb) {
+    for (size_t b = 0; b < nb; ++b) Quant(T, src + b * BS, nullptr, dst + b * BYTES);
+  }
+  static void from_float_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
+    for (size_t b = 0; b < nb; ++b) Quant(T, src + b * BS, imp + b * BS, dst + b * BYTES);
+  }
+};
+
+template <GgmlType T, int BS, int BYTES, auto Deq, auto Quant>
+constexpr GgmlTypeRow block_row(const char* name) {
+  using F = BlockFns<T, BS, BYTES, Deq, Quant>;
+  return {T, name, BS, BYTES, F::to_float, F::from_float, F::from_float_imatrix};
+}
+
 // ggml's type traits (ggml.c type_traits): id, name, block size, bytes per block, to_float,
 // from_float (ggml's from_float_ref) and the importance-weighted from_float. Types we cannot
 // dequantize still parse (a file may hold them), with to_float = nullptr.
 constexpr GgmlTypeRow kRows[] = {
     {GgmlType::F32, "F32", 1, 4, deq_f32, from_f32, nullptr},
     {GgmlType::F16, "F16", 1, 2, deq_f16, from_f16, nullptr},
-    {GgmlType::Q4_0, "Q4_0", 32, 18, ggml::dequantize_q4_0, ggml::quantize_q4_0, ggml::quantize_q4_0_imatrix},
-    {GgmlType::Q4_1, "Q4_1", 32, 20, ggml::dequantize_q4_1, ggml::quantize_q4_1, ggml::quantize_q4_1_imatrix},
-    {GgmlType::Q5_0, "Q5_0", 32, 22, ggml::dequantize_q5_0, ggml::quantize_q5_0, ggml::quantize_q5_0_imatrix},
-    {GgmlType::Q5_1, "Q5_1", 32, 24, ggml::dequantize_q5_1, ggml::quantize_q5_1, ggml::quantize_q5_1_imatrix},
-    {GgmlType::Q8_0, "Q8_0", 32, 34, ggml::dequantize_q8_0, ggml::quantize_q8_0, ggml::quantize_q8_0_imatrix},
+    block_row<GgmlType::Q4_0, 32, 18, ggml::dequantize_legacy, ggml::quantize_legacy>("Q4_0"),
+    block_row<GgmlType::Q4_1, 32, 20, ggml::dequantize_legacy, ggml::quantize_legacy>("Q4_1"),
+    block_row<GgmlType::Q5_0, 32, 22, ggml::dequantize_legacy, ggml::quantize_legacy>("Q5_0"),
+    block_row<GgmlType::Q5_1, 32, 24, ggml::dequantize_legacy, ggml::quantize_legacy>("Q5_1"),
+    block_row<GgmlType::Q8_0, 32, 34, ggml::dequantize_legacy, ggml::quantize_legacy>("Q8_0"),
     {GgmlType::Q8_1, "Q8_1", 32, 36, nullptr, nullptr, nullptr},
-    {GgmlType::Q2_K, "Q2_K", 256, 84, ggml::dequantize_q2_k, ggml::quantize_q2_k, ggml::quantize_q2_k_imatrix},
-    {GgmlType::Q3_K, "Q3_K", 256, 110, ggml::dequantize_q3_k, ggml::quantize_q3_k, ggml::quantize_q3_k_imatrix},
-    {GgmlType::Q4_K, "Q4_K", 256, 144, ggml::dequantize_q4_k, ggml::quantize_q4_k, ggml::quantize_q4_k_imatrix},
-    {GgmlType::Q5_K, "Q5_K", 256, 176, ggml::dequantize_q5_k, ggml::quantize_q5_k, ggml::quantize_q5_k_imatrix},
-    {GgmlType::Q6_K, "Q6_K", 256, 210, ggml::dequantize_q6_k, ggml::quantize_q6_k, ggml::quantize_q6_k_imatrix},
+    block_row<GgmlType::Q2_K, 256, 84, ggml::dequantize_k, ggml::quantize_k>("Q2_K"),
+    block_row<GgmlType::Q3_K, 256, 110, ggml::dequantize_k, ggml::quantize_k>("Q3_K"),
+    block_row<GgmlType::Q4_K, 256, 144, ggml::dequantize_k, ggml::quantize_k>("Q4_K"),
+    block_row<GgmlType::Q5_K, 256, 176, ggml::dequantize_k, ggml::quantize_k>("Q5_K"),
+    block_row<GgmlType::Q6_K, 256, 210, ggml::dequantize_k, ggml::quantize_k>("Q6_K"),
     {GgmlType::Q8_K, "Q8_K", 256, 292, nullptr, nullptr, nullptr},
     {GgmlType(16), "IQ2_XXS", 256, 66, nullptr, nullptr, nullptr},
     {GgmlType(17), "IQ2_XS", 256, 74, nullptr, nullptr, nullptr},
     {GgmlType(18), "IQ3_XXS", 256, 98, nullptr, nullptr, nullptr},
     {GgmlType(19), "IQ1_S", 256, 50, nullptr, nullptr, nullptr},
-    {GgmlType::IQ4_NL, "IQ4_NL", 32, 18, ggml::dequantize_iq4_nl, ggml::quantize_iq4_nl, ggml::quantize_iq4_nl_imatrix},
+    block_row<GgmlType::IQ4_NL, 32, 18, ggml::dequantize_iq4_nl, ggml::quantize_iq4_nl>("IQ4_NL"),
     {GgmlType(21), "IQ3_S", 256, 110, nullptr, nullptr, nullptr},
     {GgmlType(22), "IQ2_S", 256, 82, nullptr, nullptr, nullptr},
     {GgmlType(23), "IQ4_XS", 256, 136, nullptr, nullptr, nullptr},

@@ -1,13 +1,27 @@
 // What the ggml block families (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp)
-// share: block sizes and the fp16 scale fields, read exactly and written round-to-nearest-even.
+// share: their entry points for the type rows of ggml_blocks.h, block sizes and the fp16 scale
+// fields, read exactly and written round-to-nearest-even.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "formats/ggml_blocks.h"
 #include "formats/tensor.h"
 
 namespace qt::ggml {
+
+// Per family, for its types t (legacy: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; k: Q2_K..Q6_K; iq4_nl:
+// IQ4_NL): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;
+// quantize_F writes one block, by the reference rule when imp is null, else with `imp` (one
+// importance per value of x) never a larger importance-weighted error than the reference rule.
+// ggml_blocks.cpp runs them over the blocks of a tensor.
+void dequantize_legacy(GgmlType t, const uint8_t* src, float* dst, size_t nb);
+void quantize_legacy(GgmlType t, const float* x, const float* imp, uint8_t* y);
+void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb);
+void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y);
+void dequantize_iq4_nl(GgmlType t, const uint8_t* src, float* dst, size_t nb);
+void quantize_iq4_nl(GgmlType t, const float* x, const float* imp, uint8_t* y);
 
 constexpr int QK = 32;     // elements of a legacy / IQ4_NL block
 constexpr int QK_K = 256;  // elements of a K-quant super-block

@@ -7,8 +7,6 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include "formats/ggml_quants_iq4nl.h"
-
 #include <cmath>
 #include <cstring>
 
@@ -91,16 +89,10 @@ void iq4_nl_weighted(const float* x, const float* w, uint8_t* y) {
   for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t(best_q[j] | (best_q[j + QK / 2] << 4));
 }
 
-void iq4_nl(const float* x, uint8_t* y) { iq4_nl_weighted(x, nullptr, y); }
-
 }  // namespace
 
-void dequantize_iq4_nl(const uint8_t* src, float* dst, size_t nb) { deq_iq4_nl(src, dst, nb); }
-void quantize_iq4_nl(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) iq4_nl(src + b * QK, dst + b * 18);
-}
-void quantize_iq4_nl_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) iq4_nl_weighted(src + b * QK, imp + b * QK, dst + b * 18);
-}
+// One type in this family: t is IQ4_NL.
+void dequantize_iq4_nl(GgmlType, const uint8_t* src, float* dst, size_t nb) { deq_iq4_nl(src, dst, nb); }
+void quantize_iq4_nl(GgmlType, const float* x, const float* imp, uint8_t* y) { iq4_nl_weighted(x, imp, y); }
 
 }  // namespace qt::ggml

@@ -7,8 +7,6 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include "formats/ggml_quants_k.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -546,91 +544,56 @@ void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
       qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
 }
 
-void q4_k(const float* x, uint8_t* y) { qk_affine(x, nullptr, 15, y); }
-void q5_k(const float* x, uint8_t* y) { qk_affine(x, nullptr, 31, y); }
-void q6_k(const float* x, uint8_t* y) { q6_k_impl(x, nullptr, y); }
-void q2_k(const float* x, uint8_t* y) { q2_k_impl(x, nullptr, y); }
-void q3_k(const float* x, uint8_t* y) { q3_k_impl(x, nullptr, y); }
-
-enum class KQuant { Q2_K, Q3_K, Q4_K, Q5_K, Q6_K };
+// One super-block of type t: the reference rule when imp is null, else the importance-weighted
+// search.
+void kblock(GgmlType t, const float* x, const float* imp, uint8_t* y) {
+  if (t == GgmlType::Q6_K)
+    q6_k_impl(x, imp, y);
+  else if (t == GgmlType::Q2_K)
+    q2_k_impl(x, imp, y);
+  else if (t == GgmlType::Q3_K)
+    q3_k_impl(x, imp, y);
+  else
+    qk_affine(x, imp, t == GgmlType::Q4_K ? 15 : 31, y);
+}
 
 struct KRow {
+  GgmlType type;
   void (*deq)(const uint8_t* src, float* dst, size_t nb);
   size_t bytes;  // per super-block
 };
 
-const KRow& row_of(KQuant t) {
-  static const KRow rows[] = {{deq_q2_k, 84}, {deq_q3_k, 110}, {deq_q4_k, 144}, {deq_q5_k, 176}, {deq_q6_k, 210}};
-  return rows[int(t)];
-}
-
-// --imatrix for a K super-block: the reference block and the importance-weighted search's, the
-// smaller importance-weighted error of the stored bytes wins.
-void weighted_kblock(KQuant t, const float* x, const float* w, uint8_t* y) {
-  const KRow& row = row_of(t);
-  uint8_t cand[210];
-  auto quant = [&](const float* imp, uint8_t* out) {
-    if (t == KQuant::Q6_K)
-      q6_k_impl(x, imp, out);
-    else if (t == KQuant::Q2_K)
-      q2_k_impl(x, imp, out);
-    else if (t == KQuant::Q3_K)
-      q3_k_impl(x, imp, out);
-    else
-      qk_affine(x, imp, t == KQuant::Q4_K ? 15 : 31, out);
-  };
-  auto err = [&](const uint8_t* b) {
-    float v[QK_K];
-    row.deq(b, v, 1);
-    double e = 0;
-    for (int j = 0; j < QK_K; ++j) e += double(w[j]) * (double(x[j]) - v[j]) * (double(x[j]) - v[j]);
-    return e;
-  };
-  quant(nullptr, y);
-  quant(w, cand);
-  if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
+const KRow& row_of(GgmlType t) {
+  static const KRow rows[] = {{GgmlType::Q2_K, deq_q2_k, 84},
+                              {GgmlType::Q3_K, deq_q3_k, 110},
+                              {GgmlType::Q4_K, deq_q4_k, 144},
+                              {GgmlType::Q5_K, deq_q5_k, 176},
+                              {GgmlType::Q6_K, deq_q6_k, 210}};
+  for (const KRow& r : rows)
+    if (r.type == t) return r;
+  return rows[0];  // unreachable: ggml_blocks.cpp calls with the family's types only
 }
 
 }  // namespace
 
-void dequantize_q2_k(const uint8_t* src, float* dst, size_t nb) { deq_q2_k(src, dst, nb); }
-void quantize_q2_k(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q2_k(src + b * QK_K, dst + b * 84);
-}
-void quantize_q2_k_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_kblock(KQuant::Q2_K, src + b * QK_K, imp + b * QK_K, dst + b * 84);
-}
+void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 
-void dequantize_q3_k(const uint8_t* src, float* dst, size_t nb) { deq_q3_k(src, dst, nb); }
-void quantize_q3_k(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q3_k(src + b * QK_K, dst + b * 110);
-}
-void quantize_q3_k_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_kblock(KQuant::Q3_K, src + b * QK_K, imp + b * QK_K, dst + b * 110);
-}
-
-void dequantize_q4_k(const uint8_t* src, float* dst, size_t nb) { deq_q4_k(src, dst, nb); }
-void quantize_q4_k(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q4_k(src + b * QK_K, dst + b * 144);
-}
-void quantize_q4_k_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_kblock(KQuant::Q4_K, src + b * QK_K, imp + b * QK_K, dst + b * 144);
-}
-
-void dequantize_q5_k(const uint8_t* src, float* dst, size_t nb) { deq_q5_k(src, dst, nb); }
-void quantize_q5_k(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q5_k(src + b * QK_K, dst + b * 176);
-}
-void quantize_q5_k_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_kblock(KQuant::Q5_K, src + b * QK_K, imp + b * QK_K, dst + b * 176);
-}
-
-void dequantize_q6_k(const uint8_t* src, float* dst, size_t nb) { deq_q6_k(src, dst, nb); }
-void quantize_q6_k(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q6_k(src + b * QK_K, dst + b * 210);
-}
-void quantize_q6_k_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_kblock(KQuant::Q6_K, src + b * QK_K, imp + b * QK_K, dst + b * 210);
+// With imp: the reference block and the importance-weighted search's; the smaller
+// importance-weighted error of the stored bytes wins.
+void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y) {
+  kblock(t, x, nullptr, y);
+  if (!imp) return;
+  const KRow& row = row_of(t);
+  uint8_t cand[210];
+  kblock(t, x, imp, cand);
+  auto err = [&](const uint8_t* b) {
+    float v[QK_K];
+    row.deq(b, v, 1);
+    double e = 0;
+    for (int j = 0; j < QK_K; ++j) e += double(imp[j]) * (double(x[j]) - v[j]) * (double(x[j]) - v[j]);
+    return e;
+  };
+  if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
 }
 
 }  // namespace qt::ggml

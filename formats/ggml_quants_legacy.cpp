@@ -14,8 +14,6 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include "formats/ggml_quants_legacy.h"
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -174,18 +172,22 @@ void q5_1(const float* x, uint8_t* y) {
   pack5(q, y + 4, y + 8);
 }
 
-enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
-
 struct LegacyRow {
+  GgmlType type;
   void (*quant)(const float* x, uint8_t* y);  // one block, the reference rule
   void (*deq)(const uint8_t* src, float* dst, size_t nb);
   size_t bytes;  // per block
 };
 
-const LegacyRow& row_of(Legacy t) {
-  static const LegacyRow rows[] = {
-      {q4_0, deq_q4_0, 18}, {q4_1, deq_q4_1, 20}, {q5_0, deq_q5_0, 22}, {q5_1, deq_q5_1, 24}, {q8_0, deq_q8_0, 34}};
-  return rows[int(t)];
+const LegacyRow& row_of(GgmlType t) {
+  static const LegacyRow rows[] = {{GgmlType::Q4_0, q4_0, deq_q4_0, 18},
+                                   {GgmlType::Q4_1, q4_1, deq_q4_1, 20},
+                                   {GgmlType::Q5_0, q5_0, deq_q5_0, 22},
+                                   {GgmlType::Q5_1, q5_1, deq_q5_1, 24},
+                                   {GgmlType::Q8_0, q8_0, deq_q8_0, 34}};
+  for (const LegacyRow& r : rows)
+    if (r.type == t) return r;
+  return rows[0];  // unreachable: ggml_blocks.cpp calls with the family's types only
 }
 
 // ------------------------------------------------------------------ importance-weighted (--imatrix)
@@ -281,13 +283,13 @@ double block_error(const LegacyRow& row, const uint8_t* y, const float* x, const
   return e;
 }
 
-void weighted_block(Legacy t, const float* x, const float* w, uint8_t* y) {
+void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
   const LegacyRow& row = row_of(t);
   row.quant(x, y);  // the reference block
   double best = block_error(row, y, x, w);
   int q[QK];
-  if (t == Legacy::Q4_1 || t == Legacy::Q5_1) {
-    const int nmax = t == Legacy::Q4_1 ? 15 : 31, bits = t == Legacy::Q4_1 ? 4 : 5;
+  if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
+    const int nmax = t == GgmlType::Q4_1 ? 15 : 31, bits = t == GgmlType::Q4_1 ? 4 : 5;
     auto consider = [&](float d, float m) {
       const double e = aff_codes(x, w, d, m, nmax, q);
       if (e < best) best = e, aff_pack(d, m, bits, q, y);
@@ -310,14 +312,14 @@ void weighted_block(Legacy t, const float* x, const float* w, uint8_t* y) {
     }
     return;
   }
-  const SymSpec sp = t == Legacy::Q8_0   ? SymSpec{-127, 127, 0, 8}
-                     : t == Legacy::Q4_0 ? SymSpec{-8, 7, 8, 4}
-                                         : SymSpec{-16, 15, 16, 5};
+  const SymSpec sp = t == GgmlType::Q8_0   ? SymSpec{-127, 127, 0, 8}
+                     : t == GgmlType::Q4_0 ? SymSpec{-8, 7, 8, 4}
+                                           : SymSpec{-16, 15, 16, 5};
   auto consider = [&](float d) {
     const double e = sym_codes(x, w, d, sp, q);
     if (e < best) best = e, sym_pack(d, sp, q, y);
   };
-  const float d_ref = t == Legacy::Q8_0 ? [&] {
+  const float d_ref = t == GgmlType::Q8_0 ? [&] {
     float a = 0;
     for (int j = 0; j < QK; ++j) a = std::max(a, std::fabs(x[j]));
     return a / 127.0f;
@@ -334,44 +336,13 @@ void weighted_block(Legacy t, const float* x, const float* w, uint8_t* y) {
 
 }  // namespace
 
-void dequantize_q4_0(const uint8_t* src, float* dst, size_t nb) { deq_q4_0(src, dst, nb); }
-void quantize_q4_0(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q4_0(src + b * QK, dst + b * 18);
-}
-void quantize_q4_0_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q4_0, src + b * QK, imp + b * QK, dst + b * 18);
-}
+void dequantize_legacy(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 
-void dequantize_q4_1(const uint8_t* src, float* dst, size_t nb) { deq_q4_1(src, dst, nb); }
-void quantize_q4_1(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q4_1(src + b * QK, dst + b * 20);
-}
-void quantize_q4_1_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q4_1, src + b * QK, imp + b * QK, dst + b * 20);
-}
-
-void dequantize_q5_0(const uint8_t* src, float* dst, size_t nb) { deq_q5_0(src, dst, nb); }
-void quantize_q5_0(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q5_0(src + b * QK, dst + b * 22);
-}
-void quantize_q5_0_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q5_0, src + b * QK, imp + b * QK, dst + b * 22);
-}
-
-void dequantize_q5_1(const uint8_t* src, float* dst, size_t nb) { deq_q5_1(src, dst, nb); }
-void quantize_q5_1(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q5_1(src + b * QK, dst + b * 24);
-}
-void quantize_q5_1_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q5_1, src + b * QK, imp + b * QK, dst + b * 24);
-}
-
-void dequantize_q8_0(const uint8_t* src, float* dst, size_t nb) { deq_q8_0(src, dst, nb); }
-void quantize_q8_0(const float* src, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) q8_0(src + b * QK, dst + b * 34);
-}
-void quantize_q8_0_imatrix(const float* src, const float* imp, uint8_t* dst, size_t nb) {
-  for (size_t b = 0; b < nb; ++b) weighted_block(Legacy::Q8_0, src + b * QK, imp + b * QK, dst + b * 34);
+void quantize_legacy(GgmlType t, const float* x, const float* imp, uint8_t* y) {
+  if (imp)
+    weighted_block(t, x, imp, y);
+  else
+    row_of(t).quant(x, y);
 }
 
 }  // namespace qt::ggml

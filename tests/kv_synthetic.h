@@ -1,6 +1,8 @@
 // The synthetic two-layer, two-kv-head model the calibrated-KV tests share (test_kv_vq.cpp,
 // test_kv_commvq.cpp): its keys and values, samples for calibration, and a decode-mode cache on it.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -75,6 +77,28 @@ inline calib::KvSamples synthetic(int64_t n, uint32_t seed) {
         for (int64_t t = 0; t < n; ++t) draw(g, key, l, h, x.data() + t * kD);
       }
   return s;
+}
+
+// Reference attention in double for one query head at position t: softmax over positions 0..t
+// of kScale * (qq . keys[j]), weighting value(j, i), the value of position j at dimension i.
+template <class Value>
+std::vector<double> ref_attend(const float* qq, const std::vector<std::vector<double>>& keys, int t, Value value) {
+  std::vector<double> s(size_t(t) + 1);
+  double m = -1e300, z = 0;
+  for (int j = 0; j <= t; ++j) {
+    double d = 0;
+    for (int i = 0; i < kD; ++i) d += double(qq[i]) * keys[size_t(j)][size_t(i)];
+    s[size_t(j)] = d * kScale;
+    m = std::max(m, s[size_t(j)]);
+  }
+  std::vector<double> o(kD, 0.0);
+  for (int j = 0; j <= t; ++j) {
+    const double p = std::exp(s[size_t(j)] - m);
+    z += p;
+    for (int i = 0; i < kD; ++i) o[size_t(i)] += p * value(j, i);
+  }
+  for (double& e : o) e /= z;
+  return o;
 }
 
 }  // namespace qt::kv_synthetic

@@ -80,4 +80,21 @@ std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>&
   return out;
 }
 
+std::vector<float> randn(size_t count, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(count);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt) {
+  SchemeParams p;
+  p.scheme = scheme;
+  p.bits = bits;
+  p.group_size = group;
+  p.dtype = dt;
+  return p;
+}
+
 }  // namespace qt::test

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/checkpoint.h"
+#include "libquant/schemes/scheme.h"
 
 namespace qt::test {
 
@@ -21,6 +22,10 @@ int run_cmd(const std::string& cmd, std::string* output);
 std::string temp_dir(const std::string& tag);  // fresh empty directory, removed at exit
 // The fp32 logits [n, vocab] of the first n of `ids` through a float model of `ck` (fold tests).
 std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, int n);
+// `count` draws of N(0, scale^2) from mt19937(seed): synthetic weights and activations.
+std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f);
+// The parameters of `scheme` at `bits`, group size `group` (0: per channel), unquantized dtype `dt`.
+SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt = DType::F32);
 
 }  // namespace qt::test
 

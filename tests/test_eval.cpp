@@ -314,19 +314,27 @@ int run_eval(const std::string& args, std::string* out) {
   return test::run_cmd(test::quanttool_bin() + " eval-ppl " + args, out);
 }
 
+// eval-ppl of the test model on `text` with `args`: its --json report (null, and a failure with
+// the output, when it fails); *out: what it printed.
+json eval_report(const std::string& text, const std::string& args, std::string* out) {
+  const std::string dir = test::temp_dir("evalppl");
+  if (run_eval("--model " + test::model_gguf() + " --text " + text + " " + args + " --json " + dir + "/r.json", out)) {
+    ADD_FAILURE() << *out;
+    return json();
+  }
+  json j = load_json(dir + "/r.json");
+  fs::remove_all(dir);
+  return j;
+}
+
 TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   QT_REQUIRE_FILE(test::model_gguf());
   const std::string text = test::data_file("wikitext-2/wiki.test.raw");
   QT_REQUIRE_FILE(text);
   const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["llama"];
-  const std::string dir = test::temp_dir("evalppl");
   std::string out;
-  ASSERT_EQ(run_eval("--model " + test::model_gguf() + " --text " + text + " --chunks 4 --threads 2 --json " + dir +
-                         "/r.json",
-                     &out),
-            0)
-      << out;
-  const json j = load_json(dir + "/r.json");
+  const json j = eval_report(text, "--chunks 4 --threads 2", &out);
+  ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j["tokens_text"].get<int64_t>(), 303415);  // llama-tokenize's count for this text
   EXPECT_EQ(j["tokens_scored"].get<int64_t>(), 1020);
   expect_rel(j["ppl"], g["ppl"], 2e-5, "PPL");
@@ -339,7 +347,6 @@ TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   EXPECT_GT(j["bits_per_weight"].get<double>(), 5.0);
   EXPECT_LT(j["bits_per_weight"].get<double>(), 6.5);
   EXPECT_NE(out.find("PPL"), std::string::npos);
-  fs::remove_all(dir);
 }
 
 // --kl-base-cache: written by the first run, read by the second (same KLD), rewritten when the
@@ -378,17 +385,11 @@ TEST(EvalPplCli, ChunksProtocolEndToEnd) {
   const std::string text = test::data_file("wikitext-2/wiki.test.joined.txt");
   QT_REQUIRE_FILE(text);
   const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["chunks"];
-  const std::string dir = test::temp_dir("evalppl");
   std::string out;
-  ASSERT_EQ(run_eval("--model " + test::model_gguf() + " --text " + text + " --method chunks --chunks 1 --json " + dir +
-                         "/r.json",
-                     &out),
-            0)
-      << out;
-  const json j = load_json(dir + "/r.json");
+  const json j = eval_report(text, "--method chunks --chunks 1", &out);
+  ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j["ctx"].get<int>(), 2048);  // the method's default
   expect_rel(j["ppl"], g["ppl"], 2e-5, "PPL");
-  fs::remove_all(dir);
 }
 
 TEST(EvalPplCli, BadInputExitsWithTwo) {

@@ -27,22 +27,8 @@ namespace {
 
 using namespace qt;
 
-std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(count);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-SchemeParams P(const char* scheme, int bits, int group, DType dt = DType::F32) {
-  SchemeParams p;
-  p.scheme = scheme;
-  p.bits = bits;
-  p.group_size = group;
-  p.dtype = dt;
-  return p;
-}
+using qt::test::randn;
+using qt::test::scheme_params;
 
 // Every split of l's rows into 1..5 parts: slices in order, no gaps, the other rows untouched, and
 // each value equal to `want`.
@@ -100,8 +86,8 @@ TEST_P(GemvSlices, IntegerSlicesEqualReferenceBitForBit) {
   struct S {
     int64_t n, k;
   };
-  for (auto p :
-       {P("int8", 8, 0), P("int8", 8, 64), P("int8", 8, 128), P("int8_ct", 8, 0, DType::BF16), P("int4", 4, 128)})
+  for (auto p : {scheme_params("int8", 8, 0), scheme_params("int8", 8, 64), scheme_params("int8", 8, 128),
+                 scheme_params("int8_ct", 8, 0, DType::BF16), scheme_params("int4", 4, 128)})
     for (S s : {S{37, 256}, S{16, 384}, S{130, 128}, S{576, 1536}, S{3, 128}})
       for (bool with_bias : {false, true}) {
         auto w = randn(size_t(s.n * s.k), uint32_t(s.n * 131 + s.k), 0.05f);
@@ -131,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, GemvSlices, ::testing::ValuesIn(available_kerne
 LinearFactory int8_factory() {
   return [](const std::string&, const Tensor& w, const Tensor*) -> std::unique_ptr<Linear> {
     const std::vector<float> f = to_f32(w);
-    return make_packed_linear(quantize_weights(f.data(), w.shape[0], w.shape[1], P("int8", 8, 0)), nullptr,
+    return make_packed_linear(quantize_weights(f.data(), w.shape[0], w.shape[1], scheme_params("int8", 8, 0)), nullptr,
                               PackedLinearOptions{});
   };
 }

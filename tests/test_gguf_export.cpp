@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <tuple>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +96,33 @@ TEST(GgufExport, Iq4NlSearchBeatsRoundToNearest) {
   EXPECT_LT(total_ours, 0.95 * total_rtn);
 }
 
+// x ([rows, cols], column j of importance imp[j]) quantized with the importances to ref's type:
+// per block, its importance-weighted error is at most that of ref (in g); returns the totals
+// (ours, ref's).
+std::pair<double, double> weighted_errors(const std::vector<float>& x, int64_t rows, int64_t cols,
+                                          const std::vector<float>& imp, const GgufFile& g, const GgufTensorInfo& ref,
+                                          const std::string& what) {
+  const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref.type));
+  const size_t bs = size_t(row.block_size);
+  const std::vector<float> r = g.dequantize(ref);
+  std::vector<uint8_t> q(ref.nbytes);
+  ggml_quantize_weighted(ref.type, x.data(), rows, cols, imp.data(), q.data());
+  std::vector<float> ours(x.size());
+  ggml_dequantize(row, q.data(), ours.data(), x.size() / bs);
+  double tot_o = 0, tot_r = 0;
+  for (size_t b = 0; b < x.size() / bs; ++b) {
+    double eo = 0, er = 0;
+    for (size_t j = b * bs; j < b * bs + bs; ++j) {
+      const double w = imp[j % size_t(cols)];
+      eo += w * (x[j] - ours[j]) * (x[j] - ours[j]);
+      er += w * (x[j] - r[j]) * (x[j] - r[j]);
+    }
+    EXPECT_LE(eo, er * (1 + 1e-9) + 1e-30) << what << " block " << b;
+    tot_o += eo, tot_r += er;
+  }
+  return {tot_o, tot_r};
+}
+
 // --imatrix: per block, the importance-weighted error of ggml_quantize_weighted is at most that of
 // the reference blocks (gguf-py's bytes; for IQ4_NL round-to-nearest), and clearly below overall.
 TEST(GgufExport, ImatrixWeightedErrorBelowReference) {
@@ -106,23 +134,7 @@ TEST(GgufExport, ImatrixWeightedErrorBelowReference) {
   for (const char* name : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl_rtn"}) {
     const GgufTensorInfo* ref = g.find_tensor(name);
     ASSERT_TRUE(ref) << name;
-    const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref->type));
-    const std::vector<float> r = g.dequantize(*ref);
-    std::vector<uint8_t> q(ref->nbytes);
-    ggml_quantize_weighted(ref->type, x.data(), rows, cols, imp.data(), q.data());
-    std::vector<float> ours(x.size());
-    ggml_dequantize(row, q.data(), ours.data(), x.size() / 32);
-    double tot_o = 0, tot_r = 0;
-    for (size_t b = 0; b < x.size() / 32; ++b) {
-      double eo = 0, er = 0;
-      for (size_t j = b * 32; j < b * 32 + 32; ++j) {
-        const double w = imp[j % size_t(cols)];
-        eo += w * (x[j] - ours[j]) * (x[j] - ours[j]);
-        er += w * (x[j] - r[j]) * (x[j] - r[j]);
-      }
-      EXPECT_LE(eo, er * (1 + 1e-9) + 1e-30) << name << " block " << b;
-      tot_o += eo, tot_r += er;
-    }
+    const auto [tot_o, tot_r] = weighted_errors(x, rows, cols, imp, g, *ref, name);
     std::printf("%s: weighted error %.4g vs reference %.4g (%.3fx)\n", name, tot_o, tot_r, tot_o / tot_r);
     EXPECT_LT(tot_o, 0.9 * tot_r) << name;
   }
@@ -278,27 +290,12 @@ TEST(GgufExport, KQuantsImatrixWeightedErrorBelowReference) {
   for (const char* type : {"q4_k", "q5_k", "q6_k", "q2_k", "q3_k"}) {
     GgufFile g = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
     const GgufTensorInfo* ref = g.find_tensor("token_embd.weight");
-    const GgmlTypeRow& row = *ggml_type_row(uint32_t(ref->type));
-    ASSERT_EQ(row.block_size, 256) << type;
-    const std::vector<float> rv = g.dequantize(*ref);
-    std::vector<uint8_t> q(ref->nbytes);
-    ggml_quantize_weighted(ref->type, x.data(), rows, cols, imp.data(), q.data());
-    std::vector<float> ours(x.size());
-    ggml_dequantize(row, q.data(), ours.data(), x.size() / 256);
-    double tot_o = 0, tot_r = 0;
-    for (size_t b = 0; b < x.size() / 256; ++b) {
-      double eo = 0, er = 0;
-      for (size_t j = b * 256; j < b * 256 + 256; ++j) {
-        const double w = imp[j % size_t(cols)];
-        eo += w * (x[j] - ours[j]) * (x[j] - ours[j]);
-        er += w * (x[j] - rv[j]) * (x[j] - rv[j]);
-      }
-      EXPECT_LE(eo, er * (1 + 1e-9) + 1e-30) << type << " super-block " << b;
-      tot_o += eo, tot_r += er;
-    }
+    ASSERT_EQ(ggml_type_row(uint32_t(ref->type))->block_size, 256) << type;
+    const auto [tot_o, tot_r] = weighted_errors(x, rows, cols, imp, g, *ref, type);
     std::printf("%s: weighted error %.4g vs reference %.4g (%.3fx)\n", type, tot_o, tot_r, tot_o / tot_r);
     EXPECT_LT(tot_o, 0.95 * tot_r) << type;
     // Without importance: the reference bytes themselves.
+    std::vector<uint8_t> q(ref->nbytes);
     ggml_quantize(ref->type, x.data(), x.size(), q.data());
     EXPECT_EQ(std::memcmp(q.data(), ref->data, ref->nbytes), 0) << type;
   }

@@ -260,23 +260,10 @@ TEST(CommVQ, CacheAttentionMatchesReference) {
       }
       for (int t = 0; t < n; t += 7)
         for (int qh = h * 2; qh < h * 2 + 2; ++qh) {
-          const float* qq = q.data() + size_t(t) * QD + qh * kD;
-          std::vector<double> s(size_t(t) + 1);
-          double m = -1e300, z = 0;
-          for (int j = 0; j <= t; ++j) {
-            double d = 0;
-            for (int i = 0; i < kD; ++i) d += double(qq[i]) * kh[size_t(j)][size_t(i)];
-            s[size_t(j)] = d * kScale;
-            m = std::max(m, s[size_t(j)]);
-          }
-          std::vector<double> o(kD, 0.0);
-          for (int j = 0; j <= t; ++j) {
-            const double p = std::exp(s[size_t(j)] - m);
-            z += p;
-            for (int i = 0; i < kD; ++i) o[size_t(i)] += p * v[size_t(j) * HD + h * kD + i];
-          }
+          const auto o = ref_attend(q.data() + size_t(t) * QD + qh * kD, kh, t,
+                                    [&](int j, int i) { return double(v[size_t(j) * HD + h * kD + i]); });
           for (int i = 0; i < kD; ++i)
-            EXPECT_NEAR(out[size_t(t) * QD + qh * kD + i], o[size_t(i)] / z, 2e-3 * (1 + std::abs(o[size_t(i)] / z)))
+            EXPECT_NEAR(out[size_t(t) * QD + qh * kD + i], o[size_t(i)], 2e-3 * (1 + std::abs(o[size_t(i)])))
                 << "layer " << layer << " pos " << t << " head " << qh;
         }
     }

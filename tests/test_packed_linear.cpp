@@ -30,22 +30,8 @@ struct Shape {
   int64_t n, k;
 };
 
-std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(count);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-SchemeParams P(const char* scheme, int bits, int group, DType dt = DType::F32) {
-  SchemeParams p;
-  p.scheme = scheme;
-  p.bits = bits;
-  p.group_size = group;
-  p.dtype = dt;
-  return p;
-}
+using qt::test::randn;
+using qt::test::scheme_params;
 
 // |x|·|w| row sums: the scale of the fp32 summation error of one output.
 std::vector<double> abs_dot(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t n, int64_t k) {
@@ -132,15 +118,16 @@ class PackedLinearLevels : public ::testing::TestWithParam<qt::KernelLevel> {
 };
 
 TEST_P(PackedLinearLevels, IntegerSchemesEqualReferenceBitForBit) {
-  for (auto p : {P("int8", 8, 0), P("int8", 8, 64), P("int8", 8, 128), P("int8_ct", 8, 0, DType::BF16),
-                 P("int8_ct", 8, 64, DType::F16), P("int4", 4, 0), P("int4", 4, 128)})
+  for (auto p : {scheme_params("int8", 8, 0), scheme_params("int8", 8, 64), scheme_params("int8", 8, 128),
+                 scheme_params("int8_ct", 8, 0, DType::BF16), scheme_params("int8_ct", 8, 64, DType::F16),
+                 scheme_params("int4", 4, 0), scheme_params("int4", 4, 128)})
     for (Shape sh : {Shape{37, 256}, Shape{16, 384}, Shape{130, 128}})
       for (int64_t m : {1, 2, 7, 9, 33, 70})  // 70: past one 64-token block of the AVX2 kernel
         check_case(p, sh, m, qt::Compute::F32, ActMode::Default, m == 7);
 }
 
 TEST_P(PackedLinearLevels, IntegerDecodePathMatchesReference) {
-  for (auto p : {P("int8", 8, 0), P("int8", 8, 128), P("int4", 4, 128)})
+  for (auto p : {scheme_params("int8", 8, 0), scheme_params("int8", 8, 128), scheme_params("int4", 4, 128)})
     for (int64_t m : {1, 3}) check_case(p, Shape{45, 256}, m, qt::Compute::F32, ActMode::None, m == 3);
 }
 
@@ -149,7 +136,8 @@ TEST_P(PackedLinearLevels, IntegerDecodePathMatchesReference) {
 // weights, the exact products s·(u − 8) for bf16/f16 scales, are within half an ulp of the
 // library's dequantized T(q·s) (bf16: 2^-8 relative, f16: 2^-11; fp32 scales: fp32 rounding).
 TEST_P(PackedLinearLevels, Int4CtRunsOnTheAffineKernels) {
-  for (auto p : {P("int4_ct", 4, 128, DType::BF16), P("int4_ct", 4, 32, DType::F16), P("int4_ct", 4, 64)}) {
+  for (auto p : {scheme_params("int4_ct", 4, 128, DType::BF16), scheme_params("int4_ct", 4, 32, DType::F16),
+                 scheme_params("int4_ct", 4, 64)}) {
     const int64_t n = 53, k = 384;
     auto w = randn(size_t(n * k), 5, 0.05f);
     PackedTensor pt = qt::quantize_weights(w.data(), n, k, p);
@@ -186,7 +174,8 @@ TEST_P(PackedLinearLevels, AffineEveryBitsAndGroupMatchesReference) {
     for (int g : {32, 64, 128})
       for (DType dt : {DType::F32, DType::BF16})
         for (int64_t m : {1, 5, 33})
-          check_case(P("affine", bits, g, dt), Shape{53, 384}, m, qt::Compute::F32, ActMode::Default, m == 5);
+          check_case(scheme_params("affine", bits, g, dt), Shape{53, 384}, m, qt::Compute::F32, ActMode::Default,
+                     m == 5);
 }
 
 // Weights large enough for several threads. One token through 4- and 8-bit affine weights with
@@ -197,19 +186,20 @@ TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
       for (int64_t m : {1, 2})
-        check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
+        check_case(scheme_params("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 2);
   for (const char* s : {"nf4", "fp4"})  // the table GEMV (blocks inside rows)
     for (int b : {64, 128})
-      for (int64_t m : {1, 3}) check_case(P(s, 4, b), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
+      for (int64_t m : {1, 3})
+        check_case(scheme_params(s, 4, b), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
   for (int bits : {3, 4})
-    check_case(P("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
+    check_case(scheme_params("affine", bits, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, true);
   // 4-/8-bit batches: the int16 GEMM (affine_i16_gemm.h) over groups of 64 rows
   // (211: a tail panel of 3 rows), token slices, and 6-row tiles with a tail (200, 7).
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
       for (int64_t m : {7, 200})
-        check_case(P("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 200);
-  check_case(P("nf4", 4, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, false);
+        check_case(scheme_params("affine", bits, g), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 200);
+  check_case(scheme_params("nf4", 4, 64), Shape{211, 384}, 200, qt::Compute::F32, ActMode::Default, false);
 }
 
 // Tokens whose int16 rounding errors all have one sign (x_j = d·(n_j + 0.45), d set by one value
@@ -219,7 +209,8 @@ TEST_P(PackedLinearLevels, AffineOnThreadsMatchesReference) {
 TEST_P(PackedLinearLevels, AffineInt16RoundingErrorIsCentred) {
   const int64_t n = 64, k = 256, g = 64;
   for (int bits : {4, 8}) {
-    PackedTensor pt = qt::quantize_weights(randn(size_t(n * k), 17, 0.05f).data(), n, k, P("affine", bits, g));
+    PackedTensor pt =
+        qt::quantize_weights(randn(size_t(n * k), 17, 0.05f).data(), n, k, scheme_params("affine", bits, g));
     const auto deq = qt::dequantize_weights(pt);
     const float* b = pt.biases.as<float>();
     const float* sc = pt.scales.as<float>();
@@ -253,7 +244,7 @@ TEST_P(PackedLinearLevels, AffineInt16RoundingErrorIsCentred) {
 TEST_P(PackedLinearLevels, AffineFp32TokensWithinFp32Rounding) {
   for (int bits : {4, 8})
     for (int64_t m : {1, 200})
-      check_case(P("affine", bits, 64), Shape{211, 384}, m, qt::Compute::F32, ActMode::None, true);
+      check_case(scheme_params("affine", bits, 64), Shape{211, 384}, m, qt::Compute::F32, ActMode::None, true);
 }
 
 TEST_P(PackedLinearLevels, Bnb4BlocksSpanningRowsMatchReference) {
@@ -261,18 +252,20 @@ TEST_P(PackedLinearLevels, Bnb4BlocksSpanningRowsMatchReference) {
   for (const char* s : {"nf4", "fp4"})
     for (int b : {64, 128})
       for (int64_t m : {1, 6, 20})
-        check_case(P(s, 4, b, DType::BF16), Shape{45, 200}, m, qt::Compute::F32, ActMode::Default, m == 6);
+        check_case(scheme_params(s, 4, b, DType::BF16), Shape{45, 200}, m, qt::Compute::F32, ActMode::Default, m == 6);
 }
 
 TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
-  for (auto p : {P("affine", 4, 64), P("nf4", 4, 64)})
+  for (auto p : {scheme_params("affine", 4, 64), scheme_params("nf4", 4, 64)})
     for (int64_t m : {4, 40}) check_case(p, Shape{70, 384}, m, qt::Compute::BF16, ActMode::Default, true);
 }
 
 TEST_P(PackedLinearLevels, DequantizeRowIsTheDequantizedRow) {
-  for (auto p : {P("affine", 3, 32, DType::BF16), P("affine", 8, 128), P("nf4", 4, 64), P("fp4", 4, 128),
-                 P("nf4", 4, 64, DType::BF16), P("fp4", 4, 128, DType::BF16), P("affine", 4, 64, DType::BF16),
-                 P("int8", 8, 0), P("int8_ct", 8, 64, DType::BF16), P("int4", 4, 128)}) {
+  for (auto p :
+       {scheme_params("affine", 3, 32, DType::BF16), scheme_params("affine", 8, 128), scheme_params("nf4", 4, 64),
+        scheme_params("fp4", 4, 128), scheme_params("nf4", 4, 64, DType::BF16),
+        scheme_params("fp4", 4, 128, DType::BF16), scheme_params("affine", 4, 64, DType::BF16),
+        scheme_params("int8", 8, 0), scheme_params("int8_ct", 8, 64, DType::BF16), scheme_params("int4", 4, 128)}) {
     const int64_t n = 23, k = 256;
     auto w = randn(size_t(n * k), 5, 0.1f);
     PackedTensor pt = qt::quantize_weights(w.data(), n, k, p);
@@ -290,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, PackedLinearLevels, ::testing::ValuesIn(qt::ava
                          [](const auto& info) { return std::string(qt::kernel_level_name(info.param)); });
 
 TEST(PackedLinear, UnknownSchemeIsAUserError) {
-  PackedTensor pt = qt::quantize_weights(randn(64 * 64, 1).data(), 64, 64, P("int8", 8, 0));
+  PackedTensor pt = qt::quantize_weights(randn(64 * 64, 1).data(), 64, 64, scheme_params("int8", 8, 0));
   pt.params.scheme = "int3";
   EXPECT_THROW(qt::make_packed_linear(pt, nullptr), qt::UserError);
 }

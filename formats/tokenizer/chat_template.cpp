@@ -486,6 +486,15 @@ class StmtParser {
   }
 
  private:
+  // A block's last branch ended at `kw` (rest: that tag's remainder): `end`, or {% else %} and the
+  // else body up to `end`.
+  void else_tail(const std::string& kw, std::unique_ptr<ExprParser>& rest, Body& else_body, const char* end) {
+    rest->done();
+    if (kw == "else") {
+      body(else_body, {end}, &rest);
+      rest->done();
+    }
+  }
   std::unique_ptr<Node> parse_if(ExprParser& ep) {
     auto n = std::make_unique<Node>();
     n->kind = Node::If;
@@ -501,11 +510,7 @@ class StmtParser {
         rest->done();
         continue;
       }
-      rest->done();
-      if (kw == "else") {
-        body(n->else_body, {"endif"}, &rest);
-        rest->done();
-      }
+      else_tail(kw, rest, n->else_body, "endif");
       return n;
     }
   }
@@ -522,11 +527,7 @@ class StmtParser {
     ep.done();
     std::unique_ptr<ExprParser> rest;
     const std::string kw = body(n->body, {"endfor", "else"}, &rest);
-    rest->done();
-    if (kw == "else") {
-      body(n->else_body, {"endfor"}, &rest);
-      rest->done();
-    }
+    else_tail(kw, rest, n->else_body, "endfor");
     return n;
   }
   std::unique_ptr<Node> parse_set(ExprParser& ep) {

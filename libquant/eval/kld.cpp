@@ -73,6 +73,37 @@ double median_sorted(const std::vector<float>& v) {
   const size_t n = v.size();
   return n % 2 == 0 ? 0.5 * (double(v[n / 2]) + v[n / 2 - 1]) : double(v[n / 2]);
 }
+
+// The percentiles llama.cpp reports (perplexity.cpp), in its order: the label it prints, the key
+// in our JSON, the fraction (the median is computed apart, as llama.cpp does), and the fields of
+// the KLD (none: not reported for KLD) and of Δp.
+struct Percentile {
+  const char* label;
+  const char* key;
+  double fraction;
+  bool median;
+  double KldSummary::*kld;
+  double KldSummary::*dp;
+};
+const Percentile kPercentiles[] = {
+    {"Maximum", "max", 1.0, false, &KldSummary::kld_max, &KldSummary::dp_max},
+    {"99.9%  ", "99.9", 0.999, false, &KldSummary::kld_p999, &KldSummary::dp_p999},
+    {"99.0%  ", "99", 0.990, false, &KldSummary::kld_p99, &KldSummary::dp_p99},
+    {"95.0%  ", "95", 0.950, false, &KldSummary::kld_p95, &KldSummary::dp_p95},
+    {"90.0%  ", "90", 0.900, false, &KldSummary::kld_p90, &KldSummary::dp_p90},
+    {"75.0%  ", "75", 0.750, false, nullptr, &KldSummary::dp_p75},
+    {"Median ", "median", 0.5, true, &KldSummary::kld_median, &KldSummary::dp_median},
+    {"25.0%  ", "25", 0.250, false, nullptr, &KldSummary::dp_p25},
+    {"10.0%  ", "10", 0.100, false, &KldSummary::kld_p10, &KldSummary::dp_p10},
+    {" 5.0%  ", "5", 0.050, false, &KldSummary::kld_p5, &KldSummary::dp_p5},
+    {" 1.0%  ", "1", 0.010, false, &KldSummary::kld_p1, &KldSummary::dp_p1},
+    {" 0.1%  ", "0.1", 0.001, false, &KldSummary::kld_p01, &KldSummary::dp_p01},
+    {"Minimum", "min", 0.0, false, &KldSummary::kld_min, &KldSummary::dp_min},
+};
+
+double percentile_of(const Percentile& q, const std::vector<float>& sorted) {
+  return q.median ? median_sorted(sorted) : percentile_sorted(sorted, q.fraction);
+}
 }  // namespace
 
 KldSummary KldAccumulator::summary() const {
@@ -101,34 +132,14 @@ KldSummary KldAccumulator::summary() const {
   std::vector<float> k = kld_values_, d = p_diff_values_;
   std::sort(k.begin(), k.end());
   std::sort(d.begin(), d.end());
-  s.kld_max = k.back();
-  s.kld_p999 = percentile_sorted(k, 0.999);
-  s.kld_p99 = percentile_sorted(k, 0.990);
-  s.kld_p95 = percentile_sorted(k, 0.950);
-  s.kld_p90 = percentile_sorted(k, 0.900);
-  s.kld_median = median_sorted(k);
-  s.kld_p10 = percentile_sorted(k, 0.100);
-  s.kld_p5 = percentile_sorted(k, 0.050);
-  s.kld_p1 = percentile_sorted(k, 0.010);
-  s.kld_p01 = percentile_sorted(k, 0.001);
-  s.kld_min = k.front();
+  for (const Percentile& q : kPercentiles) {
+    if (q.kld) s.*q.kld = percentile_of(q, k);
+    s.*q.dp = percentile_of(q, d);
+  }
 
   const MeanErr dp = mean_and_uncertainty(sum_p_diff_, sum_p_diff2_, count_);
   s.dp = dp.mean;
   s.dp_err = dp.err;
-  s.dp_max = d.back();
-  s.dp_p999 = percentile_sorted(d, 0.999);
-  s.dp_p99 = percentile_sorted(d, 0.990);
-  s.dp_p95 = percentile_sorted(d, 0.950);
-  s.dp_p90 = percentile_sorted(d, 0.900);
-  s.dp_p75 = percentile_sorted(d, 0.750);
-  s.dp_median = median_sorted(d);
-  s.dp_p25 = percentile_sorted(d, 0.250);
-  s.dp_p10 = percentile_sorted(d, 0.100);
-  s.dp_p5 = percentile_sorted(d, 0.050);
-  s.dp_p1 = percentile_sorted(d, 0.010);
-  s.dp_p01 = percentile_sorted(d, 0.001);
-  s.dp_min = d.front();
 
   const MeanErr mse = mean_and_uncertainty(sum_p_diff2_, sum_p_diff4_, count_);
   s.rms_dp = std::sqrt(mse.mean);
@@ -150,38 +161,22 @@ std::string format_kld_summary(const KldSummary& s) {
   fmt::format_to(out, "Mean PPL(Q)-PPL(base)         : {:10.6f} ± {:10.6f}\n", s.diff, s.diff_err);
   fmt::format_to(out, "\n====== KL divergence statistics ======\n");
   fmt::format_to(out, "Mean    KLD: {:10.6f} ± {:10.6f}\n", s.kld, s.kld_err);
-  fmt::format_to(out, "Maximum KLD: {:10.6f}\n", s.kld_max);
-  fmt::format_to(out, "99.9%   KLD: {:10.6f}\n", s.kld_p999);
-  fmt::format_to(out, "99.0%   KLD: {:10.6f}\n", s.kld_p99);
-  fmt::format_to(out, "95.0%   KLD: {:10.6f}\n", s.kld_p95);
-  fmt::format_to(out, "90.0%   KLD: {:10.6f}\n", s.kld_p90);
-  fmt::format_to(out, "Median  KLD: {:10.6f}\n", s.kld_median);
-  fmt::format_to(out, "10.0%   KLD: {:10.6f}\n", s.kld_p10);
-  fmt::format_to(out, " 5.0%   KLD: {:10.6f}\n", s.kld_p5);
-  fmt::format_to(out, " 1.0%   KLD: {:10.6f}\n", s.kld_p1);
-  fmt::format_to(out, " 0.1%   KLD: {:10.6f}\n", s.kld_p01);
-  fmt::format_to(out, "Minimum KLD: {:10.6f}\n", s.kld_min);
+  for (const Percentile& q : kPercentiles)
+    if (q.kld) fmt::format_to(out, "{} KLD: {:10.6f}\n", q.label, s.*q.kld);
   fmt::format_to(out, "\n====== Token probability statistics ======\n");
   fmt::format_to(out, "Mean    Δp: {:6.3f} ± {:5.3f} %\n", 100.0 * s.dp, 100.0 * s.dp_err);
-  fmt::format_to(out, "Maximum Δp: {:6.3f}%\n", 100.0 * s.dp_max);
-  fmt::format_to(out, "99.9%   Δp: {:6.3f}%\n", 100.0 * s.dp_p999);
-  fmt::format_to(out, "99.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p99);
-  fmt::format_to(out, "95.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p95);
-  fmt::format_to(out, "90.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p90);
-  fmt::format_to(out, "75.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p75);
-  fmt::format_to(out, "Median  Δp: {:6.3f}%\n", 100.0 * s.dp_median);
-  fmt::format_to(out, "25.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p25);
-  fmt::format_to(out, "10.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p10);
-  fmt::format_to(out, " 5.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p5);
-  fmt::format_to(out, " 1.0%   Δp: {:6.3f}%\n", 100.0 * s.dp_p1);
-  fmt::format_to(out, " 0.1%   Δp: {:6.3f}%\n", 100.0 * s.dp_p01);
-  fmt::format_to(out, "Minimum Δp: {:6.3f}%\n", 100.0 * s.dp_min);
+  for (const Percentile& q : kPercentiles) fmt::format_to(out, "{} Δp: {:6.3f}%\n", q.label, 100.0 * s.*q.dp);
   fmt::format_to(out, "RMS Δp    : {:6.3f} ± {:5.3f} %\n", 100.0 * s.rms_dp, 100.0 * s.rms_dp_err);
   fmt::format_to(out, "Same top p: {:6.3f} ± {:5.3f} %\n", 100.0 * s.same_top, 100.0 * s.same_top_err);
   return o;
 }
 
 nlohmann::json kld_summary_json(const KldSummary& s) {
+  nlohmann::json kld_pct = nlohmann::json::object(), dp_pct = nlohmann::json::object();
+  for (const Percentile& q : kPercentiles) {
+    if (q.kld) kld_pct[q.key] = s.*q.kld;
+    dp_pct[q.key] = s.*q.dp;
+  }
   return {
       {"count", s.count},
       {"ppl", s.ppl},
@@ -197,34 +192,10 @@ nlohmann::json kld_summary_json(const KldSummary& s) {
       {"ppl_diff_err", s.diff_err},
       {"kld_mean", s.kld},
       {"kld_err", s.kld_err},
-      {"kld_percentiles",
-       {{"max", s.kld_max},
-        {"99.9", s.kld_p999},
-        {"99", s.kld_p99},
-        {"95", s.kld_p95},
-        {"90", s.kld_p90},
-        {"median", s.kld_median},
-        {"10", s.kld_p10},
-        {"5", s.kld_p5},
-        {"1", s.kld_p1},
-        {"0.1", s.kld_p01},
-        {"min", s.kld_min}}},
+      {"kld_percentiles", kld_pct},
       {"dp_mean", s.dp},
       {"dp_err", s.dp_err},
-      {"dp_percentiles",
-       {{"max", s.dp_max},
-        {"99.9", s.dp_p999},
-        {"99", s.dp_p99},
-        {"95", s.dp_p95},
-        {"90", s.dp_p90},
-        {"75", s.dp_p75},
-        {"median", s.dp_median},
-        {"25", s.dp_p25},
-        {"10", s.dp_p10},
-        {"5", s.dp_p5},
-        {"1", s.dp_p1},
-        {"0.1", s.dp_p01},
-        {"min", s.dp_min}}},
+      {"dp_percentiles", dp_pct},
       {"rms_dp", s.rms_dp},
       {"rms_dp_err", s.rms_dp_err},
       {"same_top", s.same_top},

@@ -67,17 +67,8 @@ QT_VNNI void tile(const TileArgs& t) {
 }
 
 using TileFn = void (*)(const TileArgs&);
-template <int R>
-constexpr std::array<TileFn, kNP + 1> tiles_of_rows() {
-  return {nullptr, tile<R, 1>, tile<R, 2>, tile<R, 3>, tile<R, 4>};
-}
-constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {std::array<TileFn, kNP + 1>{},
-                                                                     tiles_of_rows<1>(),
-                                                                     tiles_of_rows<2>(),
-                                                                     tiles_of_rows<3>(),
-                                                                     tiles_of_rows<4>(),
-                                                                     tiles_of_rows<5>(),
-                                                                     tiles_of_rows<6>()};
+// kTiles[rows][panels]
+constexpr auto kTiles = tile_table<TileFn, kMR, kNP>([]<int R, int P>() -> TileFn { return tile<R, P>; });
 
 void run_tile(const TileArgs& t, int rows, int np) { kTiles[size_t(rows)][size_t(np)](t); }
 

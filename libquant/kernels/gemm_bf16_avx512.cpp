@@ -9,6 +9,7 @@
 
 #include "libquant/kernels/bf16.h"
 #include "libquant/kernels/gemm.h"
+#include "libquant/kernels/gemm_avx512_tile.h"
 
 #define QT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
@@ -19,11 +20,6 @@ constexpr int MR = 8;
 constexpr int NV = 3;  // zmm per row
 constexpr int NR = NV * 16;
 constexpr int KC = 4096;  // k values per pass: no slicing for typical K (see the f32 kernel)
-
-QT_AVX512BF16 inline __mmask16 col_mask(int cols, int j) {
-  int r = cols - 16 * j;
-  return r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
-}
 
 template <int R>
 QT_AVX512BF16 void tile_r(int cols, int64_t kc, const uint16_t* a, int64_t lda, const uint16_t* b, float* c,
@@ -47,37 +43,14 @@ QT_AVX512BF16 void tile_r(int cols, int64_t kc, const uint16_t* a, int64_t lda, 
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
     }
   }
-  __mmask16 mk[NV];
-  __m512 bb[NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) {
-    mk[j] = col_mask(cols, j);
-    bb[j] = bias ? _mm512_maskz_loadu_ps(mk[j], bias + 16 * j) : _mm512_setzero_ps();
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) {
-      float* p = c + i * ldc + 16 * j;
-      __m512 old = first ? bb[j] : _mm512_maskz_loadu_ps(mk[j], p);
-      _mm512_mask_storeu_ps(p, mk[j], _mm512_add_ps(acc[i][j], old));
-    }
+  store_tile<R, NV>(acc, cols, c, ldc, first, bias);
 }
 
 void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c, int64_t ldc,
           bool first, const float* bias) {
   auto a = static_cast<const uint16_t*>(av);
   auto b = static_cast<const uint16_t*>(bv);
-  switch (rows) {
-    case 8: return tile_r<8>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 7: return tile_r<7>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 6: return tile_r<6>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 5: return tile_r<5>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 4: return tile_r<4>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 3: return tile_r<3>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 2: return tile_r<2>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 1: return tile_r<1>(cols, kc, a, lda, b, c, ldc, first, bias);
-  }
+  with_tile_rows<MR>(rows, [&]<int R>() { tile_r<R>(cols, kc, a, lda, b, c, ldc, first, bias); });
 }
 
 // 32 values of a row at a time are rounded by VCVTNE2PS2BF16 (round_bf16's rule, bf16.h) into 16

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "libquant/kernels/gemm.h"
+#include "libquant/kernels/gemm_avx512_tile.h"
 
 #define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
@@ -19,11 +20,6 @@ constexpr int NR = NV * 16;
 // K slice: no slicing for typical K. Measured on Zen 4: a KC×NR slice that fits L1 (KC ≲ 96)
 // costs more in reloads of the C tile than it saves; the panel streams from L2 at full speed.
 constexpr int KC = 4096;
-
-QT_AVX512 inline __mmask16 col_mask(int cols, int j) {
-  int r = cols - 16 * j;
-  return r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
-}
 
 template <int R>
 QT_AVX512 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
@@ -44,37 +40,14 @@ QT_AVX512 void tile_r(int cols, int64_t kc, const float* a, int64_t lda, const f
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
   }
-  __mmask16 mk[NV];
-  __m512 bb[NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NV; ++j) {
-    mk[j] = col_mask(cols, j);
-    bb[j] = bias ? _mm512_maskz_loadu_ps(mk[j], bias + 16 * j) : _mm512_setzero_ps();
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 16
-    for (int j = 0; j < NV; ++j) {
-      float* p = c + i * ldc + 16 * j;
-      __m512 old = first ? bb[j] : _mm512_maskz_loadu_ps(mk[j], p);
-      _mm512_mask_storeu_ps(p, mk[j], _mm512_add_ps(acc[i][j], old));
-    }
+  store_tile<R, NV>(acc, cols, c, ldc, first, bias);
 }
 
 void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const void* bv, float* c, int64_t ldc,
           bool first, const float* bias) {
   auto a = static_cast<const float*>(av);
   auto b = static_cast<const float*>(bv);
-  switch (rows) {
-    case 8: return tile_r<8>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 7: return tile_r<7>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 6: return tile_r<6>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 5: return tile_r<5>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 4: return tile_r<4>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 3: return tile_r<3>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 2: return tile_r<2>(cols, kc, a, lda, b, c, ldc, first, bias);
-    case 1: return tile_r<1>(cols, kc, a, lda, b, c, ldc, first, bias);
-  }
+  with_tile_rows<MR>(rows, [&]<int R>() { tile_r<R>(cols, kc, a, lda, b, c, ldc, first, bias); });
 }
 
 void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {

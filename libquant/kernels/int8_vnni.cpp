@@ -93,18 +93,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile(const Int8Vnni&
 }
 
 using TileFn = void (*)(const Int8Vnni&, int64_t, const uint8_t*, int64_t, const float*, float*, int64_t, __mmask16);
-template <int R>
-constexpr std::array<TileFn, kNP + 1> tiles_of_rows() {
-  return {nullptr, tile<R, 1>, tile<R, 2>, tile<R, 3>, tile<R, 4>};
-}
 // kTiles[rows][panels]
-constexpr std::array<std::array<TileFn, kNP + 1>, kMR + 1> kTiles = {std::array<TileFn, kNP + 1>{},
-                                                                     tiles_of_rows<1>(),
-                                                                     tiles_of_rows<2>(),
-                                                                     tiles_of_rows<3>(),
-                                                                     tiles_of_rows<4>(),
-                                                                     tiles_of_rows<5>(),
-                                                                     tiles_of_rows<6>()};
+constexpr auto kTiles = tile_table<TileFn, kMR, kNP>([]<int R, int P>() -> TileFn { return tile<R, P>; });
 
 }  // namespace
 

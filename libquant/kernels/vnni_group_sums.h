@@ -6,8 +6,10 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace qt::kernels {
 
@@ -46,6 +48,23 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void vnni_group
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) _mm512_store_si512(acc_out + (r * NP + q) * 16, acc[r][q]);
+}
+
+// Both GEMMs' dispatch table of tile instances: table[rows][panels] = make.operator()<rows,
+// panels>() for rows 1..MR token rows and 1..NP panels; row 0 and column 0 are null.
+template <class Fn, int MR, int NP>
+using TileTable = std::array<std::array<Fn, NP + 1>, MR + 1>;
+template <class Fn, int R, int NP, class Make, int... P>
+constexpr std::array<Fn, NP + 1> tile_row(Make make, std::integer_sequence<int, P...>) {
+  return {Fn{}, make.template operator()<R, P + 1>()...};
+}
+template <class Fn, int MR, int NP, class Make, int... R>
+constexpr TileTable<Fn, MR, NP> tile_rows(Make make, std::integer_sequence<int, R...>) {
+  return {std::array<Fn, NP + 1>{}, tile_row<Fn, R + 1, NP>(make, std::make_integer_sequence<int, NP>{})...};
+}
+template <class Fn, int MR, int NP, class Make>
+constexpr TileTable<Fn, MR, NP> tile_table(Make make) {
+  return tile_rows<Fn, MR, NP>(make, std::make_integer_sequence<int, MR>{});
 }
 
 }  // namespace qt::kernels

@@ -143,20 +143,72 @@ GroupParams bnb4_fit_rtn(const float* v, int64_t n);
 int bnb4_grid_code(float x, float absmax, const Bnb4Book& book);
 void bnb4_pack_row(const int16_t* q, int64_t cols, uint8_t* dst);
 
-// compressed-tensors' symmetric groups (int8_ct, int4_ct): per row and group, s = ct_scale, stored
-// to `scales`; then codes(v, n, s, first element's index) writes the group's codes.
-template <class Codes>
-void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, float top,
-                         OutTensor& scales, Codes codes) {
+// The row of a bitsandbytes 4-bit scheme (nf4.cpp, fp4.cpp): the two differ only in their code
+// book (Table: the 16 values by code; Order: as Bnb4Book's) and their names.
+template <const float* Table, const uint8_t* Order>
+struct Bnb4Scheme {
+  static const Bnb4Book& book() {
+    static const Bnb4Book b(Table, Order);
+    return b;
+  }
+  static PackedTensor quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
+    return bnb4_quantize(w, rows, cols, p, book());
+  }
+  static void dequantize(const PackedTensor& t, float* out) { bnb4_dequantize(t, Table, out); }
+  static GroupParams fit_rtn(const float* v, int64_t n, const SchemeParams&) { return bnb4_fit_rtn(v, n); }
+  static int grid_code(float x, const GroupParams& g, const SchemeParams&) {
+    return bnb4_grid_code(x, g.scale, book());
+  }
+  static float value(int q, const GroupParams& g, const SchemeParams& p) {
+    return bnb4_value(Table, q, g.scale, p.dtype);
+  }
+  static void pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) {
+    bnb4_pack_row(q, cols, dst);
+  }
+  static Scheme row(const char* name, const char* summary) {
+    return {
+        .name = name,
+        .summary = summary,
+        .bits = {4},
+        .group_sizes = {64, 128},
+        .default_bits = 4,
+        .default_group_size = 64,
+        .flat_blocks = true,
+        .col_align = 1,
+        .kernel = KernelFamily::CodeBook4,
+        .kernel_form = nullptr,
+        .grid = {GridKind::Table, 0, 15, 0.0f, Table, fit_rtn, grid_code, value, pack_row},
+        .layouts = {{"bnb"}, {"native"}},
+        .gguf = {{0, "iq4_nl"}},
+        .layout = bnb4_layout,
+        .quantize = quantize,
+        .dequantize = dequantize,
+    };
+  }
+};
+
+// Symmetric groups: per row and group, s = scale(the group's absmax), stored to `scales` (in its
+// dtype); then codes(v, n, s, first element's index) writes the group's codes.
+template <class Scale, class Codes>
+void symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, OutTensor& scales, Scale scale,
+                      Codes codes) {
   const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float* v = w + r * cols + g * gl;
-      const float s = ct_scale(span_absmax(v, gl), top, p.dtype);
+      const float s = scale(span_absmax(v, gl));
       codes(v, gl, s, r * cols + g * gl);
       scales.store_float(size_t(r * ng + g), s);
     }
+}
+
+// compressed-tensors' symmetric groups (int8_ct, int4_ct): s = ct_scale.
+template <class Codes>
+void ct_symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemeParams& p, float top,
+                         OutTensor& scales, Codes codes) {
+  symmetric_groups(
+      w, rows, cols, p, scales, [&](float absmax) { return ct_scale(absmax, top, p.dtype); }, codes);
 }
 
 }  // namespace qt::schemes_detail

@@ -34,44 +34,11 @@ constexpr float kFp4Table[16] = {
 };
 constexpr uint8_t kFp4Order[16] = {11, 10, 13, 12, 15, 14, 9, 0, 8, 1, 6, 7, 4, 5, 2, 3};
 
-const Bnb4Book& book() {
-  static const Bnb4Book b(kFp4Table, kFp4Order);
-  return b;
-}
-
-PackedTensor fp4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
-  return bnb4_quantize(w, rows, cols, p, book());
-}
-void fp4_dequantize(const PackedTensor& t, float* out) { bnb4_dequantize(t, kFp4Table, out); }
-
-GroupParams fp4_fit_rtn(const float* v, int64_t n, const SchemeParams&) { return bnb4_fit_rtn(v, n); }
-int fp4_grid_code(float x, const GroupParams& g, const SchemeParams&) { return bnb4_grid_code(x, g.scale, book()); }
-float fp4_value(int q, const GroupParams& g, const SchemeParams& p) {
-  return bnb4_value(kFp4Table, q, g.scale, p.dtype);
-}
-void fp4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) { bnb4_pack_row(q, cols, dst); }
-
 }  // namespace
 
 const float* fp4_table() { return kFp4Table; }
 
-const Scheme kFp4 = {
-    .name = "fp4",
-    .summary = "bitsandbytes FP4 (e2m1, normalised by 12): blockwise absmax (fp32) over the flattened tensor",
-    .bits = {4},
-    .group_sizes = {64, 128},
-    .default_bits = 4,
-    .default_group_size = 64,
-    .flat_blocks = true,
-    .col_align = 1,
-    .kernel = KernelFamily::CodeBook4,
-    .kernel_form = nullptr,
-    .grid = {GridKind::Table, 0, 15, 0.0f, kFp4Table, fp4_fit_rtn, fp4_grid_code, fp4_value, fp4_pack_row},
-    .layouts = {{"bnb"}, {"native"}},
-    .gguf = {{0, "iq4_nl"}},
-    .layout = bnb4_layout,
-    .quantize = fp4_quantize,
-    .dequantize = fp4_dequantize,
-};
+const Scheme kFp4 = Bnb4Scheme<kFp4Table, kFp4Order>::row(
+    "fp4", "bitsandbytes FP4 (e2m1, normalised by 12): blockwise absmax (fp32) over the flattened tensor");
 
 }  // namespace qt::schemes_detail

@@ -30,22 +30,16 @@ inline float int4_code(float x, float s) { return cider_code(x, s, -8.0f, 7.0f) 
 PackedTensor int4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = int4_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
-  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
   uint8_t* out = data.as<uint8_t>();
-  float* sc = scales.as<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < ng; ++g) {
-      const float* v = w + r * cols + g * gl;
-      const float s = cider_scale(span_absmax(v, gl), 7.0f);
-      for (int64_t i = 0; i < gl; ++i) {
-        const float u = int4_code(v[i], s);
-        int64_t k = g * gl + i;  // column; gl is even, so pairs never straddle groups
-        uint8_t& b = out[r * (cols / 2) + k / 2];
-        b |= (k % 2 == 0) ? uint8_t(uint8_t(u) << 4) : uint8_t(u);
-      }
-      sc[r * ng + g] = s;
-    }
+  symmetric_groups(
+      w, rows, cols, p, scales, [](float absmax) { return cider_scale(absmax, 7.0f); },
+      [&](const float* v, int64_t n, float s, int64_t at) {
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t k = at + i;  // cols and group lengths are even: pairs never straddle groups
+          const float u = int4_code(v[i], s);
+          out[k / 2] |= (k % 2 == 0) ? uint8_t(uint8_t(u) << 4) : uint8_t(u);
+        }
+      });
   return finish_packed(p, rows, cols, data, scales);
 }
 

@@ -119,17 +119,10 @@ void int8_ct_codes(const float* v, int64_t n, float s, DType T, int8_t* q) {
 PackedTensor int8_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p) {
   PackedLayout l = int8_layout(p, rows, cols);
   OutTensor data(l.data), scales(l.scales);
-  const int64_t ng = n_groups(p, cols), gl = group_len(p, cols);
   int8_t* q = data.as<int8_t>();
-  float* sc = scales.as<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < ng; ++g) {
-      const float* v = w + r * cols + g * gl;
-      const float s = cider_scale(span_absmax(v, gl), 127.0f);
-      int8_codes(v, gl, s, q + r * cols + g * gl);
-      sc[r * ng + g] = s;
-    }
+  symmetric_groups(
+      w, rows, cols, p, scales, [](float absmax) { return cider_scale(absmax, 127.0f); },
+      [&](const float* v, int64_t n, float s, int64_t at) { int8_codes(v, n, s, q + at); });
   return finish_packed(p, rows, cols, data, scales);
 }
 
@@ -211,25 +204,21 @@ const Scheme kInt8 = {
     .dequantize = int8_dequantize,
 };
 
-const Scheme kInt8Ct = {
-    .name = "int8_ct",
-    .summary = "W8A8 symmetric int8 as compressed-tensors computes it: scale absmax/127.5 in the weights' dtype",
-    .bits = {8},
-    .group_sizes = {0, 64, 128},
-    .default_bits = 8,
-    .default_group_size = 0,
-    .flat_blocks = false,
-    .col_align = 1,
-    .kernel = KernelFamily::Int8PerToken,
-    .kernel_form = nullptr,
-    .grid = {GridKind::Symmetric, -128, 127, 127.5f, nullptr, int8_ct_fit_rtn, int8_ct_grid_code, int8_ct_value,
-             int8_pack_row},
-    .layouts = {{"compressed-tensors"}, {"native"}},
-    .gguf = {{0, "q8_0"}},
-    .layout = int8_ct_layout,
-    .quantize = int8_ct_quantize,
-    .dequantize = int8_ct_dequantize,
-};
+// int8's row but for how compressed-tensors computes the scale and the codes.
+const Scheme kInt8Ct = [] {
+  Scheme s = kInt8;
+  s.name = "int8_ct";
+  s.summary = "W8A8 symmetric int8 as compressed-tensors computes it: scale absmax/127.5 in the weights' dtype";
+  s.grid.top = 127.5f;  // same code range and packing
+  s.grid.fit_rtn = int8_ct_fit_rtn;
+  s.grid.code = int8_ct_grid_code;
+  s.grid.value = int8_ct_value;
+  s.layouts = {{"compressed-tensors"}, {"native"}};
+  s.layout = int8_ct_layout;
+  s.quantize = int8_ct_quantize;
+  s.dequantize = int8_ct_dequantize;
+  return s;
+}();
 
 }  // namespace schemes_detail
 }  // namespace qt
