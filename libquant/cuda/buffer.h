@@ -1,5 +1,6 @@
 // DeviceBuffer: one cudaMalloc'ed array, freed with its owner; PinnedBuffer: the same in page-locked
-// host memory (cudaMallocHost: asynchronous copies to and from the device).
+// host memory (cudaMallocHost: asynchronous copies to and from the device). One class, the
+// allocator and its free function as parameters.
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -8,13 +9,14 @@
 
 namespace qt::cuda {
 
-class DeviceBuffer {
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { resize(bytes); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer() = default;
+  explicit CudaBuffer(size_t bytes) { resize(bytes); }
+  ~CudaBuffer() { release(); }
+  CudaBuffer(CudaBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       release();
       p_ = std::exchange(o.p_, nullptr);
@@ -26,7 +28,7 @@ class DeviceBuffer {
   void resize(size_t bytes) {
     if (bytes == n_) return;
     release();
-    if (bytes) QT_CUDA_CHECK(cudaMalloc(&p_, bytes));
+    if (bytes) QT_CUDA_CHECK(Alloc(&p_, bytes));
     n_ = bytes;
   }
   // At least `bytes` (grows only).
@@ -41,7 +43,7 @@ class DeviceBuffer {
 
  private:
   void release() {
-    if (p_) cudaFree(p_);
+    if (p_) Free(p_);
     p_ = nullptr;
     n_ = 0;
   }
@@ -49,33 +51,7 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  // Exactly `bytes` (contents lost when it reallocates).
-  void resize(size_t bytes) {
-    if (bytes == n_) return;
-    release();
-    if (bytes) QT_CUDA_CHECK(cudaMallocHost(&p_, bytes));
-    n_ = bytes;
-  }
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return n_; }
-
- private:
-  void release() {
-    if (p_) cudaFreeHost(p_);
-    p_ = nullptr;
-    n_ = 0;
-  }
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
+using DeviceBuffer = CudaBuffer<cudaMalloc, cudaFree>;
+using PinnedBuffer = CudaBuffer<cudaMallocHost, cudaFreeHost>;
 
 }  // namespace qt::cuda
