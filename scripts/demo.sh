@@ -106,8 +106,8 @@ if [ -n "${LLAMA_BIN:-}" ]; then
   # llama.cpp's own: its imatrix on the same text and chunks, llama-quantize from our F32 GGUF.
   step "llama.cpp F32 GGUF" $Q convert --in "$SRC" --out "$W/f32.gguf" --format gguf --gguf-type f32 --force >/dev/null
   step "llama.cpp imatrix" "$LLAMA_BIN/llama-imatrix" -m "$W/f32.gguf" -f "$V" -c 512 --chunks "$STATS_CHUNKS" \
-    -o "$W/imatrix.dat" > "$W/rows/llama-imatrix.log" 2>&1
-  step "quantize llama-q4_k_m-imatrix" "$LLAMA_BIN/llama-quantize" --imatrix "$W/imatrix.dat" "$W/f32.gguf" \
+    -o "$W/imatrix.gguf" > "$W/rows/llama-imatrix.log" 2>&1
+  step "quantize llama-q4_k_m-imatrix" "$LLAMA_BIN/llama-quantize" --imatrix "$W/imatrix.gguf" "$W/f32.gguf" \
     "$W/llama-q4_k_m.gguf" Q4_K_M > "$W/rows/llama-quantize.log" 2>&1
   evaluate llama-q4_k_m-imatrix "GGUF Q4_K_M + imatrix (llama-quantize)" \
     "quantize llama-q4_k_m-imatrix,llama.cpp imatrix,llama.cpp F32 GGUF" "llama-quantize --imatrix … Q4_K_M" \
