@@ -194,6 +194,10 @@ int run(const Args& a) {
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  // The sparse FFN's quantized layouts (stacked experts, routers kept float) are not written yet.
+  if (ck.config.is_moe() && (planner.active() || a.rotate || std::string(layout->name) != "hf"))
+    user_error("{}: {} is a mixture-of-experts model; convert writes it unquantized to --format hf only", a.in,
+               ck.config.arch);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
     calib::rotate_residual(ck, a.rotate_seed);
