@@ -2,7 +2,8 @@
 // tiny random models (tests/golden/make_arch_logits_golden.py: tiny-qwen3-moe with a dense middle
 // layer and unrenormalised top-2 weights, tiny-mixtral renormalised; 4 experts, head_dim 32):
 // the batch forward, token by token, eval-ppl's chunks with KV methods and a KL baseline, the
-// config round trip and `convert --format hf` back to the same logits; quantized layouts refused.
+// config round trip and `convert --format hf` back to the same logits; compressed-tensors with the
+// routers kept float; the other quantized layouts refused.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "libquant/eval/perplexity.h"
 #include "libquant/kv/spec.h"
 #include "libquant/model/llama.h"
+#include "libquant/schemes/packed_io.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -169,8 +171,8 @@ TEST_P(TinyMoe, PerplexityKvMethodsAndKld) {
 }
 
 // convert --format hf (f32 and the source's bf16): the folder reads back to the same
-// configuration and gives transformers' logits; bf16 is the source's bytes. Quantized layouts
-// and GGUF are refused with one line (exit 2); inspect runs.
+// configuration and gives transformers' logits. mlx, native, bnb and GGUF, and --rotate, are
+// refused with one line (exit 2); inspect runs.
 TEST_P(TinyMoe, ConvertHfRoundTripAndRefusals) {
   Golden g = golden(GetParam());
   const std::string tmp = test::temp_dir("moe_" + GetParam());
@@ -191,8 +193,9 @@ TEST_P(TinyMoe, ConvertHfRoundTripAndRefusals) {
     EXPECT_LT(max_abs_diff(logits(ck, g.ids, "f32", false), g.logits), 1e-4);
     ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " inspect " + out, &log), 0) << log;
   }
-  for (const char* args : {"--scheme int8 --group-size 0", "--scheme affine --bits 8 --group-size 32",
-                           "--format gguf --gguf-type f16", "--format native"}) {
+  for (const char* args :
+       {"--scheme affine --bits 8 --group-size 32", "--scheme nf4", "--scheme int4", "--format gguf --gguf-type f16",
+        "--format native", "--format mlx", "--scheme int8 --group-size 0 --rotate"}) {
     SCOPED_TRACE(args);
     const std::string out = tmp + "/refused" + (std::string(args).find("gguf") != std::string::npos ? ".gguf" : "");
     EXPECT_EQ(
@@ -200,6 +203,52 @@ TEST_P(TinyMoe, ConvertHfRoundTripAndRefusals) {
         2)
         << log;
     EXPECT_NE(log.find("error:"), std::string::npos) << log;
+  }
+}
+
+// compressed-tensors (int8 per channel, W8A8; int4_ct W4A16 groups of 32): every expert and
+// attention projection quantized, the routers kept float and listed in "ignore" (as
+// llm-compressor's MoE recipes leave them); read back, run with the packed Linears. A sanity
+// bound on the logits only (test_arch_layouts: these random tiny models amplify rounding).
+TEST_P(TinyMoe, CompressedTensorsKeepsRoutersFloat) {
+  Golden g = golden(GetParam());
+  const ModelConfig& c = g.ck.config;
+  const std::string tmp = test::temp_dir("moe_ct_" + GetParam());
+  std::string log;
+  struct Case {
+    const char* args;
+    double tol;
+  };
+  for (const Case& k : {Case{"--scheme int8 --group-size 0", 0.6}, Case{"--scheme int4_ct --group-size 32", 4.0}}) {
+    SCOPED_TRACE(k.args);
+    const std::string out = tmp + "/" + std::to_string(k.tol);
+    ASSERT_EQ(test::run_cmd(
+                  test::quanttool_bin() + " convert --in " + tiny(GetParam()) + " --out " + out + " " + k.args, &log),
+              0)
+        << log;
+    Checkpoint ck = load_checkpoint(out);
+    EXPECT_EQ(ck.source_kind, "compressed-tensors");
+    const json ignore = read_json(out + "/config.json")["quantization_config"]["ignore"];
+    int routers = 0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (!c.is_moe_layer(l)) continue;
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const std::string router = p + c.desc().moe->router;
+      EXPECT_FALSE(packed_weight(ck, router + ".weight")) << router;
+      EXPECT_TRUE(is_float(ck.get(router + ".weight").dtype));
+      EXPECT_NE(std::find(ignore.begin(), ignore.end(), router), ignore.end()) << router;
+      EXPECT_TRUE(packed_weight(ck, p + c.desc().moe->experts + ".3." + c.desc().moe->gate + ".weight"));
+      ++routers;
+    }
+    EXPECT_GT(routers, 0);
+    LlamaModel m(ck, checkpoint_linear_factory(ck, {}));
+    const int n = int(g.ids.size());
+    auto cache = m.make_cache(n);
+    std::vector<float> got(size_t(n) * c.vocab);
+    m.forward(g.ids.data(), n, 0, *cache, 0, n, got.data());
+    const double d = max_abs_diff(got, g.logits);
+    std::printf("tiny-%s %s max |dlogit| %.3g\n", GetParam().c_str(), k.args, d);
+    EXPECT_LT(d, k.tol);
   }
 }
 
