@@ -420,6 +420,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const ArchDesc* row = arch_by_gguf(arch);
   if (!row) user_error("{}: unsupported GGUF architecture '{}' (read from GGUF: llama, qwen2, qwen3)", path, arch);
   auto key = [&](const char* k) { return arch + "." + k; };
+  // Mixtral's GGUFs say "llama" and hold merged experts (ffn_gate_exps): not read yet.
+  if (g.get_int_or(key("expert_count"), 0) > 0)
+    user_error("{}: a mixture-of-experts GGUF ({} experts); read its HF folder instead", path,
+               g.get_int_or(key("expert_count"), 0));
 
   ModelConfig c;
   c.arch = row->model_type;

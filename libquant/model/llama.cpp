@@ -423,12 +423,15 @@ void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out) {
     const int s0 = count[size_t(e)], m = count[size_t(e) + 1] - s0;
     if (m == 0) continue;
     const Layer::Expert& X = L.experts[size_t(e)];
+#pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))
     for (int i = 0; i < m; ++i)
       std::memcpy(moe_x_.data() + size_t(i) * H, in + size_t(tok[size_t(s0 + i)]) * H, sizeof(float) * size_t(H));
     linear(*X.gate, &L.prefix, X.gate_name.c_str(), moe_x_.data(), m, moe_g_.data());
     linear(*X.up, &L.prefix, X.up_name.c_str(), moe_x_.data(), m, moe_u_.data());
     ops::swiglu(moe_g_.data(), moe_u_.data(), moe_g_.data(), m, F);
     linear(*X.down, &L.prefix, X.down_name.c_str(), moe_g_.data(), m, moe_y_.data());
+    // An expert sees a token at most once: its rows add into distinct output rows.
+#pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))
     for (int i = 0; i < m; ++i) {
       float* o = out + size_t(tok[size_t(s0 + i)]) * H;
       const float* y = moe_y_.data() + size_t(i) * H;
