@@ -206,13 +206,14 @@ int run(const Args& a) {
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
   // A mixture of experts goes to the layouts that store each expert's projections under their HF
-  // names (hf; compressed-tensors, read per expert by vLLM), uncalibrated; mlx_lm, bnb and
+  // names (hf; compressed-tensors, read per expert by vLLM; native), uncalibrated; mlx_lm, bnb and
   // llama.cpp stack the experts, which the writers do not yet.
   const std::string lname = layout->name;
-  if (ck.config.is_moe() && (a.rotate || calib.active() || (lname != "hf" && lname != "compressed-tensors")))
+  if (ck.config.is_moe() &&
+      (a.rotate || calib.active() || (lname != "hf" && lname != "compressed-tensors" && lname != "native")))
     user_error(
-        "{}: {} is a mixture-of-experts model; convert writes it to --format hf or compressed-tensors only, "
-        "without --rotate or calibration",
+        "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors or native "
+        "only, without --rotate or calibration",
         a.in, ck.config.arch);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
