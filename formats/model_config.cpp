@@ -555,7 +555,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["num_experts_per_tok"] = n_experts_per_tok;
     j["moe_intermediate_size"] = moe_intermediate;
     j["norm_topk_prob"] = norm_topk_prob;
-    // Which layers are dense, as the list alone (decoder_sparse_step 1 makes every other layer sparse).
+    // The dense layers as a list; with decoder_sparse_step 1 every layer not listed is sparse.
     j["decoder_sparse_step"] = 1;
     json dense = json::array();
     for (int i = 0; i < n_layers; ++i)
