@@ -73,6 +73,17 @@ DType source_dtype(const Checkpoint& ck) {
   return d == DType::F16 || d == DType::BF16 ? d : DType::F32;
 }
 
+// A mixture of experts keeps its routers float, as llm-compressor's MoE recipes do (ignore
+// "re:.*mlp.gate$"): the top-k choice turns on small differences of the router's logits.
+void keep_routers_float(const ModelConfig& c, QuantPlan* plan) {
+  if (!c.is_moe()) return;
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    const std::string name = "model.layers." + std::to_string(l) + "." + c.desc().moe->router + ".weight";
+    if (plan->tensors.erase(name)) plan->skipped[name] = "mixture-of-experts router, kept float";
+  }
+}
+
 bool is_nonempty(const fs::path& p) {
   if (!fs::exists(fs::symlink_status(p))) return false;
   if (!fs::is_directory(p)) return true;
@@ -194,6 +205,16 @@ int run(const Args& a) {
   if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  // A mixture of experts goes to the layouts that store each expert's projections under their HF
+  // names (hf; compressed-tensors, read per expert by vLLM; native), uncalibrated; mlx_lm, bnb and
+  // llama.cpp stack the experts, which the writers do not yet.
+  const std::string lname = layout->name;
+  if (ck.config.is_moe() &&
+      (a.rotate || calib.active() || (lname != "hf" && lname != "compressed-tensors" && lname != "native")))
+    user_error(
+        "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors or native "
+        "only, without --rotate or calibration",
+        a.in, ck.config.arch);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
     calib::rotate_residual(ck, a.rotate_seed);
@@ -214,7 +235,8 @@ int run(const Args& a) {
     for (auto& [name, t] : ck.tensors) t = materialize(t);
   calib.prepare(ck);
   if (planner.active()) {
-    const QuantPlan plan = planner.plan(ck);
+    QuantPlan plan = planner.plan(ck);
+    keep_routers_float(ck.config, &plan);
     ck = calib::pack_checkpoint(std::move(ck), plan, *layout, calib);
     for (const std::string& line : plan_summary(plan)) std::printf("%s\n", line.c_str());
     if (calib.active()) std::printf("calibration: %s\n", calib.describe().c_str());

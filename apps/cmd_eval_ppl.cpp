@@ -17,6 +17,7 @@
 #include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "libquant/cpu_features.h"
+#include "apps/cuda_guard.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/eval/ppl_parts.h"
@@ -364,6 +365,7 @@ int run_cuda(const Options& o) {
   const std::string text = read_text(o.text);
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
+  refuse_moe_on_cuda(ck);
   cuda::check_supported(ck);
   const ModelConfig cfg = ck.config;
   {  // the KV cache on the GPU: f16 (the default), or a method cuda runs (libquant/cuda/kv.h)
@@ -389,6 +391,7 @@ int run_cuda(const Options& o) {
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);
     if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
+    refuse_moe_on_cuda(bk);
     cuda::check_supported(bk);
     base = std::make_unique<cuda::GpuModel>(std::move(bk));
   }

@@ -171,6 +171,13 @@ int run(const std::string& path, const std::string& json_path) {
     for (int i = 0; i < c.n_layers; ++i) n += !c.has_rope(i);
     std::printf("  no rope       on %d of %d layers\n", n, c.n_layers);
   }
+  if (c.is_moe()) {
+    int n_sparse = 0;
+    for (int i = 0; i < c.n_layers; ++i) n_sparse += c.is_moe_layer(i);
+    std::printf("  experts       %d of %d rows on %d of %d layers, top %d per token%s\n", c.n_experts,
+                c.moe_intermediate, n_sparse, c.n_layers, c.n_experts_per_tok,
+                c.norm_topk_prob ? " (weights renormalised)" : "");
+  }
   std::printf("  vocabulary    %d, %s embeddings\n", c.vocab, c.tie_word_embeddings ? "tied" : "separate");
   std::printf("  parameters    %s (%.1f M)\n", grouped(c.n_params()).c_str(), c.n_params() / 1e6);
   if (s.tokenizer) {

@@ -14,21 +14,29 @@ constexpr BlockNorms kSandwichNorms{"input_layernorm", "post_attention_layernorm
 // (modeling_olmo2.py Olmo2DecoderLayer).
 constexpr BlockNorms kPostNorms{nullptr, "post_attention_layernorm", nullptr, "post_feedforward_layernorm"};
 
+// qwen3_moe: model.layers.N.mlp.gate / mlp.experts.E.gate_proj (Qwen3MoeSparseMoeBlock);
+// mixtral: block_sparse_moe.gate / block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down), the
+// names transformers 5 still writes on save_pretrained (it fuses the experts in memory only).
+constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts", "gate_proj", "up_proj", "down_proj", false};
+constexpr MoeNames kMixtral{"block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true};
+
 using A = Activation;
 using Q = QkNorm;
 
 // clang-format off
 constexpr ArchDesc kArchs[] = {
-  // model_type     hf_class               gguf     reads  max_pos   theta  hdim  tied   qkv_b  qk_norm     norms           1+w    emb√H  act          gemma  fused  no_rope
-  {"llama",       "LlamaForCausalLM",     "llama", true,  2048,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false},
-  {"mistral",     "MistralForCausalLM",   "llama", false, 4096*32,  1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false},
-  {"qwen2",       "Qwen2ForCausalLM",     "qwen2", true,  32768,    1e4,   0,    false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false},
-  {"qwen3",       "Qwen3ForCausalLM",     "qwen3", true,  32768,    1e4,   128,  false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false},
-  {"gemma2",      "Gemma2ForCausalLM",    "",      false, 8192,     1e4,   256,  true,  false, Q::None,    kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false},
-  {"gemma3_text", "Gemma3ForCausalLM",    "",      false, 131072,   1e6,   256,  true,  false, Q::PerHead, kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false},
-  {"phi3",        "Phi3ForCausalLM",      "",      false, 4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false},
-  {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false},
-  {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true},
+  // model_type     hf_class               gguf     reads  max_pos   theta  hdim  tied   qkv_b  qk_norm     norms           1+w    emb√H  act          gemma  fused  no_rope  moe
+  {"llama",       "LlamaForCausalLM",     "llama", true,  2048,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
+  {"mistral",     "MistralForCausalLM",   "llama", false, 4096*32,  1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
+  {"qwen2",       "Qwen2ForCausalLM",     "qwen2", true,  32768,    1e4,   0,    false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
+  {"qwen3",       "Qwen3ForCausalLM",     "qwen3", true,  32768,    1e4,   128,  false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
+  {"gemma2",      "Gemma2ForCausalLM",    "",      false, 8192,     1e4,   256,  true,  false, Q::None,    kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false,  nullptr},
+  {"gemma3_text", "Gemma3ForCausalLM",    "",      false, 131072,   1e6,   256,  true,  false, Q::PerHead, kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false,  nullptr},
+  {"phi3",        "Phi3ForCausalLM",      "",      false, 4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false,  nullptr},
+  {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false,  nullptr},
+  {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true,   nullptr},
+  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "",      false, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe},
+  {"mixtral",     "MixtralForCausalLM",   "",      false, 4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral},
 };
 // clang-format on
 

@@ -35,6 +35,22 @@ struct BlockNorms {
   const char* ffn_post;
 };
 
+// A mixture-of-experts FFN (the sparse layers of qwen3_moe, every layer of mixtral), by the HF
+// tensor names under "model.layers.N.": the router's weight "<router>.weight" [n_experts, hidden]
+// and expert e's projections "<experts>.<e>.<gate|up|down>.weight". Each token goes through the
+// n_experts_per_tok experts with the highest softmax(router) probabilities, SwiGLU each, and the
+// outputs are summed weighted by those probabilities (renormalised to sum 1 where the family
+// always does, or where config.json's norm_topk_prob asks): transformers' <Family>TopKRouter and
+// <Family>Experts (modeling_qwen3_moe.py, modeling_mixtral.py).
+struct MoeNames {
+  const char* router;
+  const char* experts;
+  const char* gate;
+  const char* up;
+  const char* down;
+  bool always_renormalize;  // mixtral: the top-k weights always sum to 1
+};
+
 struct ArchDesc {
   const char* model_type;    // HF model_type, and our name for the architecture
   const char* hf_class;      // config.json architectures[0]
@@ -53,6 +69,7 @@ struct ArchDesc {
   bool gemma_attention;  // query_pre_attn_scalar, soft-caps, sliding pattern (Gemma 2/3 config)
   bool fused_proj;       // HF stores qkv_proj and gate_up_proj fused (Phi-3)
   bool no_rope_layers;   // config.json no_rope_layers: 0 marks a layer without RoPE (SmolLM3)
+  const MoeNames* moe;   // mixture-of-experts FFN (qwen3_moe, mixtral); nullptr: dense MLP only
 
   bool has_post_norms() const { return norms.attn_post || norms.ffn_post; }
 };

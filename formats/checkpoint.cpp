@@ -90,9 +90,21 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
     m[p + "self_attn.k_proj.weight"] = {kv, h};
     m[p + "self_attn.v_proj.weight"] = {kv, h};
     m[p + "self_attn.o_proj.weight"] = {h, q};
-    m[p + "mlp.gate_proj.weight"] = {f, h};
-    m[p + "mlp.up_proj.weight"] = {f, h};
-    m[p + "mlp.down_proj.weight"] = {h, f};
+    if (c.is_moe_layer(i)) {  // the router and every expert (formats/arch.h MoeNames)
+      const MoeNames& moe = *c.desc().moe;
+      const int64_t fe = c.moe_intermediate;
+      m[p + moe.router + ".weight"] = {c.n_experts, h};
+      for (int e = 0; e < c.n_experts; ++e) {
+        const std::string x = p + moe.experts + "." + std::to_string(e) + ".";
+        m[x + moe.gate + ".weight"] = {fe, h};
+        m[x + moe.up + ".weight"] = {fe, h};
+        m[x + moe.down + ".weight"] = {h, fe};
+      }
+    } else {
+      m[p + "mlp.gate_proj.weight"] = {f, h};
+      m[p + "mlp.up_proj.weight"] = {f, h};
+      m[p + "mlp.down_proj.weight"] = {h, f};
+    }
     if (c.attention_bias) {
       m[p + "self_attn.q_proj.bias"] = {q};
       m[p + "self_attn.k_proj.bias"] = {kv};

@@ -265,6 +265,49 @@ void read_no_rope_layers(const json& j, const std::string& path, ModelConfig* c)
   if (std::find(none.begin(), none.end(), uint8_t(1)) != none.end()) c->no_rope = std::move(none);
 }
 
+// The sparse FFN's parameters (Qwen3MoeConfig, MixtralConfig). Both classes map num_experts to
+// num_local_experts; transformers 5 writes the latter, older qwen3_moe files the former.
+void read_moe_fields(const json& j, const std::string& path, ModelConfig* c) {
+  const bool mixtral = c->arch == "mixtral";
+  const int64_t def_experts = mixtral ? 8 : 128;
+  c->n_experts = int(int_field_or(j, "num_local_experts", int_field_or(j, "num_experts", def_experts, path), path));
+  c->n_experts_per_tok = int(int_field_or(j, "num_experts_per_tok", mixtral ? 2 : 8, path));
+  c->moe_intermediate = mixtral ? c->intermediate : int(int_field_or(j, "moe_intermediate_size", 768, path));
+  c->norm_topk_prob = mixtral || bool_field_or(j, "norm_topk_prob", false, path);
+  if (c->n_experts < 0) user_error("{}: num_experts must not be negative, got {}", path, c->n_experts);
+  if (c->n_experts > 0 && (c->n_experts_per_tok <= 0 || c->n_experts_per_tok > c->n_experts))
+    user_error("{}: num_experts_per_tok {} must be within 1..num_experts ({})", path, c->n_experts_per_tok,
+               c->n_experts);
+  if (c->n_experts > 0 && c->moe_intermediate <= 0)
+    user_error("{}: moe_intermediate_size must be positive, got {}", path, c->moe_intermediate);
+  if (mixtral) {
+    if (c->n_experts == 0) user_error("{}: num_local_experts must be positive for mixtral", path);
+    // MixtralConfig: a sliding_window (null in the released models) masks every layer.
+    c->sliding_window = int(int_field_or(j, "sliding_window", 0, path));
+    if (c->sliding_window < 0) user_error("{}: sliding_window must be positive, got {}", path, c->sliding_window);
+    if (c->sliding_window > 0) c->sliding.assign(size_t(c->n_layers), 1);
+    return;
+  }
+  if (bool_field_or(j, "use_sliding_window", false, path))
+    user_error("{}: use_sliding_window is not supported for {}", path, c->arch);
+  // Qwen3MoeDecoderLayer: layer i is sparse unless listed in mlp_only_layers, and only when
+  // (i + 1) is a multiple of decoder_sparse_step.
+  const int64_t step = int_field_or(j, "decoder_sparse_step", 1, path);
+  if (step <= 0) user_error("{}: decoder_sparse_step must be positive, got {}", path, step);
+  std::vector<uint8_t> dense(size_t(c->n_layers), 0);
+  for (int i = 0; i < c->n_layers; ++i) dense[size_t(i)] = c->n_experts == 0 || (i + 1) % step != 0;
+  auto it = j.find("mlp_only_layers");
+  if (it != j.end() && !it->is_null()) {
+    if (!it->is_array()) user_error("{}: 'mlp_only_layers' must be a list of layer indices", path);
+    for (const json& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c->n_layers)
+        user_error("{}: mlp_only_layers holds {}, not a layer of 0..{}", path, v.dump(), c->n_layers - 1);
+      dense[size_t(v.get<int64_t>())] = 1;
+    }
+  }
+  if (std::find(dense.begin(), dense.end(), uint8_t(1)) != dense.end()) c->dense_mlp = std::move(dense);
+}
+
 }  // namespace
 
 float ModelConfig::attn_scale() const {
@@ -360,6 +403,7 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   if (partial != 1.0) user_error("{}: partial_rotary_factor {} is not supported (only 1.0)", path, partial);
   if (row->gemma_attention) read_gemma_fields(j, path, &c);
   if (row->no_rope_layers) read_no_rope_layers(j, path, &c);
+  if (row->moe) read_moe_fields(j, path, &c);
   if (row->fused_proj) {
     // Phi3Config: a sliding_window (Phi-3-mini-4k: 2047) masks every layer; null: none.
     c.sliding_window = int(int_field_or(j, "sliding_window", 0, path));
@@ -376,6 +420,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const ArchDesc* row = arch_by_gguf(arch);
   if (!row) user_error("{}: unsupported GGUF architecture '{}' (read from GGUF: llama, qwen2, qwen3)", path, arch);
   auto key = [&](const char* k) { return arch + "." + k; };
+  // Mixtral's GGUFs say "llama" and hold merged experts (ffn_gate_exps): not read yet.
+  if (g.get_int_or(key("expert_count"), 0) > 0)
+    user_error("{}: a mixture-of-experts GGUF ({} experts); read its HF folder instead", path,
+               g.get_int_or(key("expert_count"), 0));
 
   ModelConfig c;
   c.arch = row->model_type;
@@ -494,6 +542,25 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["attention_bias"] = false;
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
     j["original_max_position_embeddings"] = max_position;
+  } else if (arch == "mixtral") {
+    j["num_local_experts"] = n_experts;
+    j["num_experts_per_tok"] = n_experts_per_tok;
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["router_jitter_noise"] = 0.0;
+  } else if (arch == "qwen3_moe") {
+    j["attention_bias"] = false;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["num_experts"] = n_experts;
+    j["num_experts_per_tok"] = n_experts_per_tok;
+    j["moe_intermediate_size"] = moe_intermediate;
+    j["norm_topk_prob"] = norm_topk_prob;
+    // The dense layers as a list; with decoder_sparse_step 1 every layer not listed is sparse.
+    j["decoder_sparse_step"] = 1;
+    json dense = json::array();
+    for (int i = 0; i < n_layers; ++i)
+      if (!is_moe_layer(i)) dense.push_back(i);
+    j["mlp_only_layers"] = dense;
   } else if (arch == "qwen2" || arch == "qwen3") {
     if (arch == "qwen3") j["attention_bias"] = false;
     j["use_sliding_window"] = false;
@@ -513,9 +580,8 @@ nlohmann::json ModelConfig::to_hf_json() const {
 
 int64_t ModelConfig::n_params() const {
   const int64_t h = hidden, q = int64_t(n_heads) * head_dim, kv = int64_t(n_kv_heads) * head_dim;
-  int64_t layer = h * q + 2 * h * kv + q * h       // q, k, v, o
-                  + 3 * h * int64_t(intermediate)  // gate, up, down
-                  + 2 * h;                         // two RMSNorms
+  int64_t layer = h * q + 2 * h * kv + q * h  // q, k, v, o
+                  + 2 * h;                    // two RMSNorms
   if (attention_bias) layer += q + 2 * kv;
   const ArchDesc& d = desc();
   if (d.qk_norm == QkNorm::PerHead) layer += 2 * int64_t(head_dim);
@@ -523,8 +589,12 @@ int64_t ModelConfig::n_params() const {
   layer -= 2 * h;  // the norms, counted by the row
   for (const char* n : {d.norms.attn_pre, d.norms.attn_post, d.norms.ffn_pre, d.norms.ffn_post})
     if (n) layer += h;
+  int64_t ffn = 0;  // gate, up, down; a sparse layer's: the router and every expert's
+  for (int i = 0; i < n_layers; ++i)
+    ffn +=
+        is_moe_layer(i) ? int64_t(n_experts) * (h + 3 * h * int64_t(moe_intermediate)) : 3 * h * int64_t(intermediate);
   int64_t embed = int64_t(vocab) * h;
-  return embed * (tie_word_embeddings ? 1 : 2) + h + layer * n_layers;
+  return embed * (tie_word_embeddings ? 1 : 2) + h + layer * n_layers + ffn;
 }
 
 }  // namespace qt

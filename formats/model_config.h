@@ -59,6 +59,18 @@ struct ModelConfig {
   bool has_rope(int layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
   float attn_scale() const;  // the score scale of every layer
 
+  // Mixture of experts (desc().moe): a sparse layer's FFN is n_experts SwiGLU experts of
+  // moe_intermediate rows, n_experts_per_tok of them per token (formats/arch.h MoeNames).
+  // qwen3_moe: `intermediate` sizes the dense MLP of the layers in dense_mlp (mlp_only_layers,
+  // decoder_sparse_step); mixtral: every layer is sparse and intermediate_size is the expert's.
+  int n_experts = 0;  // 0: no sparse layer
+  int n_experts_per_tok = 0;
+  int moe_intermediate = 0;
+  bool norm_topk_prob = false;     // top-k weights renormalised to sum 1 (always for mixtral)
+  std::vector<uint8_t> dense_mlp;  // per layer, 1 = a dense MLP; empty = every layer sparse
+  bool is_moe() const { return n_experts > 0; }
+  bool is_moe_layer(int layer) const { return is_moe() && (dense_mlp.empty() || !dense_mlp[size_t(layer)]); }
+
   // Phi-3 (desc().fused_proj): HF stores self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj
   // (rows gate, up); the loader splits them into the per-projection tensors every scheme
   // quantizes, the hf writer fuses them back (formats/fused_proj.h). Its sliding_window (when

@@ -2,8 +2,10 @@
 // turns a Checkpoint into Linears, norms and the embedding table.
 #include "libquant/model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "formats/error.h"
 #include "libquant/model/llama_layer.h"
@@ -111,9 +113,27 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     L->wk = lin(p + "self_attn.k_proj.weight", bias("self_attn.k_proj.bias"), KV, H);
     L->wv = lin(p + "self_attn.v_proj.weight", bias("self_attn.v_proj.bias"), KV, H);
     L->wo = lin(p + "self_attn.o_proj.weight", "", H, Q);
-    L->gate = lin(p + "mlp.gate_proj.weight", "", F, H);
-    L->up = lin(p + "mlp.up_proj.weight", "", F, H);
-    L->down = lin(p + "mlp.down_proj.weight", "", H, F);
+    if (c.is_moe_layer(i)) {
+      const MoeNames& moe = *a.moe;
+      const int64_t FE = c.moe_intermediate;
+      L->router_name = std::string(moe.router) + ".weight";
+      L->router = lin(p + L->router_name, "", c.n_experts, H);
+      for (int e = 0; e < c.n_experts; ++e) {
+        Layer::Expert X;
+        const std::string x = std::string(moe.experts) + "." + std::to_string(e) + ".";
+        X.gate_name = x + moe.gate + ".weight";
+        X.up_name = x + moe.up + ".weight";
+        X.down_name = x + moe.down + ".weight";
+        X.gate = lin(p + X.gate_name, "", FE, H);
+        X.up = lin(p + X.up_name, "", FE, H);
+        X.down = lin(p + X.down_name, "", H, FE);
+        L->experts.push_back(std::move(X));
+      }
+    } else {
+      L->gate = lin(p + "mlp.gate_proj.weight", "", F, H);
+      L->up = lin(p + "mlp.up_proj.weight", "", F, H);
+      L->down = lin(p + "mlp.down_proj.weight", "", H, F);
+    }
     layers_.push_back(std::move(L));
   }
   if ((c.tie_word_embeddings || !ck.has("lm_head.weight")) && embed_q_) {
@@ -175,7 +195,10 @@ size_t LlamaModel::weight_bytes() const {
   for (auto& L : layers_) {
     for (const Linear* l :
          {L->wq.get(), L->wk.get(), L->wv.get(), L->wo.get(), L->gate.get(), L->up.get(), L->down.get()})
-      b += l->weight_bytes();
+      if (l) b += l->weight_bytes();
+    if (L->router) b += L->router->weight_bytes();
+    for (const Layer::Expert& X : L->experts)
+      b += X.gate->weight_bytes() + X.up->weight_bytes() + X.down->weight_bytes();
     b += (L->attn_pre.size() + L->attn_post.size() + L->ffn_pre.size() + L->ffn_post.size() + L->q_norm.size() +
           L->k_norm.size()) *
          4;
@@ -320,6 +343,12 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
   add_post(L.attn_post);
   // MLP
   in = pre(L.ffn_pre);
+  if (L.router) {
+    moe_ffn(L, in, n, xb == in ? att : xb);
+    if (xb == in) std::memcpy(xb, att, sizeof(float) * size_t(n) * size_t(H));
+    add_post(L.ffn_post);
+    return;
+  }
   linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", in, n, hb);
   linear(*L.up, &L.prefix, "mlp.up_proj.weight", in, n, hb2);
   if (a.act == Activation::GeluTanh)
@@ -328,6 +357,88 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
     ops::swiglu(hb, hb2, hb, n, F);
   linear(*L.down, &L.prefix, "mlp.down_proj.weight", hb, n, xb);
   add_post(L.ffn_post);
+}
+
+// A mixture-of-experts FFN (qwen3_moe's sparse layers, every mixtral layer), as transformers'
+// <Family>TopKRouter + <Family>Experts compute it (modeling_qwen3_moe.py, modeling_mixtral.py):
+//   p = softmax(router(h)) in fp32;  the k largest p_e (torch.topk), divided by their sum where
+//   the family or norm_topk_prob says;  out = Σ_e p_e · down_e(silu(gate_e(h)) * up_e(h)),
+//   the experts' contributions added in ascending expert order (transformers' index_add_ loop).
+// Grouped on the CPU: the tokens are bucketed by expert, and each expert with tokens runs its
+// three projections once over its gathered rows (each a GEMM through its Linear, any kind), so
+// the work is n·k rows of expert GEMMs however many experts there are, with no per-token loop
+// through a projection.
+void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden, F = c.moe_intermediate;
+  const int E = c.n_experts, K = c.n_experts_per_tok;
+  moe_probs_.resize(size_t(n) * E);
+  linear(*L.router, &L.prefix, L.router_name.c_str(), in, n, moe_probs_.data());
+
+  // Routing: per token its k experts and weights, then the (token, weight) pairs by expert.
+  std::vector<int> count(size_t(E) + 1, 0);
+  std::vector<int> sel(size_t(n) * K);
+  std::vector<float> wsel(size_t(n) * K);
+  std::vector<int> order(static_cast<size_t>(E));
+  for (int t = 0; t < n; ++t) {
+    float* p = moe_probs_.data() + size_t(t) * E;
+    const float mx = *std::max_element(p, p + E);
+    float sum = 0;
+    for (int e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
+    for (int e = 0; e < E; ++e) p[e] /= sum;
+    // torch.topk: the largest values; among equal values the lower index first.
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [p](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top = 0;
+    for (int j = 0; j < K; ++j) top += p[order[size_t(j)]];
+    for (int j = 0; j < K; ++j) {
+      const int e = order[size_t(j)];
+      sel[size_t(t) * K + j] = e;
+      wsel[size_t(t) * K + j] = c.norm_topk_prob ? p[e] / top : p[e];
+      ++count[size_t(e) + 1];
+    }
+  }
+  std::partial_sum(count.begin(), count.end(), count.begin());  // count[e]: expert e's first slot
+  std::vector<int> tok(size_t(n) * K);
+  std::vector<float> wt(size_t(n) * K);
+  {
+    std::vector<int> fill(count.begin(), count.end() - 1);
+    for (int t = 0; t < n; ++t)  // tokens in ascending order within each expert
+      for (int j = 0; j < K; ++j) {
+        const int e = sel[size_t(t) * K + j], slot = fill[size_t(e)]++;
+        tok[size_t(slot)] = t;
+        wt[size_t(slot)] = wsel[size_t(t) * K + j];
+      }
+  }
+
+  std::memset(out, 0, sizeof(float) * size_t(n) * size_t(H));
+  size_t most = 0;
+  for (int e = 0; e < E; ++e) most = std::max(most, size_t(count[size_t(e) + 1] - count[size_t(e)]));
+  moe_x_.resize(most * size_t(H));
+  moe_y_.resize(most * size_t(H));
+  moe_g_.resize(most * size_t(F));
+  moe_u_.resize(most * size_t(F));
+  for (int e = 0; e < E; ++e) {
+    const int s0 = count[size_t(e)], m = count[size_t(e) + 1] - s0;
+    if (m == 0) continue;
+    const Layer::Expert& X = L.experts[size_t(e)];
+#pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))
+    for (int i = 0; i < m; ++i)
+      std::memcpy(moe_x_.data() + size_t(i) * H, in + size_t(tok[size_t(s0 + i)]) * H, sizeof(float) * size_t(H));
+    linear(*X.gate, &L.prefix, X.gate_name.c_str(), moe_x_.data(), m, moe_g_.data());
+    linear(*X.up, &L.prefix, X.up_name.c_str(), moe_x_.data(), m, moe_u_.data());
+    ops::swiglu(moe_g_.data(), moe_u_.data(), moe_g_.data(), m, F);
+    linear(*X.down, &L.prefix, X.down_name.c_str(), moe_g_.data(), m, moe_y_.data());
+    // An expert sees a token at most once: its rows add into distinct output rows.
+#pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))
+    for (int i = 0; i < m; ++i) {
+      float* o = out + size_t(tok[size_t(s0 + i)]) * H;
+      const float* y = moe_y_.data() + size_t(i) * H;
+      const float w = wt[size_t(s0 + i)];
+      for (int64_t d = 0; d < H; ++d) o[d] += y[d] * w;
+    }
+  }
 }
 
 void LlamaModel::final_norm(const float* x, int n, float* out) const {
@@ -345,7 +456,7 @@ void LlamaModel::set_linear(int l, const std::string& name, std::unique_ptr<Line
                                   : name == "mlp.up_proj.weight"      ? &L.up
                                   : name == "mlp.down_proj.weight"    ? &L.down
                                                                       : nullptr;
-  if (!slot) user_error("set_linear: no projection '{}' in a block", name);
+  if (!slot || !*slot) user_error("set_linear: no projection '{}' in block {}", name, l);
   if (lin->in_features() != (*slot)->in_features() || lin->out_features() != (*slot)->out_features())
     user_error("set_linear: {} of layer {} has another shape", name, l);
   *slot = std::move(lin);

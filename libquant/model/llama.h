@@ -4,6 +4,8 @@
 //   per layer:  x += attn_post(o_proj(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))
 //                                                       q,k,v = proj(attn_pre(x))
 //               x += ffn_post(down(act(gate(h)) * up(h)))        h = ffn_pre(x)
+//               (a mixture-of-experts layer: x += Σ_top-k p_e · down_e(silu(gate_e(h)) * up_e(h)),
+//                the experts run grouped, one GEMM per expert over its tokens: LlamaModel::moe_ffn)
 //   logits = softcap(lm_head(rmsnorm(x)))
 //
 // One block reads the arch row: which of the four norms exist (llama: the two pre-norms; Gemma:
@@ -103,6 +105,8 @@ class LlamaModel {
   void linear(const Linear& l, const std::string* prefix, const char* name, const float* x, int64_t n, float* y);
   void embed(const int32_t* tokens, int n, float* x) const;
   void ensure_scratch(int n);
+  // A sparse layer's FFN: in [n, hidden] -> out [n, hidden].
+  void moe_ffn(const Layer& L, const float* in, int n, float* out);
   // The decode step (llama_decode.cpp): one token in one OpenMP team, every Linear's rows cut
   // between the threads (Linear::gemv_slice). Used by forward() for a single token when every
   // Linear has slices and no observer is set; logits may be null (no output head).
@@ -126,6 +130,7 @@ class LlamaModel {
   // Scratch, sized for the largest batch seen.
   int cap_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+  std::vector<float> moe_probs_, moe_x_, moe_g_, moe_u_, moe_y_;  // moe_ffn's
 };
 
 }  // namespace qt

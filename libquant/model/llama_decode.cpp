@@ -29,7 +29,10 @@ bool LlamaModel::decode_ready() const {
   // The decode step runs the pre-norm SiLU block of the arch row (any q/k norm, any layer's RoPE);
   // post-norms (Gemma, OLMo 2), tanh-GELU and sliding windows (Gemma, phi3) are not in it: the
   // batch forward runs those at one token.
+  // A mixture of experts routes each token to its own experts: the batch forward runs it at
+  // one token, its projections one GEMM of one row each.
   const ArchDesc& a = *desc_;
+  if (cfg_.is_moe()) return false;
   if (a.has_post_norms() || !a.norms.attn_pre || !a.norms.ffn_pre || a.act != Activation::Silu) return false;
   if (!cfg_.sliding.empty() || observer_ || !lm_head_->has_gemv_slices()) return false;
   for (const auto& L : layers_)

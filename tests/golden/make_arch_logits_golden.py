@@ -25,6 +25,9 @@ Writes tests/golden/logits/tiny-<name>/{config.json, model.safetensors, logits.j
            RMSNorm over the whole projection (n_heads·head_dim), GQA, untied head
   smollm3  SmolLM3ForCausalLM: no RoPE on the second layer (no_rope_layers [1, 0]; the real models
            leave every 4th layer without), GQA, tied head
+  qwen3-moe  Qwen3MoeForCausalLM: 3 layers, the middle one dense (mlp_only_layers [1]), 4 experts
+           of 48 rows, top 2 without renormalising (norm_topk_prob false), q/k norms, head_dim 32
+  mixtral  MixtralForCausalLM: 2 layers, 4 experts of 48 rows, top 2 renormalised, head_dim 32
 Each sequence has 16 tokens, longer than every sliding window. logits.json also holds
 ppl_chunks_ctx8: the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (two chunks of 8 tokens,
 each from an empty cache, every token but a chunk's first scored), from transformers' logits.
@@ -36,8 +39,8 @@ import torch
 import transformers
 import argparse
 
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, Olmo2Config, Phi3Config,
-                          SmolLM3Config)
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MixtralConfig,
+                          Olmo2Config, Phi3Config, Qwen3MoeConfig, SmolLM3Config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 16
@@ -75,9 +78,38 @@ TINY = {
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                              rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
                              eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}),
+    # head_dim 32: the quantized KV codecs' smallest
+    "qwen3-moe": Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=48,
+                                num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1],
+                                max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    "mixtral": MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                             num_experts_per_tok=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                             tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
 }
 # Models added after the first four draw from their own generator (see --only).
-OWN_SEED = {"olmo2": 5001, "smollm3": 5002}
+OWN_SEED = {"olmo2": 5001, "smollm3": 5002, "qwen3-moe": 5003, "mixtral": 5004}
+
+
+def router_margin(model, ids):
+    """The smallest gap, over tokens and sparse layers, between the k-th and the (k+1)-th router
+    probability: a golden whose top-k choice a rounding could flip would not test the engine."""
+    gaps = []
+    hooks = []
+    for mod in model.modules():
+        if type(mod).__name__.endswith("TopKRouter"):
+            def hook(m, inp, out):
+                p = torch.softmax(out[0].float(), dim=-1).sort(dim=-1, descending=True).values
+                gaps.append(float((p[:, m.top_k - 1] - p[:, m.top_k]).min()))
+            hooks.append(mod.register_forward_hook(hook))
+    with torch.no_grad():
+        model(ids[None], use_cache=False)
+    for h in hooks:
+        h.remove()
+    return min(gaps) if gaps else None
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--only", default="", help="comma-separated names to (re)make")
@@ -106,6 +138,10 @@ for name, cfg in TINY.items():
                 p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5) * 1.5)
             p.copy_(p.to(torch.bfloat16).float())  # what the bf16 file will hold
     ids = torch.randint(0, cfg.vocab_size, (N,), generator=g)
+    margin = router_margin(m, ids)
+    if margin is not None:
+        print(name, "smallest top-k router margin", margin)
+        assert margin > 1e-3, "a near-tie in the router: choose another seed"
     with torch.no_grad():
         lg = m(ids[None], use_cache=False).logits[0].float().numpy()
         nll = []
