@@ -50,14 +50,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.label; }
 
 const char* dt_name(DType t) { return t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : "f32"; }
 
-SchemeParams params(const char* scheme, int bits, int group, DType dt) {
-  SchemeParams p;
-  p.scheme = scheme;
-  p.bits = bits;
-  p.group_size = group;
-  p.dtype = dt;
-  return p;
-}
+using qt::test::scheme_params;
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -66,30 +59,30 @@ std::vector<Case> all_cases() {
       for (int g : {32, 64, 128}) {
         if (dt == DType::F16 && !(g == 64 && (bits == 3 || bits == 4 || bits == 8))) continue;
         std::string k = "b" + std::to_string(bits) + "g" + std::to_string(g) + "." + dt_name(dt);
-        cases.push_back({"affine_" + k, "affine.safetensors", params("affine", bits, g, dt),
+        cases.push_back({"affine_" + k, "affine.safetensors", scheme_params("affine", bits, g, dt),
                          std::string("w.") + dt_name(dt), k + ".wq", k + ".scales", k + ".biases", k + ".deq"});
       }
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int g : {0, 64, 128}) {
       std::string k = "int8.g" + std::to_string(g) + "." + dt_name(dt);
-      cases.push_back({k, "int.safetensors", params("int8", 8, g, dt), std::string("w.") + dt_name(dt), k + ".q",
+      cases.push_back({k, "int.safetensors", scheme_params("int8", 8, g, dt), std::string("w.") + dt_name(dt), k + ".q",
                        k + ".scale", "", k + ".deq"});
     }
     for (int g : {0, 128}) {
       std::string k = "int4.g" + std::to_string(g) + "." + dt_name(dt);
-      cases.push_back({k, "int.safetensors", params("int4", 4, g, dt), std::string("w.") + dt_name(dt), k + ".packed",
-                       k + ".scale", "", k + ".deq"});
+      cases.push_back({k, "int.safetensors", scheme_params("int4", 4, g, dt), std::string("w.") + dt_name(dt),
+                       k + ".packed", k + ".scale", "", k + ".deq"});
     }
   }
   for (auto [dt, g] : {std::pair{DType::F32, 0}, {DType::BF16, 0}, {DType::BF16, 128}, {DType::F32, 64}}) {
     std::string k = "ct.g" + std::to_string(g) + "." + dt_name(dt);
-    cases.push_back({"int8_" + k, "int.safetensors", params("int8_ct", 8, g, dt), std::string("w.") + dt_name(dt),
-                     k + ".q", k + ".scale", "", k + ".deq"});
+    cases.push_back({"int8_" + k, "int.safetensors", scheme_params("int8_ct", 8, g, dt),
+                     std::string("w.") + dt_name(dt), k + ".q", k + ".scale", "", k + ".deq"});
   }
   for (auto [dt, g] : {std::pair{DType::BF16, 128}, {DType::BF16, 32}, {DType::F32, 64}, {DType::F32, 128}}) {
     std::string k = "ct4.g" + std::to_string(g) + "." + dt_name(dt);
-    cases.push_back({"int4_" + k, "ct4.safetensors", params("int4_ct", 4, g, dt), std::string("w.") + dt_name(dt),
-                     k + ".packed", k + ".scale", "", k + ".deq"});
+    cases.push_back({"int4_" + k, "ct4.safetensors", scheme_params("int4_ct", 4, g, dt),
+                     std::string("w.") + dt_name(dt), k + ".packed", k + ".scale", "", k + ".deq"});
   }
   for (const char* qt : {"nf4", "fp4"})
     for (int bs : {64, 128})
@@ -97,7 +90,8 @@ std::vector<Case> all_cases() {
         DType dt = std::string(in) == "mainbf16" ? DType::BF16 : DType::F32;
         std::string k = std::string(qt) + ".b" + std::to_string(bs) + "." + in;
         cases.push_back({std::string(qt) + "_b" + std::to_string(bs) + "_" + in, "bnb.safetensors",
-                         params(qt, 4, bs, dt), std::string("in.") + in, k + ".packed", k + ".absmax", "", k + ".deq"});
+                         scheme_params(qt, 4, bs, dt), std::string("in.") + in, k + ".packed", k + ".absmax", "",
+                         k + ".deq"});
       }
   for (Case& c : cases)
     for (char& ch : c.label)
@@ -279,16 +273,16 @@ TEST(Schemes, TableRowsAreConsistent) {
 }
 
 TEST(Schemes, BitsPerWeight) {
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 4, 64, DType::BF16), 7, 256), 4.5);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 3, 32, DType::F16), 7, 256), 4.0);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("affine", 8, 128, DType::F32), 7, 256), 8.5);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8", 8, 0, DType::F32), 7, 256), 8.125);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8", 8, 64, DType::BF16), 7, 256), 8.5);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int8_ct", 8, 0, DType::BF16), 7, 256), 8.0625);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("int4", 4, 128, DType::F32), 7, 256), 4.25);
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("nf4", 4, 64, DType::F32), 8, 256), 4.5);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("affine", 4, 64, DType::BF16), 7, 256), 4.5);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("affine", 3, 32, DType::F16), 7, 256), 4.0);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("affine", 8, 128, DType::F32), 7, 256), 8.5);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("int8", 8, 0, DType::F32), 7, 256), 8.125);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("int8", 8, 64, DType::BF16), 7, 256), 8.5);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("int8_ct", 8, 0, DType::BF16), 7, 256), 8.0625);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("int4", 4, 128, DType::F32), 7, 256), 4.25);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("nf4", 4, 64, DType::F32), 8, 256), 4.5);
   // SmolLM2's 576-wide rows with bnb blocksize 128: 4.5 blocks per row, flat blocks.
-  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(params("fp4", 4, 128, DType::F32), 2, 576), 4.25);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("fp4", 4, 128, DType::F32), 2, 576), 4.25);
 }
 
 // A UserError whose message contains every piece of `parts`.
@@ -306,35 +300,36 @@ TEST(Schemes, BadParametersAreUserErrors) {
   auto quant = [&](SchemeParams p, int64_t rows, int64_t cols) {
     return [=, &w] { qt::quantize_weights(w.data(), rows, cols, p, "blk.0.q_proj"); };
   };
-  expect_user_error(quant(params("affine", 7, 64, DType::F32), 4, 256), {"blk.0.q_proj", "7 bits", "2, 3, 4, 5, 6, 8"});
-  expect_user_error(quant(params("affine", 4, 48, DType::F32), 4, 288), {"blk.0.q_proj", "group size 48"});
-  expect_user_error(quant(params("affine", 4, 128, DType::F32), 4, 576), {"blk.0.q_proj", "128", "576"});
-  expect_user_error(quant(params("int8", 8, 128, DType::F32), 4, 576), {"128", "576"});
-  expect_user_error(quant(params("int8", 4, 0, DType::F32), 4, 256), {"4 bits"});
-  expect_user_error(quant(params("int4", 4, 64, DType::F32), 4, 256), {"group size 64"});
-  expect_user_error(quant(params("int4", 4, 0, DType::F32), 4, 255), {"odd"});
-  expect_user_error(quant(params("nf4", 4, 48, DType::F32), 4, 256), {"group size 48"});
-  expect_user_error(quant(params("fp4", 3, 64, DType::F32), 4, 256), {"3 bits"});
-  expect_user_error(quant(params("affine", 4, 64, DType::I32), 4, 256), {"I32"});
-  expect_user_error(quant(params("q4_k", 4, 64, DType::F32), 4, 256), {"q4_k", "affine"});
+  expect_user_error(quant(scheme_params("affine", 7, 64, DType::F32), 4, 256),
+                    {"blk.0.q_proj", "7 bits", "2, 3, 4, 5, 6, 8"});
+  expect_user_error(quant(scheme_params("affine", 4, 48, DType::F32), 4, 288), {"blk.0.q_proj", "group size 48"});
+  expect_user_error(quant(scheme_params("affine", 4, 128, DType::F32), 4, 576), {"blk.0.q_proj", "128", "576"});
+  expect_user_error(quant(scheme_params("int8", 8, 128, DType::F32), 4, 576), {"128", "576"});
+  expect_user_error(quant(scheme_params("int8", 4, 0, DType::F32), 4, 256), {"4 bits"});
+  expect_user_error(quant(scheme_params("int4", 4, 64, DType::F32), 4, 256), {"group size 64"});
+  expect_user_error(quant(scheme_params("int4", 4, 0, DType::F32), 4, 255), {"odd"});
+  expect_user_error(quant(scheme_params("nf4", 4, 48, DType::F32), 4, 256), {"group size 48"});
+  expect_user_error(quant(scheme_params("fp4", 3, 64, DType::F32), 4, 256), {"3 bits"});
+  expect_user_error(quant(scheme_params("affine", 4, 64, DType::I32), 4, 256), {"I32"});
+  expect_user_error(quant(scheme_params("q4_k", 4, 64, DType::F32), 4, 256), {"q4_k", "affine"});
   expect_user_error([] { qt::find_scheme("nf5"); }, {"nf5", "known"});
   // bitsandbytes blocks run over the flattened tensor: 576-wide rows with blocksize 128 are fine.
-  EXPECT_NO_THROW(quant(params("nf4", 4, 128, DType::F32), 4, 576)());
+  EXPECT_NO_THROW(quant(scheme_params("nf4", 4, 128, DType::F32), 4, 576)());
 
   std::string why;
-  EXPECT_FALSE(qt::scheme_fits(params("affine", 4, 128, DType::F32), 30, 576, &why));
+  EXPECT_FALSE(qt::scheme_fits(scheme_params("affine", 4, 128, DType::F32), 30, 576, &why));
   EXPECT_NE(why.find("does not divide"), std::string::npos) << why;
 
   std::vector<float> bad(size_t(2 * 64), 1.0f);
   bad[70] = std::nanf("");
-  expect_user_error([&] { qt::quantize_weights(bad.data(), 2, 64, params("affine", 4, 64, DType::F32), "t"); },
+  expect_user_error([&] { qt::quantize_weights(bad.data(), 2, 64, scheme_params("affine", 4, 64, DType::F32), "t"); },
                     {"t:", "non-finite", "[1, 6]"});
 }
 
 TEST(Schemes, MalformedPackedTensorsAreUserErrors) {
   std::vector<float> w(static_cast<size_t>(4 * 128));
   for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 13) - 6.0f;
-  PackedTensor p = qt::quantize_weights(w.data(), 4, 128, params("affine", 4, 64, DType::BF16));
+  PackedTensor p = qt::quantize_weights(w.data(), 4, 128, scheme_params("affine", 4, 64, DType::BF16));
   PackedTensor bad = p;
   bad.scales.shape = {4, 3};
   expect_user_error([&] { qt::dequantize_weights(bad, "model.layers.0.mlp.up_proj"); },
@@ -372,7 +367,7 @@ TEST(Schemes, Bnb4CodesAreTheSameAtEveryKernelLevel) {
       std::vector<std::vector<uint8_t>> got;
       for (qt::KernelLevel level : qt::available_kernel_levels()) {
         qt::set_kernel_level(level);
-        PackedTensor t = qt::quantize_weights(w.data(), rows, cols, params(scheme, 4, bs, DType::F32));
+        PackedTensor t = qt::quantize_weights(w.data(), rows, cols, scheme_params(scheme, 4, bs, DType::F32));
         got.emplace_back(t.data.data, t.data.data + t.data.nbytes);
       }
       qt::set_kernel_level(qt::max_kernel_level());
@@ -417,7 +412,7 @@ TEST(Schemes, Int8CtCodesAreTheSameAtEveryKernelLevel) {
       std::vector<std::vector<uint8_t>> got;
       for (qt::KernelLevel level : qt::available_kernel_levels()) {
         qt::set_kernel_level(level);
-        PackedTensor t = qt::quantize_weights(w.data(), rows, cols, params("int8_ct", 8, group, T));
+        PackedTensor t = qt::quantize_weights(w.data(), rows, cols, scheme_params("int8_ct", 8, group, T));
         got.emplace_back(t.data.data, t.data.data + t.data.nbytes);
       }
       qt::set_kernel_level(qt::max_kernel_level());
