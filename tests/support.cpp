@@ -1,12 +1,17 @@
 #include "tests/support.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <sys/wait.h>
+#include <fstream>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "libquant/model/llama.h"
 
@@ -95,6 +100,19 @@ SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt) {
   p.group_size = group;
   p.dtype = dt;
   return p;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return nlohmann::json::parse(f);
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
 }
 
 }  // namespace qt::test

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include "formats/checkpoint.h"
 #include "libquant/schemes/scheme.h"
@@ -26,6 +27,10 @@ std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>&
 std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f);
 // The parameters of `scheme` at `bits`, group size `group` (0: per channel), unquantized dtype `dt`.
 SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt = DType::F32);
+// A JSON file (a failed expectation when it cannot be opened).
+nlohmann::json read_json(const std::string& path);
+// max |a_i - b_i| (a failed expectation when the sizes differ).
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace qt::test
 

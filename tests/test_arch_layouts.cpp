@@ -30,11 +30,7 @@ using nlohmann::json;
 
 std::string tiny(const std::string& name) { return test::source_dir() + "/tests/golden/logits/tiny-" + name; }
 
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return json::parse(f);
-}
+using test::read_json;
 
 void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.arch, b.arch);

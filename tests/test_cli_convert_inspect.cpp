@@ -23,11 +23,7 @@ using nlohmann::json;
 
 std::string golden_dir() { return test::source_dir() + "/tests/golden/hf_export/"; }
 
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return json::parse(f);
-}
+using test::read_json;
 
 int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 

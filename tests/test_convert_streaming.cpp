@@ -33,11 +33,7 @@ std::string tiny_gguf() { return test::source_dir() + "/tests/golden/hf_export/t
 
 int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return json::parse(f);
-}
+using test::read_json;
 
 std::string bytes_of(const std::string& p) {
   std::ifstream f(p, std::ios::binary);

@@ -517,12 +517,7 @@ std::vector<float> tiny_logits(const Checkpoint& ck, const std::vector<int32_t>&
   }
   return got;
 }
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
-  return worst;
-}
+using test::max_abs_diff;
 double worst_diff(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::vector<float>& want,
                   const std::string& kv = "f32", bool one_by_one = false) {
   return max_abs_diff(tiny_logits(ck, ids, kv, one_by_one), want);

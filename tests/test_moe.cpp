@@ -26,11 +26,7 @@ using nlohmann::json;
 
 std::string tiny(const std::string& name) { return test::source_dir() + "/tests/golden/logits/tiny-" + name; }
 
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return json::parse(f);
-}
+using test::read_json;
 
 struct Golden {
   Checkpoint ck;
@@ -60,12 +56,7 @@ std::vector<float> logits(const Checkpoint& ck, const std::vector<int32_t>& ids,
   return got;
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
-  return worst;
-}
+using test::max_abs_diff;
 
 class TinyMoe : public ::testing::TestWithParam<std::string> {};
 
