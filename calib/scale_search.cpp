@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 
 #include "libquant/linear/linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::calib {
@@ -19,15 +20,6 @@ void fake_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t
       const GroupParams p = grid.stored(grid.fit_rtn(v, gl));
       for (int64_t j = 0; j < gl; ++j) out[r * cols + g0 + j] = grid.value(grid.code(v[j], p), p);
     }
-}
-
-void fake_quantize_tokens_int8(const float* x, int64_t n, int64_t cols, float* out) {
-  std::vector<int8_t> q(size_t(n * cols));
-  std::vector<float> sx(static_cast<size_t>(n));
-  quantize_activations_int8(x, n, cols, q.data(), sx.data());  // the kernels' own per-token codes
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < cols; ++j) out[t * cols + j] = float(q[t * cols + j]) * sx[t];
 }
 
 std::vector<float> awq_scales(const std::vector<float>& m, double alpha) {
@@ -61,37 +53,41 @@ ScaleSearchResult search_scales(const float* X, int64_t n, int64_t cols, const s
     matmul(X, n, readers[i].w, readers[i].rows, cols, ref[i].data());
     out_elems += n * readers[i].rows;
   }
-  std::vector<float> xs(size_t(n * cols)), xq(size_t(n * cols)), ws, wq, y;
+  std::vector<float> xs(size_t(n * cols)), ws, wq, y;
   // The loss of per-column scales s: Σ over readers ‖Q(X/s)·s · (Q(W·s)/s)ᵀ − X·Wᵀ‖² / outputs.
+  // A reader with int8 activations (W8A8 / W4A8) computes Q(X/s)·Q(W·s)ᵀ: the s cancel, so its
+  // output is the scheme's own integer Linear on X/s (the forward the evaluation runs, exact int32
+  // sums) rather than a float product of fake-quantized operands.
   auto loss_of = [&](const std::vector<float>& s) {
     bool scaled_x = false;
     double sum = 0;
     for (size_t i = 0; i < readers.size(); ++i) {
       const SearchReader& rd = readers[i];
-      const float* x = X;
-      if (rd.act_int8) {
+      y.resize(size_t(n * rd.rows));
+      if (rd.act_int8 && rd.grid) {
         if (!scaled_x) {
           for (int64_t t = 0; t < n; ++t)
             for (int64_t j = 0; j < cols; ++j) xs[t * cols + j] = X[t * cols + j] / s[j];
-          fake_quantize_tokens_int8(xs.data(), n, cols, xq.data());
-          for (int64_t t = 0; t < n; ++t)
-            for (int64_t j = 0; j < cols; ++j) xq[t * cols + j] *= s[j];
           scaled_x = true;
         }
-        x = xq.data();
-      }
-      const float* w = rd.w;
-      if (rd.grid) {
-        ws.resize(size_t(rd.rows * cols)), wq.resize(ws.size());
+        ws.resize(size_t(rd.rows * cols));
         for (int64_t r = 0; r < rd.rows; ++r)
           for (int64_t j = 0; j < cols; ++j) ws[r * cols + j] = rd.w[r * cols + j] * s[j];
-        fake_quantize(*rd.grid, ws.data(), rd.rows, cols, wq.data());
-        for (int64_t r = 0; r < rd.rows; ++r)
-          for (int64_t j = 0; j < cols; ++j) wq[r * cols + j] /= s[j];
-        w = wq.data();
+        make_packed_linear(quantize_weights(ws.data(), rd.rows, cols, rd.grid->params()), nullptr)
+            ->forward(xs.data(), n, y.data());
+      } else {
+        const float* w = rd.w;
+        if (rd.grid) {
+          ws.resize(size_t(rd.rows * cols)), wq.resize(ws.size());
+          for (int64_t r = 0; r < rd.rows; ++r)
+            for (int64_t j = 0; j < cols; ++j) ws[r * cols + j] = rd.w[r * cols + j] * s[j];
+          fake_quantize(*rd.grid, ws.data(), rd.rows, cols, wq.data());
+          for (int64_t r = 0; r < rd.rows; ++r)
+            for (int64_t j = 0; j < cols; ++j) wq[r * cols + j] /= s[j];
+          w = wq.data();
+        }
+        matmul(X, n, w, rd.rows, cols, y.data());
       }
-      y.resize(size_t(n * rd.rows));
-      matmul(x, n, w, rd.rows, cols, y.data());
       double part = 0;
 #pragma omp parallel for reduction(+ : part) schedule(static)
       for (int64_t k = 0; k < n * rd.rows; ++k) {

@@ -33,7 +33,7 @@ struct SearchReader {
   const float* w = nullptr;  // [rows, cols], the original basis
   int64_t rows = 0;
   const SchemeGrid* grid = nullptr;  // nullptr: the reader stays float (no weight rounding)
-  bool act_int8 = false;             // its input is quantized per token to int8
+  bool act_int8 = false;             // its input is quantized per token to int8 (needs a grid)
 };
 
 struct ScaleSearchResult {
@@ -53,8 +53,6 @@ std::vector<float> awq_scales(const std::vector<float>& mean_abs, double alpha);
 
 // w [rows, cols] fake-quantized row by row, group by group, with the grid's RTN rule into out.
 void fake_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, float* out);
-// x [n, cols] through per-token int8 (absmax/127, round to nearest even, 1 for a zero row) into out.
-void fake_quantize_tokens_int8(const float* x, int64_t n, int64_t cols, float* out);
 
 // Clamps w [rows, cols] in place (AWQ's apply_clip); returns the chosen max_val per row and group.
 std::vector<float> clip_search(const SchemeGrid& grid, float* w, int64_t rows, int64_t cols, const float* X, int64_t n,
