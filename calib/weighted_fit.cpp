@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "calib/weighted_fit_lanes.h"
 #include "formats/error.h"
 
 namespace qt::calib {
@@ -36,28 +37,19 @@ GroupParams refit_scale(const SchemeGrid& grid, const float* v, const float* imp
 
 namespace {
 
-// The search's inner loops on plain floats (the grid's per-value calls are too slow for 64
-// candidates × every weight): codes by a multiply with the reciprocal, values without the
-// dtype's rounding of the product. They only rank candidates; the winner is re-coded by the grid.
+// The search scores its candidates on plain floats (the grid's per-value calls are too slow for
+// 64 candidates × every weight), many at once (weighted_fit_lanes.h): codes by a multiply with
+// the reciprocal, values without the dtype's rounding of the product. They only rank candidates;
+// the winner is re-coded by the grid.
 struct AffineTry {
   double err, sw, sl, sl2, sx, sxl;
 };
-// Round half to even by the 1.5·2²³ trick (exact for |x| < 2²², the default rounding mode):
-// unlike std::rint it vectorizes on every x86-64 level. Callers clamp first.
-inline float round_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
+AffineTry widen(const AffineSums& t) { return {t.err, t.sw, t.sl, t.sl2, t.sx, t.sxl}; }
 
-AffineTry affine_try(const float* v, const float* imp, int64_t n, float s, float b, float nmax) {
-  // fp32 sums over one group (≤ 128 values) so the loop vectorizes; they only rank candidates.
-  float err = 0, sw = 0, sl = 0, sl2 = 0, sx = 0, sxl = 0;
-  const float inv = 1.0f / s;
-  for (int64_t j = 0; j < n; ++j) {
-    const float l = round_even(std::min(std::max((v[j] - b) * inv, 0.0f), nmax));
-    const float d = v[j] - (l * s + b);
-    const float w = imp[j];
-    err += w * d * d;
-    sw += w, sl += w * l, sl2 += w * l * l, sx += w * v[j], sxl += w * v[j] * l;
-  }
-  return {err, sw, sl, sl2, sx, sxl};
+AffineTry affine_try(const float* v, const float* imp, int64_t n, const GroupParams& g, float nmax) {
+  AffineSums t;
+  affine_sums(v, imp, n, &g.scale, &g.bias, 1, nmax, &t);
+  return widen(t);
 }
 
 GroupParams affine_ls(const SchemeGrid& grid, const AffineTry& t, const GroupParams& fallback) {
@@ -68,20 +60,16 @@ GroupParams affine_ls(const SchemeGrid& grid, const AffineTry& t, const GroupPar
   return grid.stored({float(s), float(b)});
 }
 
-struct SymTry {
-  double err, num, den;
-};
-// value = q·s, q = clamp(rint(x/s), qmin, qmax)
-SymTry sym_try(const float* v, const float* imp, int64_t n, float s, float qmin, float qmax) {
-  float err = 0, num = 0, den = 0;
-  const float inv = 1.0f / s;
-  for (int64_t j = 0; j < n; ++j) {
-    const float q = round_even(std::min(std::max(v[j] * inv, qmin), qmax));
-    const float d = v[j] - q * s;
-    const float w = imp[j];
-    err += w * d * d, num += w * v[j] * q, den += w * q * q;
-  }
-  return {err, num, den};
+// Sums of candidates `g` (scored together) as affine_try would give them one by one.
+std::vector<AffineTry> affine_tries(const float* v, const float* imp, int64_t n, const std::vector<GroupParams>& g,
+                                    float nmax) {
+  std::vector<float> s(g.size()), b(g.size());
+  for (size_t i = 0; i < g.size(); ++i) s[i] = g[i].scale, b[i] = g[i].bias;
+  std::vector<AffineSums> t(g.size());
+  affine_sums(v, imp, n, s.data(), b.data(), int(g.size()), nmax, t.data());
+  std::vector<AffineTry> out;
+  for (const AffineSums& x : t) out.push_back(widen(x));
+  return out;
 }
 
 }  // namespace
@@ -95,36 +83,54 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
   switch (grid.kind()) {
     case GridKind::Affine: {
       const float nmax = float(grid.qmax());
-      double best_err = affine_try(v, imp, n, best.scale, best.bias, nmax).err;
-      auto consider = [&](const GroupParams& g) {
-        const AffineTry t = affine_try(v, imp, n, g.scale, g.bias, nmax);
-        if (t.err < best_err) best_err = t.err, best = g;
-        return t;
-      };
-      consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
-      for (int is = -10; is <= 10; ++is) {  // llama.cpp make_qkx2_quants' grid of step counts
+      // Candidates in llama.cpp make_qkx2_quants' order: the RTN parameters' least-squares refit,
+      // then each of 21 grids of step counts and its refit; then two refits of the best. Each
+      // stage's candidates are scored together; the comparisons run in that order.
+      std::vector<GroupParams> first{best};
+      for (int is = -10; is <= 10; ++is) {
         const float steps = nmax + 0.1f * float(is);
-        if (steps < 1) continue;
-        const GroupParams g = grid.stored({(hi - lo) / steps, lo});
-        consider(affine_ls(grid, consider(g), g));
+        if (steps >= 1) first.push_back(grid.stored({(hi - lo) / steps, lo}));
       }
-      for (int k = 0; k < 2; ++k) consider(affine_ls(grid, affine_try(v, imp, n, best.scale, best.bias, nmax), best));
+      const std::vector<AffineTry> a = affine_tries(v, imp, n, first, nmax);
+      std::vector<GroupParams> refits;
+      for (size_t i = 0; i < first.size(); ++i) refits.push_back(affine_ls(grid, a[i], first[i]));
+      const std::vector<AffineTry> r = affine_tries(v, imp, n, refits, nmax);
+      double best_err = a[0].err;
+      auto take = [&](const GroupParams& g, const AffineTry& t) {
+        if (t.err < best_err) best_err = t.err, best = g;
+      };
+      take(refits[0], r[0]);
+      for (size_t i = 1; i < first.size(); ++i) take(first[i], a[i]), take(refits[i], r[i]);
+      for (int k = 0; k < 2; ++k) {
+        const GroupParams g = affine_ls(grid, affine_try(v, imp, n, best, nmax), best);
+        take(g, affine_try(v, imp, n, g, nmax));
+      }
       break;
     }
     case GridKind::Symmetric: {
       const float qmin = float(grid.qmin()), qmax = float(grid.qmax()), top = grid.top();
-      double best_err = sym_try(v, imp, n, best.scale, qmin, qmax).err;
-      auto consider = [&](const GroupParams& g) {
-        const SymTry t = sym_try(v, imp, n, g.scale, qmin, qmax);
-        if (t.err < best_err) best_err = t.err, best = g;
+      // The RTN parameters, then scale = f·absmax/top for f = 0.70 … 1.10, each followed by the
+      // weighted least-squares refit of its scale; scored together, compared in that order.
+      std::vector<GroupParams> first{best};
+      for (int k = 70; k <= 110; ++k) first.push_back(grid.stored({amax * float(k) / 100.0f / top, 0.0f}));
+      auto tries = [&](const std::vector<GroupParams>& g) {
+        std::vector<float> s(g.size());
+        for (size_t i = 0; i < g.size(); ++i) s[i] = g[i].scale;
+        std::vector<SymSums> t(g.size());
+        sym_sums(v, imp, n, s.data(), int(g.size()), qmin, qmax, t.data());
         return t;
       };
-      auto refit = [&](const SymTry& t, const GroupParams& g) {
-        return t.num > 0 && t.den > 0 ? grid.stored({float(t.num / t.den), 0.0f}) : g;
-      };
-      for (int k = 70; k <= 110; ++k) {
-        const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
-        consider(refit(consider(g), g));
+      const std::vector<SymSums> a = tries(first);
+      std::vector<GroupParams> refits;
+      for (size_t i = 0; i < first.size(); ++i) {
+        const double num = a[i].num, den = a[i].den;
+        refits.push_back(num > 0 && den > 0 ? grid.stored({float(num / den), 0.0f}) : first[i]);
+      }
+      const std::vector<SymSums> r = tries(refits);
+      double best_err = a[0].err;
+      for (size_t i = 1; i < first.size(); ++i) {
+        if (double(a[i].err) < best_err) best_err = a[i].err, best = first[i];
+        if (double(r[i].err) < best_err) best_err = r[i].err, best = refits[i];
       }
       break;
     }

@@ -18,6 +18,7 @@
 #include "libquant/model/llama.h"
 #include "tests/support.h"
 #include "calib/weighted_fit.h"
+#include "calib/weighted_fit_lanes.h"
 #include "libquant/schemes/grid.h"
 #include "libquant/schemes/scheme.h"
 
@@ -115,6 +116,48 @@ TEST(WeightedFit, NeverWorseThanRtnAndFollowsTheImportance) {
     }
     EXPECT_LT(sum_w, 0.9 * sum_rtn) << scheme << ": the search should find clearly better scales";
     (void)n;
+  }
+}
+
+// The search's candidate lanes give each candidate exactly the sums of the scalar loop (one
+// candidate at a time, fp32, in order) with the clone this CPU runs, for counts that fill and do not fill
+// the lanes: the parameters fit_weighted picks do not depend on the machine.
+TEST(WeightedFit, CandidateLanesEqualTheScalarLoop) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> ud(0.01f, 2.0f);
+  const int64_t n = 64;
+  std::vector<float> v(n), imp(n);
+  for (int64_t j = 0; j < n; ++j) v[j] = nd(rng), imp[j] = ud(rng);
+  auto rint_even = [](float x) { return (x + 12582912.0f) - 12582912.0f; };
+  for (int count : {1, 16, 22, 41}) {
+    std::vector<float> s(count), b(count);
+    for (int c = 0; c < count; ++c) s[c] = 0.05f + 0.01f * float(c), b[c] = -1.5f + 0.02f * float(c);
+    std::vector<calib::AffineSums> a(count);
+    std::vector<calib::SymSums> y(count);
+    calib::affine_sums(v.data(), imp.data(), n, s.data(), b.data(), count, 15.0f, a.data());
+    calib::sym_sums(v.data(), imp.data(), n, s.data(), count, -8.0f, 7.0f, y.data());
+    for (int c = 0; c < count; ++c) {
+      volatile float err = 0, sw = 0, sl = 0, sl2 = 0, sx = 0, sxl = 0, e2 = 0, num = 0, den = 0;
+      const float inv = 1.0f / s[c];
+      for (int64_t j = 0; j < n; ++j) {
+        const float l = rint_even(std::min(std::max((v[j] - b[c]) * inv, 0.0f), 15.0f));
+        const float d = v[j] - (l * s[c] + b[c]), w = imp[j];
+        err = err + w * d * d, sw = sw + w, sl = sl + w * l, sl2 = sl2 + w * l * l, sx = sx + w * v[j];
+        sxl = sxl + w * v[j] * l;
+        const float q = rint_even(std::min(std::max(v[j] * inv, -8.0f), 7.0f)), dq = v[j] - q * s[c];
+        e2 = e2 + w * dq * dq, num = num + w * v[j] * q, den = den + w * q * q;
+      }
+      EXPECT_EQ(a[c].err, err) << count << " " << c;
+      EXPECT_EQ(a[c].sw, sw);
+      EXPECT_EQ(a[c].sl, sl);
+      EXPECT_EQ(a[c].sl2, sl2);
+      EXPECT_EQ(a[c].sx, sx);
+      EXPECT_EQ(a[c].sxl, sxl);
+      EXPECT_EQ(y[c].err, e2);
+      EXPECT_EQ(y[c].num, num);
+      EXPECT_EQ(y[c].den, den);
+    }
   }
 }
 
