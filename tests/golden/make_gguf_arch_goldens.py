@@ -12,7 +12,7 @@ tests/golden/gguf_arch/tiny-<arch>.bf16.gguf  (arch: gemma2, gemma3, phi3)
     - the vocabulary: the folders have no tokenizer.model, so set_vocab is replaced by what
       _set_vocab_sentencepiece writes for a 64-token SentencePiece vocabulary made up here (the
       control tokens at the config's ids, "▁", the letters, some letter pairs with descending
-      scores; add_space_prefix false for Gemma as Gemma2Model/Gemma3Model.set_vocab write it);
+      scores, and for Phi-3 <|endoftext|>; add_space_prefix false for Gemma as Gemma2Model/Gemma3Model.set_vocab write it);
     - tiny-gemma3 gets a tokenizer.json listing those 64 tokens, from which Gemma3Model.modify_tensors
       counts the vocabulary (it cuts the embedding to that many rows);
     - tiny-gemma2's query_pre_attn_scalar 144 becomes 256 (its head_dim): llama.cpp has no key
@@ -47,6 +47,8 @@ def tiny_vocab(cfg):
                cfg["bos_token_id"]: "<s>" if "phi3" in cfg["model_type"] else "<bos>"}
     unk = min(i for i in range(n) if i not in special)
     special[unk] = "<unk>"
+    if "phi3" in cfg["model_type"]:  # llama.cpp's vocabulary loader looks it up for a model named Phi-3
+        special[n - 1] = "<|endoftext|>"
     pieces = ["▁"] + list(LETTERS) + PAIRS
     tokens, scores, types = [], [], []
     k = 0
