@@ -84,6 +84,49 @@ TEST(LlamaImatrix, WrittenFilesReadBackEqual) {
   }
 }
 
+// Phi-3 keeps q/k/v and gate/up fused in GGUF: one entry each (attn_qkv, ffn_up), read back to
+// every projection; a tied head is token_embd.weight.
+TEST(LlamaImatrix, FusedAndTiedNames) {
+  const ModelConfig c = load_checkpoint(test::source_dir() + "/tests/golden/logits/tiny-phi3").config;
+  calib::ActStats s;
+  s.tokens = 128;
+  s.text = "t";
+  const char* parts[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                         "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                         "mlp.down_proj.weight"};
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const char* p : parts) {
+      const bool wide = std::string(p) == "mlp.down_proj.weight";
+      const std::string n = "model.layers." + std::to_string(l) + "." + p;
+      // Projections of one input share its statistics, as collect_act_stats records them.
+      const float v = std::string(p).find("self_attn.") == 0 && std::string(p) != "self_attn.o_proj.weight" ? 1.5f
+                      : std::string(p) == "mlp.gate_proj.weight" || std::string(p) == "mlp.up_proj.weight"
+                          ? 2.5f
+                          : 0.25f + float(l);
+      s.linears[n].sqmean.assign(size_t(wide ? c.intermediate : c.hidden), v);
+    }
+  s.linears["lm_head.weight"].sqmean.assign(size_t(c.hidden), 3.0f);
+  const std::string dir = test::temp_dir("imatrix_names");
+  calib::save_llama_imatrix_gguf(dir + "/p.gguf", s, c, 64, 2);
+  const GgufFile f = GgufFile::open(dir + "/p.gguf");
+  EXPECT_NE(f.find_tensor("blk.0.attn_qkv.weight.in_sum2"), nullptr);
+  EXPECT_NE(f.find_tensor("blk.1.ffn_up.weight.in_sum2"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight.in_sum2"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate.weight.in_sum2"), nullptr);
+  EXPECT_NE(f.find_tensor("output.weight.in_sum2"), nullptr);
+  EXPECT_EQ(f.tensors().size(), size_t(2 * (4 * c.n_layers + 1)));
+  const calib::ActStats r = calib::load_act_stats(dir + "/p.gguf");
+  EXPECT_EQ(r.linears.size(), s.linears.size());
+  for (auto& [n, st] : s.linears) EXPECT_EQ(r.find(n)->sqmean, st.sqmean) << n;
+
+  ModelConfig tied = c;
+  tied.tie_word_embeddings = true;
+  calib::save_llama_imatrix_gguf(dir + "/t.gguf", s, tied, 64, 2);
+  EXPECT_NE(GgufFile::open(dir + "/t.gguf").find_tensor("token_embd.weight.in_sum2"), nullptr);
+  EXPECT_EQ(calib::load_act_stats(dir + "/t.gguf").find("model.embed_tokens.weight")->sqmean,
+            s.linears.at("lm_head.weight").sqmean);
+}
+
 // Our activation statistics of the same model over the same tokens are llama-imatrix's, up to
 // rounding: llama.cpp multiplies an F16 weight by the activations rounded to F16 (the CPU
 // backend's vec_dot_type), we in F32; and it sums in float, we in double.
