@@ -145,6 +145,15 @@ TEST(LlamaImatrix, ActStatsMatchLlamaImatrix) {
   }
   const calib::ActStats theirs = calib::load_act_stats(golden("tiny-spm.imatrix.gguf"));
   EXPECT_EQ(ours.tokens, theirs.tokens);
+  // Ours through both llama.cpp forms and back: the same importances, bit for bit.
+  const std::string dir = test::temp_dir("imatrix_ours");
+  calib::save_llama_imatrix_gguf(dir + "/o.gguf", ours, ck.config, 64, 4);
+  calib::save_llama_imatrix_dat(dir + "/o.dat", ours, ck.config, 4);
+  for (const char* f : {"/o.gguf", "/o.dat"}) {
+    const calib::ActStats back = calib::load_act_stats(dir + f);
+    EXPECT_EQ(back.linears.size(), ours.linears.size()) << f;
+    for (auto& [name, c] : back.linears) EXPECT_EQ(c.sqmean, ours.find(name)->sqmean) << f << " " << name;
+  }
   for (auto& [name, c] : theirs.linears) {
     const calib::ChannelStats* o = ours.find(name);
     ASSERT_NE(o, nullptr) << name;
