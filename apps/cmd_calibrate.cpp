@@ -9,6 +9,10 @@
 // quanttool calibrate --method kv-codebook --kv METHOD[:bits=B] --model M --text wiki.valid.tokens.txt --out DIR
 // Trains the tables of a calibrated KV method (calib/kv_codebook.h) into the artifacts folder
 // eval-ppl --artifacts takes (apps/cmd_calibrate_kv_codebook.cpp).
+// quanttool calibrate --method act-stats --model M --text wiki.valid.tokens.txt --out F [--format gguf|dat]
+// Every Linear input's per-channel statistics (calib/act_stats.h), for convert --smooth / --imatrix;
+// --format gguf / dat writes them as llama.cpp's imatrix file instead (calib/llama_imatrix.h), for
+// llama-quantize --imatrix.
 #include <unistd.h>
 
 #include <cmath>
@@ -17,8 +21,10 @@
 
 #include "apps/command.h"
 #include "calib/act_stats.h"
+#include "calib/act_stats_io.h"
 #include "calib/bit_allocation.h"
 #include "calib/key_mean.h"
+#include "calib/llama_imatrix.h"
 #include "calib/kv_sensitivity.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
@@ -36,7 +42,7 @@ int run_kv_codebook(const std::string& kv, const std::string& model, const std::
 namespace cmd_calibrate {
 
 struct Options {
-  std::string method, model, text, kv, out, artifacts, json_path;
+  std::string method, model, text, kv, out, artifacts, json_path, format;
   double budget = 0, beta = 4;
   std::vector<int> bits;
   int ctx = 512, chunks = -1, threads = 0, kv_residual = -1;
@@ -99,7 +105,13 @@ int run_act_stats(const Options& o) {
   LlamaModel& model = *src.model;
   calib::ActStats s = calib::collect_act_stats(model, src.ids, o.ctx, o.chunks, src.bos);
   s.text = std::filesystem::path(o.text).filename().string();
-  calib::save_act_stats(o.out, s);
+  const std::string out_format = o.format.empty() ? "safetensors" : o.format;
+  if (out_format == "gguf")
+    calib::save_llama_imatrix_gguf(o.out, s, model.config(), o.ctx, int(s.tokens / o.ctx));
+  else if (out_format == "dat")
+    calib::save_llama_imatrix_dat(o.out, s, model.config(), int(s.tokens / o.ctx));
+  else
+    calib::save_act_stats(o.out, s);
   float top = 0;
   std::string top_name;
   for (auto& [name, c] : s.linears)
@@ -122,6 +134,9 @@ int run(Options o) {
   if (o.chunks <= 0) user_error("--chunks: must be positive, got {}", o.chunks);
   if (o.ctx <= 0) user_error("--ctx: must be positive, got {}", o.ctx);
   if (o.method == "key-mean") return run_key_mean(o);
+  if (!o.format.empty() && o.method != "act-stats") user_error("--format: only for --method act-stats");
+  if (!o.format.empty() && o.format != "safetensors" && o.format != "gguf" && o.format != "dat")
+    user_error("--format {}: not one of safetensors, gguf (llama.cpp's imatrix), dat (its legacy imatrix)", o.format);
   if (o.method == "act-stats") return run_act_stats(o);
   if (o.method == "kv-codebook") {
     if (o.budget > 0 || !o.bits.empty() || !o.artifacts.empty())
@@ -240,6 +255,8 @@ const Registrar reg{
        sub.add_option("--out", o->out,
                       "recipe JSON (kv-sensitivity), key-mean safetensors or artifacts folder (kv-codebook) to write")
            ->required();
+       sub.add_option("--format", o->format,
+                      "act-stats: safetensors (default), gguf or dat (llama.cpp's imatrix, for llama-quantize)");
        sub.add_option("--json", o->json_path, "also write the sensitivities as JSON");
        return [o] { return run(*o); };
      }}};

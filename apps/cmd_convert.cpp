@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
+#include "calib/act_stats_io.h"
 #include "calib/pack_checkpoint.h"
 #include "calib/rotation.h"
 #include "calib/weight_calibration.h"

@@ -3,9 +3,7 @@
 // matrix: the diagonal of the GPTQ Hessian XᵀX / n, what llama.cpp's imatrix holds), keyed by the
 // Linear's weight name ("model.layers.3.mlp.down_proj.weight", "lm_head.weight"). Projections
 // that share an input (q/k/v, gate/up) each get the same figures.
-//
-// File (safetensors): "<weight name>.absmax" and "<weight name>.sqmean", F32 [in_features];
-// __metadata__: {"format": "quanttool-act-stats", "tokens": N, "text": file name}.
+// Files: calib/act_stats_io.h.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -26,6 +24,9 @@ struct ActStats {
   int64_t tokens = 0;
   std::string text;  // the calibration text's file name
 
+  // Whether the max |x_j| are known (llama.cpp's imatrix files hold only the mean squares).
+  bool has_absmax() const { return !linears.empty() && !linears.begin()->second.absmax.empty(); }
+
   // The statistics of the weight `name`; nullptr when absent. For a tied model the embedding
   // table doubles as the output head, so "model.embed_tokens.weight" answers with lm_head's.
   const ChannelStats* find(const std::string& name) const;
@@ -34,9 +35,5 @@ struct ActStats {
 // The first `chunks` chunks of `ctx` tokens (each starting with bos_id when ≥ 0) through the
 // model (full-precision cache); every Linear's input is observed, the output head's too.
 ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos_id);
-
-void save_act_stats(const std::string& path, const ActStats& s);
-// UserError "PATH: ..." for a file that is not an act-stats file.
-ActStats load_act_stats(const std::string& path);
 
 }  // namespace qt::calib

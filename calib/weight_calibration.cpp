@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "calib/act_stats_io.h"
 #include "calib/scale_fold.h"
 #include "calib/sequential.h"
 #include "calib/weighted_fit.h"
@@ -33,6 +34,8 @@ WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
       std::filesystem::path(a.calib_text).filename().string().find("test") != std::string::npos)
     user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.calib_text);
   if (!a.smooth.empty()) smooth_ = load_act_stats(a.smooth);
+  if (smooth_ && !smooth_->has_absmax())
+    user_error("--smooth {}: a llama.cpp imatrix holds no max |x| (take act-stats with calibrate)", a.smooth);
   if (!a.imatrix.empty()) imatrix_ = a.imatrix == a.smooth ? smooth_ : load_act_stats(a.imatrix);
 }
 
@@ -41,7 +44,10 @@ void WeightCalibration::rescale_imatrix(const std::map<std::string, std::vector<
   if (imatrix_)
     for (auto& [name, s] : scales)
       if (auto it = imatrix_->linears.find(name); it != imatrix_->linears.end())
-        for (size_t j = 0; j < s.size(); ++j) it->second.absmax[j] /= s[j], it->second.sqmean[j] /= s[j] * s[j];
+        for (size_t j = 0; j < s.size(); ++j) {
+          if (!it->second.absmax.empty()) it->second.absmax[j] /= s[j];
+          it->second.sqmean[j] /= s[j] * s[j];
+        }
 }
 
 void WeightCalibration::prepare(Checkpoint& ck) {

@@ -74,6 +74,58 @@ std::string hf_to_gguf_name(const std::string& hf_name) {
   return "";
 }
 
+namespace {
+
+// The per-layer names that depend on the family (after "blk.N." / "model.layers.N."): the four
+// norm places (llama.cpp's LLM_TENSOR_ATTN_NORM, ATTN_POST_NORM, FFN_NORM, FFN_POST_NORM; a
+// pre-norm family's post_attention_layernorm is its ffn_norm) and Phi-3's fused projections
+// (convert_hf_to_gguf.py Phi3MiniModel: attn_qkv, and gate_up stored as ffn_up).
+std::vector<std::pair<std::string, std::string>> arch_layer_names(const ArchDesc& d) {
+  std::vector<std::pair<std::string, std::string>> v;
+  const BlockNorms& n = d.norms;
+  const std::pair<const char*, const char*> norms[] = {{"attn_norm.weight", n.attn_pre},
+                                                       {"post_attention_norm.weight", n.attn_post},
+                                                       {"ffn_norm.weight", n.ffn_pre},
+                                                       {"post_ffw_norm.weight", n.ffn_post}};
+  for (auto& [g, hf] : norms)
+    if (hf) v.emplace_back(g, std::string(hf) + ".weight");
+  if (d.fused_proj) {
+    v.emplace_back("attn_qkv.weight", "self_attn.qkv_proj.weight");
+    v.emplace_back("ffn_up.weight", "mlp.gate_up_proj.weight");
+  }
+  return v;
+}
+
+bool arch_overrides(std::string_view gguf_rest, std::string_view hf_rest, const ArchDesc& d) {
+  // Table rows the family replaces: the norms always, ffn_gate / ffn_up when fused.
+  if (gguf_rest == "attn_norm.weight" || gguf_rest == "ffn_norm.weight") return true;
+  if (hf_rest == "input_layernorm.weight" || hf_rest == "post_attention_layernorm.weight") return true;
+  return d.fused_proj && (gguf_rest == "ffn_gate.weight" || gguf_rest == "ffn_up.weight" ||
+                          hf_rest == "mlp.gate_proj.weight" || hf_rest == "mlp.up_proj.weight");
+}
+
+}  // namespace
+
+std::string gguf_to_hf_name(const std::string& gguf_name, const ArchDesc& d) {
+  int layer;
+  std::string_view rest;
+  if (!split_layer(gguf_name, "blk.", &layer, &rest)) return gguf_to_hf_name(gguf_name);
+  for (auto& [g, hf] : arch_layer_names(d))
+    if (rest == g) return "model.layers." + std::to_string(layer) + "." + hf;
+  if (arch_overrides(rest, "", d)) return "";
+  return gguf_to_hf_name(gguf_name);
+}
+
+std::string hf_to_gguf_name(const std::string& hf_name, const ArchDesc& d) {
+  int layer;
+  std::string_view rest;
+  if (!split_layer(hf_name, "model.layers.", &layer, &rest)) return hf_to_gguf_name(hf_name);
+  for (auto& [g, hf] : arch_layer_names(d))
+    if (rest == hf) return "blk." + std::to_string(layer) + "." + g;
+  if (arch_overrides("", rest, d)) return "";
+  return hf_to_gguf_name(hf_name);
+}
+
 std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c) {
   const int64_t h = c.hidden, f = c.intermediate, q = int64_t(c.n_heads) * c.head_dim,
                 kv = int64_t(c.n_kv_heads) * c.head_dim, v = c.vocab;

@@ -46,6 +46,11 @@ Checkpoint load_checkpoint(const std::string& path, LoadMode mode = LoadMode::Ea
 std::string gguf_to_hf_name(const std::string& gguf_name);
 // The inverse (for a GGUF writer); "" when `hf_name` has no GGUF counterpart.
 std::string hf_to_gguf_name(const std::string& hf_name);
+// The same for a family's own names: its norms (Gemma's four per block, OLMo 2's post-norms:
+// attn_norm, post_attention_norm, ffn_norm, post_ffw_norm) and Phi-3's fused projections
+// (blk.N.attn_qkv <-> self_attn.qkv_proj, blk.N.ffn_up <-> mlp.gate_up_proj: both fused).
+std::string gguf_to_hf_name(const std::string& gguf_name, const ArchDesc& d);
+std::string hf_to_gguf_name(const std::string& hf_name, const ArchDesc& d);
 
 // Every tensor a model of this configuration has, with its HF shape (lm_head.weight only when
 // not tied). Loaders check a checkpoint against it.

@@ -55,6 +55,35 @@ json read_json_file(const std::string& path) {
 
 // ---------------------------------------------------------------------------------------- GGUF
 
+// Phi-3's fused GGUF tensors (attn_qkv, ffn_up holding gate_up) stand for their parts: shapes and
+// the quantization record per part (each part's share of the bytes by rows) for the checks and
+// the readers of ck.quantization; a fused tensor of the wrong shape is left for the check to name.
+void split_fused_shapes(const ModelConfig& c, std::map<std::string, std::vector<int64_t>>& shapes, json& qinfo) {
+  const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim, f = c.intermediate;
+  const std::pair<const char*, std::vector<std::pair<const char*, int64_t>>> fused[] = {
+      {"self_attn.qkv_proj.weight",
+       {{"self_attn.q_proj.weight", q}, {"self_attn.k_proj.weight", kv}, {"self_attn.v_proj.weight", kv}}},
+      {"mlp.gate_up_proj.weight", {{"mlp.gate_proj.weight", f}, {"mlp.up_proj.weight", f}}}};
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (auto& [name, parts] : fused) {
+      auto it = shapes.find(p + name);
+      int64_t total = 0;
+      for (auto& pr : parts) total += pr.second;
+      if (it == shapes.end() || it->second != std::vector<int64_t>{total, c.hidden}) continue;
+      const json info = qinfo[p + name];
+      shapes.erase(it);
+      qinfo.erase(p + name);
+      for (auto& [part, rows] : parts) {
+        shapes[p + part] = {rows, c.hidden};
+        json e = info;
+        e["nbytes"] = info["nbytes"].get<uint64_t>() * uint64_t(rows) / uint64_t(total);
+        qinfo[p + part] = e;
+      }
+    }
+  }
+}
+
 Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   auto gp = std::make_shared<const GgufFile>(GgufFile::open(path));
   const GgufFile& g = *gp;
@@ -74,7 +103,7 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   json qinfo = json::object();
   for (auto& t : g.tensors()) {
     if (t.name == "rope_freqs.weight") continue;  // folded into config.rope_scaling
-    std::string hf = gguf_to_hf_name(t.name);
+    std::string hf = gguf_to_hf_name(t.name, c.desc());
     if (hf.empty()) user_error("{}: tensor {} has no Hugging Face counterpart", path, t.name);
     if (shapes.count(hf)) user_error("{}: tensor {} appears twice", path, t.name);
     shapes[hf] = t.torch_shape();
@@ -87,15 +116,22 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
     const GgmlTypeRow* row = ggml_type_row(uint32_t(t.type));
     qinfo[hf] = {{"gguf_name", t.name}, {"ggml_type", row ? row->name : "?"}, {"nbytes", t.nbytes}};
   }
+  // Phi-3's fused qkv / gate_up: checked and recorded per part (split below, after dequantizing).
+  if (c.desc().fused_proj) split_fused_shapes(c, shapes, qinfo);
   check_tensor_set(path, c, shapes);
 
-  auto dequantize = [gp](const Job& j) {
+  // Gemma's RMSNorm scales by 1 + w; convert_hf_to_gguf.py stores 1 + w (GemmaModel.modify_tensors,
+  // in float32), llama.cpp multiplies by the stored value. The checkpoint holds w, as HF does.
+  const bool plus_one = c.desc().norm_plus_one;
+  auto dequantize = [gp, plus_one](const Job& j) {
     std::vector<int64_t> shape = j.info->torch_shape();
     std::vector<float> v = gp->dequantize(*j.info);
     if (j.permute_heads) {
       int64_t rows = shape[0], cols = int64_t(v.size()) / std::max<int64_t>(rows, 1);
       v = gguf_unpermute_rows(v.data(), rows, cols, j.permute_heads);
     }
+    if (plus_one && j.hf.size() > 11 && j.hf.compare(j.hf.size() - 11, 11, "norm.weight") == 0)
+      for (float& x : v) x -= 1.0f;
     return Tensor::from_f32(std::move(v), std::move(shape));
   };
   if (mode == LoadMode::Deferred) {
@@ -121,6 +157,7 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
     for (size_t k = 0; k < jobs.size(); ++k) ck.tensors.emplace(jobs[k].hf, std::move(out[k]));
   }
 
+  if (c.desc().fused_proj) split_fused_projections(c, ck.tensors, path);
   ck.quantization = {{"format", "gguf"},
                      {"version", g.version()},
                      {"file_type", g.get_int_or("general.file_type", -1)},

@@ -414,11 +414,66 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   return c;
 }
 
+namespace {
+
+// The Gemma 2 / 3 block's parameters as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp
+// load_arch_hparams; defaults from llama-hparams.h where a key is optional). The queries are scaled
+// by 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B (46 / 62 layers): GGUF has no key for
+// query_pre_attn_scalar. Sliding layers: attention.sliding_window_pattern (a per-layer bool array,
+// or a period) when present, else every 2nd (gemma2) / all but every 6th (gemma3) layer; gemma3
+// without a sliding_window key has no sliding layers.
+void read_gemma_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  const bool g2 = arch == "gemma2";
+  const bool big = c->n_layers == (g2 ? 46 : 62);
+  c->query_pre_attn_scalar = big ? float(c->hidden / c->n_heads) : float(c->head_dim);
+  c->attn_softcap = g2 ? float(g.get_float_or(key("attn_logit_softcapping"), 50.0)) : 0.0f;
+  c->final_softcap = float(g.get_float_or(key("final_logit_softcapping"), g2 ? 30.0 : 0.0));
+  if (!g2) c->rope_local_theta = float(g.get_float_or(key("rope.freq_base_swa"), 10000.0));
+  const int64_t window = g.get_int_or(key("attention.sliding_window"), g2 ? 4096 : 0);
+  c->sliding.assign(size_t(c->n_layers), 0);
+  if (window <= 0) {
+    c->sliding_window = c->max_position;  // no layer slides; the value is not used
+    return;
+  }
+  c->sliding_window = int(window);
+  const std::string pk = key("attention.sliding_window_pattern");
+  if (g.has(pk) && g.metadata().at(pk).type == GgufValueType::ARRAY) {
+    const std::vector<int64_t>& v = g.get_int_array(pk);
+    if (int(v.size()) != c->n_layers)
+      user_error("{}: {} lists {} layers, the model has {}", g.path(), pk, v.size(), c->n_layers);
+    for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = v[size_t(i)] != 0;
+    return;
+  }
+  const int64_t period = g.get_int_or(pk, g2 ? 2 : 6);
+  if (period < 0) user_error("{}: {} must not be negative, got {}", g.path(), pk, period);
+  for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = period == 0 || i % period < period - 1;
+}
+
+// Phi-3 (convert_hf_to_gguf.py Phi3MiniModel): a sliding window on every layer when the key is
+// there, RoPE over the whole head (rope.dimension_count = head_dim; partial rotary is not read).
+// llama.cpp itself runs Phi-3 without the window (src/models/phi3.cpp), which equals the model
+// only while the context fits in it.
+void read_phi3_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
+  const int64_t window = g.get_int_or(arch + ".attention.sliding_window", 0);
+  if (window > 0) c->sliding_window = int(window), c->sliding.assign(size_t(c->n_layers), 1);
+  const int64_t rot = g.get_int_or(arch + ".rope.dimension_count", c->head_dim);
+  if (rot != c->head_dim)
+    user_error("{}: {}.rope.dimension_count {} is not the head size {} (partial RoPE is not supported)", g.path(), arch,
+               rot, c->head_dim);
+  if (g.has(arch + ".rope.scaling.attn_factor") || g.find_tensor("rope_factors_long.weight"))
+    user_error("{}: LongRoPE scaling (rope_factors_long / short) is not supported", g.path());
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const std::string& path = g.path();
   std::string arch = g.get_string("general.architecture");
   const ArchDesc* row = arch_by_gguf(arch);
-  if (!row) user_error("{}: unsupported GGUF architecture '{}' (read from GGUF: llama, qwen2, qwen3)", path, arch);
+  if (!row)
+    user_error("{}: unsupported GGUF architecture '{}' (read from GGUF: llama, qwen2, qwen3, gemma2, gemma3, phi3)",
+               path, arch);
   auto key = [&](const char* k) { return arch + "." + k; };
   // Mixtral's GGUFs say "llama" and hold merged experts (ffn_gate_exps): not read yet.
   if (g.get_int_or(key("expert_count"), 0) > 0)
@@ -458,6 +513,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
         user_error("{}: tensor {}: biases are not supported for {}", path, t.name, arch);
     }
   }
+
+  if (row->gemma_attention) read_gemma_gguf(g, arch, &c);
+  if (row->fused_proj) read_phi3_gguf(g, arch, &c);
 
   std::string scaling = g.get_string_or(key("rope.scaling.type"), "");
   if (scaling == "linear") {

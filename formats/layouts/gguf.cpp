@@ -1,7 +1,6 @@
 // GGUF export. Which metadata, names and transforms, and where each comes from:
-//  - architecture keys: convert_hf_to_gguf.py TextModel.set_gguf_parameters (+ LlamaModel's
-//    rope.dimension_count); attention.key_length / value_length only when head_dim is not
-//    hidden / heads (llama.cpp's default otherwise);
+//  - architecture keys: formats/layouts/gguf_arch.h (convert_hf_to_gguf.py's per family);
+//  - Gemma's norm weights stored as 1 + w; Phi-3's q/k/v and gate/up fused (attn_qkv, ffn_up);
 //  - rope scaling: llama3 -> rope_freqs.weight (F32 divisors, LlamaModel.generate_extra_tensors),
 //    linear -> rope.scaling.type/factor;
 //  - names: checkpoint.cpp's table (hf_to_gguf_name); a tied model has no output.weight;
@@ -16,8 +15,10 @@
 #include <map>
 
 #include "formats/error.h"
+#include "formats/fused_proj.h"
 #include "formats/ggml_quantize.h"
 #include "formats/gguf_writer.h"
+#include "formats/layouts/gguf_arch.h"
 
 namespace qt {
 
@@ -167,8 +168,10 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
   const ModelConfig& c = ck.config;
   const char* arch = c.desc().gguf_arch;  // llama.cpp's general.architecture (mistral's is "llama")
   if (!*arch)
-    user_error("{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3)", ck.path,
-               c.arch);
+    user_error(
+        "{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3, gemma2, "
+        "gemma3_text, phi3)",
+        ck.path, c.arch);
   const TypeRow& tr = type_row(opt.type);
   const GgmlTypeRow& block = *ggml_type_row(uint32_t(opt.type));
 
@@ -182,9 +185,14 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
   std::map<std::string, int> fallbacks;  // "Q5_0 (... for Q4_K)" -> how many weights
   std::map<std::string, int> mix;        // --gguf-type q4_k_m: type -> how many weights
   const bool tied = c.tie_word_embeddings || !ck.tensors.count("lm_head.weight");
-  for (auto& [hf, t] : ck.tensors) {
+  // Phi-3: q/k/v and gate/up written fused, as attn_qkv and ffn_up (Phi3MiniModel keeps HF's fused
+  // tensors); the parts are concatenated when their turn comes.
+  std::map<std::string, Tensor> fused;
+  if (c.desc().fused_proj) fused = ck.tensors, fuse_projections(c, fused);
+  const std::map<std::string, Tensor>& tensors = c.desc().fused_proj ? fused : ck.tensors;
+  for (auto& [hf, t] : tensors) {
     if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;
-    const std::string g = hf_to_gguf_name(hf);
+    const std::string g = hf_to_gguf_name(hf, c.desc());
     if (g.empty()) user_error("{}: tensor {} has no GGUF name", ck.path, hf);
     if (!is_float(t.dtype)) user_error("{}: tensor {} is {}, not a float tensor", ck.path, hf, dtype_name(t.dtype));
     Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : opt.type, 0};
@@ -221,26 +229,7 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
   GgufWriter w;
   w.add_string("general.architecture", arch);
   w.add_string("general.name", opt.name);
-  const std::string a = arch;
-  w.add_u32(a + ".vocab_size", uint32_t(c.vocab));
-  w.add_u32(a + ".context_length", uint32_t(c.max_position));
-  w.add_u32(a + ".embedding_length", uint32_t(c.hidden));
-  w.add_u32(a + ".block_count", uint32_t(c.n_layers));
-  w.add_u32(a + ".feed_forward_length", uint32_t(c.intermediate));
-  w.add_u32(a + ".attention.head_count", uint32_t(c.n_heads));
-  w.add_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
-  w.add_f32(a + ".rope.freq_base", c.rope_theta);
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
-  if (c.head_dim != c.hidden / c.n_heads) {
-    w.add_u32(a + ".attention.key_length", uint32_t(c.head_dim));
-    w.add_u32(a + ".attention.value_length", uint32_t(c.head_dim));
-  }
-  w.add_u32(a + ".rope.dimension_count", uint32_t(c.head_dim));
-  if (c.rope_scaling.type == "linear") {
-    w.add_string(a + ".rope.scaling.type", "linear");
-    w.add_f32(a + ".rope.scaling.factor", c.rope_scaling.factor);
-  }
-  w.add_u32("general.file_type", tr.ftype);
+  write_gguf_arch_keys(c, tr.ftype, ck.path, &w);
   if (block.block_size > 1) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   write_tokenizer(ck, &w);
 
@@ -256,14 +245,23 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
       });
       continue;
     }
-    const Tensor& t = ck.tensors.at(it.hf);
+    const Tensor& t = tensors.at(it.hf);
+    // Gemma's RMSNorm weights are stored as 1 + w, in float32 (GemmaModel.modify_tensors).
+    const bool plus_one =
+        c.desc().norm_plus_one && it.hf.size() > 11 && it.hf.compare(it.hf.size() - 11, 11, "norm.weight") == 0;
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     const float* imp = nullptr;
     if (opt.importance && t.shape.size() == 2 && block.block_size > 1) {
-      imp = opt.importance(it.hf, t.shape[1]);
+      // A fused weight's input is its first part's (q_proj's, gate_proj's).
+      std::string in_of = it.hf;
+      for (auto [f, part] :
+           {std::pair{".qkv_proj.weight", ".q_proj.weight"}, std::pair{".gate_up_proj.weight", ".gate_proj.weight"}})
+        if (in_of.size() > std::strlen(f) && in_of.compare(in_of.size() - std::strlen(f), std::strlen(f), f) == 0)
+          in_of = in_of.substr(0, in_of.size() - std::strlen(f)) + part;
+      imp = opt.importance(in_of, t.shape[1]);
       if (imp) ++weighted;
     }
-    w.add_tensor(it.gguf, ne, it.type, [t, it, imp] {
+    w.add_tensor(it.gguf, ne, it.type, [t, it, imp, plus_one] {
       // Made now, when its turn comes: one tensor's fp32 copy at a time.
       Tensor src = materialize(t);
       std::vector<float> v = to_f32(src);
@@ -273,6 +271,8 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
         const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
         v = gguf_permute_rows(v.data(), rows, cols, it.permute_heads);
       }
+      if (plus_one)
+        for (float& x : v) x += 1.0f;
       std::vector<uint8_t> out(ggml_nbytes(it.type, v.size()));
       if (imp)
         ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());

@@ -1,0 +1,128 @@
+#include "formats/layouts/gguf_arch.h"
+
+#include "formats/error.h"
+
+namespace qt {
+
+namespace {
+
+// llama.cpp's Gemma query scale (src/models/gemma2.cpp, gemma3.cpp): 1/sqrt(head_dim), or
+// 1/sqrt(hidden/heads) for the 27B (46 / 62 layers). GGUF has no key for query_pre_attn_scalar.
+float llama_cpp_query_scalar(const ModelConfig& c) {
+  const bool big = c.n_layers == (c.arch == "gemma2" ? 46 : 62);
+  return big ? float(c.hidden / c.n_heads) : float(c.head_dim);
+}
+
+// Llama, Mistral, Qwen 2/3 (TextModel.set_gguf_parameters + LlamaModel's rope.dimension_count);
+// key_length / value_length only when head_dim is not hidden / heads (llama.cpp's default).
+void write_llama_keys(const ModelConfig& c, const std::string& a, GgufWriter* w) {
+  w->add_u32(a + ".vocab_size", uint32_t(c.vocab));
+  w->add_u32(a + ".context_length", uint32_t(c.max_position));
+  w->add_u32(a + ".embedding_length", uint32_t(c.hidden));
+  w->add_u32(a + ".block_count", uint32_t(c.n_layers));
+  w->add_u32(a + ".feed_forward_length", uint32_t(c.intermediate));
+  w->add_u32(a + ".attention.head_count", uint32_t(c.n_heads));
+  w->add_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w->add_f32(a + ".rope.freq_base", c.rope_theta);
+  w->add_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.head_dim != c.hidden / c.n_heads) {
+    w->add_u32(a + ".attention.key_length", uint32_t(c.head_dim));
+    w->add_u32(a + ".attention.value_length", uint32_t(c.head_dim));
+  }
+  w->add_u32(a + ".rope.dimension_count", uint32_t(c.head_dim));
+  if (c.rope_scaling.type == "linear") {
+    w->add_string(a + ".rope.scaling.type", "linear");
+    w->add_f32(a + ".rope.scaling.factor", c.rope_scaling.factor);
+  }
+}
+
+// Gemma2Model.set_gguf_parameters (no rope.freq_base: llama.cpp's default 10000 is Gemma 2's; we
+// write it only for another value) and Gemma3Model's (rope bases of the global and the sliding
+// layers, linear scaling of the global ones). Sliding layers: llama.cpp assumes every 2nd (gemma2)
+// / all but every 6th (gemma3); another pattern goes in attention.sliding_window_pattern as a
+// per-layer array (gguf-py add_sliding_window_pattern; llama.cpp load_swa_pattern reads it), which
+// the converter does not write.
+void write_gemma_keys(const ModelConfig& c, const std::string& a, GgufWriter* w) {
+  const bool g2 = c.arch == "gemma2";
+  if (g2) {
+    w->add_u32(a + ".context_length", uint32_t(c.max_position));
+    w->add_u32(a + ".embedding_length", uint32_t(c.hidden));
+    w->add_u32(a + ".block_count", uint32_t(c.n_layers));
+  } else {
+    w->add_u32(a + ".block_count", uint32_t(c.n_layers));
+    w->add_u32(a + ".context_length", uint32_t(c.max_position));
+    w->add_u32(a + ".embedding_length", uint32_t(c.hidden));
+  }
+  w->add_u32(a + ".feed_forward_length", uint32_t(c.intermediate));
+  w->add_u32(a + ".attention.head_count", uint32_t(c.n_heads));
+  w->add_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  if (!g2) {
+    if (c.rope_scaling.type == "linear") {
+      w->add_string(a + ".rope.scaling.type", "linear");
+      w->add_f32(a + ".rope.scaling.factor", c.rope_scaling.factor);
+    }
+    w->add_f32(a + ".rope.freq_base", c.rope_theta);
+    w->add_f32(a + ".rope.freq_base_swa", c.rope_local_theta);
+  } else if (c.rope_theta != 10000.0f) {
+    w->add_f32(a + ".rope.freq_base", c.rope_theta);
+  }
+  w->add_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  w->add_u32(a + ".attention.key_length", uint32_t(c.head_dim));
+  w->add_u32(a + ".attention.value_length", uint32_t(c.head_dim));
+  if (g2) w->add_f32(a + ".attn_logit_softcapping", c.attn_softcap);
+  if (g2 || c.final_softcap > 0) w->add_f32(a + ".final_logit_softcapping", c.final_softcap);
+  bool any = false, periodic = true;
+  const int period = g2 ? 2 : 6;
+  for (int i = 0; i < c.n_layers; ++i) {
+    any |= c.is_sliding(i);
+    periodic &= c.is_sliding(i) == (i % period < period - 1);
+  }
+  if (g2 || any) w->add_u32(a + ".attention.sliding_window", uint32_t(c.sliding_window));
+  if ((g2 || any) && !periodic) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < c.n_layers; ++i) v.push_back(c.is_sliding(i) ? 1 : 0);
+    w->add_i32_array(a + ".attention.sliding_window_pattern", v);
+  }
+}
+
+// Phi3MiniModel.set_gguf_parameters (its LongRoPE factors are not read by quanttool, so none are
+// written). llama.cpp runs Phi-3 without the sliding window (src/models/phi3.cpp).
+void write_phi3_keys(const ModelConfig& c, const std::string& a, GgufWriter* w) {
+  w->add_u32(a + ".context_length", uint32_t(c.max_position));
+  w->add_u32(a + ".rope.scaling.original_context_length", uint32_t(c.max_position));
+  w->add_u32(a + ".embedding_length", uint32_t(c.hidden));
+  w->add_u32(a + ".feed_forward_length", uint32_t(c.intermediate));
+  w->add_u32(a + ".block_count", uint32_t(c.n_layers));
+  w->add_u32(a + ".attention.head_count", uint32_t(c.n_heads));
+  w->add_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w->add_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  w->add_u32(a + ".rope.dimension_count", uint32_t(c.hidden / c.n_heads));
+  w->add_f32(a + ".rope.freq_base", c.rope_theta);
+}
+
+}  // namespace
+
+void write_gguf_arch_keys(const ModelConfig& c, uint32_t ftype, const std::string& path, GgufWriter* w) {
+  const std::string a = c.desc().gguf_arch;
+  if (c.desc().gemma_attention) {
+    if (c.query_pre_attn_scalar != llama_cpp_query_scalar(c))
+      user_error(
+          "{}: query_pre_attn_scalar is {}, but llama.cpp scales {}'s queries by 1/sqrt({}) (GGUF has no key for it)",
+          path, c.query_pre_attn_scalar, c.arch, llama_cpp_query_scalar(c));
+    write_gemma_keys(c, a, w);
+    w->add_u32("general.file_type", ftype);
+    return;
+  }
+  if (c.desc().fused_proj) {
+    if (c.head_dim != c.hidden / c.n_heads)
+      user_error("{}: phi3 with head_dim {} other than hidden / heads has no GGUF form", path, c.head_dim);
+    write_phi3_keys(c, a, w);
+    w->add_u32("general.file_type", ftype);
+    w->add_u32(a + ".attention.sliding_window", uint32_t(c.is_sliding(0) ? c.sliding_window : 0));
+    return;
+  }
+  write_llama_keys(c, a, w);
+  w->add_u32("general.file_type", ftype);
+}
+
+}  // namespace qt
