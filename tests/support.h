@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "formats/checkpoint.h"
+#include "libquant/parallel.h"
 #include "libquant/schemes/scheme.h"
 
 namespace qt::test {
@@ -31,6 +32,16 @@ SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt = D
 nlohmann::json read_json(const std::string& path);
 // max |a_i - b_i| (a failed expectation when the sizes differ).
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+// One OpenMP thread while in scope, for tests that run the model one token per forward (KV decode
+// mode): the kernels give the same bits at any thread count, and with two threads each of a
+// token's hundreds of small parallel regions ends in a barrier wait — on a loaded 2-core machine
+// those waits spin for minutes.
+struct OneThread {
+  int saved = num_threads();
+  OneThread() { set_threads(1); }
+  ~OneThread() { set_threads(saved); }
+};
 
 }  // namespace qt::test
 

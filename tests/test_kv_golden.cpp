@@ -98,6 +98,7 @@ TEST(KvGolden, EveryMethodAndModeBitIdenticalToTheGolden) {
     Level() { set_kernel_level(KernelLevel::AVX2); }
     ~Level() { set_kernel_level(was); }
   } level;
+  const test::OneThread one_thread;
   Checkpoint ck = load_checkpoint(test::model_gguf());
   const std::vector<int32_t> tokens =
       ck.tokenizer->encode(read_all(test::data_file("wikitext-2/wiki.test.raw")).substr(0, 4000), true);

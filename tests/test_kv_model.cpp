@@ -55,6 +55,7 @@ class SmolLMKv : public ::testing::Test {
   }
   static LlamaModel* model_;
   static std::vector<int32_t>* tokens_;
+  const test::OneThread one_thread_;  // decode mode: one token per forward
 };
 LlamaModel* SmolLMKv::model_ = nullptr;
 std::vector<int32_t>* SmolLMKv::tokens_ = nullptr;
