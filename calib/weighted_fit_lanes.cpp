@@ -21,9 +21,8 @@ typedef float Lanes __attribute__((vector_size(4 * kLanes)));
 // (Macros, not helper functions: a helper returning a 64-byte vector would be a separate
 // baseline-ABI function, not code of each target clone.)
 __attribute__((target_clones("avx512f", "avx2", "default"))) void affine_sums(const float* v, const float* imp,
-                                                                               int64_t n, const float* s,
-                                                                               const float* b, int count, float nmax,
-                                                                               AffineSums* out) {
+                                                                              int64_t n, const float* s, const float* b,
+                                                                              int count, float nmax, AffineSums* out) {
   for (int c0 = 0; c0 < count; c0 += kLanes) {
     const int m = std::min(kLanes, count - c0);
     Lanes sv, bv;
@@ -42,8 +41,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void affine_sums(co
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void sym_sums(const float* v, const float* imp, int64_t n,
-                                                                            const float* s, int count, float qmin,
-                                                                            float qmax, SymSums* out) {
+                                                                           const float* s, int count, float qmin,
+                                                                           float qmax, SymSums* out) {
   for (int c0 = 0; c0 < count; c0 += kLanes) {
     const int m = std::min(kLanes, count - c0);
     Lanes sv;
