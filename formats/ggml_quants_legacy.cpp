@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "formats/ggml_legacy_lanes.h"
 #include "formats/ggml_quants_common.h"
 
 namespace qt::ggml {
@@ -288,49 +289,71 @@ void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
   row.quant(x, y);  // the reference block
   double best = block_error(row, y, x, w);
   int q[QK];
+  // Each stage's candidates are scored together (ggml_legacy_lanes.h), then compared in the search's
+  // order: every grid candidate followed by its refit; the winner alone is coded and packed.
+  constexpr int kGrid = 21;
   if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
     const int nmax = t == GgmlType::Q4_1 ? 15 : 31, bits = t == GgmlType::Q4_1 ? 4 : 5;
-    auto consider = [&](float d, float m) {
-      const double e = aff_codes(x, w, d, m, nmax, q);
-      if (e < best) best = e, aff_pack(d, m, bits, q, y);
-    };
     float mn, mx;
     min_max(x, &mn, &mx);
     if (mx == mn) return;
-    for (int k = -10; k <= 10; ++k) {
-      consider((mx - mn) / (nmax + 0.1f * k), mn);
-      double sw = 0, swq = 0, swqq = 0, swx = 0, swxq = 0;
-      for (int j = 0; j < QK; ++j) {
-        const double wj = w[j];
-        sw += wj, swq += wj * q[j], swqq += wj * q[j] * q[j], swx += wj * x[j], swxq += wj * x[j] * q[j];
-      }
-      const double det = sw * swqq - swq * swq;
+    float d[kGrid], m[kGrid], rd[kGrid], rm[kGrid];
+    int refit_of[kGrid], nr = 0;
+    for (int k = -10; k <= 10; ++k) d[k + 10] = (mx - mn) / (nmax + 0.1f * k), m[k + 10] = mn;
+    AffScore a[kGrid], r[kGrid];
+    aff_scores(x, w, d, m, kGrid, nmax, a);
+    for (int i = 0; i < kGrid; ++i) {
+      refit_of[i] = -1;
+      const AffScore& s = a[i];
+      const double det = s.sw * s.swqq - s.swq * s.swq;
       if (det <= 0) continue;
-      const double d = (sw * swxq - swq * swx) / det, m = (swqq * swx - swq * swxq) / det;
-      if (!(d > 0)) continue;
-      consider(float(d), float(m));
+      const double dd = (s.sw * s.swxq - s.swq * s.swx) / det, mm = (s.swqq * s.swx - s.swq * s.swxq) / det;
+      if (!(dd > 0)) continue;
+      rd[nr] = float(dd), rm[nr] = float(mm), refit_of[i] = nr++;
+    }
+    aff_scores(x, w, rd, rm, nr, nmax, r);
+    float bd = 0, bm = 0;
+    bool won = false;
+    for (int i = 0; i < kGrid; ++i) {
+      if (a[i].err < best) best = a[i].err, bd = d[i], bm = m[i], won = true;
+      if (refit_of[i] >= 0 && r[refit_of[i]].err < best)
+        best = r[refit_of[i]].err, bd = rd[refit_of[i]], bm = rm[refit_of[i]], won = true;
+    }
+    if (won) {
+      aff_codes(x, w, bd, bm, nmax, q);
+      aff_pack(bd, bm, bits, q, y);
     }
     return;
   }
   const SymSpec sp = t == GgmlType::Q8_0   ? SymSpec{-127, 127, 0, 8}
                      : t == GgmlType::Q4_0 ? SymSpec{-8, 7, 8, 4}
                                            : SymSpec{-16, 15, 16, 5};
-  auto consider = [&](float d) {
-    const double e = sym_codes(x, w, d, sp, q);
-    if (e < best) best = e, sym_pack(d, sp, q, y);
-  };
   const float d_ref = t == GgmlType::Q8_0 ? [&] {
     float a = 0;
     for (int j = 0; j < QK; ++j) a = std::max(a, std::fabs(x[j]));
     return a / 127.0f;
   }() : signed_absmax(x) / float(sp.lo);
   if (d_ref == 0.0f) return;
-  for (int k = -10; k <= 10; ++k) {
-    consider(d_ref * (1.0f + 0.02f * k));
-    double sxq = 0, sqq = 0;
-    for (int j = 0; j < QK; ++j) sxq += double(w[j]) * x[j] * q[j], sqq += double(w[j]) * q[j] * q[j];
-    if (sqq <= 0) continue;
-    consider(float(sxq / sqq));
+  float d[kGrid], rd[kGrid];
+  int refit_of[kGrid], nr = 0;
+  for (int k = -10; k <= 10; ++k) d[k + 10] = d_ref * (1.0f + 0.02f * k);
+  SymScore a[kGrid], r[kGrid];
+  sym_scores(x, w, d, kGrid, sp.lo, sp.hi, a);
+  for (int i = 0; i < kGrid; ++i) {
+    refit_of[i] = -1;
+    if (a[i].sqq <= 0) continue;
+    rd[nr] = float(a[i].sxq / a[i].sqq), refit_of[i] = nr++;
+  }
+  sym_scores(x, w, rd, nr, sp.lo, sp.hi, r);
+  float bd = 0;
+  bool won = false;
+  for (int i = 0; i < kGrid; ++i) {
+    if (a[i].err < best) best = a[i].err, bd = d[i], won = true;
+    if (refit_of[i] >= 0 && r[refit_of[i]].err < best) best = r[refit_of[i]].err, bd = rd[refit_of[i]], won = true;
+  }
+  if (won) {
+    sym_codes(x, w, bd, sp, q);
+    sym_pack(bd, sp, q, y);
   }
 }
 
