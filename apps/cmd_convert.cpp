@@ -116,10 +116,12 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
   calib::GptqOptions go;
   go.act_order = c.act_order;
   go.weighted_groups = !c.imatrix.empty();
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = calib::gptq_gguf(ck, gguf_weight_types(ck, opt), tokens, so, go);
-  std::printf("gptq%s: %zu weights (%d chunks of %d tokens of %s)\n", c.act_order ? " act-order" : "", r.size(),
+  std::printf("gptq%s: %zu weights (%d chunks of %d tokens of %s), %.0f s\n", c.act_order ? " act-order" : "", r.size(),
               std::min<int>(c.calib_chunks, int(tokens.size() / size_t(c.calib_ctx))), c.calib_ctx,
-              fs::path(c.calib_text).filename().string().c_str());
+              fs::path(c.calib_text).filename().string().c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return r;
 }
 

@@ -297,12 +297,12 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
     }
     const Tensor& t = ck.tensors.at(it.hf);
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    const std::vector<uint8_t>* pre = opt.packed && t.shape.size() == 2 ? opt.packed(it.hf) : nullptr;
     const float* imp = nullptr;
-    if (opt.importance && t.shape.size() == 2 && block.block_size > 1) {
+    if (!pre && opt.importance && t.shape.size() == 2 && block.block_size > 1) {
       imp = opt.importance(it.hf, t.shape[1]);
       if (imp) ++weighted;
     }
-    const std::vector<uint8_t>* pre = opt.packed && t.shape.size() == 2 ? opt.packed(it.hf) : nullptr;
     if (pre) {
       if (pre->size() != ggml_nbytes(it.type, size_t(t.shape[0] * t.shape[1])))
         throw std::logic_error("gguf export: precomputed blocks of " + it.hf + " have the wrong size");
