@@ -6,6 +6,7 @@
 //                   (calibration: calib/weight_calibration.h)
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
+//                   [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
 // writes it in an output layout. Quantized and cast tensors are deferred: the writer makes them
@@ -25,6 +26,7 @@
 
 #include "apps/command.h"
 #include "calib/act_stats_io.h"
+#include "calib/gptq_ggml.h"
 #include "calib/pack_checkpoint.h"
 #include "calib/rotation.h"
 #include "calib/weight_calibration.h"
@@ -100,6 +102,30 @@ struct Args {
   calib::WeightCalibArgs c;
 };
 
+// --gptq for --format gguf: the sequential pass in each weight's GGUF type (calib/gptq_ggml.h);
+// with --imatrix each block's scales come from the importance-weighted search too.
+std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, const calib::WeightCalibArgs& c,
+                                                      const GgufExportOptions& opt) {
+  if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
+  MappedFile mf = map_file(c.calib_text);
+  const std::vector<int32_t> tokens =
+      ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+  calib::SequentialOptions so;
+  so.ctx = c.calib_ctx;
+  so.chunks = c.calib_chunks;
+  so.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+  calib::GptqOptions go;
+  go.act_order = c.act_order;
+  go.weighted_groups = !c.imatrix.empty();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = calib::gptq_gguf(ck, gguf_weight_types(ck, opt), tokens, so, go);
+  std::printf("gptq%s: %zu weights (%d chunks of %d tokens of %s), %.0f s\n", c.act_order ? " act-order" : "", r.size(),
+              std::min<int>(c.calib_chunks, int(tokens.size() / size_t(c.calib_ctx))), c.calib_ctx,
+              fs::path(c.calib_text).filename().string().c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return r;
+}
+
 // --format gguf: one .gguf file at --out (docs/gguf.md). Its own path through run():
 // the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
 int run_gguf(const Args& a) {
@@ -111,13 +137,17 @@ int run_gguf(const Args& a) {
       a.q.strict || a.q.untie)
     user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
-  if (!a.c.smooth.empty() || a.c.gptq || a.c.awq || a.rotate)
-    user_error("--smooth, --gptq, --awq, --rotate: not supported with --format gguf yet");
+  if (!a.c.smooth.empty() || a.c.awq || a.rotate)
+    user_error("--smooth, --awq, --rotate: not supported with --format gguf yet");
   const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, kGgufExportTypes);
-  if (!a.c.imatrix.empty() && (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
-    user_error("--imatrix: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)", type_name);
+  if ((!a.c.imatrix.empty() || a.c.gptq) &&
+      (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
+    user_error("--imatrix, --gptq: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)",
+               type_name);
+  // The calibration flags' own checks (--calib given and not the test text, --act-order with --gptq).
+  const calib::WeightCalibration checks(a.c);
   // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
   std::shared_ptr<calib::ActStats> stats;
   if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
@@ -147,6 +177,15 @@ int run_gguf(const Args& a) {
         user_error("{}: {} has {} channels, the weight {} columns", path, name, st->sqmean.size(), cols);
       return st->sqmean.data();
     };
+  std::map<std::string, std::vector<uint8_t>> gptq_done;
+  if (a.c.gptq) {
+    for (auto& [name, t] : ck.tensors) t = materialize(t);  // GPTQ runs the network
+    gptq_done = gptq_gguf(ck, a.c, opt);
+    opt.packed = [&gptq_done](const std::string& name) -> const std::vector<uint8_t>* {
+      auto it = gptq_done.find(name);
+      return it == gptq_done.end() ? nullptr : &it->second;
+    };
+  }
   opt.name = fs::path(a.in).filename().empty() ? fs::path(a.in).parent_path().filename().string()
                                                : fs::path(a.in).stem().string();
   auto t1 = std::chrono::steady_clock::now();

@@ -75,33 +75,26 @@ PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows,
   return gptq_quantize(grid, w, rows, cols, prepare_gptq_hessian(std::move(H), cols, opt), opt, loss);
 }
 
-PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
-                           const GptqOptions& opt, double* loss) {
-  std::string why;
-  if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
+double gptq_sweep(const float* w, int64_t rows, int64_t cols, int64_t gl, const GptqHessian& h, const GptqOptions& opt,
+                  GptqRounder& rd) {
   if (h.cols != cols) user_error("gptq: Hessian for {} columns, weight has {}", h.cols, cols);
-  const int64_t gl = grid.group_len(cols), ng = cols / gl;
+  const int64_t ng = cols / gl;
   const std::vector<int64_t>& perm = h.perm;
   const bool permuted = opt.act_order;
   Eigen::Map<const MatF> U(h.U.data(), cols, cols);
 
-  // Group parameters: static (fitted from the original weights up front) under act-order,
-  // otherwise fitted when the pass reaches each group.
-  std::vector<GroupParams> P(size_t(rows * ng));
-  auto fit = [&](const float* v, int64_t col) {
-    return opt.weighted_groups ? fit_weighted(grid, v, h.diag.data() + col, gl) : grid.stored(grid.fit_rtn(v, gl));
-  };
-  // The working copy, columns in pass order; dead columns zeroed.
+  // The working copy, columns in pass order; dead columns zeroed. Group parameters: static (fitted
+  // from the original weights up front) under act-order, otherwise fitted when the pass reaches
+  // each group.
   MatF W(rows, cols);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = w + r * cols;
     if (permuted)
-      for (int64_t g = 0; g < ng; ++g) P[size_t(r * ng + g)] = fit(src + g * gl, g * gl);
+      for (int64_t g = 0; g < ng; ++g) rd.fit(r, g * gl, src + g * gl);
     for (int64_t i = 0; i < cols; ++i) W(r, i) = h.diag[perm[i]] == 0 ? 0.0f : src[perm[i]];
   }
 
-  std::vector<int16_t> codes(size_t(rows * cols));
   std::vector<double> row_loss(size_t(rows), 0.0);
   const int64_t bs = std::max(1, opt.block);
   MatF E(rows, bs);
@@ -113,11 +106,8 @@ PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows,
       for (int64_t i = i1; i < i2; ++i) {
         const int64_t col = perm[i];
         // A group starts here (identity order): fit it from the row as updated so far.
-        if (!permuted && col % gl == 0) P[size_t(r * ng + col / gl)] = fit(wr + col, col);
-        const GroupParams& g = P[size_t(r * ng + col / gl)];
-        const int q = grid.code(wr[i], g);
-        const float d = U(i, i), err = (wr[i] - grid.value(q, g)) / d;
-        codes[size_t(r * cols + col)] = int16_t(q);
+        if (!permuted && col % gl == 0) rd.fit(r, col, wr + col);
+        const float d = U(i, i), err = (wr[i] - rd.round(r, col, wr[i])) / d;
         row_loss[size_t(r)] += double(err) * err / 2;
         const float* u = h.U.data() + i * cols;
         for (int64_t j = i + 1; j < i2; ++j) wr[j] -= err * u[j];
@@ -133,8 +123,50 @@ PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows,
              &ldu, 1, 1);
     }
   }
-  if (loss) *loss = std::accumulate(row_loss.begin(), row_loss.end(), 0.0);
-  return grid.pack(codes.data(), P.data(), rows, cols);
+  return std::accumulate(row_loss.begin(), row_loss.end(), 0.0);
+}
+
+namespace {
+
+// The scheme's groups: parameters by the RTN rule or the weighted search, codes the grid's nearest.
+struct SchemeRounder : GptqRounder {
+  const SchemeGrid& grid;
+  const GptqHessian& h;
+  bool weighted;
+  int64_t cols, gl, ng;
+  std::vector<GroupParams> P;
+  std::vector<int16_t> codes;
+  SchemeRounder(const SchemeGrid& g, const GptqHessian& hh, bool w, int64_t rows, int64_t c)
+      : grid(g),
+        h(hh),
+        weighted(w),
+        cols(c),
+        gl(g.group_len(c)),
+        ng(c / gl),
+        P(size_t(rows * ng)),
+        codes(size_t(rows * c)) {}
+  void fit(int64_t r, int64_t col, const float* v) override {
+    P[size_t(r * ng + col / gl)] =
+        weighted ? fit_weighted(grid, v, h.diag.data() + col, gl) : grid.stored(grid.fit_rtn(v, gl));
+  }
+  float round(int64_t r, int64_t col, float x) override {
+    const GroupParams& g = P[size_t(r * ng + col / gl)];
+    const int q = grid.code(x, g);
+    codes[size_t(r * cols + col)] = int16_t(q);
+    return grid.value(q, g);
+  }
+};
+
+}  // namespace
+
+PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
+                           const GptqOptions& opt, double* loss) {
+  std::string why;
+  if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
+  SchemeRounder rd(grid, h, opt.weighted_groups, rows, cols);
+  const double l = gptq_sweep(w, rows, cols, rd.gl, h, opt, rd);
+  if (loss) *loss = l;
+  return grid.pack(rd.codes.data(), rd.P.data(), rows, cols);
 }
 
 }  // namespace qt::calib

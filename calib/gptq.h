@@ -37,6 +37,20 @@ struct GptqHessian {
 // H [cols, cols] = Σ_t x_tᵀ x_t over the layer's inputs (any positive multiple; symmetric).
 GptqHessian prepare_gptq_hessian(std::vector<float> H, int64_t cols, const GptqOptions& opt);
 
+// The column sweep itself, for any grid: `fit(r, col, v)` is called when the pass reaches column
+// col, the first of one of row r's groups of `gl` columns, with v the row's gl values from col as
+// updated so far (under act-order: for every group up front, from the original weights); `round(r,
+// col, x)` gives the value column col of row r is stored as. Rows are independent: both are
+// called from several threads at once, never for the same row. Returns AutoGPTQ's loss (below).
+// Precondition: gl divides cols, and gl divides the batch (opt.block) or the batch divides gl.
+struct GptqRounder {
+  virtual ~GptqRounder() = default;
+  virtual void fit(int64_t r, int64_t col, const float* v) = 0;
+  virtual float round(int64_t r, int64_t col, float x) = 0;
+};
+double gptq_sweep(const float* w, int64_t rows, int64_t cols, int64_t gl, const GptqHessian& h, const GptqOptions& opt,
+                  GptqRounder& rounder);
+
 // w [rows, cols] row-major (HF layout). `loss`, when given, receives Σ (w − q)² / [H⁻¹]_jj / 2,
 // AutoGPTQ's reported error.
 PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,

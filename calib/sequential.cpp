@@ -68,6 +68,23 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
                                                         const std::vector<int32_t>& tokens,
                                                         const SequentialOptions& opt,
                                                         const HessianQuantizer& quantize) {
+  std::map<std::string, PackedTensor> out;
+  PackedSpill spill;
+  // The packed weight goes to the spill; its dequantized values come back when a block's forward
+  // still needs them (not for the output head).
+  run_sequential(ck, targets, tokens, opt,
+                 [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols,
+                     std::vector<float>& Hs, const std::string& site, bool need) {
+                   PackedTensor p = spill.keep(quantize(name, w, rows, cols, Hs, site));
+                   std::vector<float> d = need ? dequantize_weights(p, name) : std::vector<float>();
+                   out.emplace(name, std::move(p));
+                   return d;
+                 });
+  return out;
+}
+
+void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, const std::vector<int32_t>& tokens,
+                    const SequentialOptions& opt, const HessianRounder& round) {
   const ModelConfig& c = ck.config;
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
   const std::string head = tied ? "model.embed_tokens.weight" : "lm_head.weight";
@@ -117,18 +134,11 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
     if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
     model.embed_tokens(chunk.data(), opt.ctx, X.data() + int64_t(ci) * opt.ctx * H);
   }
-  std::map<std::string, PackedTensor> out;
-  PackedSpill spill;
   const bool tty = isatty(2);
   const auto t0 = std::chrono::steady_clock::now();
-  // The packed weight goes to the spill; its dequantized values come back when a block's forward
-  // still needs them (not for the output head).
   auto quantize_one = [&](const std::string& name, std::vector<float>& Hs, const std::string& site, bool deq) {
     const Tensor& w = ck.get(name);
-    PackedTensor p = spill.keep(quantize(name, to_f32(w), w.shape[0], w.shape[1], Hs, site));
-    std::vector<float> d = deq ? dequantize_weights(p, name) : std::vector<float>();
-    out.emplace(name, std::move(p));
-    return d;
+    return round(name, to_f32(w), w.shape[0], w.shape[1], Hs, site, deq);
   };
   double t_fwd = 0, t_q = 0;
   auto now = [] { return std::chrono::steady_clock::now(); };
@@ -195,7 +205,6 @@ std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, co
     symmetrize(Hh, H);
     quantize_one(head, Hh, "head_in", false);
   }
-  return out;
 }
 
 }  // namespace qt::calib

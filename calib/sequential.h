@@ -35,6 +35,15 @@ struct SequentialOptions {
 using HessianQuantizer = std::function<PackedTensor(const std::string& name, const std::vector<float>& w, int64_t rows,
                                                     int64_t cols, std::vector<float>& H, const std::string& site)>;
 
+// The pass itself, for any output form: `round` quantizes the weight `name` given its H (as
+// HessianQuantizer), keeps the result itself, and returns the dequantized values the following
+// blocks' forward pass uses ([rows, cols] as w; unused when `need` is false, for the output head).
+using HessianRounder =
+    std::function<std::vector<float>(const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols,
+                                     std::vector<float>& H, const std::string& site, bool need)>;
+void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, const std::vector<int32_t>& tokens,
+                    const SequentialOptions& opt, const HessianRounder& round);
+
 // The packed tensors of `targets` (HF weight names) by name. UserError for a target that is not a
 // block projection or the output head, or a text shorter than one chunk.
 std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, const std::set<std::string>& targets,

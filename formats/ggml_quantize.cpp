@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "formats/ggml_quants_common.h"
+
 namespace qt {
 
 bool ggml_can_quantize(GgmlType type) {
@@ -42,6 +44,43 @@ void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64
 #pragma omp parallel for schedule(static) if (nb * bs > 1024 * 32)
   for (int64_t b = 0; b < nb; ++b)
     row.from_float_imatrix(src + b * bs, imp + (b % per_row) * bs, dst + size_t(b) * bytes, 1);
+}
+
+GgmlCodeRange ggml_code_range(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q8_0: return {1, 255, 32};
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::IQ4_NL: return {0, 15, 32};
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: return {0, 31, 32};
+    case GgmlType::Q2_K: return {0, 3, 16};
+    case GgmlType::Q3_K: return {0, 7, 16};
+    case GgmlType::Q4_K: return {0, 15, 32};
+    case GgmlType::Q5_K: return {0, 31, 32};
+    case GgmlType::Q6_K: return {0, 63, 16};
+    default: return {};
+  }
+}
+
+void ggml_quantize_block(GgmlType type, const float* x, const float* imp, uint8_t* y) {
+  const GgmlTypeRow& row = *ggml_type_row(uint32_t(type));
+  if (imp && row.from_float_imatrix)
+    row.from_float_imatrix(x, imp, y, 1);
+  else
+    row.from_float(x, y, 1);
+}
+
+void ggml_pack_codes(GgmlType type, const uint8_t* L, uint8_t* y) {
+  switch (type) {
+    case GgmlType::IQ4_NL: ggml::pack_codes_iq4_nl(type, L, y); return;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: ggml::pack_codes_k(type, L, y); return;
+    default: ggml::pack_codes_legacy(type, L, y); return;
+  }
 }
 
 }  // namespace qt

@@ -36,4 +36,21 @@ void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst);
 void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
                             uint8_t* dst);
 
+// Calibrated rounding in a block type's own grid (GPTQ, calib/gptq_ggml.h): a block's scale fields
+// are chosen first (ggml_quantize_block), then each element's code separately, then the codes are
+// packed under those scales (ggml_pack_codes). Codes are unsigned, as stored: lo..hi (Q8_0: 1..255
+// for the int8 values -127..127, as ggml's reference writes them; Q3_K: 0..7, value q + 4; the
+// others the stored field). Every `sub` consecutive elements of a block share one scale (and
+// minimum), so one code means one value for all of them.
+struct GgmlCodeRange {
+  int lo = 0, hi = 0;
+  int sub = 0;
+};
+// Precondition: a quantized block type (ggml_can_quantize, block size > 1).
+GgmlCodeRange ggml_code_range(GgmlType type);
+// One block of x: the reference rule (imp null) or the importance-weighted search (ggml_quantize_weighted's).
+void ggml_quantize_block(GgmlType type, const float* x, const float* imp, uint8_t* y);
+// The block's codes L (one per element) written into y; its scale fields are kept.
+void ggml_pack_codes(GgmlType type, const uint8_t* L, uint8_t* y);
+
 }  // namespace qt

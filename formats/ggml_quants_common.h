@@ -23,6 +23,13 @@ void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y);
 void dequantize_iq4_nl(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_iq4_nl(GgmlType t, const float* x, const float* imp, uint8_t* y);
 
+// pack_codes_F: the codes L (one per element of the block, unsigned as ggml_quantize.h's
+// GgmlCodeRange says) written into block y, its scale fields left as they are: the packing half
+// of quantize_F, which calls it too.
+void pack_codes_legacy(GgmlType t, const uint8_t* L, uint8_t* y);
+void pack_codes_k(GgmlType t, const uint8_t* L, uint8_t* y);
+void pack_codes_iq4_nl(GgmlType t, const uint8_t* L, uint8_t* y);
+
 constexpr int QK = 32;     // elements of a legacy / IQ4_NL block
 constexpr int QK_K = 256;  // elements of a K-quant super-block
 

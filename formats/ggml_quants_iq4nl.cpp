@@ -14,6 +14,8 @@
 
 namespace qt::ggml {
 
+void pack_codes_iq4_nl(GgmlType, const uint8_t* L, uint8_t* y);
+
 namespace {
 
 // IQ4_NL: d * kvalues[nibble] (non-linear 4-bit grid).
@@ -86,10 +88,14 @@ void iq4_nl_weighted(const float* x, const float* w, uint8_t* y) {
     }
   }
   put_f16(y, best_d);
-  for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t(best_q[j] | (best_q[j + QK / 2] << 4));
+  pack_codes_iq4_nl(GgmlType::IQ4_NL, best_q, y);
 }
 
 }  // namespace
+
+void pack_codes_iq4_nl(GgmlType, const uint8_t* L, uint8_t* y) {
+  for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t(L[j] | (L[j + QK / 2] << 4));
+}
 
 // One type in this family: t is IQ4_NL.
 void dequantize_iq4_nl(GgmlType, const uint8_t* src, float* dst, size_t nb) { deq_iq4_nl(src, dst, nb); }

@@ -328,25 +328,7 @@ void qk_affine(const float* x, const float* imp, int nmax, uint8_t* y) {
       L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
     }
   }
-  if (nmax == 15) {
-    uint8_t* q = y + 16;
-    for (int j = 0; j < QK_K; j += 64, q += 32)
-      for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[j + l] | (L[j + l + 32] << 4));
-    return;
-  }
-  uint8_t* qh = y + 16;
-  uint8_t* ql = y + 48;
-  std::memset(qh, 0, 32);
-  uint8_t m1 = 1, m2 = 2;
-  for (int n = 0; n < QK_K; n += 64, ql += 32) {
-    for (int j = 0; j < 32; ++j) {
-      int l1 = L[n + j], l2 = L[n + j + 32];
-      if (l1 > 15) l1 -= 16, qh[j] |= m1;
-      if (l2 > 15) l2 -= 16, qh[j] |= m2;
-      ql[j] = uint8_t(l1 | (l2 << 4));
-    }
-    m1 = uint8_t(m1 << 2), m2 = uint8_t(m2 << 2);
-  }
+  pack_codes_k(nmax == 15 ? GgmlType::Q4_K : GgmlType::Q5_K, L, y);
 }
 
 void q6_k_impl(const float* x, const float* imp, uint8_t* y) {
@@ -381,17 +363,7 @@ void q6_k_impl(const float* x, const float* imp, uint8_t* y) {
       L[16 * j + ii] = int8_t(std::max(-32, std::min(31, l)) + 32);
     }
   }
-  uint8_t* ql = y;
-  uint8_t* qh = y + 128;
-  for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32) {
-    for (int l = 0; l < 32; ++l) {
-      const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
-      ql[l] = uint8_t(q1 | (q3 << 4));
-      ql[l + 32] = uint8_t(q2 | (q4 << 4));
-      qh[l] = uint8_t((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-                      ((L[j + l + 96] >> 4) << 6));
-    }
-  }
+  pack_codes_k(GgmlType::Q6_K, reinterpret_cast<const uint8_t*>(L), y);
 }
 
 // make_q3_quants with do_rmse (weights x^2, or qw): codes -nmax..nmax-1 stored + nmax, refined
@@ -456,7 +428,6 @@ void q2_k_impl(const float* x, const float* imp, uint8_t* y) {
     if (mins[j] > max_min) max_min = mins[j];
   }
   uint8_t* sc = y;
-  uint8_t* qs = y + 16;
   std::memset(sc, 0, 16);
   if (max_scale > 0) {
     const float iscale = 15.0f / max_scale;
@@ -482,9 +453,7 @@ void q2_k_impl(const float* x, const float* imp, uint8_t* y) {
       L[16 * j + ii] = uint8_t(std::max(0, std::min(3, l)));
     }
   }
-  for (int j = 0; j < QK_K; j += 128)
-    for (int l = 0; l < 32; ++l)
-      qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  pack_codes_k(GgmlType::Q2_K, L, y);
 }
 
 // Q3_K (ggml quantize_row_q3_K_ref): 16 sub-blocks of 16, symmetric 3-bit codes by make_q3; 6-bit
@@ -501,8 +470,6 @@ void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
     const float a = std::fabs(scales[j]);
     if (a > amax) amax = a, max_scale = scales[j];
   }
-  uint8_t* hmask = y;
-  uint8_t* qs = y + 32;
   uint8_t* sc = y + 96;
   std::memset(sc, 0, 12);
   if (max_scale != 0.0f) {
@@ -532,16 +499,7 @@ void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
       L[16 * j + ii] = int8_t(std::max(-4, std::min(3, l)) + 4);
     }
   }
-  std::memset(hmask, 0, 32);
-  int m = 0;
-  uint8_t hm = 1;
-  for (int j = 0; j < QK_K; ++j) {
-    if (L[j] > 3) hmask[m] = uint8_t(hmask[m] | hm), L[j] = int8_t(L[j] - 4);
-    if (++m == QK_K / 8) m = 0, hm = uint8_t(hm << 1);
-  }
-  for (int j = 0; j < QK_K; j += 128)
-    for (int l = 0; l < 32; ++l)
-      qs[j / 4 + l] = uint8_t(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  pack_codes_k(GgmlType::Q3_K, reinterpret_cast<const uint8_t*>(L), y);
 }
 
 // One super-block of type t: the reference rule when imp is null, else the importance-weighted
@@ -575,6 +533,69 @@ const KRow& row_of(GgmlType t) {
 }
 
 }  // namespace
+
+// Codes 0..nmax per element as stored (Q3_K: 0..7, the value's q + 4, its bit 2 going to hmask).
+void pack_codes_k(GgmlType t, const uint8_t* L, uint8_t* y) {
+  // Four 2-bit codes per byte: elements l, l+32, l+64, l+96 of each half (Q2_K, Q3_K).
+  auto pack2 = [](const uint8_t* c, uint8_t* qs) {
+    for (int j = 0; j < QK_K; j += 128)
+      for (int l = 0; l < 32; ++l)
+        qs[j / 4 + l] = uint8_t((c[j + l] & 3) | ((c[j + l + 32] & 3) << 2) | ((c[j + l + 64] & 3) << 4) |
+                                ((c[j + l + 96] & 3) << 6));
+  };
+  switch (t) {
+    case GgmlType::Q2_K: pack2(L, y + 16); return;
+    case GgmlType::Q3_K: {
+      uint8_t* hmask = y;
+      std::memset(hmask, 0, 32);
+      int m = 0;
+      uint8_t hm = 1;
+      for (int j = 0; j < QK_K; ++j) {
+        if (L[j] > 3) hmask[m] = uint8_t(hmask[m] | hm);
+        if (++m == QK_K / 8) m = 0, hm = uint8_t(hm << 1);
+      }
+      pack2(L, y + 32);
+      return;
+    }
+    case GgmlType::Q4_K: {
+      uint8_t* q = y + 16;
+      for (int j = 0; j < QK_K; j += 64, q += 32)
+        for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[j + l] | (L[j + l + 32] << 4));
+      return;
+    }
+    case GgmlType::Q5_K: {
+      uint8_t* qh = y + 16;
+      uint8_t* ql = y + 48;
+      std::memset(qh, 0, 32);
+      uint8_t m1 = 1, m2 = 2;
+      for (int n = 0; n < QK_K; n += 64, ql += 32) {
+        for (int j = 0; j < 32; ++j) {
+          int l1 = L[n + j], l2 = L[n + j + 32];
+          if (l1 > 15) l1 -= 16, qh[j] |= m1;
+          if (l2 > 15) l2 -= 16, qh[j] |= m2;
+          ql[j] = uint8_t(l1 | (l2 << 4));
+        }
+        m1 = uint8_t(m1 << 2), m2 = uint8_t(m2 << 2);
+      }
+      return;
+    }
+    default: {  // Q6_K
+      uint8_t* ql = y;
+      uint8_t* qh = y + 128;
+      for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32) {
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF,
+                        q4 = L[j + l + 96] & 0xF;
+          ql[l] = uint8_t(q1 | (q3 << 4));
+          ql[l + 32] = uint8_t(q2 | (q4 << 4));
+          qh[l] = uint8_t((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                          ((L[j + l + 96] >> 4) << 6));
+        }
+      }
+      return;
+    }
+  }
+}
 
 void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 

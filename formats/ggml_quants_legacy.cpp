@@ -238,17 +238,11 @@ double sym_codes(const float* x, const float* w, float d, const SymSpec& sp, int
 }
 
 // The block of codes q under d, packed into y.
-void sym_pack(float d, const SymSpec& sp, const int* q, uint8_t* y) {
+void sym_pack(GgmlType t, float d, const SymSpec& sp, const int* q, uint8_t* y) {
   put_f16(y, d);
-  if (sp.bits == 8) {
-    for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int8_t(q[j]));
-  } else if (sp.bits == 4) {
-    for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t((q[j] + sp.offset) | ((q[j + QK / 2] + sp.offset) << 4));
-  } else {
-    uint8_t u[QK];
-    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j] + sp.offset);
-    pack5(u, y + 2, y + 6);
-  }
+  uint8_t u[QK];
+  for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j] + (sp.bits == 8 ? 128 : sp.offset));
+  pack_codes_legacy(t, u, y);
 }
 
 // The same for the affine types: codes of (x - m16) / d16 in [0, nmax], values (d16 q) + m16.
@@ -267,13 +261,9 @@ double aff_codes(const float* x, const float* w, float d, float m, int nmax, int
 void aff_pack(float d, float m, int bits, const int* q, uint8_t* y) {
   put_f16(y, d);
   put_f16(y + 2, m);
-  if (bits == 4) {
-    for (int j = 0; j < QK / 2; ++j) y[4 + j] = uint8_t(q[j] | (q[j + QK / 2] << 4));
-  } else {
-    uint8_t u[QK];
-    for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j]);
-    pack5(u, y + 4, y + 8);
-  }
+  uint8_t u[QK];
+  for (int j = 0; j < QK; ++j) u[j] = uint8_t(q[j]);
+  pack_codes_legacy(bits == 4 ? GgmlType::Q4_1 : GgmlType::Q5_1, u, y);
 }
 
 double block_error(const LegacyRow& row, const uint8_t* y, const float* x, const float* w) {
@@ -353,11 +343,27 @@ void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
   }
   if (won) {
     sym_codes(x, w, bd, sp, q);
-    sym_pack(bd, sp, q, y);
+    sym_pack(t, bd, sp, q, y);
   }
 }
 
 }  // namespace
+
+void pack_codes_legacy(GgmlType t, const uint8_t* L, uint8_t* y) {
+  switch (t) {
+    case GgmlType::Q8_0:
+      for (int j = 0; j < QK; ++j) y[2 + j] = uint8_t(int(L[j]) - 128);
+      return;
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      uint8_t* qs = y + (t == GgmlType::Q4_0 ? 2 : 4);
+      for (int j = 0; j < QK / 2; ++j) qs[j] = uint8_t(L[j] | (L[j + QK / 2] << 4));
+      return;
+    }
+    case GgmlType::Q5_0: pack5(L, y + 2, y + 6); return;
+    default: pack5(L, y + 4, y + 8); return;  // Q5_1
+  }
+}
 
 void dequantize_legacy(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 

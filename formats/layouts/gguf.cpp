@@ -164,7 +164,41 @@ bool gguf_export_is_mix(const std::string& name) {
   return false;
 }
 
+namespace {
+
+// The rows of a packed [rows, cols] weight (row_bytes each) in llama.cpp's Q/K order: the
+// permutation gguf_permute_rows applies, read off a column of row numbers.
+std::vector<uint8_t> permute_packed_rows(const std::vector<uint8_t>& src, int64_t rows, int n_heads) {
+  std::vector<float> idx(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) idx[size_t(r)] = float(r);
+  const std::vector<float> p = gguf_permute_rows(idx.data(), rows, 1, n_heads);
+  const size_t row_bytes = src.size() / size_t(rows);
+  std::vector<uint8_t> out(src.size());
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data() + size_t(r) * row_bytes, src.data() + size_t(p[size_t(r)]) * row_bytes, row_bytes);
+  return out;
+}
+
+void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt,
+                std::map<std::string, GgmlType>* types_only);
+
+}  // namespace
+
+std::map<std::string, GgmlType> gguf_weight_types(const Checkpoint& ck, const GgufExportOptions& opt) {
+  std::map<std::string, GgmlType> types;
+  write_gguf(ck, "", opt, &types);
+  return types;
+}
+
 void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt) {
+  write_gguf(ck, path, opt, nullptr);
+}
+
+namespace {
+
+// types_only: stop once every tensor's type is known and report them there, writing nothing.
+void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt,
+                std::map<std::string, GgmlType>* types_only) {
   const ModelConfig& c = ck.config;
   const char* arch = c.desc().gguf_arch;  // llama.cpp's general.architecture (mistral's is "llama")
   if (!*arch)
@@ -215,6 +249,11 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
     if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
     items.push_back(it);
   }
+  if (types_only) {
+    for (const Item& it : items)
+      if (tensors.at(it.hf).shape.size() == 2) (*types_only)[it.hf] = it.type;
+    return;
+  }
   for (auto& [name, n] : fallbacks)
     std::printf("%d weights with rows not a multiple of 256 stored as %s\n", n, name.c_str());
   if (opt.k_mix) {
@@ -250,8 +289,9 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
     const bool plus_one =
         c.desc().norm_plus_one && it.hf.size() > 11 && it.hf.compare(it.hf.size() - 11, 11, "norm.weight") == 0;
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    const std::vector<uint8_t>* pre = opt.packed && t.shape.size() == 2 ? opt.packed(it.hf) : nullptr;
     const float* imp = nullptr;
-    if (opt.importance && t.shape.size() == 2 && block.block_size > 1) {
+    if (!pre && opt.importance && t.shape.size() == 2 && block.block_size > 1) {
       // A fused weight's input is its first part's (q_proj's, gate_proj's).
       std::string in_of = it.hf;
       for (auto [f, part] :
@@ -260,6 +300,14 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
           in_of = in_of.substr(0, in_of.size() - std::strlen(f)) + part;
       imp = opt.importance(in_of, t.shape[1]);
       if (imp) ++weighted;
+    }
+    if (pre) {
+      if (pre->size() != ggml_nbytes(it.type, size_t(t.shape[0] * t.shape[1])))
+        throw std::logic_error("gguf export: precomputed blocks of " + it.hf + " have the wrong size");
+      w.add_tensor(it.gguf, ne, it.type, [pre, it, rows = t.shape[0]] {
+        return it.permute_heads ? permute_packed_rows(*pre, rows, it.permute_heads) : *pre;
+      });
+      continue;
     }
     w.add_tensor(it.gguf, ne, it.type, [t, it, imp, plus_one] {
       // Made now, when its turn comes: one tensor's fp32 copy at a time.
@@ -284,5 +332,7 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
   w.write(path);
   if (opt.importance) std::printf("imatrix: %d weights quantized with importance weights\n", weighted);
 }
+
+}  // namespace
 
 }  // namespace qt

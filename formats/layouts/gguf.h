@@ -2,9 +2,12 @@
 // the metadata convert_hf_to_gguf.py writes, Q/K rows permuted for llama/mistral, tokenizer.ggml.*
 // from the tokenizer). Usage: docs/gguf.md; format facts: docs/spec/gguf.md.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "formats/checkpoint.h"
 #include "formats/ggml_blocks.h"
@@ -24,7 +27,14 @@ struct GgufExportOptions {
   // --imatrix: the importance of each input channel of a 2-D weight (HF name, `cols` values), or
   // null for a weight without statistics; block types then use ggml_quantize_weighted.
   std::function<const float*(const std::string& hf_name, int64_t cols)> importance;
+  // --gptq: a weight's blocks made beforehand (calib/gptq_ggml.h: of the type gguf_weight_types
+  // gives it, rows in the checkpoint's order), or null to quantize it here.
+  std::function<const std::vector<uint8_t>*(const std::string& hf_name)> packed;
 };
+
+// The GGUF type of every 2-D weight write_gguf_file writes (HF name -> type; the mix's and
+// llama.cpp's fallback rules applied), for calibration that runs before the write.
+std::map<std::string, GgmlType> gguf_weight_types(const Checkpoint& ck, const GgufExportOptions& opt);
 
 // --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k",
 // "q5_k", "q6_k", "q4_k_m", "q5_k_m": the mix's base type) -> type;
