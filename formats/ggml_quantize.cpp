@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "formats/ggml_quants_common.h"
+
 namespace qt {
 
 bool ggml_can_quantize(GgmlType type) {
@@ -27,6 +29,13 @@ void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst) {
     const size_t b0 = size_t(c) * chunk;
     row.from_float(src + b0 * bs, dst + b0 * bytes, std::min(chunk, nb - b0));
   }
+}
+
+void ggml_quantize_llama(GgmlType type, const float* src, size_t n, uint8_t* dst) {
+  if (type != GgmlType::IQ4_NL) return ggml_quantize(type, src, n, dst);
+  const int64_t nb = int64_t(n / ggml::QK);
+#pragma omp parallel for schedule(static) if (n > (size_t(1) << 17))
+  for (int64_t b = 0; b < nb; ++b) ggml::quantize_iq4_nl_llama(src + b * ggml::QK, dst + b * 18);
 }
 
 void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
