@@ -55,7 +55,7 @@ struct TypeRow {
   GgmlType type;
   uint32_t ftype;  // general.file_type: llama.cpp's llama_ftype
   bool mix = false;
-  Rule attn_v, ffn_down, attn_output;
+  Rule attn_v = {}, ffn_down = {}, attn_output = {};
 };
 using G = GgmlType;
 constexpr TypeRow kTypes[] = {
