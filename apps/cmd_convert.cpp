@@ -16,11 +16,14 @@
 // contents (on error), or complete.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +98,7 @@ bool is_nonempty(const fs::path& p) {
 
 struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
+  std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
   int threads = 0;
@@ -126,6 +130,32 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
   return r;
 }
 
+// --tensor-type REGEX=TYPE, as llama-quantize's (tools/quantize/quantize.cpp parse_tensor_type):
+// the pattern lower-cased, the type any ggml type name we can write, in any case.
+std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>& args) {
+  std::vector<GgufTypeOverride> out;
+  for (const std::string& arg : args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+      user_error("--tensor-type {}: expected REGEX=TYPE (e.g. attn_v=q8_0)", arg);
+    std::string pat = arg.substr(0, eq), tname = arg.substr(eq + 1);
+    std::transform(pat.begin(), pat.end(), pat.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    std::transform(tname.begin(), tname.end(), tname.begin(), [](unsigned char ch) { return char(std::toupper(ch)); });
+    const GgmlTypeRow* row = ggml_type_row_by_name(tname);
+    if (!row || !row->from_float)
+      user_error(
+          "--tensor-type {}: unknown or unwritable type '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+          "iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k)",
+          arg, arg.substr(eq + 1));
+    try {
+      out.push_back({pat, std::regex(pat), row->type});
+    } catch (const std::regex_error& e) {
+      user_error("--tensor-type {}: bad regular expression ({})", arg, e.what());
+    }
+  }
+  return out;
+}
+
 // --format gguf: one .gguf file at --out (docs/gguf.md). Its own path through run():
 // the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
 int run_gguf(const Args& a) {
@@ -141,7 +171,7 @@ int run_gguf(const Args& a) {
     user_error("--smooth, --awq, --rotate: not supported with --format gguf yet");
   const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
-  if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, kGgufExportTypes);
+  if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, gguf_export_type_names());
   if ((!a.c.imatrix.empty() || a.c.gptq) &&
       (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
     user_error("--imatrix, --gptq: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)",
@@ -167,8 +197,8 @@ int run_gguf(const Args& a) {
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
   GgufExportOptions opt;
-  opt.type = *type;
-  opt.k_mix = gguf_export_is_mix(type_name);
+  opt.gguf_type = type_name;
+  opt.tensor_types = parse_tensor_types(a.tensor_types);
   if (stats)
     opt.importance = [stats, path = a.c.imatrix](const std::string& name, int64_t cols) -> const float* {
       const calib::ChannelStats* st = stats->find(name);
@@ -203,6 +233,7 @@ int run(const Args& a) {
   set_durable_writes(a.fsync);
   if (a.format == "gguf") return run_gguf(a);
   if (!a.gguf_type.empty()) user_error("--gguf-type: needs --format gguf");
+  if (!a.tensor_types.empty()) user_error("--tensor-type: needs --format gguf");
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
   HfWriteOptions opt;
@@ -332,8 +363,13 @@ const Registrar reg(
                       "output layout (default hf; with --scheme: affine mlx, int8 "
                       "compressed-tensors, int4 native, nf4/fp4 bnb; gguf: one .gguf file)");
        sub.add_option("--gguf-type", a->gguf_type,
-                      "--format gguf: type of the 2-D weights (f32, f16, bf16, q8_0, q4_0, "
-                      "q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m; default f16)");
+                      "--format gguf: type of the 2-D weights, or one of llama-quantize's mixes (" +
+                          gguf_export_type_names() + "; default f16)");
+       sub.add_option("--tensor-type", a->tensor_types,
+                      "--format gguf: REGEX=TYPE, the type of the weights whose GGUF name matches (repeatable; "
+                      "as llama-quantize --tensor-type)")
+           ->take_all()
+           ->allow_extra_args(false);
        sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
            ->check(CLI::IsMember({"bf16", "f16", "f32"}));
        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")->capture_default_str();

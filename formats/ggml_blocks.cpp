@@ -92,7 +92,7 @@ constexpr GgmlTypeRow kRows[] = {
     block_row<GgmlType::IQ4_NL, 32, 18, ggml::dequantize_iq4_nl, ggml::quantize_iq4_nl>("IQ4_NL"),
     {GgmlType(21), "IQ3_S", 256, 110, nullptr, nullptr, nullptr},
     {GgmlType(22), "IQ2_S", 256, 82, nullptr, nullptr, nullptr},
-    {GgmlType(23), "IQ4_XS", 256, 136, nullptr, nullptr, nullptr},
+    block_row<GgmlType::IQ4_XS, 256, 136, ggml::dequantize_iq4_nl, ggml::quantize_iq4_nl>("IQ4_XS"),
     {GgmlType::I8, "I8", 1, 1, nullptr, nullptr, nullptr},
     {GgmlType::I16, "I16", 1, 2, nullptr, nullptr, nullptr},
     {GgmlType::I32, "I32", 1, 4, nullptr, nullptr, nullptr},

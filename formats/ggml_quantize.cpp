@@ -31,6 +31,13 @@ void ggml_quantize(GgmlType type, const float* src, size_t n, uint8_t* dst) {
   }
 }
 
+void ggml_quantize_llama(GgmlType type, const float* src, size_t n, uint8_t* dst) {
+  if (type != GgmlType::IQ4_NL) return ggml_quantize(type, src, n, dst);
+  const int64_t nb = int64_t(n / ggml::QK);
+#pragma omp parallel for schedule(static) if (n > (size_t(1) << 17))
+  for (int64_t b = 0; b < nb; ++b) ggml::quantize_iq4_nl_llama(src + b * ggml::QK, dst + b * 18);
+}
+
 void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64_t cols, const float* imp,
                             uint8_t* dst) {
   const GgmlTypeRow& row = *ggml_type_row(uint32_t(type));

@@ -12,7 +12,7 @@
 namespace qt::ggml {
 
 // Per family, for its types t (legacy: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; k: Q2_K..Q6_K; iq4_nl:
-// IQ4_NL): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;
+// IQ4_NL, IQ4_XS): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;
 // quantize_F writes one block, by the reference rule when imp is null, else with `imp` (one
 // importance per value of x) never a larger importance-weighted error than the reference rule.
 // ggml_blocks.cpp runs them over the blocks of a tensor.
@@ -22,6 +22,9 @@ void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y);
 void dequantize_iq4_nl(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_iq4_nl(GgmlType t, const float* x, const float* imp, uint8_t* y);
+// IQ4_NL as llama-quantize writes it (ggml-quants.c quantize_iq4_nl without an imatrix), where
+// its bytes are wanted: the fallback of a 256-block type inside a llama.cpp mix (ggml_quantize.h).
+void quantize_iq4_nl_llama(const float* x, uint8_t* y);
 
 // pack_codes_F: the codes L (one per element of the block, unsigned as ggml_quantize.h's
 // GgmlCodeRange says) written into block y, its scale fields left as they are: the packing half
@@ -64,6 +67,14 @@ inline void put_f16(uint8_t* p, float f) {
   const uint16_t h = f32_to_f16(f);
   p[0] = uint8_t(h & 0xff);
   p[1] = uint8_t(h >> 8);
+}
+
+// ggml's nearest_int (ggml-quants.c): round half to even through the fp32 mantissa (|v| < 2^22).
+inline int nearest_int(float v) {
+  float f = v + 12582912.0f;
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return (i & 0x007fffff) - 0x00400000;
 }
 
 // Value of largest magnitude among a block's QK values (the first one on ties), signed: Q4_0, Q5_0

@@ -157,14 +157,6 @@ void deq_q6_k(const uint8_t* src, float* dst, size_t nb) {
 // importance * x^2); the one with the smaller importance-weighted squared error of the stored bytes
 // is kept, so never worse than RTN.
 
-// ggml's nearest_int: round half to even through the fp32 mantissa (|v| < 2^22).
-inline int nearest_int(float v) {
-  float f = v + 12582912.0f;
-  int32_t i;
-  std::memcpy(&i, &f, 4);
-  return (i & 0x007fffff) - 0x00400000;
-}
-
 // make_qkx2_quants: affine fit of n values to codes 0..nmax; returns the scale, *the_min = -min.
 float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
                 float rmin, float rdelta, int nstep, bool use_mad = false) {

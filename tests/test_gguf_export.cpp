@@ -7,10 +7,10 @@
 //  - `convert --format gguf` of the tiny models gives the file gguf.GGUFWriter writes for them as
 //    convert_hf_to_gguf.py would: same metadata values, same tensors (names, shapes, types,
 //    bytes; Q/K permuted, rope_freqs for llama3);
-//  - K-quants (Q4_K, Q5_K, Q6_K; no gguf-py quantizer): `convert` of a bare llama gives the bytes of
-//    `llama-quantize --pure` (fallback types included); --imatrix never worse per super-block;
-//    Q2_K and Q3_K likewise; q3_k_m / q4_k_m / q5_k_m: llama-quantize's mixes, bytes (bare llama)
-//    and per-tensor types (SmolLM2);
+//  - K-quants (Q2_K..Q6_K) and IQ4_XS (no gguf-py quantizer): `convert` of a bare llama gives the
+//    bytes of `llama-quantize --pure` (fallback types included); --imatrix never worse per
+//    super-block; every llama-quantize mix (q2_k_mix, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k_mix,
+//    iq4_xs_mix): its bytes (bare llama) and per-tensor types (SmolLM2); --tensor-type likewise;
 //  - SmolLM2 (GGUF source, and its HF export as source): tokenizer.ggml.* and the architecture
 //    keys equal the source GGUF's, which convert_hf_to_gguf.py wrote;
 //  - streaming: converting SmolLM2 to a 540 MB F32 GGUF peaks below 0.75x of the output (a writer
@@ -205,9 +205,9 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
   }
 }
 
-// K-quants: `convert --gguf-type q4_k|q5_k|q6_k` of the bare llama kq.f32.gguf gives the tensors
-// `llama-quantize --pure` wrote for it (ggml's quantize_row_q{4,5,6}_K_ref; hand-made super-blocks
-// in token_embd), with llama.cpp's fallback type for the weights whose rows 256 does not divide
+// K-quants and IQ4_XS: `convert --gguf-type q4_k|...|iq4_xs` of the bare llama kq.f32.gguf gives the
+// tensors `llama-quantize --pure` wrote for it (ggml's quantize_row_q{2..6}_K_ref, quantize_iq4_xs;
+// hand-made super-blocks in token_embd), with llama.cpp's fallback type for the weights whose rows 256 does not divide
 // (attn_output, ffn_down: 32 columns), and llama-quantize's general.file_type.
 TEST(GgufExport, KQuantsEqualLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_kq");
@@ -215,7 +215,8 @@ TEST(GgufExport, KQuantsEqualLlamaQuantize) {
                                                                {"q5_k", GgmlType::Q5_1, 17},
                                                                {"q6_k", GgmlType::Q8_0, 18},
                                                                {"q2_k", GgmlType::Q4_0, 10},
-                                                               {"q3_k", GgmlType::Q4_0, 12}};
+                                                               {"q3_k", GgmlType::Q4_0, 12},
+                                                               {"iq4_xs", GgmlType::IQ4_NL, 30}};
   for (auto [type, fallback, ftype] : cases) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
@@ -235,12 +236,37 @@ TEST(GgufExport, KQuantsEqualLlamaQuantize) {
   }
 }
 
-// --gguf-type q4_k_m / q5_k_m / q3_k_m: llama.cpp's per-tensor mixes. On kq.f32.gguf (1 layer,
-// untied) the bytes of `llama-quantize ... Q4_K_M|Q5_K_M|Q3_K_M`; on SmolLM2 (30 layers, tied, 576 columns) the type of
-// every tensor llama-quantize chose (smollm2.<type>.types.txt), which exercises the layer rule.
+// Every llama.cpp mix (--gguf-type q4_k_m, q2_k_mix, iq4_xs_mix, ...). On kq.f32.gguf (1 layer,
+// untied) the bytes and file_type of `llama-quantize ... Q4_K_M|Q2_K|IQ4_XS|...`; on SmolLM2 (30
+// layers, tied, 576 columns) the type of every tensor llama-quantize chose
+// (smollm2.<type>.types.txt), which exercises the layer rules and the fallbacks.
+const char* const kMixes[] = {"q4_k_m", "q5_k_m",   "q3_k_m", "q2_k_mix", "q3_k_s",
+                              "q3_k_l", "q4_k_s",   "q5_k_s", "q6_k_mix", "iq4_xs_mix"};
+
+// SmolLM2 converted with `args` has, for every tensor, the type that golden(types) lists.
+void expect_smollm2_types(const std::string& args, const std::string& types, const std::string& out) {
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + test::model_gguf() + " --out " + out + " --format gguf " + args, &log), 0) << log;
+  GgufFile got = GgufFile::open(out);
+  std::ifstream f(golden(types));
+  std::string name, tname;
+  int n = 0;
+  while (f >> name >> tname) {
+    const GgufTensorInfo* t = got.find_tensor(name);
+    if (!t) {
+      ADD_FAILURE() << types << ": missing " << name;
+      continue;
+    }
+    EXPECT_EQ(ggml_type_row(uint32_t(t->type))->name, tname) << types << ": " << name;
+    ++n;
+  }
+  EXPECT_EQ(n, 272) << types;
+  EXPECT_EQ(got.tensors().size(), size_t(n)) << types;
+}
+
 TEST(GgufExport, KMixesEqualLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_kmix");
-  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
+  for (const char* type : kMixes) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
     ASSERT_EQ(
@@ -250,32 +276,35 @@ TEST(GgufExport, KMixesEqualLlamaQuantize) {
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
     expect_same_tensors(got, want, type);
     EXPECT_EQ(got.metadata().at("general.file_type").i, want.metadata().at("general.file_type").i) << type;
-    EXPECT_EQ(int(got.find_tensor("blk.0.attn_v.weight")->type),
-              int(std::string(type) == "q3_k_m" ? GgmlType::Q5_K : GgmlType::Q6_K))
-        << type;
+    const std::string t = type;
+    if (t == "q4_k_m" || t == "q5_k_m" || t == "q3_k_m")
+      EXPECT_EQ(int(got.find_tensor("blk.0.attn_v.weight")->type), int(t == "q3_k_m" ? GgmlType::Q5_K : GgmlType::Q6_K))
+          << type;
   }
-  const std::string model = test::model_gguf();
-  QT_REQUIRE_FILE(model);
-  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k_m"}) {
-    const std::string out = tmp + "/smol." + type + ".gguf";
-    std::string log;
-    ASSERT_EQ(qt_run("convert --in " + model + " --out " + out + " --format gguf --gguf-type " + type, &log), 0) << log;
-    GgufFile got = GgufFile::open(out);
-    std::ifstream f(golden(std::string("smollm2.") + type + ".types.txt"));
-    std::string name, tname;
-    int n = 0;
-    while (f >> name >> tname) {
-      const GgufTensorInfo* t = got.find_tensor(name);
-      if (!t) {
-        ADD_FAILURE() << type << ": missing " << name;
-        continue;
-      }
-      EXPECT_EQ(ggml_type_row(uint32_t(t->type))->name, tname) << type << ": " << name;
-      ++n;
-    }
-    EXPECT_EQ(n, 272) << type;
-    EXPECT_EQ(got.tensors().size(), size_t(n)) << type;
+  QT_REQUIRE_FILE(test::model_gguf());
+  for (const std::string type : kMixes) {
+    if (type == "q6_k_mix") continue;  // on these architectures the same as q6_k
+    expect_smollm2_types("--gguf-type " + type, "smollm2." + type + ".types.txt", tmp + "/smol." + type + ".gguf");
   }
+}
+
+// --tensor-type REGEX=TYPE as llama-quantize's: the first pattern found in the name wins (lower-cased
+// first), over the mix; the fallback still applies; an overridden attn_v is not counted by the mix's
+// layer rule, so on SmolLM2 the Q4_K_M rule picks other attn_v layers after four overridden ones.
+TEST(GgufExport, TensorTypeEqualsLlamaQuantize) {
+  const std::string tmp = test::temp_dir("gguf_export_tt"), out = tmp + "/kq.gguf";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out +
+                       " --format gguf --gguf-type q4_k_m --tensor-type attn_q=q8_0 --tensor-type 'FFN_(UP|GATE)=iq4_xs'"
+                       " --tensor-type ffn=q4_0 --tensor-type 'output\\.weight=Q5_K'",
+                   &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("(6 set by --tensor-type)"), std::string::npos) << log;
+  expect_same_tensors(GgufFile::open(out), GgufFile::open(golden("kq.q4_k_m.tensor-type.gguf")), "tensor-type");
+  QT_REQUIRE_FILE(test::model_gguf());
+  expect_smollm2_types("--gguf-type q4_k_m --tensor-type 'blk\\.[0-3]\\.attn_v=q8_0' --tensor-type token_embd=q6_k",
+                       "smollm2.q4_k_m.tensor-type.types.txt", tmp + "/smol.gguf");
 }
 
 // K-quants with --imatrix: per super-block, the importance-weighted error of
@@ -287,7 +316,7 @@ TEST(GgufExport, KQuantsImatrixWeightedErrorBelowReference) {
   const std::vector<float> x = src.dequantize(*xi), imp = r.dequantize(*r.find_tensor("imp"));
   const int64_t rows = xi->ne[1], cols = xi->ne[0];
   ASSERT_EQ(int64_t(imp.size()), cols);
-  for (const char* type : {"q4_k", "q5_k", "q6_k", "q2_k", "q3_k"}) {
+  for (const char* type : {"q4_k", "q5_k", "q6_k", "q2_k", "q3_k", "iq4_xs"}) {
     GgufFile g = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
     const GgufTensorInfo* ref = g.find_tensor("token_embd.weight");
     ASSERT_EQ(ggml_type_row(uint32_t(ref->type))->block_size, 256) << type;
@@ -434,6 +463,10 @@ TEST(GgufExport, BadInputExit2NothingWritten) {
       {"--in " + tiny("tiny-llama3") + " --scheme nf4", "closest GGUF type is --gguf-type iq4_nl"},
       {"--in " + tiny("tiny-llama3") + " --scheme int8", "closest GGUF type is --gguf-type q8_0"},
       {"--in " + tiny("tiny-llama3") + " --dtype f16", "--dtype"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type q8_0 --tensor-type attn_q", "expected REGEX=TYPE"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type q8_0 --tensor-type 'attn(=q8_0'", "bad regular expression"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type q8_0 --tensor-type attn=iq2_xs", "unwritable type 'iq2_xs'"},
+      {"--in " + tiny("tiny-llama3") + " --gguf-type f16 --tensor-type attn=q8_0", "needs a quantized --gguf-type"},
   };
   for (const Case& c : cases) {
     std::string log;

@@ -170,9 +170,9 @@ TEST(GptqGgml, DecodesToTheSweptValuesAndBeatsPlainRoundingOnCorrelatedInputs) {
 TEST(GptqGgml, PrecomputedBlocksGiveTheWritersOwnFile) {
   const Checkpoint ck = load_checkpoint(test::source_dir() + "/tests/golden/logits/tiny-llama3");
   const std::string dir = test::temp_dir("gptq_ggml");
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+  for (const char* t : {"q4_0", "q8_0"}) {
     GgufExportOptions opt;
-    opt.type = t;
+    opt.gguf_type = t;
     std::map<std::string, std::vector<uint8_t>> blocks;
     for (auto& [hf, type] : gguf_weight_types(ck, opt)) {
       const std::vector<float> w = to_f32(ck.get(hf));
@@ -187,7 +187,7 @@ TEST(GptqGgml, PrecomputedBlocksGiveTheWritersOwnFile) {
       std::ifstream f(p, std::ios::binary);
       return std::vector<char>(std::istreambuf_iterator<char>(f), {});
     };
-    EXPECT_EQ(bytes(dir + "/own.gguf"), bytes(dir + "/pre.gguf")) << name(t);
+    EXPECT_EQ(bytes(dir + "/own.gguf"), bytes(dir + "/pre.gguf")) << t;
   }
 }
 

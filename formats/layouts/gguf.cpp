@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <regex>
 
 #include "formats/error.h"
 #include "formats/fused_proj.h"
@@ -24,37 +25,78 @@ namespace qt {
 
 namespace {
 
+// A llama.cpp mix (src/llama-quant.cpp llama_tensor_get_type_impl, restated for dense models: no
+// MoE, not Falcon, not its 70B case) bumps some tensors of a kind above the base type. `i` is the
+// tensor's index among those of its kind that the mix decided so far and `n` how many there are
+// (attn_v: every attn_v / attn_qkv / attn_kv_b weight; ffn_down: the layer count), as llama.cpp's
+// counters i_attention_wv / i_ffn_down.
+enum class When : uint8_t {
+  Never,
+  Always,
+  MoreBits,          // use_more_bits(i, n): i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2
+  Below2,            // i < 2
+  Below4,            // i < 4
+  BelowN16,          // i < n/16
+  BelowN8,           // i < n/8
+  Gqa4,              // n_heads / n_kv_heads >= 4
+  BelowN8NoImatrix,  // i < n/8, only without an imatrix
+};
+constexpr GgmlType kBase = GgmlType(~0u);  // the mix's base type
+struct Rule {
+  When when = When::Never;
+  GgmlType then = kBase, otherwise = kBase;
+};
+
+// --gguf-type names. A plain row is every 2-D weight in `type` (llama-quantize --pure); a mix row is
+// llama-quantize's own recipe for that file_type: output.weight (or a tied token_embd) Q6_K, or
+// Q8_0 when the base type's block does not divide its rows; attn_v, ffn_down and attn_output by
+// their rules; everything else (an untied token_embd included) `type`.
 struct TypeRow {
   const char* name;
   GgmlType type;
-  uint32_t ftype;    // llama_ftype
-  bool mix = false;  // llama.cpp's _M mix over `type` (k_mix_type below)
+  uint32_t ftype;  // general.file_type: llama.cpp's llama_ftype
+  bool mix = false;
+  Rule attn_v = {}, ffn_down = {}, attn_output = {};
 };
+using G = GgmlType;
 constexpr TypeRow kTypes[] = {
-    {"f32", GgmlType::F32, 0},
-    {"f16", GgmlType::F16, 1},
-    {"bf16", GgmlType::BF16, 32},
-    {"q8_0", GgmlType::Q8_0, 7},
-    {"q4_0", GgmlType::Q4_0, 2},
-    {"q4_1", GgmlType::Q4_1, 3},
-    {"q5_0", GgmlType::Q5_0, 8},
-    {"q5_1", GgmlType::Q5_1, 9},
-    {"iq4_nl", GgmlType::IQ4_NL, 25},
+    {"f32", G::F32, 0},
+    {"f16", G::F16, 1},
+    {"bf16", G::BF16, 32},
+    {"q8_0", G::Q8_0, 7},
+    {"q4_0", G::Q4_0, 2},
+    {"q4_1", G::Q4_1, 3},
+    {"q5_0", G::Q5_0, 8},
+    {"q5_1", G::Q5_1, 9},
+    {"iq4_nl", G::IQ4_NL, 25},
     // llama-quantize's names Q4_K / Q5_K are aliases of Q4_K_M / Q5_K_M: the same file_type.
-    {"q4_k", GgmlType::Q4_K, 15},
-    {"q5_k", GgmlType::Q5_K, 17},
-    {"q6_k", GgmlType::Q6_K, 18},
-    {"q2_k", GgmlType::Q2_K, 10},
-    {"q3_k", GgmlType::Q3_K, 12},
-    {"q4_k_m", GgmlType::Q4_K, 15, true},
-    {"q5_k_m", GgmlType::Q5_K, 17, true},
-    {"q3_k_m", GgmlType::Q3_K, 12, true},
+    {"q4_k", G::Q4_K, 15},
+    {"q5_k", G::Q5_K, 17},
+    {"q6_k", G::Q6_K, 18},
+    {"q2_k", G::Q2_K, 10},
+    {"q3_k", G::Q3_K, 12},
+    {"iq4_xs", G::IQ4_XS, 30},
+    {"q2_k_mix", G::Q2_K, 10, true, {When::Gqa4, G::Q4_K, G::Q3_K}, {When::Always, G::Q3_K}, {When::Always, G::Q3_K}},
+    {"q3_k_s", G::Q3_K, 11, true},
+    {"q3_k_m",
+     G::Q3_K,
+     12,
+     true,
+     {When::Below2, G::Q5_K, G::Q4_K},
+     {When::BelowN16, G::Q5_K, G::Q4_K},
+     {When::Always, G::Q4_K}},
+    {"q3_k_l", G::Q3_K, 13, true, {When::Always, G::Q5_K}, {When::Always, G::Q5_K}, {When::Always, G::Q5_K}},
+    {"q4_k_s", G::Q4_K, 14, true, {When::Below4, G::Q5_K}, {When::BelowN8, G::Q5_K}},
+    {"q4_k_m", G::Q4_K, 15, true, {When::MoreBits, G::Q6_K}, {When::MoreBits, G::Q6_K}},
+    {"q5_k_s", G::Q5_K, 16, true},
+    {"q5_k_m", G::Q5_K, 17, true, {When::MoreBits, G::Q6_K}, {When::MoreBits, G::Q6_K}},
+    {"q6_k_mix", G::Q6_K, 18, true},
+    {"iq4_xs_mix", G::IQ4_XS, 30, true, {When::Gqa4, G::Q5_K}, {When::BelowN8NoImatrix, G::Q5_K}},
 };
 
 // llama.cpp's tensor_type_fallback (src/llama-quant.cpp) for a weight whose rows a 256-element
-// super-block does not divide: Q2_K, Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (the
-// same for --pure).
-// Other types have no fallback (nullopt).
+// super-block does not divide: Q2_K, Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+// IQ4_XS -> IQ4_NL (the same for --pure and for --tensor-type). Other types have no fallback.
 std::optional<GgmlType> kquant_fallback(GgmlType t) {
   switch (t) {
     case GgmlType::Q2_K:
@@ -62,44 +104,61 @@ std::optional<GgmlType> kquant_fallback(GgmlType t) {
     case GgmlType::Q4_K: return GgmlType::Q5_0;
     case GgmlType::Q5_K: return GgmlType::Q5_1;
     case GgmlType::Q6_K: return GgmlType::Q8_0;
+    case GgmlType::IQ4_XS: return GgmlType::IQ4_NL;
     default: return std::nullopt;
   }
 }
 
-const TypeRow& type_row(GgmlType t) {
+const TypeRow* find_type_row(const std::string& name) {
   for (auto& r : kTypes)
-    if (r.type == t) return r;
-  throw std::logic_error("gguf export: type without a row");
+    if (name == r.name) return &r;
+  return nullptr;
 }
 
-// llama.cpp's Q4_K_M / Q5_K_M / Q3_K_M mixes (src/llama-quant.cpp llama_tensor_get_type_impl,
-// restated for dense llama/qwen models: no MoE, not Falcon, not LLM_TYPE_70B), before the fallback:
-//   output.weight, or token_embd.weight of a tied model (no output.weight): Q6_K, Q8_0 when its
-//     rows 256 does not divide;
-//   Q4_K_M, Q5_K_M: blk.N.attn_v.weight and blk.N.ffn_down.weight Q6_K in the layers use_more_bits
-//     picks (the first n/8, the last n/8, and every third one between);
-//   Q3_K_M: attn_v Q5_K in layers 0 and 1, else Q4_K; ffn_down Q5_K in the first n/16 layers, else
-//     Q4_K; attn_output Q4_K;
-//   everything else (token_embd of an untied model included): the base type (Q4_K / Q5_K / Q3_K).
 bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-GgmlType k_mix_type(GgmlType base, const std::string& gguf, int64_t cols, bool tied, int n_layers) {
-  if (gguf == "output.weight" || (tied && gguf == "token_embd.weight"))
-    return cols % 256 != 0 ? GgmlType::Q8_0 : GgmlType::Q6_K;
-  if (gguf.rfind("blk.", 0) == 0) {
-    const size_t dot = gguf.find('.', 4);
-    const int layer = std::stoi(gguf.substr(4, dot - 4));
-    const std::string rest = gguf.substr(dot + 1);
-    if (base == GgmlType::Q3_K) {
-      if (rest == "attn_v.weight") return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
-      if (rest == "ffn_down.weight") return layer < n_layers / 16 ? GgmlType::Q5_K : GgmlType::Q4_K;
-      if (rest == "attn_output.weight") return GgmlType::Q4_K;
-      return base;
-    }
-    if ((rest == "attn_v.weight" || rest == "ffn_down.weight") && use_more_bits(layer, n_layers)) return GgmlType::Q6_K;
+GgmlType apply(const Rule& r, int i, int n, bool gqa4, bool imatrix, GgmlType base) {
+  bool hit = false;
+  switch (r.when) {
+    case When::Never: return base;
+    case When::Always: hit = true; break;
+    case When::MoreBits: hit = use_more_bits(i, n); break;
+    case When::Below2: hit = i < 2; break;
+    case When::Below4: hit = i < 4; break;
+    case When::BelowN16: hit = i < n / 16; break;
+    case When::BelowN8: hit = i < n / 8; break;
+    case When::Gqa4: hit = gqa4; break;
+    case When::BelowN8NoImatrix: hit = !imatrix && i < n / 8; break;
   }
-  return base;
+  const GgmlType t = hit ? r.then : r.otherwise;
+  return t == kBase ? base : t;
 }
+
+// A mix's decisions in tensor order, with llama.cpp's counters.
+struct MixState {
+  const TypeRow& row;
+  int n_attn_v, n_layers;
+  bool tied, gqa4, imatrix;
+  int i_attn_v = 0, i_ffn_down = 0;
+
+  GgmlType type(const std::string& gguf, int64_t cols) {
+    const GgmlType base = row.type;
+    if (gguf == "output.weight" || (tied && gguf == "token_embd.weight")) {
+      if (cols % ggml_type_row(uint32_t(base))->block_size != 0) return GgmlType::Q8_0;
+      return base == GgmlType::Q8_0 ? base : GgmlType::Q6_K;
+    }
+    if (is_attn_v(gguf)) return apply(row.attn_v, i_attn_v++, n_attn_v, gqa4, imatrix, base);
+    if (gguf.find("ffn_down") != std::string::npos)
+      return apply(row.ffn_down, i_ffn_down++, n_layers, gqa4, imatrix, base);
+    if (gguf.find("attn_output.weight") != std::string::npos) return apply(row.attn_output, 0, 0, gqa4, imatrix, base);
+    return base;
+  }
+  // llama.cpp's category_is_attn_v over tensor_get_category's name tests.
+  static bool is_attn_v(const std::string& g) {
+    return g.find("attn_qkv.weight") != std::string::npos || g.find("attn_kv_b.weight") != std::string::npos ||
+           g.find("attn_v.weight") != std::string::npos;
+  }
+};
 
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
@@ -149,19 +208,15 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
 
 }  // namespace
 
-const char* const kGgufExportTypes =
-    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m";
-
-std::optional<GgmlType> gguf_export_type(const std::string& name) {
-  for (auto& r : kTypes)
-    if (name == r.name) return r.type;
-  return std::nullopt;
+std::string gguf_export_type_names() {
+  std::string s;
+  for (auto& r : kTypes) s += (s.empty() ? "" : ", ") + std::string(r.name);
+  return s;
 }
 
-bool gguf_export_is_mix(const std::string& name) {
-  for (auto& r : kTypes)
-    if (name == r.name) return r.mix;
-  return false;
+std::optional<GgmlType> gguf_export_type(const std::string& name) {
+  const TypeRow* r = find_type_row(name);
+  return r ? std::optional<GgmlType>(r->type) : std::nullopt;
 }
 
 namespace {
@@ -206,18 +261,21 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
         "{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3, gemma2, "
         "gemma3_text, phi3)",
         ck.path, c.arch);
-  const TypeRow& tr = type_row(opt.type);
-  const GgmlTypeRow& block = *ggml_type_row(uint32_t(opt.type));
+  const TypeRow* trp = find_type_row(opt.gguf_type);
+  if (!trp) user_error("--gguf-type: unknown type '{}' ({})", opt.gguf_type, gguf_export_type_names());
+  const TypeRow& tr = *trp;
+  const GgmlTypeRow& block = *ggml_type_row(uint32_t(tr.type));
+  if (!opt.tensor_types.empty() && block.block_size == 1)
+    user_error("--tensor-type: needs a quantized --gguf-type (llama-quantize applies it to quantized files only)");
 
   // Every tensor's name, type and transform first: a bad shape is refused before writing.
   struct Item {
     std::string gguf, hf;
     GgmlType type;
     int permute_heads;
+    bool llama_bytes = false;  // IQ4_NL written by llama.cpp's rule (IQ4_XS's fallback)
   };
   std::vector<Item> items;
-  std::map<std::string, int> fallbacks;  // "Q5_0 (... for Q4_K)" -> how many weights
-  std::map<std::string, int> mix;        // --gguf-type q4_k_m: type -> how many weights
   const bool tied = c.tie_word_embeddings || !ck.tensors.count("lm_head.weight");
   // Phi-3: q/k/v and gate/up written fused, as attn_qkv and ffn_up (Phi3MiniModel keeps HF's fused
   // tensors); the parts are concatenated when their turn comes.
@@ -229,41 +287,64 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
     const std::string g = hf_to_gguf_name(hf, c.desc());
     if (g.empty()) user_error("{}: tensor {} has no GGUF name", ck.path, hf);
     if (!is_float(t.dtype)) user_error("{}: tensor {} is {}, not a float tensor", ck.path, hf, dtype_name(t.dtype));
-    Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : opt.type, 0};
-    if (opt.k_mix && t.shape.size() == 2) it.type = k_mix_type(opt.type, g, t.shape[1], tied, c.n_layers);
-    if (t.shape.size() == 2 && t.shape[1] % ggml_type_row(uint32_t(it.type))->block_size != 0 &&
-        kquant_fallback(it.type)) {
-      const GgmlType want = it.type;
-      it.type = *kquant_fallback(want);
-      ++fallbacks[std::string(ggml_type_row(uint32_t(it.type))->name) + " (llama-quantize's fallback for " +
-                  ggml_type_row(uint32_t(want))->name + ")"];
-    }
-    if (opt.k_mix && t.shape.size() == 2) ++mix[ggml_type_row(uint32_t(it.type))->name];
-    if (t.shape.size() == 2 && t.shape[1] % ggml_type_row(uint32_t(it.type))->block_size != 0)
-      user_error(
-          "{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
-          "would store it as f16; convert it with --gguf-type f16 or f32)",
-          ck.path, hf, g, t.shape[1], ggml_type_row(uint32_t(it.type))->name,
-          ggml_type_row(uint32_t(it.type))->block_size);
+    Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : tr.type, 0};
     if (c.gguf_permutes_qk() && hf.find(".self_attn.q_proj.") != std::string::npos) it.permute_heads = c.n_heads;
     if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
     items.push_back(it);
   }
+  if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return gguf_order_key(a.gguf) < gguf_order_key(b.gguf); });
+
+  // Each 2-D weight's type, in file order as llama-quantize decides them (llama_tensor_get_type):
+  // the first --tensor-type pattern found in the name, else the mix's rule (plain types: the
+  // type itself), then the fallback of a 256-block type whose rows 256 does not divide.
+  std::map<std::string, int> fallbacks;  // "Q5_0 (... for Q4_K)" -> how many weights
+  std::map<std::string, int> chosen;     // type -> how many weights (a mix or overrides)
+  int n_attn_v = 0, overridden = 0;
+  for (const Item& it : items) n_attn_v += MixState::is_attn_v(it.gguf);
+  MixState mix{tr, n_attn_v, c.n_layers, tied, c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads >= 4, bool(opt.importance)};
+  for (Item& it : items) {
+    if (it.hf.empty()) continue;
+    const Tensor& t = tensors.at(it.hf);
+    if (t.shape.size() != 2) continue;
+    const int64_t cols = t.shape[1];
+    bool manual = false;
+    for (const GgufTypeOverride& o : opt.tensor_types)
+      if (std::regex_search(it.gguf, o.regex)) {
+        it.type = o.type, manual = true, ++overridden;
+        break;
+      }
+    if (!manual && tr.mix) it.type = mix.type(it.gguf, cols);
+    if (cols % ggml_type_row(uint32_t(it.type))->block_size != 0 && kquant_fallback(it.type)) {
+      const GgmlType want = it.type;
+      it.type = *kquant_fallback(want);
+      it.llama_bytes = it.type == GgmlType::IQ4_NL;
+      ++fallbacks[std::string(ggml_type_row(uint32_t(it.type))->name) + " (llama-quantize's fallback for " +
+                  ggml_type_row(uint32_t(want))->name + ")"];
+    }
+    ++chosen[ggml_type_row(uint32_t(it.type))->name];
+    if (cols % ggml_type_row(uint32_t(it.type))->block_size != 0)
+      user_error(
+          "{}: tensor {} {} has rows of {} elements, not a multiple of {}'s block of {} (llama-quantize "
+          "would store it as f16; convert it with --gguf-type f16 or f32)",
+          ck.path, it.hf, it.gguf, cols, ggml_type_row(uint32_t(it.type))->name,
+          ggml_type_row(uint32_t(it.type))->block_size);
+  }
   if (types_only) {
     for (const Item& it : items)
-      if (tensors.at(it.hf).shape.size() == 2) (*types_only)[it.hf] = it.type;
+      if (!it.hf.empty() && tensors.at(it.hf).shape.size() == 2) (*types_only)[it.hf] = it.type;
     return;
   }
   for (auto& [name, n] : fallbacks)
     std::printf("%d weights with rows not a multiple of 256 stored as %s\n", n, name.c_str());
-  if (opt.k_mix) {
+  if (tr.mix || overridden) {
     std::string m;
-    for (auto& [name, n] : mix) m += (m.empty() ? "" : ", ") + std::to_string(n) + " " + name;
-    std::printf("llama.cpp's %s_M mix: %s\n", ggml_type_row(uint32_t(opt.type))->name, m.c_str());
+    for (auto& [name, n] : chosen) m += (m.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+    const std::string what = tr.mix ? "llama.cpp's " + std::string(tr.name) + " mix" : std::string(tr.name);
+    const std::string by = overridden ? " (" + std::to_string(overridden) + " set by --tensor-type)" : "";
+    std::printf("%s%s: %s\n", what.c_str(), by.c_str(), m.c_str());
   }
-  if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
-  std::sort(items.begin(), items.end(),
-            [](const Item& a, const Item& b) { return gguf_order_key(a.gguf) < gguf_order_key(b.gguf); });
 
   GgufWriter w;
   w.add_string("general.architecture", arch);
@@ -324,6 +405,8 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
       std::vector<uint8_t> out(ggml_nbytes(it.type, v.size()));
       if (imp)
         ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());
+      else if (it.llama_bytes)
+        ggml_quantize_llama(it.type, v.data(), v.size(), out.data());
       else
         ggml_quantize(it.type, v.data(), v.size(), out.data());
       return out;

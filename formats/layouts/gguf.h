@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -14,18 +15,27 @@
 
 namespace qt {
 
+// --tensor-type REGEX=TYPE (llama-quantize's --tensor-type): a 2-D weight whose GGUF name the
+// regex is found in (std::regex_search, ECMAScript) gets `type` instead of the mix's choice.
+struct GgufTypeOverride {
+  std::string pattern;  // as given, lower-cased as llama-quantize does
+  std::regex regex;
+  GgmlType type;
+};
+
 struct GgufExportOptions {
-  // The type of every 2-D weight (embedding and output included, as `llama-quantize --pure`);
-  // 1-D tensors (norms, biases, rope_freqs) are always F32, as llama-quantize keeps them.
-  // Q4_K/Q5_K/Q6_K: a weight whose rows 256 does not divide gets llama.cpp's fallback type
-  // (Q5_0, Q5_1, Q8_0), as llama-quantize --pure does.
-  GgmlType type = GgmlType::F16;
-  // --gguf-type q4_k_m / q5_k_m: llama.cpp's per-tensor mix over `type` (Q4_K / Q5_K): Q6_K for
-  // the output and for attn_v / ffn_down in some layers (gguf.cpp k_mix_type says which).
-  bool k_mix = false;
+  // The --gguf-type name (gguf.cpp's kTypes): a plain type puts every 2-D weight (embedding and
+  // output included) in that type, as `llama-quantize --pure`; a mix (q3_k_m, q4_k_s, iq4_xs_mix,
+  // ...) is llama-quantize's per-tensor recipe for that file type. 1-D tensors (norms, biases,
+  // rope_freqs) are always F32, as llama-quantize keeps them. A 256-block type on rows 256 does
+  // not divide gets llama.cpp's fallback type (Q4_K -> Q5_0, IQ4_XS -> IQ4_NL, ...).
+  std::string gguf_type = "f16";
+  // Tried in order; the first match wins (then the fallback above still applies).
+  std::vector<GgufTypeOverride> tensor_types;
   std::string name;  // general.name
   // --imatrix: the importance of each input channel of a 2-D weight (HF name, `cols` values), or
-  // null for a weight without statistics; block types then use ggml_quantize_weighted.
+  // null for a weight without statistics; block types then use ggml_quantize_weighted. A mix
+  // decides as llama-quantize does with an imatrix (iq4_xs_mix keeps ffn_down at the base type).
   std::function<const float*(const std::string& hf_name, int64_t cols)> importance;
   // --gptq: a weight's blocks made beforehand (calib/gptq_ggml.h: of the type gguf_weight_types
   // gives it, rows in the checkpoint's order), or null to quantize it here.
@@ -36,13 +46,10 @@ struct GgufExportOptions {
 // llama.cpp's fallback rules applied), for calibration that runs before the write.
 std::map<std::string, GgmlType> gguf_weight_types(const Checkpoint& ck, const GgufExportOptions& opt);
 
-// --gguf-type NAME ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k",
-// "q5_k", "q6_k", "q4_k_m", "q5_k_m": the mix's base type) -> type;
-// nullopt when unknown. kGgufExportTypes lists the names for messages.
+// --gguf-type NAME -> its type (a mix's base type: Q4_K for q4_k_m); nullopt when unknown.
+// gguf_export_type_names() lists the names for messages.
 std::optional<GgmlType> gguf_export_type(const std::string& name);
-extern const char* const kGgufExportTypes;
-// Whether the --gguf-type name is a per-tensor mix (q4_k_m, q5_k_m; GgufExportOptions::k_mix).
-bool gguf_export_is_mix(const std::string& name);
+std::string gguf_export_type_names();
 
 // Write `ck` to `path` (a temporary beside it, renamed at the end; nothing left on error).
 // Tensors are made one at a time as they are written. UserError: an architecture GGUF export

@@ -2,7 +2,7 @@
 """Goldens for the GGUF writer (tests/test_gguf_export.cpp), made by the `gguf` PyPI package
 (gguf-py, the library that defines the format) and numpy only.
 
-Run:  /work/venv/bin/python tests/golden/make_gguf_export_goldens.py   (gguf 0.19.0, numpy)
+Run:  LLAMA_QUANTIZE=/path/llama-quantize python3 tests/golden/make_gguf_export_goldens.py   (gguf 0.19.0, numpy)
 
 tests/golden/gguf_export/rtn.gguf
     "x" (F32 [8, 256]): random rows of several scales plus hand-made blocks (all zero, one
@@ -25,10 +25,10 @@ tests/golden/gguf_export/<model>.<type>.gguf
     the same folder must give the same tensors (names, shapes, types, bytes) and the same values
     for these keys. (general.name is the folder's name, as our convert writes it.)
 
-tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k, q2_k, q3_k)
+tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k, q2_k, q3_k, iq4_xs)
     K-quants: gguf-py has no quantizer for them, so the reference is llama.cpp's own
-    `llama-quantize --pure kq.f32.gguf kq.<type>.gguf Q4_K|Q5_K|Q6_K|Q2_K|Q3_K` (ggml-quants.c
-    quantize_row_q{2,3,4,5,6}_K_ref; give the binary as LLAMA_QUANTIZE=/path/to/llama-quantize, else
+    `llama-quantize --pure kq.f32.gguf kq.<type>.gguf Q4_K|Q5_K|Q6_K|Q2_K|Q3_K|IQ4_XS` (ggml-quants.c
+    quantize_row_q{2,3,4,5,6}_K_ref, quantize_iq4_xs; IQ4_XS's fallback IQ4_NL is quantize_iq4_nl); give the binary as LLAMA_QUANTIZE=/path/to/llama-quantize, else
     these files are left as they are). kq.f32.gguf is a bare 1-layer llama written here with
     gguf.GGUFWriter: hidden 256 (token_embd, attn_q/k/v, ffn_gate/up, output: rows of 256, K-quantized)
     and a head size / intermediate size of 32 (attn_output, ffn_down: rows of 32, llama.cpp's
@@ -36,12 +36,15 @@ tests/golden/gguf_export/kq.f32.gguf, kq.<type>.gguf (type q4_k, q5_k, q6_k, q2_
     token_embd (all zero, constant positive and negative, one non-zero, a zero sub-block, integer
     values, tiny values). Our `convert --format gguf --gguf-type <type>` of kq.f32.gguf must give
     the same tensors (names, shapes, types, bytes).
-    kq.q4_k_m.gguf, kq.q5_k_m.gguf, kq.q3_k_m.gguf: `llama-quantize kq.f32.gguf ... Q4_K_M|Q5_K_M|
-    Q3_K_M` (llama.cpp's per-tensor mixes: e.g. for Q4_K_M output and, in this 1-layer model, attn_v
-    and ffn_down in Q6_K, ffn_down's 32-column rows falling back to Q8_0); `--gguf-type q4_k_m|q5_k_m|q3_k_m` must give the same tensors.
+    kq.<mix>.gguf for every mix of MIXES below: `llama-quantize kq.f32.gguf ... Q4_K_M|Q2_K|IQ4_XS|...`
+    (llama.cpp's per-tensor mixes: e.g. for Q4_K_M output and, in this 1-layer model, attn_v and
+    ffn_down in Q6_K, ffn_down's 32-column rows falling back to Q8_0); `--gguf-type <mix>` must give
+    the same tensors. kq.q4_k_m.tensor-type.gguf: Q4_K_M with TENSOR_TYPE_ARGS (llama-quantize
+    --tensor-type); `--tensor-type` with the same arguments must give the same tensors.
 
-tests/golden/gguf_export/smollm2.q4_k_m.types.txt, smollm2.q5_k_m.types.txt, smollm2.q3_k_m.types.txt
-    The type llama-quantize's Q4_K_M / Q5_K_M / Q3_K_M mix gives each tensor of SmolLM2-135M (30 layers,
+tests/golden/gguf_export/smollm2.<mix>.types.txt (every mix of MIXES but q6_k_mix), and
+smollm2.q4_k_m.tensor-type.types.txt (Q4_K_M with SMOL_TENSOR_TYPE_ARGS)
+    The type llama-quantize's mix gives each tensor of SmolLM2-135M (30 layers,
     tied embedding, 576 columns: the layer rule and the fallbacks at scale), one "name TYPE" a line:
     `llama-quantize --allow-requantize models/SmolLM2-135M-Instruct.Q4_1.gguf OUT Q4_K_M` (the
     types do not depend on the values), read back with gguf.GGUFReader. Needs LLAMA_QUANTIZE and
@@ -298,19 +301,23 @@ def write_kquants():
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    for t in ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k"):
+    for t in ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k", "iq4_xs"):
         subprocess.run([lq, "--pure", src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for t in ("q4_k_m", "q5_k_m", "q3_k_m"):
-        subprocess.run([lq, src, os.path.join(OUT, f"kq.{t}.gguf"), t.upper(), "1"], check=True,
+    for t in MIXES:
+        subprocess.run([lq, src, os.path.join(OUT, f"kq.{t}.gguf"), MIXES[t], "1"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([lq] + TENSOR_TYPE_ARGS + [src, os.path.join(OUT, "kq.q4_k_m.tensor-type.gguf"), "Q4_K_M", "1"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     model = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     if not os.path.exists(model):
         print("models/SmolLM2-135M-Instruct.Q4_1.gguf missing: smollm2.*.types.txt left as they are")
         return
     tmp = os.path.join(OUT, "smollm2.tmp.gguf")
-    for t in ("q4_k_m", "q5_k_m", "q3_k_m"):
-        subprocess.run([lq, "--allow-requantize", model, tmp, t.upper(), "2"], check=True,
+    runs = [(t, [MIXES[t]]) for t in MIXES if t not in KQ_ONLY]
+    runs.append(("q4_k_m.tensor-type", SMOL_TENSOR_TYPE_ARGS + ["Q4_K_M"]))
+    for t, args in runs:
+        subprocess.run([lq, "--allow-requantize"] + args[:-1] + [model, tmp, args[-1], "2"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         r = gguf.GGUFReader(tmp)
         with open(os.path.join(OUT, f"smollm2.{t}.types.txt"), "w") as f:
@@ -318,6 +325,20 @@ def write_kquants():
                 f.write(f"{ti.name} {ti.tensor_type.name}\n")
         del r
         os.remove(tmp)
+
+
+# Our --gguf-type name -> llama-quantize's name of the same mix (its Q2_K, Q6_K and IQ4_XS are
+# mixes; ours of those names are --pure).
+MIXES = {"q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q3_k_m": "Q3_K_M", "q2_k_mix": "Q2_K", "q3_k_s": "Q3_K_S",
+         "q3_k_l": "Q3_K_L", "q4_k_s": "Q4_K_S", "q5_k_s": "Q5_K_S", "q6_k_mix": "Q6_K", "iq4_xs_mix": "IQ4_XS"}
+# Mixes whose SmolLM2 type list is the plain type's (nothing to learn from it).
+KQ_ONLY = {"q6_k_mix"}
+# --tensor-type on the bare llama: a pattern per kind, the first match winning.
+TENSOR_TYPE_ARGS = ["--tensor-type", "attn_q=q8_0", "--tensor-type", "FFN_(UP|GATE)=iq4_xs",
+                    "--tensor-type", "ffn=q4_0", "--tensor-type", "output\\.weight=q5_k"]
+# On SmolLM2: overriding the first four attn_v shifts llama.cpp's attn_v counter, so the Q4_K_M
+# layer rule then picks other layers than the layer numbers would.
+SMOL_TENSOR_TYPE_ARGS = ["--tensor-type", "blk\\.[0-3]\\.attn_v=q8_0", "--tensor-type", "token_embd=q6_k"]
 
 
 def main():
