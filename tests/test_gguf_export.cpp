@@ -211,12 +211,9 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
 // (attn_output, ffn_down: 32 columns), and llama-quantize's general.file_type.
 TEST(GgufExport, KQuantsEqualLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_kq");
-  const std::tuple<const char*, GgmlType, uint32_t> cases[] = {{"q4_k", GgmlType::Q5_0, 15},
-                                                               {"q5_k", GgmlType::Q5_1, 17},
-                                                               {"q6_k", GgmlType::Q8_0, 18},
-                                                               {"q2_k", GgmlType::Q4_0, 10},
-                                                               {"q3_k", GgmlType::Q4_0, 12},
-                                                               {"iq4_xs", GgmlType::IQ4_NL, 30}};
+  const std::tuple<const char*, GgmlType, uint32_t> cases[] = {
+      {"q4_k", GgmlType::Q5_0, 15}, {"q5_k", GgmlType::Q5_1, 17}, {"q6_k", GgmlType::Q8_0, 18},
+      {"q2_k", GgmlType::Q4_0, 10}, {"q3_k", GgmlType::Q4_0, 12}, {"iq4_xs", GgmlType::IQ4_NL, 30}};
   for (auto [type, fallback, ftype] : cases) {
     const std::string out = tmp + "/" + type + ".gguf";
     std::string log;
@@ -240,8 +237,8 @@ TEST(GgufExport, KQuantsEqualLlamaQuantize) {
 // untied) the bytes and file_type of `llama-quantize ... Q4_K_M|Q2_K|IQ4_XS|...`; on SmolLM2 (30
 // layers, tied, 576 columns) the type of every tensor llama-quantize chose
 // (smollm2.<type>.types.txt), which exercises the layer rules and the fallbacks.
-const char* const kMixes[] = {"q4_k_m", "q5_k_m",   "q3_k_m", "q2_k_mix", "q3_k_s",
-                              "q3_k_l", "q4_k_s",   "q5_k_s", "q6_k_mix", "iq4_xs_mix"};
+const char* const kMixes[] = {"q4_k_m", "q5_k_m", "q3_k_m", "q2_k_mix", "q3_k_s",
+                              "q3_k_l", "q4_k_s", "q5_k_s", "q6_k_mix", "iq4_xs_mix"};
 
 // SmolLM2 converted with `args` has, for every tensor, the type that golden(types) lists.
 void expect_smollm2_types(const std::string& args, const std::string& types, const std::string& out) {
@@ -294,11 +291,12 @@ TEST(GgufExport, KMixesEqualLlamaQuantize) {
 TEST(GgufExport, TensorTypeEqualsLlamaQuantize) {
   const std::string tmp = test::temp_dir("gguf_export_tt"), out = tmp + "/kq.gguf";
   std::string log;
-  ASSERT_EQ(qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out +
-                       " --format gguf --gguf-type q4_k_m --tensor-type attn_q=q8_0 --tensor-type 'FFN_(UP|GATE)=iq4_xs'"
-                       " --tensor-type ffn=q4_0 --tensor-type 'output\\.weight=Q5_K'",
-                   &log),
-            0)
+  ASSERT_EQ(
+      qt_run("convert --in " + golden("kq.f32.gguf") + " --out " + out +
+                 " --format gguf --gguf-type q4_k_m --tensor-type attn_q=q8_0 --tensor-type 'FFN_(UP|GATE)=iq4_xs'"
+                 " --tensor-type ffn=q4_0 --tensor-type 'output\\.weight=Q5_K'",
+             &log),
+      0)
       << log;
   EXPECT_NE(log.find("(6 set by --tensor-type)"), std::string::npos) << log;
   expect_same_tensors(GgufFile::open(out), GgufFile::open(golden("kq.q4_k_m.tensor-type.gguf")), "tensor-type");
