@@ -451,35 +451,22 @@ void q2_k_impl(const float* x, const float* imp, uint8_t* y) {
 // Q3_K (ggml quantize_row_q3_K_ref): 16 sub-blocks of 16, symmetric 3-bit codes by make_q3; 6-bit
 // signed scales under fp16 d = max_scale / -32. Layout {u8 hmask[32]; u8 qs[64]; u8 scales[12];
 // f16 d} = 110 bytes.
-void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
-  int8_t L[QK_K];
-  float scales[16], qw[16];
-  float max_scale = 0, amax = 0;
-  for (int j = 0; j < 16; ++j) {
-    if (imp)
-      for (int l = 0; l < 16; ++l) qw[l] = imp[16 * j + l] * x[16 * j + l] * x[16 * j + l];
-    scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j, imp ? qw : nullptr);
-    const float a = std::fabs(scales[j]);
-    if (a > amax) amax = a, max_scale = scales[j];
-  }
+// Q3_K's tail, both rules: the 16 scales as stored 6-bit values Ls (0..63 = l + 32; null: all zero)
+// under fp16 d_block, then each element's code re-derived from its stored scale (a sub-block whose
+// scale is 0 keeps the fit's codes L), packed.
+void q3_k_store(const float* x, const int8_t* Ls, float d_block, int8_t* L, uint8_t* y) {
   uint8_t* sc = y + 96;
   std::memset(sc, 0, 12);
-  if (max_scale != 0.0f) {
-    const float iscale = -32.0f / max_scale;
-    for (int j = 0; j < 16; ++j) {
-      int8_t l = int8_t(nearest_int(iscale * scales[j]));
-      l = int8_t(std::max<int>(-32, std::min<int>(31, l)) + 32);
-      if (j < 8)
-        sc[j] = uint8_t(l & 0xF);
-      else
-        sc[j - 8] = uint8_t(sc[j - 8] | ((l & 0xF) << 4));
-      l = int8_t(l >> 4);
-      sc[j % 4 + 8] = uint8_t(sc[j % 4 + 8] | (l << (2 * (j / 4))));
-    }
-    put_f16(y + 108, 1 / iscale);
-  } else {
-    put_f16(y + 108, 0.0f);
+  for (int j = 0; Ls && j < 16; ++j) {
+    int8_t l = Ls[j];
+    if (j < 8)
+      sc[j] = uint8_t(l & 0xF);
+    else
+      sc[j - 8] = uint8_t(sc[j - 8] | ((l & 0xF) << 4));
+    l = int8_t(l >> 4);
+    sc[j % 4 + 8] = uint8_t(sc[j % 4 + 8] | (l << (2 * (j / 4))));
   }
+  put_f16(y + 108, d_block);
   const float d16 = f16_to_f32(uint16_t(y[108] | (y[109] << 8)));
   for (int j = 0; j < 16; ++j) {
     int s = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
@@ -492,6 +479,44 @@ void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
     }
   }
   pack_codes_k(GgmlType::Q3_K, reinterpret_cast<const uint8_t*>(L), y);
+}
+
+void q3_k_impl(const float* x, const float* imp, uint8_t* y) {
+  int8_t L[QK_K], Ls[16];
+  float scales[16], qw[16];
+  float max_scale = 0, amax = 0;
+  for (int j = 0; j < 16; ++j) {
+    if (imp)
+      for (int l = 0; l < 16; ++l) qw[l] = imp[16 * j + l] * x[16 * j + l] * x[16 * j + l];
+    scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j, imp ? qw : nullptr);
+    const float a = std::fabs(scales[j]);
+    if (a > amax) amax = a, max_scale = scales[j];
+  }
+  if (max_scale == 0.0f) return q3_k_store(x, nullptr, 0.0f, L, y);
+  const float iscale = -32.0f / max_scale;
+  for (int j = 0; j < 16; ++j)
+    Ls[j] = int8_t(std::max<int>(-32, std::min<int>(31, nearest_int(iscale * scales[j]))) + 32);
+  q3_k_store(x, Ls, 1 / iscale, L, y);
+}
+
+// Q3_K as llama-quantize --imatrix makes it (ggml-quants.c quantize_row_q3_K_impl): each sub-block
+// by make_qx_quants with weights imp·sqrt(σ² + x²), σ² = 2·mean x² over the super-block; the 16
+// scales themselves fit by make_qx_quants (nmax 32) weighted by their sub-blocks' summed weights.
+void q3_k_llama_imatrix(const float* x, const float* imp, uint8_t* y) {
+  int8_t L[QK_K], Ls[16];
+  float scales[16], weight[16], sw[16];
+  float sumx2 = 0;
+  for (int j = 0; j < QK_K; ++j) sumx2 += x[j] * x[j];
+  const float sigma2 = 2 * sumx2 / QK_K;
+  for (int j = 0; j < 16; ++j) {
+    for (int l = 0; l < 16; ++l) weight[l] = imp[16 * j + l] * std::sqrt(sigma2 + x[16 * j + l] * x[16 * j + l]);
+    float sumw = 0;
+    for (int l = 0; l < 16; ++l) sumw += weight[l];
+    sw[j] = sumw;
+    scales[j] = make_qx(16, 4, x + 16 * j, L + 16 * j, weight);
+  }
+  const float d_block = make_qx(16, 32, scales, Ls, sw);
+  q3_k_store(x, Ls, d_block, L, y);
 }
 
 // One super-block of type t: the reference rule when imp is null, else the importance-weighted
@@ -591,7 +616,8 @@ void pack_codes_k(GgmlType t, const uint8_t* L, uint8_t* y) {
 
 void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 
-// With imp: the reference block and the importance-weighted search's; the smaller
+// With imp: the reference block and the importance-weighted search's (Q3_K: and llama-quantize's
+// --imatrix block, whose weighted error on SmolLM2's ffn_down is below our search's); the smallest
 // importance-weighted error of the stored bytes wins.
 void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y) {
   kblock(t, x, nullptr, y);
@@ -607,6 +633,10 @@ void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y) {
     return e;
   };
   if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
+  if (t == GgmlType::Q3_K) {  // llama-quantize's own --imatrix block is a candidate too
+    q3_k_llama_imatrix(x, imp, cand);
+    if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
+  }
 }
 
 }  // namespace qt::ggml
