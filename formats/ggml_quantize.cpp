@@ -58,7 +58,8 @@ GgmlCodeRange ggml_code_range(GgmlType type) {
     case GgmlType::Q8_0: return {1, 255, 32};
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
-    case GgmlType::IQ4_NL: return {0, 15, 32};
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: return {0, 15, 32};
     case GgmlType::Q5_0:
     case GgmlType::Q5_1: return {0, 31, 32};
     case GgmlType::Q2_K: return {0, 3, 16};
@@ -80,7 +81,8 @@ void ggml_quantize_block(GgmlType type, const float* x, const float* imp, uint8_
 
 void ggml_pack_codes(GgmlType type, const uint8_t* L, uint8_t* y) {
   switch (type) {
-    case GgmlType::IQ4_NL: ggml::pack_codes_iq4_nl(type, L, y); return;
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: ggml::pack_codes_iq4_nl(type, L, y); return;
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:

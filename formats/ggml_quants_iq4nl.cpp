@@ -298,8 +298,13 @@ void iq4_weighted(GgmlType t, const float* x, const float* w, uint8_t* y) {
 
 }  // namespace
 
-void pack_codes_iq4_nl(GgmlType, const uint8_t* L, uint8_t* y) {
-  for (int j = 0; j < QK / 2; ++j) y[2 + j] = uint8_t(L[j] | (L[j + QK / 2] << 4));
+// Code indices 0..15 into the block's nibbles, each 32-value (sub-)block's first 16 low, last 16
+// high (ggml-common.h block_iq4_nl {f16 d; qs[16]}, block_iq4_xs {f16 d; u16 scales_h; scales_l[4];
+// qs[128]}); the scale fields are left as they are.
+void pack_codes_iq4_nl(GgmlType t, const uint8_t* L, uint8_t* y) {
+  const int subs = t == GgmlType::IQ4_XS ? QK_K / QK : 1, at = t == GgmlType::IQ4_XS ? 8 : 2;
+  for (int ib = 0; ib < subs; ++ib)
+    for (int j = 0; j < QK / 2; ++j) y[at + 16 * ib + j] = uint8_t(L[QK * ib + j] | (L[QK * ib + j + QK / 2] << 4));
 }
 
 // t is IQ4_NL or IQ4_XS. IQ4_XS without importances is llama.cpp's rule, so its bytes are

@@ -18,9 +18,9 @@
 namespace qt {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0,   GgmlType::Q4_1, GgmlType::Q5_0,
-                           GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K,
-                           GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0,   GgmlType::Q4_1,   GgmlType::Q5_0,
+                           GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K,
+                           GgmlType::Q3_K, GgmlType::Q4_K,   GgmlType::Q5_K,   GgmlType::Q6_K};
 
 const char* name(GgmlType t) { return ggml_type_row(uint32_t(t))->name; }
 
