@@ -204,38 +204,5 @@ TEST(LlamaImatrix, Cli) {
   }
 }
 
-// With llama.cpp's tools at hand (LLAMA_BIN): llama-quantize takes our files, and quantizes with
-// our copy of llama-imatrix's values to the same bytes as with llama-imatrix's own file.
-TEST(LlamaImatrix, LlamaQuantizeTakesOurFiles) {
-  const char* lb = std::getenv("LLAMA_BIN");
-  if (!lb) GTEST_SKIP() << "LLAMA_BIN (llama.cpp's bin folder) not set";
-  const std::string q = std::string(lb) + "/llama-quantize", dir = test::temp_dir("imatrix_lq");
-  const calib::ActStats src = calib::load_act_stats(golden("tiny-spm.imatrix.gguf"));
-  const ModelConfig c = load_checkpoint(golden("tiny-spm.gguf")).config;
-  calib::save_llama_imatrix_gguf(dir + "/ours.gguf", src, c, 64, 4);
-  calib::save_llama_imatrix_dat(dir + "/ours.dat", src, c, 4);
-  std::string out;
-  auto quantize = [&](const std::string& imatrix, const std::string& dst) {
-    const int rc =
-        test::run_cmd(q + " --imatrix " + imatrix + " " + golden("tiny-spm.gguf") + " " + dst + " Q4_0 2", &out);
-    EXPECT_EQ(rc, 0) << out;
-    EXPECT_NE(out.find("loaded 15 importance matrix entries"), std::string::npos) << out;
-    // Only the embedding, a lookup rather than a product in this untied model, has no entry.
-    EXPECT_EQ(out.find("did not find weights for blk"), std::string::npos) << out;
-    EXPECT_EQ(out.find("did not find weights for output"), std::string::npos) << out;
-    return GgufFile::open(dst);
-  };
-  const GgufFile ref = quantize(golden("tiny-spm.imatrix.gguf"), dir + "/ref.gguf");
-  for (const char* f : {"ours.gguf", "ours.dat"}) {
-    const GgufFile got = quantize(dir + "/" + f, dir + "/q." + f);
-    ASSERT_EQ(got.tensors().size(), ref.tensors().size());
-    for (size_t i = 0; i < ref.tensors().size(); ++i) {
-      const GgufTensorInfo &a = got.tensors()[i], &b = ref.tensors()[i];
-      ASSERT_EQ(a.nbytes, b.nbytes) << b.name;
-      EXPECT_EQ(std::memcmp(a.data, b.data, b.nbytes), 0) << f << ": " << b.name;
-    }
-  }
-}
-
 }  // namespace
 }  // namespace qt
