@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "formats/error.h"
 #include "formats/ggml_quantize.h"
@@ -121,8 +120,7 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck,
   std::set<std::string> targets;
   for (auto& [name, t] : types) {
     const GgmlTypeRow* row = ggml_type_row(uint32_t(t));
-    if (row->block_size > 1 && (name.rfind("model.layers.", 0) == 0 || (name == head && !getenv("QT_GPTQ_NOHEAD"))))
-      targets.insert(name);
+    if (row->block_size > 1 && (name.rfind("model.layers.", 0) == 0 || name == head)) targets.insert(name);
   }
   std::map<std::string, std::vector<uint8_t>> out;
   std::string prepared_site;  // the site's Hessian, prepared once for the projections sharing it

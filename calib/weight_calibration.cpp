@@ -83,7 +83,6 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
     if (name == "model.embed_tokens.weight" && !(ck.config.tie_word_embeddings || !ck.has("lm_head.weight")))
       continue;  // an untied embedding is a lookup table: no input, RTN
     if (!SchemeGrid(p).fits(ck.get(name).shape[0], ck.get(name).shape[1])) continue;
-    if (getenv("QT_GPTQ_NOHEAD") && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) continue;
     targets.insert(name);
   }
   const std::vector<int32_t>& ids = calib_tokens(ck);
