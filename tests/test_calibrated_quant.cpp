@@ -25,14 +25,6 @@
 namespace qt {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes == b.nbytes && a.dtype == b.dtype && a.shape == b.shape &&
          std::equal(a.data, a.data + a.nbytes, b.data);
@@ -42,7 +34,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 // the grid covers (outliers and a zero group included).
 TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
   const int64_t rows = 6, cols = 256;
-  std::vector<float> w = randn(size_t(rows * cols), 7, 0.05f);
+  std::vector<float> w = test::randn(size_t(rows * cols), 7, 0.05f);
   w[3] = 0.9f, w[300] = -1.3f;
   for (int j = 0; j < 64; ++j) w[size_t(4 * cols + j)] = 0.0f;  // a zero group
   struct Case {
@@ -102,7 +94,7 @@ TEST(WeightedFit, NeverWorseThanRtnAndFollowsTheImportance) {
     const SchemeGrid grid(p);
     double sum_rtn = 0, sum_w = 0;
     for (uint32_t seed = 0; seed < 50; ++seed) {
-      std::vector<float> v = randn(size_t(gl), 100 + seed, 0.02f);
+      std::vector<float> v = test::randn(size_t(gl), 100 + seed, 0.02f);
       std::vector<float> imp(static_cast<size_t>(gl));
       std::mt19937 g(seed);
       std::lognormal_distribution<float> d(0.0f, 1.5f);
@@ -179,7 +171,7 @@ double output_error(const std::vector<float>& W, const std::vector<float>& Q, co
 
 // Correlated inputs with a few loud channels, as in a transformer's activations.
 std::vector<float> hessian(int64_t tokens, int64_t cols, uint32_t seed) {
-  std::vector<float> X = randn(size_t(tokens * cols), seed), mix = randn(size_t(cols * cols), seed + 1, 0.3f);
+  std::vector<float> X = test::randn(size_t(tokens * cols), seed), mix = test::randn(size_t(cols * cols), seed + 1, 0.3f);
   std::vector<float> Y(size_t(tokens * cols), 0.0f);
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < cols; ++j) {
@@ -198,7 +190,7 @@ std::vector<float> hessian(int64_t tokens, int64_t cols, uint32_t seed) {
 TEST(Gptq, BeatsRtnOnTheOutputErrorForEveryScheme) {
   const int64_t rows = 32, cols = 256;
   const std::vector<float> H = hessian(1024, cols, 3);
-  const std::vector<float> W = randn(size_t(rows * cols), 5, 0.05f);
+  const std::vector<float> W = test::randn(size_t(rows * cols), 5, 0.05f);
   struct Case {
     const char* scheme;
     int bits, group;

@@ -24,14 +24,6 @@ const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0,   GgmlType::Q4_1,   G
 
 const char* name(GgmlType t) { return ggml_type_row(uint32_t(t))->name; }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
 std::vector<float> decode(GgmlType t, const std::vector<uint8_t>& b, size_t n) {
   const GgmlTypeRow& row = *ggml_type_row(uint32_t(t));
   std::vector<float> v(n);
@@ -60,7 +52,7 @@ TEST(GgmlCodes, PackingTheReferenceCodesAgainGivesTheSameBlock) {
   // Codes read back from a reference block by brute force and packed under its scales: the same bytes.
   for (GgmlType t : kTypes) {
     const GgmlTypeRow& row = *ggml_type_row(uint32_t(t));
-    const std::vector<float> x = randn(size_t(row.block_size), 7);
+    const std::vector<float> x = test::randn(size_t(row.block_size), 7);
     std::vector<uint8_t> ref(size_t(row.type_size));
     ggml_quantize_block(t, x.data(), nullptr, ref.data());
     const std::vector<float> v = decode(t, ref, x.size());
@@ -87,7 +79,7 @@ TEST(GgmlCodes, PackingTheReferenceCodesAgainGivesTheSameBlock) {
 // the nearest value under the block's scales, which are the reference rule's.
 TEST(GptqGgml, IdentityHessianIsPlainRoundingUnderTheSameScales) {
   const int64_t rows = 2, cols = 512;
-  const std::vector<float> w = randn(size_t(rows * cols), 11);
+  const std::vector<float> w = test::randn(size_t(rows * cols), 11);
   std::vector<float> I(size_t(cols * cols), 0.0f);
   for (int64_t j = 0; j < cols; ++j) I[size_t(j * cols + j)] = 1.0f;
   const calib::GptqOptions opt;
@@ -115,7 +107,7 @@ struct Layer {
   int64_t rows = 8, cols = 256, n = 512;
   std::vector<float> X, W, H;
   Layer() {
-    const std::vector<float> z = randn(size_t(n * cols), 3), A = randn(size_t(cols * cols), 4, 0.15f);
+    const std::vector<float> z = test::randn(size_t(n * cols), 3), A = test::randn(size_t(cols * cols), 4, 0.15f);
     X.assign(size_t(n * cols), 0.0f);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t k = 0; k < cols; ++k) {
@@ -123,7 +115,7 @@ struct Layer {
         for (int64_t j = 0; j < cols; j += 8) s += z[size_t(t * cols + j)] * A[size_t(j * cols + k)];
         X[size_t(t * cols + k)] = s * (1.0f + float(k % 7));  // uneven channel scales, as real activations
       }
-    W = randn(size_t(rows * cols), 5, 0.05f);
+    W = test::randn(size_t(rows * cols), 5, 0.05f);
     H.assign(size_t(cols * cols), 0.0f);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < cols; ++i)

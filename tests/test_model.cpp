@@ -44,14 +44,6 @@ void at_every_level(F&& body) {
   set_kernel_level(saved);
 }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
 json load_json(const std::string& path) {
   std::ifstream f(path);
   EXPECT_TRUE(f.good()) << path;
@@ -77,7 +69,7 @@ TEST(Ops, ExpMatchesLibm) {
 
 TEST(Ops, RmsNormSwiGluMatchFormulas) {
   const int rows = 5, dim = 77;  // ragged: not a multiple of any vector width
-  auto x = randn(rows * dim, 1, 3.0f), w = randn(dim, 2), u = randn(rows * dim, 3);
+  auto x = test::randn(rows * dim, 1, 3.0f), w = test::randn(dim, 2), u = test::randn(rows * dim, 3);
   at_every_level([&](KernelLevel) {
     std::vector<float> y(rows * dim), s(rows * dim);
     ops::rmsnorm(x.data(), dim, w.data(), y.data(), dim, rows, dim, 1e-5f);
@@ -103,7 +95,7 @@ TEST(Ops, RopeIsRotateHalf) {
   ops::RopeTable t(c);
   t.ensure(300);
   const int heads = 3, rows = 4, pos0 = 290;
-  auto x = randn(rows * heads * 40, 4);
+  auto x = test::randn(rows * heads * 40, 4);
   at_every_level([&](KernelLevel) {
     std::vector<float> y = x;
     ops::rope(y.data(), heads * 40, rows, heads, 40, pos0, t);
@@ -124,7 +116,7 @@ TEST(Ops, RopeIsRotateHalf) {
 
 TEST(Ops, RowStatsAndKlMatchDouble) {
   const int n = 1001;
-  auto a = randn(n, 5, 4.0f), b = randn(n, 6, 4.0f);
+  auto a = test::randn(n, 5, 4.0f), b = test::randn(n, 6, 4.0f);
   for (int i = 0; i < n; ++i) b[i] = a[i] + 0.3f * b[i] / 4.0f;  // a nearby distribution
   a[517] = 30.0f;                                                // the argmax, away from the start
   double mx = -1e30;
@@ -163,7 +155,7 @@ TEST(Attention, CacheMatchesScalarReference) {
                                       << tc.first_pos << " + " << tc.n_q);
     const int total = tc.first_pos + tc.n_q, D = tc.head_dim;
     const int64_t qw = int64_t(tc.n_heads) * D, kw = int64_t(tc.n_kv_heads) * D;
-    auto k = randn(total * kw, 11), v = randn(total * kw, 12), q = randn(tc.n_q * qw, 13, 2.0f);
+    auto k = test::randn(total * kw, 11), v = test::randn(total * kw, 12), q = test::randn(tc.n_q * qw, 13, 2.0f);
     KVShape s{1, tc.n_heads, tc.n_kv_heads, D, total + 5, 1.0f / std::sqrt(float(D))};
     // The reference reads the same layout from plain arrays.
     const int64_t cap = total;
@@ -209,7 +201,7 @@ TEST(Attention, Fp16CacheEqualsF32CacheOfRoundedValues) {
     SCOPED_TRACE(::testing::Message() << tc.n_heads << " heads, d " << tc.head_dim << ", pos " << tc.first_pos);
     const int total = tc.first_pos + tc.n_q, D = tc.head_dim;
     const int64_t qw = int64_t(tc.n_heads) * D, kw = int64_t(tc.n_kv_heads) * D;
-    auto k = randn(total * kw, 21, 30.0f), v = randn(total * kw, 22, 30.0f), q = randn(tc.n_q * qw, 23, 0.1f);
+    auto k = test::randn(total * kw, 21, 30.0f), v = test::randn(total * kw, 22, 30.0f), q = test::randn(tc.n_q * qw, 23, 0.1f);
     std::vector<float> kr(k.size()), vr(v.size());
     for (size_t i = 0; i < k.size(); ++i) kr[i] = f16_to_f32(f32_to_f16(k[i])), vr[i] = f16_to_f32(f32_to_f16(v[i]));
     KVShape s{1, tc.n_heads, tc.n_kv_heads, D, total, 1.0f / std::sqrt(float(D))};
