@@ -171,7 +171,8 @@ double output_error(const std::vector<float>& W, const std::vector<float>& Q, co
 
 // Correlated inputs with a few loud channels, as in a transformer's activations.
 std::vector<float> hessian(int64_t tokens, int64_t cols, uint32_t seed) {
-  std::vector<float> X = test::randn(size_t(tokens * cols), seed), mix = test::randn(size_t(cols * cols), seed + 1, 0.3f);
+  std::vector<float> X = test::randn(size_t(tokens * cols), seed),
+                     mix = test::randn(size_t(cols * cols), seed + 1, 0.3f);
   std::vector<float> Y(size_t(tokens * cols), 0.0f);
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < cols; ++j) {

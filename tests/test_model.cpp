@@ -201,7 +201,8 @@ TEST(Attention, Fp16CacheEqualsF32CacheOfRoundedValues) {
     SCOPED_TRACE(::testing::Message() << tc.n_heads << " heads, d " << tc.head_dim << ", pos " << tc.first_pos);
     const int total = tc.first_pos + tc.n_q, D = tc.head_dim;
     const int64_t qw = int64_t(tc.n_heads) * D, kw = int64_t(tc.n_kv_heads) * D;
-    auto k = test::randn(total * kw, 21, 30.0f), v = test::randn(total * kw, 22, 30.0f), q = test::randn(tc.n_q * qw, 23, 0.1f);
+    auto k = test::randn(total * kw, 21, 30.0f), v = test::randn(total * kw, 22, 30.0f),
+         q = test::randn(tc.n_q * qw, 23, 0.1f);
     std::vector<float> kr(k.size()), vr(v.size());
     for (size_t i = 0; i < k.size(); ++i) kr[i] = f16_to_f32(f32_to_f16(k[i])), vr[i] = f16_to_f32(f32_to_f16(v[i]));
     KVShape s{1, tc.n_heads, tc.n_kv_heads, D, total, 1.0f / std::sqrt(float(D))};
