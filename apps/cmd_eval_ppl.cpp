@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "apps/command.h"
 #include "apps/kv_flags.h"
@@ -196,18 +197,54 @@ int merge(const Options& o) {
   return 0;
 }
 
-int run_cuda(const Options& o);
+// What the GPU does not run is refused before any loading, one line and exit 2 — never run on
+// the CPU instead.
+void check_cuda_flags(const Options& o) {
+  if (!cuda::built()) cuda::device_info();  // the one-line "built without CUDA" error
+  auto not_yet = [](const std::string& what) { user_error("{}: not on cuda yet", what); };
+  if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
+  if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
+  if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16")
+    not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
+  if (!o.kvf.recipe.empty()) not_yet("--kv-recipe");
+  if (!o.kvf.key_center.empty()) not_yet("--kv-key-center");
+  if (o.kv_stats) not_yet("--kv-stats");
+  if (!o.kl_base_cache.empty()) not_yet("--kl-base-cache");
+  if (o.kvf.mode != "cache" && o.kvf.mode != "decode") user_error("--kv-mode {}: cache or decode", o.kvf.mode);
+  for (const std::string* kv :
+       {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v}) {  // the rest is checked with the model's head_dim
+    const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
+    if (!kv::kv_method_on_cuda(m)) not_yet("--kv " + *kv + " (cuda runs " + kv::cuda_kv_method_names() + ")");
+  }
+  if (o.batch < 0) user_error("--batch: must be positive, got {}", o.batch);
+  const int ctx = o.ctx > 0 ? o.ctx : (o.method == "chunks" ? 2048 : 512);
+  if (o.ubatch > 0 && o.ubatch < ctx) not_yet("--ubatch " + std::to_string(o.ubatch) + " (cuda runs whole chunks)");
+}
+
+// The models on the chosen device and the scorer that runs them (perplexity.h's ChunkScorer).
+struct Engine {
+  std::unique_ptr<LlamaModel> cpu, cpu_base;
+  std::unique_ptr<cuda::GpuModel> gpu, gpu_base;
+  std::unique_ptr<ChunkScorer> scorer;
+  int batch = 1;  // chunks per forward
+  std::string compute() const { return gpu ? gpu->kind() : cpu->linear_kind(); }
+  size_t weight_bytes() const { return gpu ? gpu->weight_bytes() : cpu->weight_bytes(); }
+  const ModelConfig& base_config() const { return gpu_base ? gpu_base->config() : cpu_base->config(); }
+};
 
 int run(const Options& o) {
   if (!o.merge.empty()) return merge(o);
   if (o.model.empty() || o.text.empty()) user_error("eval-ppl needs --model and --text (or --merge PARTS)");
   if (!o.kl_base_cache.empty() && o.kl_base.empty())
     user_error("--kl-base-cache keeps the --kl-base-model's states; give both");
-  if (o.device == "cuda") return run_cuda(o);
-  if (o.batch != 0) user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
+  const bool on_gpu = o.device == "cuda";
+  if (on_gpu)
+    check_cuda_flags(o);
+  else if (o.batch != 0)
+    user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
-  apply_cpu_flags(o.threads, o.kernel);
+  apply_cpu_flags(o.threads, on_gpu ? "" : o.kernel);
   PplOptions po;
   po.method = o.method == "chunks" ? PplMethod::Chunks : PplMethod::Llama;
   po.ctx = o.ctx > 0 ? o.ctx : (po.method == PplMethod::Chunks ? 2048 : 512);
@@ -217,32 +254,30 @@ int run(const Options& o) {
   po.keep_tokens = o.token_stats;
   if (o.token_stats && o.json_path.empty()) user_error("--token-stats writes into the JSON; give --json FILE");
   if (o.ubatch < 0) user_error("--ubatch: must be positive, got {}", o.ubatch);
-  po.ubatch = o.ubatch > 0 ? o.ubatch : 512;
+  po.ubatch = o.ubatch > 0 ? o.ubatch : on_gpu ? 0 : 512;
   po.base_kv = o.kl_base_kv;
   const Compute compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
+  std::optional<cuda::DeviceInfo> dev;
+  if (on_gpu) dev = cuda::device_info();
 
   const std::string text = read_text(o.text);
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
-  const ModelConfig cfg = ck.config;
-  if (cfg.max_position > 0 && po.ctx > cfg.max_position)
-    user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
-  const std::vector<int32_t> ids = ck.tokenizer->encode(text, true);
-  if (ids.empty()) user_error("{}: the text has no tokens", o.text);
-  if (po.method == PplMethod::Llama && ck.tokenizer->add_bos()) po.bos_id = ck.tokenizer->bos_id();
-  const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks, po.first_chunk);
-  if (plan.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
-
-  std::unique_ptr<LlamaModel> base;
-  if (!o.kl_base.empty()) {
-    Checkpoint bk = load_checkpoint(o.kl_base);
-    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);  // shapes and vocabulary first
-    if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
-    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
-    // The reference runs in fp32 (from its packed codes, if it is a quantized folder).
-    base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
+  if (on_gpu) {
+    refuse_moe_on_cuda(ck);
+    cuda::check_supported(ck);
   }
-  {  // the KV configuration, checked (methods, bits, artifacts) before any long work
+  const ModelConfig cfg = ck.config;
+  if (on_gpu) {  // the KV cache on the GPU: f16 (the default), or a method cuda runs (libquant/cuda/kv.h)
+    const std::string both = o.kvf.kv.empty() ? "f16" : o.kvf.kv;
+    po.kv = kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kvf.kv_k.empty() ? both : o.kvf.kv_k, "--kv-k"),
+                                  kv::parse_kv_spec(o.kvf.kv_v.empty() ? both : o.kvf.kv_v, "--kv-v"));
+    po.kv.residual = o.kvf.residual;
+    po.kv.mode = o.kvf.mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
+    po.kv.artifacts = o.kvf.artifacts;
+    po.kv.seed = o.kvf.seed;
+    cuda::check_kv(po.kv, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
+  } else {  // the KV configuration, checked (methods, bits, artifacts) before any long work
     po.kv = kv_config_from_flags(o.kvf, cfg);
     if (o.kv_stats) {
       if (!po.kv.uniform_full_precision().empty())
@@ -252,11 +287,42 @@ int run(const Options& o) {
     }
     make_kv_cache(po.base_kv, probe_kv_shape(cfg));
   }
+  if (cfg.max_position > 0 && po.ctx > cfg.max_position)
+    user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
+  const std::vector<int32_t> ids = ck.tokenizer->encode(text, true);
+  if (ids.empty()) user_error("{}: the text has no tokens", o.text);
+  if (po.method == PplMethod::Llama && ck.tokenizer->add_bos()) po.bos_id = ck.tokenizer->bos_id();
+  const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks, po.first_chunk);
+  if (plan.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
+
+  Engine e;
+  if (!o.kl_base.empty()) {
+    Checkpoint bk = load_checkpoint(o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);  // shapes and vocabulary first
+    if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
+    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
+    if (on_gpu) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
+      refuse_moe_on_cuda(bk);
+      cuda::check_supported(bk);
+      e.gpu_base = std::make_unique<cuda::GpuModel>(std::move(bk));
+    } else {  // the reference runs in fp32 (from its packed codes, if it is a quantized folder)
+      e.cpu_base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
+    }
+  }
   const uint64_t src_bytes = source_tensor_bytes(ck);
-  PackedLinearOptions lo;
-  lo.compute = compute;
-  // Quantized folders compute from their packed codes; releases ck's tensors as it goes.
-  auto model = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
+  if (on_gpu) {
+    e.gpu = std::make_unique<cuda::GpuModel>(std::move(ck));
+    cuda::set_kv(*e.gpu, po.kv);  // before auto_batch: decode windows take more attention scratch
+    e.batch = o.batch > 0 ? o.batch : cuda::auto_batch(*e.gpu, po.ctx);
+    if (e.gpu_base && o.batch == 0) e.batch = std::max(1, std::min(e.batch, cuda::auto_batch(*e.gpu_base, po.ctx)) / 2);
+    e.scorer = cuda::make_scorer(*e.gpu, e.batch, e.gpu_base.get());
+  } else {
+    PackedLinearOptions lo;
+    lo.compute = compute;
+    // Quantized folders compute from their packed codes; releases ck's tensors as it goes.
+    e.cpu = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
+    e.scorer = make_cpu_scorer(*e.cpu, e.cpu_base.get());
+  }
   // Start to model ready: reading, tokenizing, packing (the KL baseline's too, when given).
   const double load_s = std::chrono::duration<double>(clock::now() - t_start).count();
 
@@ -274,31 +340,37 @@ int run(const Options& o) {
   json cache_key;
   bool cache_read = false;
   if (!o.kl_base_cache.empty()) {
-    cache_key = base_cache_key(o, plan, po, base->config().hidden);
+    cache_key = base_cache_key(o, plan, po, e.base_config().hidden);
     base_hidden = read_base_cache(o.kl_base_cache, cache_key);
     cache_read = !base_hidden.empty();
     po.base_hidden = &base_hidden;
   }
-  const PplResult r = evaluate_perplexity(*model, ids, po, base.get(), progress);
+  const PplResult r = evaluate_perplexity(*e.scorer, ids, po, progress);
   if (!o.kl_base_cache.empty() && !cache_read) write_base_cache(o.kl_base_cache, cache_key, base_hidden);
 
   const RunFacts f = run_facts(cfg, r, src_bytes, t_start);
   print_running(o, r);
   fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, f.n_params / 1e6);
-  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} ({} bytes packed)\n", src_bytes,
-             f.bpw, model->linear_kind(), model->weight_bytes());
+  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {}{}\n", src_bytes, f.bpw, e.compute(),
+             on_gpu ? fmt::format(" on cuda ({} bytes on the GPU)", e.weight_bytes())
+                    : fmt::format(" ({} bytes packed)", e.weight_bytes()));
+  if (dev) fmt::print("device         cuda: {}\n", dev->describe());
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
-  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk\n", ppl_method_name(r.method), plan.ctx,
+  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk{}\n", ppl_method_name(r.method), plan.ctx,
              plan.n_chunks, plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(),
-             plan.n_scored);
+             plan.n_scored, on_gpu ? fmt::format(", batch {} chunks", e.batch) : std::string());
   fmt::print("kv cache       {}, {:.1f} bytes per token ({:.2f}x smaller than fp16){}\n", r.kv_name,
              r.kv_bytes_per_token, r.kv_f16_bytes_per_token / r.kv_bytes_per_token,
-             po.ubatch < plan.ctx ? fmt::format(", ubatch {}", po.ubatch) : std::string());
+             po.ubatch > 0 && po.ubatch < plan.ctx ? fmt::format(", ubatch {}", po.ubatch) : std::string());
   fmt::print("PPL            {:.4f} ± {:.5f}\n", r.ppl, r.ppl_err);
   fmt::print("tokens scored  {}\n", r.tokens_scored);
-  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", f.tps,
-             r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
-  if (base)  // the pair's rate above; the evaluated model's own, as if it ran alone
+  if (on_gpu)
+    fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s on the GPU)\n", f.tps, r.tokens_evaluated,
+               r.seconds);
+  else
+    fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", f.tps,
+               r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
+  if (e.cpu_base)  // the pair's rate above; the evaluated model's own, as if it ran alone
     fmt::print("model alone    {:.1f} tokens/s (its forward and head {:.2f} s; the KL baseline's {:.2f} s{})\n",
                r.model_seconds > 0 ? double(r.tokens_evaluated) / r.model_seconds : 0.0, r.model_seconds,
                r.base_seconds,
@@ -307,140 +379,30 @@ int run(const Options& o) {
                                        : ", its hidden states kept in " + o.kl_base_cache);
   fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", f.wall, load_s);
   fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
+  if (r.kld && on_gpu) fmt::print("\nKL baseline    {} on cuda ({}, f16 cache)", o.kl_base, e.gpu_base->kind());
   if (r.kld) fmt::print("\n{}", format_kld_summary(*r.kld));
   if (po.kv.stats)  // kv_stats.h: what the columns are
     fmt::print("\nkv stats (encoded vectors against the exact ones; scores against exact keys)\n{}",
                po.kv.stats->table());
 
   if (!o.json_path.empty()) {
-    json j = result_json(o, cfg, r, f, src_bytes, model->linear_kind(), model->weight_bytes(), load_s, po.bos_id >= 0);
-    j["ubatch"] = po.ubatch;
-    if (!o.kl_base.empty()) j["kl_base_kv"] = po.base_kv;
-    j["threads"] = num_threads();
-    j["kernel_level"] = kernel_level_name(kernel_level());
-    if (!o.kl_base.empty()) j["kl_base_model"] = o.kl_base;
+    json j = result_json(o, cfg, r, f, src_bytes, e.compute(), e.weight_bytes(), load_s, po.bos_id >= 0);
+    if (on_gpu) {
+      j["device"] = "cuda";
+      j["gpu"] = dev->describe();
+      j["batch"] = e.batch;
+    } else {
+      j["ubatch"] = po.ubatch;
+      j["threads"] = num_threads();
+      j["kernel_level"] = kernel_level_name(kernel_level());
+    }
+    if (!o.kl_base.empty()) {
+      j["kl_base_model"] = o.kl_base;
+      j["kl_base_kv"] = on_gpu ? "f16" : po.base_kv;
+      if (on_gpu) j["kl_base_compute"] = e.gpu_base->kind();
+    }
     if (!o.kl_base_cache.empty()) j["kl_base_cache"] = cache_read ? "read" : "written";
     if (po.kv.stats) j["kv_stats"] = po.kv.stats->to_json();
-    const std::string s = j.dump(2) + "\n";
-    write_file_atomic(o.json_path, s.data(), s.size());
-  }
-  return 0;
-}
-
-// --device cuda: the forward on the GPU (libquant/cuda/backend.h); the loading, tokenizing,
-// chunking and result printing are the CPU path's. What the GPU does not run is refused here,
-// one line and exit 2, before any loading — never run on the CPU instead.
-int run_cuda(const Options& o) {
-  using clock = std::chrono::steady_clock;
-  const auto t_start = clock::now();
-  if (!cuda::built()) cuda::device_info();  // the one-line "built without CUDA" error
-  auto not_yet = [](const std::string& what) { user_error("{}: not on cuda yet", what); };
-  if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
-  if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
-  if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16")
-    not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
-  if (!o.kvf.recipe.empty()) not_yet("--kv-recipe");
-  if (!o.kvf.key_center.empty()) not_yet("--kv-key-center");
-  if (o.kv_stats) not_yet("--kv-stats");
-  if (!o.kl_base_cache.empty()) not_yet("--kl-base-cache");
-  if (o.kvf.mode != "cache" && o.kvf.mode != "decode") user_error("--kv-mode {}: cache or decode", o.kvf.mode);
-  for (const std::string* kv :
-       {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v}) {  // the rest is checked with the model's head_dim
-    const std::string m = kv->empty() ? "f16" : kv::parse_kv_spec(*kv, "--kv").method;
-    if (!kv::kv_method_on_cuda(m)) not_yet("--kv " + *kv + " (cuda runs " + kv::cuda_kv_method_names() + ")");
-  }
-  apply_cpu_flags(o.threads, "");
-  if (o.batch < 0) user_error("--batch: must be positive, got {}", o.batch);
-  if (o.ctx < 0) user_error("--ctx: must be positive, got {}", o.ctx);
-  if (o.token_stats && o.json_path.empty()) user_error("--token-stats writes into the JSON; give --json FILE");
-  PplOptions po;
-  po.method = o.method == "chunks" ? PplMethod::Chunks : PplMethod::Llama;
-  po.ctx = o.ctx > 0 ? o.ctx : (po.method == PplMethod::Chunks ? 2048 : 512);
-  if (o.ubatch > 0 && o.ubatch < po.ctx) not_yet("--ubatch " + std::to_string(o.ubatch) + " (cuda runs whole chunks)");
-  po.max_chunks = o.chunks;
-  po.first_chunk = o.chunk_offset;
-  po.keep_tokens = o.token_stats;
-  const cuda::DeviceInfo dev = cuda::device_info();
-
-  const std::string text = read_text(o.text);
-  Checkpoint ck = load_checkpoint(o.model);
-  if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
-  refuse_moe_on_cuda(ck);
-  cuda::check_supported(ck);
-  const ModelConfig cfg = ck.config;
-  {  // the KV cache on the GPU: f16 (the default), or a method cuda runs (libquant/cuda/kv.h)
-    const std::string both = o.kvf.kv.empty() ? "f16" : o.kvf.kv;
-    po.kv = kv::uniform_kv_config(cfg.n_layers, kv::parse_kv_spec(o.kvf.kv_k.empty() ? both : o.kvf.kv_k, "--kv-k"),
-                                  kv::parse_kv_spec(o.kvf.kv_v.empty() ? both : o.kvf.kv_v, "--kv-v"));
-    po.kv.residual = o.kvf.residual;
-    po.kv.mode = o.kvf.mode == "decode" ? kv::KVMode::Decode : kv::KVMode::Cache;
-    po.kv.artifacts = o.kvf.artifacts;
-    po.kv.seed = o.kvf.seed;
-    cuda::check_kv(po.kv, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
-  }
-  if (cfg.max_position > 0 && po.ctx > cfg.max_position)
-    user_error("--ctx {}: larger than the model's context of {} positions", po.ctx, cfg.max_position);
-  const std::vector<int32_t> ids = ck.tokenizer->encode(text, true);
-  if (ids.empty()) user_error("{}: the text has no tokens", o.text);
-  if (po.method == PplMethod::Llama && ck.tokenizer->add_bos()) po.bos_id = ck.tokenizer->bos_id();
-  const ChunkPlan plan = plan_chunks(po.method, po.ctx, int64_t(ids.size()), po.max_chunks, po.first_chunk);
-  if (plan.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
-  std::unique_ptr<cuda::GpuModel> base;
-  if (!o.kl_base.empty()) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
-    Checkpoint bk = load_checkpoint(o.kl_base);
-    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);
-    if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
-    check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
-    refuse_moe_on_cuda(bk);
-    cuda::check_supported(bk);
-    base = std::make_unique<cuda::GpuModel>(std::move(bk));
-  }
-  const uint64_t src_bytes = source_tensor_bytes(ck);
-  cuda::GpuModel model(std::move(ck));
-  cuda::set_kv(model, po.kv);  // before auto_batch: decode windows take more attention scratch
-  int batch = o.batch > 0 ? o.batch : cuda::auto_batch(model, po.ctx);
-  if (base && o.batch == 0) batch = std::max(1, std::min(batch, cuda::auto_batch(*base, po.ctx)) / 2);
-  const double load_s = std::chrono::duration<double>(clock::now() - t_start).count();
-
-  const bool tty = isatty(fileno(stderr));
-  ProgressFn progress = [&](const ChunkProgress& p) {
-    if (!tty) return;
-    const double tps = p.seconds > 0 ? double(p.tokens) / p.seconds : 0;
-    std::fprintf(stderr, "\r\033[Kchunk %d/%d  %.0f tok/s  PPL %.4f", p.chunk, p.n_chunks, tps, p.ppl);
-    if (p.chunk == p.n_chunks) std::fputc('\n', stderr);
-    std::fflush(stderr);
-  };
-  const PplResult r = cuda::evaluate_perplexity(model, ids, po, batch, progress, base.get());
-  const RunFacts f = run_facts(cfg, r, src_bytes, t_start);
-  print_running(o, r);
-  fmt::print("model          {} ({}, {} layers, {:.1f}M params)\n", o.model, cfg.arch, cfg.n_layers, f.n_params / 1e6);
-  fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {} on cuda ({} bytes on the GPU)\n",
-             src_bytes, f.bpw, model.kind(), model.weight_bytes());
-  fmt::print("device         cuda: {}\n", dev.describe());
-  fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
-  fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk, batch {} chunks\n",
-             ppl_method_name(r.method), plan.ctx, plan.n_chunks,
-             plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(), plan.n_scored,
-             batch);
-  fmt::print("kv cache       {}, {:.1f} bytes per token\n", r.kv_name, r.kv_bytes_per_token);
-  fmt::print("PPL            {:.4f} ± {:.5f}\n", r.ppl, r.ppl_err);
-  fmt::print("tokens scored  {}\n", r.tokens_scored);
-  fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s on the GPU)\n", f.tps, r.tokens_evaluated,
-             r.seconds);
-  fmt::print("wall time      {:.2f} s (load {:.2f} s)\n", f.wall, load_s);
-  fmt::print("peak RSS       {:.1f} MiB\n", f.rss_mib);
-  if (r.kld)
-    fmt::print("\nKL baseline    {} on cuda ({}, f16 cache)\n{}", o.kl_base, base->kind(), format_kld_summary(*r.kld));
-  if (!o.json_path.empty()) {
-    json j = result_json(o, cfg, r, f, src_bytes, model.kind(), model.weight_bytes(), load_s, po.bos_id >= 0);
-    j["device"] = "cuda";
-    j["gpu"] = dev.describe();
-    j["batch"] = batch;
-    if (base) {
-      j["kl_base_model"] = o.kl_base;
-      j["kl_base_compute"] = base->kind();
-      j["kl_base_kv"] = "f16";
-    }
     const std::string s = j.dump(2) + "\n";
     write_file_atomic(o.json_path, s.data(), s.size());
   }

@@ -70,10 +70,12 @@ void check_kv(const kv::KVConfig& cfg, int head_dim, const std::vector<float>& r
 // Chunks per forward call when `batch` is 0: as many as fit a budget of tokens and memory.
 int auto_batch(const GpuModel& m, int ctx);
 
-// evaluate_perplexity (perplexity.h) with the forward on the GPU, `batch` chunks per forward
-// (0: auto_batch). Same plan, BOS rule, NLL sums in the same fixed order, same PplResult; the
-// KV cache is opt.kv (empty: f16; see set_kv). With `base`, the KL divergence against
-// it (both models on the GPU, the full-vocabulary log-softmax of both per scored row, kld.cu).
+// The GPU's ChunkScorer (perplexity.h): `batch` chunks per forward (0: auto_batch), the KV cache
+// opt.kv (empty: f16; see set_kv), with `base` the KL divergence against it (both models on the
+// GPU, the full-vocabulary log-softmax of both per scored row, kld.cu). The models must outlive it.
+std::unique_ptr<ChunkScorer> make_scorer(GpuModel& m, int batch, GpuModel* base = nullptr);
+
+// evaluate_perplexity (perplexity.h) with make_scorer(m, batch, base).
 PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
                               const ProgressFn& progress = {}, GpuModel* base = nullptr);
 

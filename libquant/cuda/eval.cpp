@@ -1,6 +1,5 @@
-// eval-ppl's loop with the forward on the GPU: the CPU's plan (plan_chunks), BOS rule and fixed-
-// order accumulation (perplexity.cpp), `batch` chunks per forward, the NLL of the scored rows
-// computed on the GPU and only those doubles copied back.
+// The GPU's side of eval-ppl (a ChunkScorer, perplexity.h; the loop is the CPU's) and the logits
+// of one sequence.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,134 +32,125 @@ int auto_batch(const GpuModel& m, int ctx) {
   return b;
 }
 
-PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
-                              const ProgressFn& progress, GpuModel* base) {
-  using clock = std::chrono::steady_clock;
-  GpuModel::Impl& I = m.impl();
-  const ModelConfig& c = I.cfg;
-  GpuModel::Impl* Bm = base ? &base->impl() : nullptr;
-  if (Bm && Bm->cfg.vocab != c.vocab)
-    user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", Bm->cfg.vocab, c.vocab);
-  // The KV cache: f16 (opt.kv empty, or f16 everywhere), or a quantized one on the GPU (kv.h;
-  // what it does not run is a "not on cuda yet" UserError from set_kv).
-  if (!opt.kv.k.empty())
-    I.set_kv(opt.kv);
-  else
-    I.set_kv(kv::uniform_kv_config(c.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv")));
-  if (opt.ubatch > 0 && opt.ubatch < opt.ctx)
-    user_error("--ubatch {}: not on cuda yet (cuda runs whole chunks)", opt.ubatch);
+namespace {
 
-  PplResult res;
-  res.method = opt.method;
-  res.plan = plan_chunks(opt.method, opt.ctx, int64_t(tokens.size()), opt.max_chunks, opt.first_chunk);
-  res.n_tokens_text = int64_t(tokens.size());
-  const ChunkPlan& P = res.plan;
-  if (P.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
-  if (batch < 0) user_error("--batch: must be positive, got {}", batch);
-  const int B = std::min(batch > 0 ? batch : auto_batch(m, P.ctx), P.n_chunks);
-  const int rows_all = B * P.n_scored;
-  I.reserve(B, P.ctx, head_rows_for(c, rows_all));
-  DeviceBuffer kld_out;
-  if (Bm) {
-    Bm->reserve(B, P.ctx, head_rows_for(c, rows_all));
-    kld_out.resize(size_t(rows_all) * sizeof(KldRow));
+// The GPU's ChunkScorer: `batch` chunks per forward, the NLL (or, with a baseline, the KL row of
+// both models' full-vocabulary log-softmax, kld.cu) of the scored rows computed on the GPU and
+// only those values copied back.
+class GpuScorer final : public ChunkScorer {
+ public:
+  GpuScorer(GpuModel& m, int batch, GpuModel* base) : I_(m.impl()), B_(base ? &base->impl() : nullptr), m_(m) {
+    if (B_ && B_->cfg.vocab != I_.cfg.vocab)
+      user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", B_->cfg.vocab, I_.cfg.vocab);
+    if (batch < 0) user_error("--batch: must be positive, got {}", batch);
+    batch_ = batch;
   }
-  std::vector<KldRow> krows(Bm ? size_t(rows_all) : 0);
-  KldAccumulator kacc;
-  res.kv_name = "f16";
-  res.kv_bytes_per_token = res.kv_f16_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
-  if (I.kvq) {  // the CPU cache's own name and bytes per token (the GPU stores the same codes)
-    KVShape s;
-    s.n_layers = c.n_layers, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads, s.head_dim = c.head_dim;
-    s.max_ctx = P.ctx, s.scale = c.attn_scale();
-    s.rope_inv_freq = ops::RopeTable(c).inv_freq();
-    const std::unique_ptr<KVCache> cpu = make_kv_cache(opt.kv, s);
-    res.kv_name = cpu->name();
-    res.kv_bytes_per_token = cpu->bytes_per_token();
+  const ModelConfig& config() const override { return I_.cfg; }
+  bool has_base() const override { return B_ != nullptr; }
+
+  int begin(const ChunkPlan& P, const PplOptions& opt, PplResult& res) override {
+    const ModelConfig& c = I_.cfg;
+    P_ = P;
+    // The KV cache: f16 (opt.kv empty, or f16 everywhere), or a quantized one on the GPU (kv.h;
+    // what it does not run is a "not on cuda yet" UserError from set_kv).
+    if (!opt.kv.k.empty())
+      I_.set_kv(opt.kv);
+    else
+      I_.set_kv(kv::uniform_kv_config(c.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv")));
+    if (opt.ubatch > 0 && opt.ubatch < opt.ctx)
+      user_error("--ubatch {}: not on cuda yet (cuda runs whole chunks)", opt.ubatch);
+    const int B = std::min(batch_ > 0 ? batch_ : auto_batch(m_, P.ctx), P.n_chunks);
+    const int rows_all = B * P.n_scored;
+    I_.reserve(B, P.ctx, head_rows_for(c, rows_all));
+    if (B_) {
+      B_->reserve(B, P.ctx, head_rows_for(c, rows_all));
+      kld_out_.resize(size_t(rows_all) * sizeof(KldRow));
+      krows_.resize(size_t(rows_all));
+    } else {
+      nll_.resize(size_t(rows_all));
+    }
+    res.kv_name = "f16";
+    res.kv_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
+    if (I_.kvq) {  // the CPU cache's own name and bytes per token (the GPU stores the same codes)
+      KVShape s;
+      s.n_layers = c.n_layers, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads, s.head_dim = c.head_dim;
+      s.max_ctx = P.ctx, s.scale = c.attn_scale();
+      s.rope_inv_freq = ops::RopeTable(c).inv_freq();
+      const std::unique_ptr<KVCache> cpu = make_kv_cache(opt.kv, s);
+      res.kv_name = cpu->name();
+      res.kv_bytes_per_token = cpu->bytes_per_token();
+    }
+    QT_CUDA_CHECK(cudaStreamSynchronize(I_.stream));
+    return B;
   }
 
-  std::vector<int32_t> ids(size_t(B) * P.ctx), tgt(static_cast<size_t>(rows_all));
-  std::vector<double> nll(static_cast<size_t>(rows_all));
-  double sum = 0, sum2 = 0;
-  int64_t count = 0;
-  QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
-  const auto t0 = clock::now();
-  for (int c0 = 0; c0 < P.n_chunks; c0 += B) {
-    const int nb = std::min(B, P.n_chunks - c0), rows = nb * P.n_scored;
-    for (int b = 0; b < nb; ++b) {
-      const int32_t* src = tokens.data() + int64_t(P.first_chunk + c0 + b) * P.ctx;
-      std::copy(src, src + P.ctx, ids.begin() + size_t(b) * P.ctx);
-      if (opt.method == PplMethod::Llama && opt.bos_id >= 0) ids[size_t(b) * P.ctx] = opt.bos_id;
-      for (int r = 0; r < P.n_scored; ++r) tgt[size_t(b) * P.n_scored + r] = src[P.first + r + 1];
+  void score(const int32_t* ids, int, int nb, const int32_t* targets, KldToken* out, PplResult&) override {
+    GpuModel::Impl& I = I_;
+    const int rows = nb * P_.n_scored, V = I.cfg.vocab;
+    I.forward(ids, nb);
+    I.final_norm_rows(nb, P_.first, P_.n_scored);
+    QT_CUDA_CHECK(cudaMemcpyAsync(I.target.get(), targets, size_t(rows) * 4, cudaMemcpyHostToDevice, I.stream));
+    if (B_) {  // the baseline's hidden states of the same chunks, then both heads slice by slice
+      B_->forward(ids, nb);
+      B_->final_norm_rows(nb, P_.first, P_.n_scored);
+      QT_CUDA_CHECK(cudaStreamSynchronize(B_->stream));
     }
-    I.forward(ids.data(), nb);
-    I.final_norm_rows(nb, P.first, P.n_scored);
-    QT_CUDA_CHECK(cudaMemcpyAsync(I.target.get(), tgt.data(), size_t(rows) * 4, cudaMemcpyHostToDevice, I.stream));
-    if (Bm) {  // the baseline's hidden states of the same chunks, then both heads slice by slice
-      Bm->forward(ids.data(), nb);
-      Bm->final_norm_rows(nb, P.first, P.n_scored);
-      QT_CUDA_CHECK(cudaStreamSynchronize(Bm->stream));
-    }
-    const int slice = Bm ? std::min(I.head_rows, Bm->head_rows) : I.head_rows;
+    const int slice = B_ ? std::min(I.head_rows, B_->head_rows) : I.head_rows;
     for (int r0 = 0; r0 < rows; r0 += slice) {
       const int nr = std::min(slice, rows - r0);
       I.head(r0, nr);
-      if (Bm) {
-        Bm->head(r0, nr);
-        QT_CUDA_CHECK(cudaStreamSynchronize(Bm->stream));
-        kld_rows(Bm->logits.get<float>(), I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0,
-                 kld_out.get<KldRow>() + r0, I.stream);
+      if (B_) {
+        B_->head(r0, nr);
+        QT_CUDA_CHECK(cudaStreamSynchronize(B_->stream));
+        kld_rows(B_->logits.get<float>(), I.logits.get<float>(), nr, V, I.target.get<int32_t>() + r0,
+                 kld_out_.get<KldRow>() + r0, I.stream);
         I.prof.mark("kld", I.stream);
       } else {
-        token_nll(I.logits.get<float>(), nr, c.vocab, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0, I.stream);
+        token_nll(I.logits.get<float>(), nr, V, I.target.get<int32_t>() + r0, I.nll.get<double>() + r0, I.stream);
         I.prof.mark("nll", I.stream);
       }
     }
-    if (Bm) {
-      QT_CUDA_CHECK(cudaMemcpyAsync(krows.data(), kld_out.get(), size_t(rows) * sizeof(KldRow), cudaMemcpyDeviceToHost,
-                                    I.stream));
-      QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
-      for (int r = 0; r < rows; ++r) nll[size_t(r)] = krows[size_t(r)].nll;
-    } else {
-      QT_CUDA_CHECK(cudaMemcpyAsync(nll.data(), I.nll.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, I.stream));
-    }
+    if (B_)
+      QT_CUDA_CHECK(cudaMemcpyAsync(krows_.data(), kld_out_.get(), size_t(rows) * sizeof(KldRow),
+                                    cudaMemcpyDeviceToHost, I.stream));
+    else
+      QT_CUDA_CHECK(cudaMemcpyAsync(nll_.data(), I.nll.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, I.stream));
     QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
     I.prof.flush();
-    if (Bm) Bm->prof.flush();
-    for (int b = 0; b < nb; ++b) {  // the CPU's order: chunk by chunk, row by row
-      for (int r = 0; r < P.n_scored; ++r) {
-        const size_t i = size_t(b) * P.n_scored + r;
-        const double x = nll[i];
-        sum += x;
-        sum2 += x * x;
-        KldToken t;
-        t.nll = x;
-        if (Bm) {
-          t.nll_base = krows[i].nll_base, t.kld = krows[i].kld, t.same_top = krows[i].same_top != 0;
-          kacc.add(t);
-        }
-        if (opt.keep_tokens) res.tokens.push_back(t);
+    if (B_) B_->prof.flush();
+    for (int r = 0; r < rows; ++r) {
+      KldToken t;
+      if (B_) {
+        const KldRow& k = krows_[size_t(r)];
+        t.nll = k.nll, t.nll_base = k.nll_base, t.kld = k.kld, t.same_top = k.same_top != 0;
+      } else {
+        t.nll = nll_[size_t(r)];
       }
-      count += P.n_scored;
-      res.running.push_back(std::exp(sum / double(count)));
-    }
-    if (progress) {
-      ChunkProgress pr;
-      pr.chunk = c0 + nb;
-      pr.n_chunks = P.n_chunks;
-      pr.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-      pr.tokens = int64_t(c0 + nb) * P.ctx;
-      pr.ppl = res.running.back();
-      progress(pr);
+      out[r] = t;
     }
   }
-  res.tokens_evaluated = int64_t(P.n_chunks) * P.ctx;
-  res.tokens_scored = count;
-  const PplStats st = ppl_from_sums(sum, sum2, count);
-  res.mean_nll = st.mean_nll, res.ppl = st.ppl, res.ppl_err = st.ppl_err;
-  if (Bm) res.kld = kacc.summary();
-  res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  return res;
+
+ private:
+  GpuModel::Impl& I_;
+  GpuModel::Impl* B_;
+  GpuModel& m_;
+  int batch_ = 0;
+  ChunkPlan P_;
+  DeviceBuffer kld_out_;
+  std::vector<KldRow> krows_;
+  std::vector<double> nll_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChunkScorer> make_scorer(GpuModel& m, int batch, GpuModel* base) {
+  return std::make_unique<GpuScorer>(m, batch, base);
+}
+
+PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, const PplOptions& opt, int batch,
+                              const ProgressFn& progress, GpuModel* base) {
+  const std::unique_ptr<ChunkScorer> s = make_scorer(m, batch, base);
+  return qt::evaluate_perplexity(*s, tokens, opt, progress);
 }
 
 std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids) {

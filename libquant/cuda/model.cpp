@@ -35,6 +35,7 @@
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/math/ops.h"
+#include "libquant/model/block_tensors.h"
 #include "libquant/schemes/packed_values.h"
 #include "libquant/schemes/packed_io.h"
 
@@ -235,16 +236,11 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     }
     return b;
   };
-  // Gemma's RMSNorm scales by (1 + w), computed in float as transformers does: folded in here.
-  auto norm = [&](const std::string& name, int64_t n) {
-    const Tensor& t = ck.get(name);
-    if (t.numel() != n) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), n);
-    std::vector<float> w = to_f32(t);
-    if (desc->norm_plus_one)
-      for (float& v : w) v = 1.0f + v;
+  // A norm's fp32 weights (read_norm: Gemma's 1 + w folded in) on the device.
+  auto upload_norm = [&](std::vector<float> w) {
+    if (w.empty()) return DeviceBuffer();
     DeviceBuffer b = upload_f32(w);
     weight_bytes += b.bytes();
-    done(name);
     return b;
   };
 
@@ -255,7 +251,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     if (p->rows != c.vocab || p->cols != H) user_error("{}: tensor {} has an unexpected shape", ck.path, name);
     return dequantize_weights(*p, name);
   };
-  const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
+  const bool tied = head_is_embedding(ck);
   {  // an int8 / int4 per-channel head: int8 codes and scales (the CPU runs it with int8 activations)
     std::optional<PackedTensor> p = packed_weight(ck, tied ? "model.embed_tokens.weight" : "lm_head.weight");
     if (p && family(*p) == KernelFamily::Int8PerToken && p->params.group_size == 0 && p->rows == c.vocab &&
@@ -300,44 +296,35 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
   }
   if (!tied) done("lm_head.weight");
   done("model.embed_tokens.weight");
-  final_norm = norm("model.norm.weight", H);
+  final_norm = upload_norm(read_norm(ck, "model.norm.weight", H));
+  done("model.norm.weight");
 
   layers.resize(size_t(c.n_layers));
   for (int i = 0; i < c.n_layers; ++i) {
     Layer& L = layers[size_t(i)];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const BlockNorms& bn = desc->norms;
-    auto block_norm = [&](const char* name) { return name ? norm(p + name + ".weight", H) : DeviceBuffer(); };
-    L.attn_norm = block_norm(bn.attn_pre);
-    L.attn_post = block_norm(bn.attn_post);
-    L.ffn_norm = block_norm(bn.ffn_pre);
-    L.ffn_post = block_norm(bn.ffn_post);
-    if (desc->qk_norm != QkNorm::None) {
-      const bool whole = desc->qk_norm == QkNorm::Whole;
-      L.q_norm = norm(p + "self_attn.q_norm.weight", whole ? Q : c.head_dim);
-      L.k_norm = norm(p + "self_attn.k_norm.weight", whole ? KV : c.head_dim);
-    }
-    if (c.attention_bias) {
+    BlockTensors t = read_block_tensors(ck, i);
+    L.attn_norm = upload_norm(std::move(t.attn_pre));
+    L.attn_post = upload_norm(std::move(t.attn_post));
+    L.ffn_norm = upload_norm(std::move(t.ffn_pre));
+    L.ffn_post = upload_norm(std::move(t.ffn_post));
+    L.q_norm = upload_norm(std::move(t.q_norm));
+    L.k_norm = upload_norm(std::move(t.k_norm));
+    if (!t.q.bias.empty()) {  // q|k|v biases stacked as the projections are
       std::vector<float> b;
-      for (auto [n, r] : {std::pair<const char*, int>{"q", Q}, {"k", KV}, {"v", KV}}) {
-        const std::string name = p + "self_attn." + n + "_proj.bias";
-        const Tensor& t = ck.get(name);
-        if (t.numel() != r) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), r);
-        const std::vector<float> v = to_f32(t);
+      for (const ProjTensor* x : {&t.q, &t.k, &t.v}) {
+        const std::vector<float> v = read_vector(ck, x->bias, x->out);
         b.insert(b.end(), v.begin(), v.end());
-        done(name);
+        done(x->bias);
       }
-      L.bqkv = upload_f32(b);
-      weight_bytes += L.bqkv.bytes();
+      L.bqkv = upload_norm(std::move(b));
     }
     L.rope = !c.has_rope(i) ? 0 : c.rope_local_theta > 0 && c.is_sliding(i) ? 2 : 1;
     L.window = c.is_sliding(i) ? c.sliding_window : 0;
-    L.wqkv = stacked(
-        {{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV}, {p + "self_attn.v_proj.weight", KV}},
-        H, &L.sqkv, &L.aqkv, &L.nqkv);
-    L.wo = stacked({{p + "self_attn.o_proj.weight", H}}, Q, &L.so, &L.ao, &L.no);
-    L.wgu = stacked({{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}, H, &L.sgu, &L.agu, &L.ngu);
-    L.wdown = stacked({{p + "mlp.down_proj.weight", H}}, F, &L.sdown, &L.adown, &L.ndown);
+    L.wqkv =
+        stacked({{t.q.weight, t.q.out}, {t.k.weight, t.k.out}, {t.v.weight, t.v.out}}, H, &L.sqkv, &L.aqkv, &L.nqkv);
+    L.wo = stacked({{t.o.weight, t.o.out}}, t.o.in, &L.so, &L.ao, &L.no);
+    L.wgu = stacked({{t.gate.weight, t.gate.out}, {t.up.weight, t.up.out}}, H, &L.sgu, &L.agu, &L.ngu);
+    L.wdown = stacked({{t.down.weight, t.down.out}}, t.down.in, &L.sdown, &L.adown, &L.ndown);
   }
   if (q8 && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);

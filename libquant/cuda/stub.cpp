@@ -26,6 +26,7 @@ std::string GpuModel::kind() const { no_cuda(); }
 int auto_batch(const GpuModel&, int) { no_cuda(); }
 void set_kv(GpuModel&, const kv::KVConfig&) { no_cuda(); }
 void check_kv(const kv::KVConfig&, int, const std::vector<float>&) { no_cuda(); }
+std::unique_ptr<ChunkScorer> make_scorer(GpuModel&, int, GpuModel*) { no_cuda(); }
 PplResult evaluate_perplexity(GpuModel&, const std::vector<int32_t>&, const PplOptions&, int, const ProgressFn&,
                               GpuModel*) {
   no_cuda();

@@ -1,5 +1,5 @@
-// Perplexity evaluation loop: chunks → model forward → output head in slices → per-row NLL
-// (and KLD) in parallel → accumulation in a fixed order.
+// The perplexity loop for every device: the chunk plan, batches of chunks through a ChunkScorer
+// (the device's forward, output head and per-row NLL / KLD), the sums in a fixed order.
 #include "libquant/eval/perplexity.h"
 
 #include <chrono>
@@ -50,129 +50,52 @@ double token_nll(const float* logits, int n_vocab, int target) {
   return ops::row_stats(logits, n_vocab).lse - double(logits[target]);
 }
 
-PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens, const PplOptions& opt,
-                              LlamaModel* base, const ProgressFn& progress) {
+PplResult evaluate_perplexity(ChunkScorer& scorer, const std::vector<int32_t>& tokens, const PplOptions& opt,
+                              const ProgressFn& progress) {
   using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  const ModelConfig& c = model.config();
-  const int V = c.vocab;
-  if (base && base->config().vocab != V)
-    user_error("--kl-base-model: vocabulary of {} tokens, the model has {}", base->config().vocab, V);
-
   PplResult res;
   res.method = opt.method;
   res.plan = plan_chunks(opt.method, opt.ctx, int64_t(tokens.size()), opt.max_chunks, opt.first_chunk);
   res.n_tokens_text = int64_t(tokens.size());
   const ChunkPlan& P = res.plan;
   if (P.n_chunks == 0) user_error("--chunks 0: nothing to evaluate");
-
-  kv::KVConfig kvc = opt.kv;
-  if (kvc.k.empty()) {  // no per-layer methods given: the f32 cache (key centering still applies)
-    const kv::KVSpec f32 = kv::parse_kv_spec("f32", "kv");
-    kvc.k.assign(size_t(c.n_layers), f32);
-    kvc.v.assign(size_t(c.n_layers), f32);
-  }
-  auto cache = model.make_cache(P.ctx, kvc);
-  std::unique_ptr<KVCache> base_cache;
-  if (base) base_cache = base->make_cache(P.ctx, opt.base_kv);
-  res.kv_name = cache->name();
-  res.kv_bytes_per_token = cache->bytes_per_token();
+  const ModelConfig& c = scorer.config();
   res.kv_f16_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
-  const int ub = opt.ubatch > 0 ? std::min(opt.ubatch, P.ctx) : P.ctx;
-  std::vector<float> hidden(ub < P.ctx ? size_t(P.ctx) * c.hidden : 0);
-  // The chunk's final hidden states, in forward calls of `ub` tokens.
-  auto run_chunk = [&](LlamaModel& m, KVCache& kc, const int32_t* toks) -> const float* {
-    if (ub >= P.ctx) return m.forward_hidden(toks, P.ctx, 0, kc);
-    for (int p0 = 0; p0 < P.ctx; p0 += ub) {
-      const int n = std::min(ub, P.ctx - p0);
-      const float* h = m.forward_hidden(toks + p0, n, p0, kc);
-      std::copy(h, h + size_t(n) * c.hidden, hidden.begin() + size_t(p0) * c.hidden);
-    }
-    return hidden.data();
-  };
+  const bool kl = scorer.has_base();
+  const auto t0 = clock::now();
+  const int B = std::max(1, std::min(scorer.begin(P, opt, res), P.n_chunks));
 
-  const int slice = std::max(1, std::min(opt.head_rows, P.n_scored));
-  std::vector<float> logits(size_t(slice) * V), base_logits(base ? size_t(slice) * V : 0);
-  std::vector<double> nll(P.n_scored);
-  std::vector<KldToken> kt(base ? P.n_scored : 0);
-  std::vector<int32_t> chunk(P.ctx);
+  std::vector<int32_t> ids(size_t(B) * P.ctx), targets(size_t(B) * P.n_scored);
+  std::vector<KldToken> rows(targets.size());
   double sum = 0, sum2 = 0;
   int64_t count = 0;
   KldAccumulator kacc;
-  const int64_t bh = base ? base->config().hidden : 0;
-  const size_t per_chunk = size_t(P.n_scored) * size_t(bh);
-  const bool fill = base && opt.base_hidden && opt.base_hidden->empty();
-  const bool reuse = base && opt.base_hidden && !fill;
-  if (reuse && opt.base_hidden->size() != size_t(P.n_chunks) * per_chunk)
-    user_error("KL baseline hidden states: {} floats kept, {} needed", opt.base_hidden->size(),
-               size_t(P.n_chunks) * per_chunk);
-  if (fill) opt.base_hidden->reserve(size_t(P.n_chunks) * per_chunk);
-
-  for (int ci = 0; ci < P.n_chunks; ++ci) {
-    const int32_t* src = tokens.data() + int64_t(P.first_chunk + ci) * P.ctx;
-    std::copy(src, src + P.ctx, chunk.begin());
-    if (opt.method == PplMethod::Llama && opt.bos_id >= 0) chunk[0] = opt.bos_id;
-
-    // Each model's forward and head timed on its own: a KL run reports the evaluated model's
-    // speed, not that of the pair.
-    auto t = clock::now();
-    auto lap = [&](double& acc) {
-      const auto now = clock::now();
-      acc += std::chrono::duration<double>(now - t).count();
-      t = now;
-    };
-    cache->clear();
-    const float* h = run_chunk(model, *cache, chunk.data());
-    lap(res.model_seconds);
-    const float* hb = nullptr;  // the baseline's hidden state at the first scored row
-    if (reuse) {
-      hb = opt.base_hidden->data() + size_t(ci) * per_chunk;
-    } else if (base) {
-      base_cache->clear();
-      hb = base->forward_hidden(chunk.data(), P.ctx, 0, *base_cache) + int64_t(P.first) * bh;
-      if (fill) opt.base_hidden->insert(opt.base_hidden->end(), hb, hb + per_chunk);
-      lap(res.base_seconds);
+  for (int c0 = 0; c0 < P.n_chunks; c0 += B) {
+    const int nb = std::min(B, P.n_chunks - c0);
+    for (int b = 0; b < nb; ++b) {
+      const int32_t* src = tokens.data() + int64_t(P.first_chunk + c0 + b) * P.ctx;
+      std::copy(src, src + P.ctx, ids.begin() + size_t(b) * P.ctx);
+      if (opt.method == PplMethod::Llama && opt.bos_id >= 0) ids[size_t(b) * P.ctx] = opt.bos_id;
+      std::copy(src + P.first + 1, src + P.first + 1 + P.n_scored, targets.begin() + size_t(b) * P.n_scored);
     }
-    for (int r0 = 0; r0 < P.n_scored; r0 += slice) {
-      const int nr = std::min(slice, P.n_scored - r0);
-      const int row = P.first + r0;  // position of the first logit row of this slice
-      t = clock::now();
-      model.output_head(h + int64_t(row) * c.hidden, nr, logits.data());
-      lap(res.model_seconds);
-      if (base) {
-        base->output_head(hb + int64_t(r0) * bh, nr, base_logits.data());
-        lap(res.base_seconds);
+    scorer.score(ids.data(), c0, nb, targets.data(), rows.data(), res);
+    for (int b = 0; b < nb; ++b) {  // fixed order, chunk by chunk: sums independent of threads and batch
+      for (int r = 0; r < P.n_scored; ++r) {
+        const KldToken& t = rows[size_t(b) * P.n_scored + r];
+        sum += t.nll;
+        sum2 += t.nll * t.nll;
+        if (kl) kacc.add(t);
+        if (opt.keep_tokens) res.tokens.push_back(t);
       }
-#pragma omp parallel for schedule(dynamic, 4)
-      for (int r = 0; r < nr; ++r) {
-        const int target = src[row + r + 1];
-        const float* lt = logits.data() + size_t(r) * V;
-        if (base) {
-          kt[r0 + r] = kld_token(base_logits.data() + size_t(r) * V, lt, V, target);
-          nll[r0 + r] = kt[r0 + r].nll;
-        } else {
-          nll[r0 + r] = token_nll(lt, V, target);
-        }
-      }
+      count += P.n_scored;
+      res.running.push_back(std::exp(sum / double(count)));
     }
-    for (int r = 0; r < P.n_scored; ++r) {  // fixed order: thread-count independent sums
-      sum += nll[r];
-      sum2 += nll[r] * nll[r];
-      if (base) kacc.add(kt[r]);
-      if (opt.keep_tokens) {
-        KldToken t;
-        t.nll = nll[r];
-        res.tokens.push_back(base ? kt[r] : t);
-      }
-    }
-    count += P.n_scored;
-    res.running.push_back(std::exp(sum / double(count)));
     if (progress) {
       ChunkProgress pr;
-      pr.chunk = ci + 1;
+      pr.chunk = c0 + nb;
       pr.n_chunks = P.n_chunks;
       pr.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-      pr.tokens = int64_t(ci + 1) * P.ctx;
+      pr.tokens = int64_t(c0 + nb) * P.ctx;
       pr.ppl = res.running.back();
       progress(pr);
     }
@@ -182,9 +105,15 @@ PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tok
   res.tokens_scored = count;
   const PplStats st = ppl_from_sums(sum, sum2, count);
   res.mean_nll = st.mean_nll, res.ppl = st.ppl, res.ppl_err = st.ppl_err;
-  if (base) res.kld = kacc.summary();
+  if (kl) res.kld = kacc.summary();
   res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return res;
+}
+
+PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens, const PplOptions& opt,
+                              LlamaModel* base, const ProgressFn& progress) {
+  const std::unique_ptr<ChunkScorer> s = make_cpu_scorer(model, base);
+  return evaluate_perplexity(*s, tokens, opt, progress);
 }
 
 PplStats ppl_from_sums(double sum, double sum2, int64_t count) {

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,8 +84,39 @@ struct PplResult {
   double kv_f16_bytes_per_token = 0;  // an fp16 cache of the same model
 };
 
-// Runs `model` (and `base`, when given, on the same tokens) over the chunks of `tokens`.
-// The accumulation order is fixed, so results do not depend on the thread count.
+// A device's side of the evaluation: the model (and the KL baseline, when there is one) running
+// whole chunks and scoring their rows — the forward, the output head and the per-row NLL / KLD.
+// The CPU (make_cpu_scorer below) and the GPU (libquant/cuda/backend.h) implement it; the loop
+// around it (evaluate_perplexity: the chunk plan, the BOS rule, batches of chunks, the sums in a
+// fixed order, the running PPL, the KLD summary) is one for every device.
+class ChunkScorer {
+ public:
+  virtual ~ChunkScorer() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual bool has_base() const = 0;
+  // Once, before the first chunk: the KV cache and scratch for the plan; sets res.kv_name,
+  // res.kv_bytes_per_token (and may refuse, UserError, what the device does not run). Returns
+  // how many chunks one score() call takes.
+  virtual int begin(const ChunkPlan& plan, const PplOptions& opt, PplResult& res) = 0;
+  // Runs nb chunks (ids [nb, ctx], each a fresh sequence from position 0; chunk0: the plan index
+  // of the first) and fills out[nb · n_scored], chunk by chunk, row by row: the NLL of the row's
+  // target (targets, same order), and with a baseline its NLL, the KLD and whether the top tokens
+  // agree. Adds the evaluated model's own time to res.model_seconds and the baseline's to
+  // res.base_seconds where the device times them apart.
+  virtual void score(const int32_t* ids, int chunk0, int nb, const int32_t* targets, KldToken* out, PplResult& res) = 0;
+};
+
+// Runs the scorer over the chunks of `tokens`. The accumulation order is fixed, so results do not
+// depend on the thread count or the chunks per call.
+PplResult evaluate_perplexity(ChunkScorer& scorer, const std::vector<int32_t>& tokens, const PplOptions& opt,
+                              const ProgressFn& progress = {});
+
+// The CPU's scorer: one chunk per call, the cache per opt.kv (f32 where it gives no layers), the
+// baseline's with opt.base_kv, forward calls of opt.ubatch tokens, the output head in slices of
+// opt.head_rows rows, opt.base_hidden kept or read. The models must outlive it.
+std::unique_ptr<ChunkScorer> make_cpu_scorer(LlamaModel& model, LlamaModel* base = nullptr);
+
+// evaluate_perplexity with make_cpu_scorer(model, base).
 PplResult evaluate_perplexity(LlamaModel& model, const std::vector<int32_t>& tokens, const PplOptions& opt,
                               LlamaModel* base = nullptr, const ProgressFn& progress = {});
 

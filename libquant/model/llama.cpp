@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "formats/error.h"
+#include "libquant/model/block_tensors.h"
 #include "libquant/model/llama_layer.h"
 #include "libquant/schemes/packed_io.h"
 
@@ -35,16 +36,6 @@ LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinear
     return make_packed_linear(std::move(*p), bias ? b.data() : nullptr, opt);
   };
 }
-
-namespace {
-
-std::vector<float> vec_of(const Checkpoint& ck, const std::string& name, int64_t n) {
-  const Tensor& t = ck.get(name);
-  if (t.numel() != n) user_error("{}: tensor {} has {} values, expected {}", ck.path, name, t.numel(), n);
-  return to_f32(t);
-}
-
-}  // namespace
 
 LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume)
     : cfg_(ck.config), desc_(arch_by_model_type(ck.config.arch)) {
@@ -77,8 +68,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     return l;
   };
 
-  const int64_t H = c.hidden, F = c.intermediate, Q = int64_t(c.n_heads) * c.head_dim,
-                KV = int64_t(c.n_kv_heads) * c.head_dim;
+  const int64_t H = c.hidden;
   const Tensor& emb = ck.get("model.embed_tokens.weight");
   if (is_float(emb.dtype)) {
     embedding_ = emb;
@@ -87,32 +77,22 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
   } else {  // packed codes: a Linear that can hand out rows, and the output head when tied
     embed_q_ = lin("model.embed_tokens.weight", "", c.vocab, H);
   }
-  // Gemma's RMSNorm scales by (1 + w), computed in float as transformers does: folded in here.
-  auto norm = [&](const std::string& name, int64_t n) {
-    std::vector<float> w = vec_of(ck, name, n);
-    if (a.norm_plus_one)
-      for (float& x : w) x = 1.0f + x;
-    return w;
-  };
-  final_norm_ = norm("model.norm.weight", H);
+  final_norm_ = read_norm(ck, "model.norm.weight", H);
   for (int i = 0; i < c.n_layers; ++i) {
     auto L = std::make_unique<Layer>();
-    const std::string p = L->prefix = "model.layers." + std::to_string(i) + ".";
-    auto bias = [&](const char* n) { return c.attention_bias ? p + n : std::string(); };
-    auto block_norm = [&](const char* name) { return name ? norm(p + name + ".weight", H) : std::vector<float>(); };
-    L->attn_pre = block_norm(a.norms.attn_pre);
-    L->attn_post = block_norm(a.norms.attn_post);
-    L->ffn_pre = block_norm(a.norms.ffn_pre);
-    L->ffn_post = block_norm(a.norms.ffn_post);
-    if (a.qk_norm != QkNorm::None) {
-      const bool whole = a.qk_norm == QkNorm::Whole;
-      L->q_norm = norm(p + "self_attn.q_norm.weight", whole ? Q : c.head_dim);
-      L->k_norm = norm(p + "self_attn.k_norm.weight", whole ? KV : c.head_dim);
-    }
-    L->wq = lin(p + "self_attn.q_proj.weight", bias("self_attn.q_proj.bias"), Q, H);
-    L->wk = lin(p + "self_attn.k_proj.weight", bias("self_attn.k_proj.bias"), KV, H);
-    L->wv = lin(p + "self_attn.v_proj.weight", bias("self_attn.v_proj.bias"), KV, H);
-    L->wo = lin(p + "self_attn.o_proj.weight", "", H, Q);
+    BlockTensors t = read_block_tensors(ck, i);
+    const std::string& p = L->prefix = t.prefix;
+    L->attn_pre = std::move(t.attn_pre);
+    L->attn_post = std::move(t.attn_post);
+    L->ffn_pre = std::move(t.ffn_pre);
+    L->ffn_post = std::move(t.ffn_post);
+    L->q_norm = std::move(t.q_norm);
+    L->k_norm = std::move(t.k_norm);
+    auto proj = [&](const ProjTensor& x) { return lin(x.weight, x.bias, x.out, x.in); };
+    L->wq = proj(t.q);
+    L->wk = proj(t.k);
+    L->wv = proj(t.v);
+    L->wo = proj(t.o);
     if (c.is_moe_layer(i)) {
       const MoeNames& moe = *a.moe;
       const int64_t FE = c.moe_intermediate;
@@ -130,15 +110,15 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
         L->experts.push_back(std::move(X));
       }
     } else {
-      L->gate = lin(p + "mlp.gate_proj.weight", "", F, H);
-      L->up = lin(p + "mlp.up_proj.weight", "", F, H);
-      L->down = lin(p + "mlp.down_proj.weight", "", H, F);
+      L->gate = proj(t.gate);
+      L->up = proj(t.up);
+      L->down = proj(t.down);
     }
     layers_.push_back(std::move(L));
   }
-  if ((c.tie_word_embeddings || !ck.has("lm_head.weight")) && embed_q_) {
+  if (head_is_embedding(ck) && embed_q_) {
     lm_head_ = embed_q_;
-  } else if (c.tie_word_embeddings || !ck.has("lm_head.weight")) {
+  } else if (head_is_embedding(ck)) {
     auto l = make_linear("lm_head.weight", embedding_, nullptr);
     if (l->in_features() != H || l->out_features() != c.vocab)
       user_error("{}: output head has the wrong shape", ck.path);
