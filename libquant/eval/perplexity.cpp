@@ -62,8 +62,8 @@ PplResult evaluate_perplexity(ChunkScorer& scorer, const std::vector<int32_t>& t
   const ModelConfig& c = scorer.config();
   res.kv_f16_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * 2;
   const bool kl = scorer.has_base();
-  const auto t0 = clock::now();
   const int B = std::max(1, std::min(scorer.begin(P, opt, res), P.n_chunks));
+  const auto t0 = clock::now();  // after the set-up (caches, scratch, GEMM tuning): evaluation only
 
   std::vector<int32_t> ids(size_t(B) * P.ctx), targets(size_t(B) * P.n_scored);
   std::vector<KldToken> rows(targets.size());
