@@ -39,6 +39,7 @@
 #include "formats/layouts/gguf.h"
 #include "formats/layouts/output_layout.h"
 #include "formats/mapped_file.h"
+#include "libquant/model/block_tensors.h"
 #include "libquant/parallel.h"
 #include "libquant/schemes/plan.h"
 #include "libquant/schemes/scheme.h"
@@ -200,8 +201,9 @@ int run_gguf(const Args& a) {
   opt.gguf_type = type_name;
   opt.tensor_types = parse_tensor_types(a.tensor_types);
   if (stats)
-    opt.importance = [stats, path = a.c.imatrix](const std::string& name, int64_t cols) -> const float* {
-      const calib::ChannelStats* st = stats->find(name);
+    opt.importance = [stats, path = a.c.imatrix, tied = head_is_embedding(ck)](const std::string& name,
+                                                                               int64_t cols) -> const float* {
+      const calib::ChannelStats* st = stats->find(name, tied);
       if (!st) return nullptr;
       if (int64_t(st->sqmean.size()) != cols)
         user_error("{}: {} has {} channels, the weight {} columns", path, name, st->sqmean.size(), cols);

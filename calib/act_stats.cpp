@@ -9,10 +9,10 @@
 
 namespace qt::calib {
 
-const ChannelStats* ActStats::find(const std::string& name) const {
+const ChannelStats* ActStats::find(const std::string& name, bool embedding_is_head) const {
   auto it = linears.find(name);
   if (it != linears.end()) return &it->second;
-  if (name == "model.embed_tokens.weight") return find("lm_head.weight");
+  if (name == "model.embed_tokens.weight" && embedding_is_head) return find("lm_head.weight", false);
   return nullptr;
 }
 

@@ -27,9 +27,11 @@ struct ActStats {
   // Whether the max |x_j| are known (llama.cpp's imatrix files hold only the mean squares).
   bool has_absmax() const { return !linears.empty() && !linears.begin()->second.absmax.empty(); }
 
-  // The statistics of the weight `name`; nullptr when absent. For a tied model the embedding
-  // table doubles as the output head, so "model.embed_tokens.weight" answers with lm_head's.
-  const ChannelStats* find(const std::string& name) const;
+  // The statistics of the weight `name`; nullptr when absent. Where the embedding table doubles
+  // as the output head (embedding_is_head: a tied model, libquant/model/block_tensors.h's
+  // head_is_embedding), "model.embed_tokens.weight" answers with lm_head's; an untied embedding is
+  // a lookup table whose input is no activation, so it has none.
+  const ChannelStats* find(const std::string& name, bool embedding_is_head) const;
 };
 
 // The first `chunks` chunks of `ctx` tokens (each starting with bos_id when ≥ 0) through the

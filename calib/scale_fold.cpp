@@ -93,7 +93,7 @@ std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck,
         for (int64_t j = 0; j < site.cols; ++j) m[j] = float(sum[j] / double(T));
         stat = to_scale_space(site, m);
       } else {
-        const ChannelStats* a = opt.stats->find(site.readers[0]);
+        const ChannelStats* a = opt.stats->find(site.readers[0], false);
         if (!a || int64_t(a->absmax.size()) != site.cols)
           user_error("act-stats: no statistics for {} (made for another model?)", site.readers[0]);
         stat = to_scale_space(site, a->absmax);

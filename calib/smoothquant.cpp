@@ -109,7 +109,7 @@ std::map<std::string, std::vector<float>> smooth_checkpoint(Checkpoint& ck, cons
   ScaleFolder folder(ck);
   for (int l = 0; l < ck.config.n_layers; ++l)
     for (const FoldSite& site : fold_sites(ck.config, l, opt)) {
-      const ChannelStats* a = stats.find(site.readers[0]);
+      const ChannelStats* a = stats.find(site.readers[0], false);
       if (!a) user_error("act-stats: no statistics for {} (made for another model?)", site.readers[0]);
       std::vector<float> wmax;
       for (size_t i = 0; i < site.readers.size(); ++i)

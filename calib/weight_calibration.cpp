@@ -11,6 +11,7 @@
 #include "calib/weighted_fit.h"
 #include "formats/error.h"
 #include "formats/mapped_file.h"
+#include "libquant/model/block_tensors.h"
 #include "libquant/schemes/grid.h"
 
 namespace qt::calib {
@@ -51,6 +52,7 @@ void WeightCalibration::rescale_imatrix(const std::map<std::string, std::vector<
 }
 
 void WeightCalibration::prepare(Checkpoint& ck) {
+  embedding_is_head_ = head_is_embedding(ck);
   if (!smooth_ || a_.alpha_auto) return;
   SmoothOptions o;
   o.alpha = a_.alpha;
@@ -80,7 +82,7 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
   if (!a_.gptq) return;
   std::set<std::string> targets;
   for (auto& [name, p] : plan) {
-    if (name == "model.embed_tokens.weight" && !(ck.config.tie_word_embeddings || !ck.has("lm_head.weight")))
+    if (name == "model.embed_tokens.weight" && !head_is_embedding(ck))
       continue;  // an untied embedding is a lookup table: no input, RTN
     if (!SchemeGrid(p).fits(ck.get(name).shape[0], ck.get(name).shape[1])) continue;
     targets.insert(name);
@@ -133,7 +135,7 @@ std::optional<PackedTensor> WeightCalibration::quantize(const std::string& name,
                                                         int64_t cols, const SchemeParams& p) const {
   if (auto it = gptq_done_.find(name); it != gptq_done_.end()) return it->second;  // read-only: callers run in parallel
   if (!imatrix_) return std::nullopt;
-  const ChannelStats* st = imatrix_->find(name);
+  const ChannelStats* st = imatrix_->find(name, embedding_is_head_);
   const SchemeGrid grid(p);
   if (!st || int64_t(st->sqmean.size()) != cols || !grid.fits(rows, cols)) return std::nullopt;
   return quantize_weighted(grid, w, rows, cols, st->sqmean.data());

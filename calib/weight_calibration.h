@@ -38,7 +38,7 @@ class WeightCalibration {
   explicit WeightCalibration(const WeightCalibArgs& a);
   bool active() const { return smooth_ || imatrix_ || a_.gptq || a_.awq; }
 
-  // Before planning: SmoothQuant with a fixed α rewrites ck's norms and projections.
+  // Before planning (always called): SmoothQuant with a fixed α rewrites ck's norms and projections.
   void prepare(Checkpoint& ck);
   // After planning: the searched scales (--awq, --alpha auto) are folded into ck, which depends on
   // each tensor's scheme; then GPTQ runs over the planned tensors (sequential pass over the text).
@@ -52,6 +52,7 @@ class WeightCalibration {
  private:
   WeightCalibArgs a_;
   std::optional<ActStats> smooth_, imatrix_;
+  bool embedding_is_head_ = false;  // set by prepare: the embedding table is the output head too
   std::map<std::string, PackedTensor> gptq_done_;
   // The calibration text's tokens (--calib), read once for the searches and GPTQ.
   const std::vector<int32_t>& calib_tokens(const Checkpoint& ck);
