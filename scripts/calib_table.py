@@ -5,7 +5,7 @@ GGUF). Prints a Markdown table; with --plot FILE (matplotlib) draws KLD (log) ag
 weight for our rows by method beside llama.cpp's types.
 
   python3 scripts/calib_table.py                       # the table
-  /work/venv/bin/python scripts/calib_table.py --plot results/calib/kld_vs_bpw.png
+  python3 scripts/calib_table.py --plot results/calib/kld_vs_bpw.png
 """
 import argparse
 import glob

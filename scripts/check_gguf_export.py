@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Acceptance checks of `quanttool convert --format gguf` with gguf-py.
 
-Needs numpy and the `gguf` package (/work/venv); never run in CI.
+Needs numpy and the `gguf` package (a local virtual environment); never run in CI.
 
   check_gguf_export.py readback OUT.gguf [--bin QUANTTOOL]
       gguf-py reads every tensor of OUT.gguf (GGUFReader + gguf.quants.dequantize) and the values

@@ -2,7 +2,7 @@
 """Acceptance check of `quanttool convert --format hf` with transformers.
 
 Needs a virtual environment with torch, transformers, tokenizers, gguf (never run in CI):
-  /work/venv/bin/python scripts/check_hf_export.py [--model GGUF] [--text FILE] [--bin QUANTTOOL]
+  python3 scripts/check_hf_export.py [--model GGUF] [--text FILE] [--bin QUANTTOOL]
 
 It
   1. exports the GGUF to a Hugging Face folder with `quanttool convert --dtype f32`;

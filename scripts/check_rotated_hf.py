@@ -2,7 +2,7 @@
 """Acceptance check of `quanttool convert --rotate` with transformers: the rotated folder
 loads with AutoModelForCausalLM (no missing / unexpected keys, untied head, norms 1) and gives the
 unrotated folder's logits on the first 128 tokens of the text. Needs torch + transformers (never CI):
-  /work/venv-torch/bin/python scripts/check_rotated_hf.py --model GGUF [--bin build/quanttool]
+  python3 scripts/check_rotated_hf.py --model GGUF [--bin build/quanttool]
 Prints one verdict line; exit 0 on PASS.
 """
 import argparse

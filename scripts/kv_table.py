@@ -15,7 +15,7 @@
   python3 scripts/kv_table.py run --out results/kv-18a --chunks 16 --kv-stats --rows f16,affine-4-rotqr
   python3 scripts/kv_table.py stats --out results/kv-18a
   plot   KLD (log) against bytes per token of every --chunks row in the --out folders, as a PNG:
-  /work/venv/bin/python scripts/kv_table.py plot --out results/kv,results/kv-18a-64 --png results/kv/kld_vs_bytes.png
+  python3 scripts/kv_table.py plot --out results/kv,results/kv-18a-64 --png results/kv/kld_vs_bytes.png
 """
 import argparse
 import concurrent.futures

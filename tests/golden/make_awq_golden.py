@@ -16,7 +16,7 @@ restated in torch float32 from their reference implementations, on one small Lin
 Quantizers are quanttool's grids in float32: int4 (scale = absmax/7 per group of 128, q =
 clamp(rint(w/scale), -8, 7)) for AWQ, int8 (absmax/127, q in -128..127) for SmoothQuant.
 
-Run:  /work/venv-torch/bin/python tests/golden/make_awq_golden.py
+Run:  python3 tests/golden/make_awq_golden.py
 Output: tests/golden/calib/awq.safetensors (float32): X [640,256], W [48,256], awq_alpha,
 awq_scales [256], awq_loss [1], clip_max [48,2] (512 sampled
 tokens: all 640) and clip_max_100 [48,2] (n_sample_token 100: every 6th token), smooth_alpha, smooth_scales [256], smooth_loss [1].

@@ -5,7 +5,7 @@ QuantState.as_dict(packed=True) gives it to transformers' save_pretrained — th
 blob (exact bytes), the quant_map and the set of keys beside `weight` — for nf4 and fp4,
 blocksize 64, a bfloat16 source.
 
-Made with bitsandbytes 0.50.2, torch (CPU). Run: /work/venv/bin/python tests/golden/make_bnb_export_golden.py
+Made with bitsandbytes 0.50.2, torch (CPU). Run: python3 tests/golden/make_bnb_export_golden.py
 """
 import json
 import os

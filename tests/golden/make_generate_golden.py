@@ -3,7 +3,7 @@
 transformers (fp32, CPU, eager attention).
 
 Run:  build/quanttool convert --in models/SmolLM2-135M-Instruct.Q4_1.gguf --out /tmp/smol-f32 --dtype f32
-      /work/venv-torch/bin/python tests/golden/make_generate_golden.py [/tmp/smol-f32]
+      python3 tests/golden/make_generate_golden.py [/tmp/smol-f32]
 
 The model is the GGUF's weights dequantized to an fp32 Hugging Face folder (transformers' own GGUF
 loader needs accelerate, which this venv lacks); the test runs the GGUF, so both sides compute

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden GGUF files for tests/test_gguf.cpp, written by the `gguf` PyPI package (gguf-py).
 
-Run:  /work/venv/bin/python tests/golden/make_gguf_goldens.py   (gguf 0.19.0, numpy)
+Run:  python3 tests/golden/make_gguf_goldens.py   (gguf 0.19.0, numpy)
 
 For each ggml type T we dequantize, tests/golden/gguf/<t>.gguf holds two tensors:
   "x"        : random raw blocks of type T (f16 scale fields replaced by sane random halves,

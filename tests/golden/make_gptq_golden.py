@@ -5,7 +5,7 @@ diagonal, H^-1's upper Cholesky factor, lazy block updates, act-order), restated
 on a small layer, with the W4A8 int4 grid of Cider (scale = absmax/7 per output channel from the
 original weights, q = clamp(rint(w/s) + 8, 0, 15) - 8, value q*s).
 
-Run:  /work/venv/bin/python tests/golden/make_gptq_golden.py
+Run:  python3 tests/golden/make_gptq_golden.py
 Made with numpy 2.x and safetensors (writer); the script prints the versions it ran with.
 Output: tests/golden/calib/gptq.safetensors with W [16,128], H [128,128] (float32, what the test
 feeds our float32 implementation), codes_block32 and codes_act_order (int32 [16,128], codes in

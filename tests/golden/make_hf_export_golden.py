@@ -18,7 +18,7 @@ Writes into tests/golden/hf_export/:
                       and llama3 rope factors from transformers' rope init
 
 Run (needs torch, transformers, gguf in the venv; never in CI):
-  /work/venv/bin/python tests/golden/make_hf_export_golden.py [--model PATH] [--skip-model]
+  python3 tests/golden/make_hf_export_golden.py [--model PATH] [--skip-model]
 """
 import argparse
 import hashlib

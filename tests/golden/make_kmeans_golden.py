@@ -6,7 +6,7 @@ Lloyd iterations with float32 squared distances accumulated dimension by dimensi
 lowest index, float64 means in point order, the empty-cluster rule "the point farthest from its
 centre moves to the empty one", stop when no assignment changes or after max_iter.
 
-Run:  /work/venv-kvb/bin/python tests/golden/make_kmeans_golden.py
+Run:  python3 tests/golden/make_kmeans_golden.py
 Made with: Python 3 + numpy 2.4.6 (the script prints the versions it ran with). It writes
 tests/golden/kv_vq/kmeans.safetensors (a safetensors file written by hand: JSON header + raw
 little-endian float32), per case c: c.x [n, dim] (input), c.centroids [k, dim],

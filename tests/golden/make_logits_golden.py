@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden logits for tests/test_model.cpp, computed by Hugging Face transformers (fp32, CPU).
 
-Run:  /work/venv/bin/python tests/golden/make_logits_golden.py [MODEL.gguf] [wiki.test.raw]
+Run:  python3 tests/golden/make_logits_golden.py [MODEL.gguf] [wiki.test.raw]
       (defaults: models/SmolLM2-135M-Instruct.Q4_1.gguf, data/wikitext-2/wiki.test.raw)
 
 transformers loads the GGUF itself (AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)):

@@ -14,7 +14,7 @@ from the packed weights with these (max |diff| < 1e-2, the issue's bar; same arg
 Writes tests/golden/logits/smollm2_mlx_affine4_g64.json: ids, per-position max logit and argmax,
 top-5 ids/values at 12 positions, 2048 (position, id, logit) samples.
 Made with transformers 5.23.0, mlx 0.32.4 (mlx-cpu), mlx_lm 0.32.2.
-Run: /work/venv/bin/python tests/golden/make_mlx_logits_golden.py
+Run: python3 tests/golden/make_mlx_logits_golden.py
 """
 import json
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden numbers for tests/test_eval.cpp.
 
-Run:  /work/venv/bin/python tests/golden/make_ppl_golden.py   (numpy, torch, transformers)
+Run:  python3 tests/golden/make_ppl_golden.py   (numpy, torch, transformers)
 
 1. tests/golden/ppl/smollm2_q4_1_protocols.json — both perplexity protocols
    (docs/spec/perplexity.md) computed with transformers' fp32 model of

@@ -15,7 +15,7 @@
   cases.json                        small valid and malformed files with the reference reader's
                                     verdict (safetensors.deserialize: accepted, or its error).
 
-Run from the repository root:  /work/venv/bin/python tests/golden/make_safetensors_goldens.py
+Run from the repository root:  python3 tests/golden/make_safetensors_goldens.py
 """
 import json
 import os

@@ -2,7 +2,7 @@
 """Golden vectors for tests/test_schemes.cpp (libquant/schemes), made by the libraries that
 define each weight format.
 
-Run:  /work/venv/bin/python tests/golden/make_scheme_goldens.py
+Run:  python3 tests/golden/make_scheme_goldens.py
 Made with (pip, CPU only): mlx 0.32.4 + mlx-cpu 0.32.4, bitsandbytes 0.50.2, compressed-tensors
 0.20.0, torch 2.15.0, numpy 2.4.6, safetensors (writer). The script prints the versions it ran
 with; if they change, rerun it and check that the C++ test still passes.

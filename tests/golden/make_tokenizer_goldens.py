@@ -27,7 +27,7 @@ llama.cpp's test vectors (data/tokenizer-vectors/*.out, made by the original HF 
 
 Usage (from the repository root, after building test_tokenizer):
   QT_TOKENIZER_EXPORT_DIR=/tmp/tokexp build/test_tokenizer --gtest_filter='*Export*:*Families*'
-  /work/venv/bin/python tests/golden/make_tokenizer_goldens.py --export /tmp/tokexp \
+  python3 tests/golden/make_tokenizer_goldens.py --export /tmp/tokexp \
       [--llama-tokenize /path/to/llama.cpp/build/bin/llama-tokenize]
 CRC-32 is zlib.crc32 over the ids as little-endian int32.
 """
