@@ -111,31 +111,33 @@ TEST_P(Fp8Levels, LinearMatchesReference) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{37, 256}, {130, 576}}) {
       const PackedTensor w = fp8_weight(n, k, dt, uint32_t(n));
       std::vector<float> bias = qt::test::randn(size_t(n), 3);
-      for (int64_t m : {1, 5, 33}) {
+      for (int64_t m : {1, 5, 33, 520}) {  // 520: the epilogue's parallel loop
         std::vector<float> x = qt::test::randn(size_t(m * k), uint32_t(m));
         x[0] = 200.0f;  // an outlier in token 0
         std::vector<float> ref(size_t(m * n)), got(size_t(m * n));
         qt::reference_gemm(w, x.data(), m, ref.data());
-        auto lin = qt::make_packed_linear(w, bias.data());
-        EXPECT_EQ(lin->kind(), "fp8");
-        lin->forward(x.data(), m, got.data());
-        std::vector<float> a(x.size()), sx(static_cast<size_t>(m));
-        qt::quantize_activations_fp8(x.data(), m, k, a.data(), sx.data());
-        const std::vector<float> sw = qt::to_f32(w.scales);
-        for (int64_t t = 0; t < m; ++t)
-          for (int64_t r = 0; r < n; ++r) {
-            double mag = 0;
-            for (int64_t j = 0; j < k; ++j)
-              mag += std::abs(double(a[size_t(t * k + j)]) * qt::e4m3_to_f32(w.data.data[r * k + j]));
-            const double tol = (double(k) * std::ldexp(1.0, -24) * mag + 1e-30) * sx[size_t(t)] * sw[size_t(r)] +
-                               std::ldexp(1.0, -22) * (std::abs(ref[size_t(t * n + r)]) + std::abs(bias[size_t(r)]));
-            ASSERT_NEAR(got[size_t(t * n + r)] - bias[size_t(r)], ref[size_t(t * n + r)], tol)
-                << qt::dtype_name(dt) << " m " << m << " [" << t << ", " << r << "]";
+        for (qt::Compute compute : {qt::Compute::F32, qt::Compute::BF16}) {  // bf16 holds E4M3 values exactly
+          auto lin = qt::make_packed_linear(w, bias.data(), {compute, qt::ActMode::Default});
+          EXPECT_EQ(lin->kind(), "fp8");
+          lin->forward(x.data(), m, got.data());
+          std::vector<float> a(x.size()), sx(static_cast<size_t>(m));
+          qt::quantize_activations_fp8(x.data(), m, k, a.data(), sx.data());
+          const std::vector<float> sw = qt::to_f32(w.scales);
+          for (int64_t t = 0; t < m; ++t)
+            for (int64_t r = 0; r < n; ++r) {
+              double mag = 0;
+              for (int64_t j = 0; j < k; ++j)
+                mag += std::abs(double(a[size_t(t * k + j)]) * qt::e4m3_to_f32(w.data.data[r * k + j]));
+              const double tol = (double(k) * std::ldexp(1.0, -24) * mag + 1e-30) * sx[size_t(t)] * sw[size_t(r)] +
+                                 std::ldexp(1.0, -22) * (std::abs(ref[size_t(t * n + r)]) + std::abs(bias[size_t(r)]));
+              ASSERT_NEAR(got[size_t(t * n + r)] - bias[size_t(r)], ref[size_t(t * n + r)], tol)
+                  << qt::dtype_name(dt) << " m " << m << " [" << t << ", " << r << "]";
+            }
+          if (m == 1 && lin->has_gemv_slices()) {
+            std::vector<float> y(size_t(n), 0.0f);
+            for (int part = 0; part < 3; ++part) lin->gemv_slice(x.data(), part, 3, y.data());
+            for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y[size_t(r)], got[size_t(r)]) << r;
           }
-        if (m == 1 && lin->has_gemv_slices()) {
-          std::vector<float> y(size_t(n), 0.0f);
-          for (int part = 0; part < 3; ++part) lin->gemv_slice(x.data(), part, 3, y.data());
-          for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y[size_t(r)], got[size_t(r)]) << r;
         }
       }
     }

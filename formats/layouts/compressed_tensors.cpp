@@ -14,15 +14,15 @@ struct CtFormat {
   const char* format;
   const char* row;
   int bits;
-  const char* type;        // the weights' QuantizationArgs type: "int" or "float"
-  const char* act_type;    // per-token dynamic input activations of this type; nullptr: none
-  bool packed;             // codes in int32 words as M.weight_packed, beside M.weight_shape
-  bool groups;             // strategy "group" allowed (else "channel" only)
+  const char* type;      // the weights' QuantizationArgs type: "int" or "float"
+  const char* act_type;  // per-token dynamic input activations of this type; nullptr: none
+  bool packed;           // codes in int32 words as M.weight_packed, beside M.weight_shape
+  bool groups;           // strategy "group" allowed (else "channel" only)
 };
 constexpr CtFormat kCtFormats[] = {
-    {"int-quantized", "int8_ct", 8, "int", "int", false, true},        // llm-compressor's W8A8 preset
-    {"pack-quantized", "int4_ct", 4, "int", nullptr, true, true},      // its W4A16 preset
-    {"float-quantized", "fp8", 8, "float", "float", false, false},     // its FP8_DYNAMIC preset
+    {"int-quantized", "int8_ct", 8, "int", "int", false, true},     // llm-compressor's W8A8 preset
+    {"pack-quantized", "int4_ct", 4, "int", nullptr, true, true},   // its W4A16 preset
+    {"float-quantized", "fp8", 8, "float", "float", false, false},  // its FP8_DYNAMIC preset
 };
 
 const CtFormat* ct_format_of_row(const std::string& row) {
@@ -81,9 +81,8 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
                   {"group_size", group > 0 ? json(group) : json(nullptr)},
                   {"strategy", group > 0 ? "group" : "channel"},
                   {"dynamic", false}};
-  json acts = !ct->act_type ? json(nullptr)
-                            : json{{"num_bits", 8},         {"type", ct->act_type}, {"symmetric", true},
-                                   {"group_size", nullptr}, {"strategy", "token"},  {"dynamic", true}};
+  json acts = !ct->act_type ? json(nullptr) : json{{"num_bits", 8},         {"type", ct->act_type}, {"symmetric", true},
+                                                   {"group_size", nullptr}, {"strategy", "token"},  {"dynamic", true}};
   opt.extra_config["quantization_config"] = {{"config_groups",
                                               {{"group_0",
                                                 {{"targets", {"Linear"}},
@@ -123,8 +122,8 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
     user_error("{}/config.json: expected one compressed-tensors config group", dir);
   const json& w = q["config_groups"].begin().value().value("weights", json::object());
   if (w.value("num_bits", 0) != ct->bits || w.value("type", "") != ct->type || !w.value("symmetric", false))
-    user_error("{}/config.json: only symmetric {}-bit {} weights are supported with format {}", dir, ct->bits,
-               ct->type, format);
+    user_error("{}/config.json: only symmetric {}-bit {} weights are supported with format {}", dir, ct->bits, ct->type,
+               format);
   const std::string strategy = w.value("strategy", "");
   int group = 0;
   if (strategy == "group" && ct->groups)
@@ -135,9 +134,10 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
     const json& a = q["config_groups"].begin().value().value("input_activations", json(nullptr));
     if (!a.is_object() || a.value("type", "") != "float" || a.value("num_bits", 0) != 8 ||
         a.value("strategy", "") != "token" || !a.value("dynamic", false))
-      user_error("{}/config.json: float-quantized weights are supported with dynamic per-token fp8 activations only "
-                 "(the FP8_DYNAMIC preset)",
-                 dir);
+      user_error(
+          "{}/config.json: float-quantized weights are supported with dynamic per-token fp8 activations only "
+          "(the FP8_DYNAMIC preset)",
+          dir);
   }
   json tensors = json::object(), companions = json::array();
   const std::string kSuffix = ".weight_scale";

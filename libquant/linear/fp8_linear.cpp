@@ -5,7 +5,8 @@
 //
 // Both operands are E4M3 values, exact in fp32, and each product is exact in fp32 too (4 × 4
 // significant bits), so the dense fp32 GEMM microkernels (AVX-512 / AVX2 / scalar, dense_linear.cpp)
-// run it on the weights decoded once at load to their unscaled E4M3 values. Only the fp32
+// run it on the weights decoded once at load to their unscaled E4M3 values (`--compute bf16`: the
+// AVX512-BF16 kernels, whose operands hold E4M3 values exactly too). Only the fp32
 // accumulation order differs from reference_gemm, which sums exactly in double: the two agree to
 // fp32 rounding of the sum (tests/test_fp8.cpp), as an FP8 tensor core's fp32 accumulator does.
 #include <vector>
@@ -41,9 +42,9 @@ class Fp8Linear final : public Linear {
         v[size_t(r * k_ + j)] = act_ == ActMode::None ? fp8_value(q[r * k_ + j], s_[size_t(r)], params_.dtype) : e;
       }
     if (act_ == ActMode::None) {
-      dense_ = make_dense_linear(v.data(), n_, k_, bias, Compute::F32);
+      dense_ = make_dense_linear(v.data(), n_, k_, bias, opt.compute);
     } else {
-      dense_ = make_dense_linear(v.data(), n_, k_, nullptr, Compute::F32);
+      dense_ = make_dense_linear(v.data(), n_, k_, nullptr, opt.compute);
       if (bias) bias_.assign(bias, bias + n_);
     }
     w_ = std::move(w);
@@ -57,8 +58,9 @@ class Fp8Linear final : public Linear {
     sx.resize(size_t(m));
     quantize_activations_fp8(x, m, k_, a.data(), sx.data());
     dense_->forward(a.data(), m, y);
+    const float* s = sx.data();  // this thread's buffer (a thread_local named inside the region is the worker's)
 #pragma omp parallel for schedule(static) if (m * n_ > (1 << 16))
-    for (int64_t t = 0; t < m; ++t) scale_rows(sx[size_t(t)], 0, n_, y + t * n_);
+    for (int64_t t = 0; t < m; ++t) scale_rows(s[t], 0, n_, y + t * n_);
   }
 
   // The decode step's slice (linear.h): the token rounded on this thread, then the dense kernel's

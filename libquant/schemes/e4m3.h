@@ -65,7 +65,7 @@ inline float e4m3_round(float x) {
   u ^= sign;
   float a;
   std::memcpy(&a, &u, 4);
-  const float sub = (a + 16384.0f) - 16384.0f;  // multiples of 2^-9 (2^14's fp32 ulp), half to even
+  const float sub = (a + 16384.0f) - 16384.0f;                    // multiples of 2^-9 (2^14's fp32 ulp), half to even
   uint32_t nb = (u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u;  // 3 mantissa bits, half to even
   uint32_t sb;
   std::memcpy(&sb, &sub, 4);

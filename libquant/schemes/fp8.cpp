@@ -100,8 +100,9 @@ void fp8_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* 
 
 const Scheme kFp8 = {
     .name = "fp8",
-    .summary = "FP8 E4M3 (compressed-tensors FP8_DYNAMIC): scale absmax/448 per channel in the weights' dtype; "
-               "E4M3 activations per token",
+    .summary =
+        "FP8 E4M3 (compressed-tensors FP8_DYNAMIC): scale absmax/448 per channel in the weights' dtype; "
+        "E4M3 activations per token",
     .bits = {8},
     .group_sizes = {0},
     .default_bits = 8,

@@ -59,8 +59,7 @@ void bnb_row(const PackedTensor& w, int64_t n, float* out) {
 // fp8: one E4M3 byte per element (e4m3.h), the row's scale in the weights' dtype.
 void fp8_row(const PackedTensor& w, int64_t n, float* out) {
   const float s = load_float(w.scales, size_t(n));
-  for (int64_t j = 0; j < w.cols; ++j)
-    out[j] = round_to(w.params.dtype, e4m3_to_f32(w.data.data[n * w.cols + j]) * s);
+  for (int64_t j = 0; j < w.cols; ++j) out[j] = round_to(w.params.dtype, e4m3_to_f32(w.data.data[n * w.cols + j]) * s);
 }
 
 void int8_codes(const PackedTensor& w, int64_t n, int8_t* q, float* scales) {
@@ -110,7 +109,7 @@ struct RefRow {
 constexpr RefRow kRefRows[] = {
     {"affine", affine_row, nullptr}, {"int8", int8_row, int8_codes},    {"int8_ct", int8_ct_row, int8_codes},
     {"int4", int4_row, int4_codes},  {"int4_ct", int4_ct_row, nullptr},  // W4A16: weight-only
-    {"nf4", bnb_row, nullptr},       {"fp4", bnb_row, nullptr},       {"fp8", fp8_row, nullptr},
+    {"nf4", bnb_row, nullptr},       {"fp4", bnb_row, nullptr},         {"fp8", fp8_row, nullptr},
 };
 
 const RefRow& ref_row(std::string_view scheme) {
@@ -126,9 +125,9 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
   const Scheme& scheme = find_scheme(w.params.scheme);
   const RefRow& rr = ref_row(w.params.scheme);
   if (mode == ActMode::Default)
-    mode = scheme.int8_activations()                       ? ActMode::Int8PerToken
+    mode = scheme.int8_activations()                    ? ActMode::Int8PerToken
            : scheme.kernel == KernelFamily::Fp8PerToken ? ActMode::Fp8PerToken
-                                                         : ActMode::None;
+                                                        : ActMode::None;
   const int64_t N = w.rows, K = w.cols;
 
   if (mode == ActMode::None) {
