@@ -74,7 +74,7 @@ std::map<std::string, std::vector<float>> search_and_fold(Checkpoint& ck,
         if (auto p = plan.find(site.readers[i]); p != plan.end() && SchemeGrid(p->second).fits(r.rows, site.cols)) {
           grids.emplace_back(p->second);
           r.grid = &grids.back();
-          r.act_int8 = find_scheme(p->second.scheme).int8_activations();  // W8A8 / W4A8: per-token int8
+          r.act_quant = find_scheme(p->second.scheme).quantizes_activations();  // W8A8 / W4A8 / FP8
           any = true;
         }
         readers.push_back(r);

@@ -55,16 +55,16 @@ ScaleSearchResult search_scales(const float* X, int64_t n, int64_t cols, const s
   }
   std::vector<float> xs(size_t(n * cols)), ws, wq, y;
   // The loss of per-column scales s: Σ over readers ‖Q(X/s)·s · (Q(W·s)/s)ᵀ − X·Wᵀ‖² / outputs.
-  // A reader with int8 activations (W8A8 / W4A8) computes Q(X/s)·Q(W·s)ᵀ: the s cancel, so its
-  // output is the scheme's own integer Linear on X/s (the forward the evaluation runs, exact int32
-  // sums) rather than a float product of fake-quantized operands.
+  // A reader with quantized activations (W8A8 / W4A8 int8, FP8 E4M3, per token) computes
+  // Q(X/s)·Q(W·s)ᵀ: the s cancel, so its output is the scheme's own packed Linear on X/s (the
+  // forward the evaluation runs) rather than a float product of fake-quantized operands.
   auto loss_of = [&](const std::vector<float>& s) {
     bool scaled_x = false;
     double sum = 0;
     for (size_t i = 0; i < readers.size(); ++i) {
       const SearchReader& rd = readers[i];
       y.resize(size_t(n * rd.rows));
-      if (rd.act_int8 && rd.grid) {
+      if (rd.act_quant && rd.grid) {
         if (!scaled_x) {
           for (int64_t t = 0; t < n; ++t)
             for (int64_t j = 0; j < cols; ++j) xs[t * cols + j] = X[t * cols + j] / s[j];

@@ -33,7 +33,7 @@ struct SearchReader {
   const float* w = nullptr;  // [rows, cols], the original basis
   int64_t rows = 0;
   const SchemeGrid* grid = nullptr;  // nullptr: the reader stays float (no weight rounding)
-  bool act_int8 = false;             // its input is quantized per token to int8 (needs a grid)
+  bool act_quant = false;            // its input is quantized per token, int8 or fp8 (needs a grid)
 };
 
 struct ScaleSearchResult {

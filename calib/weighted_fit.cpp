@@ -134,14 +134,16 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
       }
       break;
     }
-    case GridKind::Table: {  // table lookups through the grid
+    case GridKind::Table:    // table lookups through the grid
+    case GridKind::Float: {  // minifloat codes through the grid (the RTN scale is absmax / top)
+      const float top = grid.kind() == GridKind::Float ? grid.top() : 1.0f;
       double best_err = weighted_error(grid, v, imp, n, best);
       auto consider = [&](const GroupParams& g) {
         const double e = weighted_error(grid, v, imp, n, g);
         if (e < best_err) best_err = e, best = g;
       };
       for (int k = 70; k <= 110; k += 2) {
-        const GroupParams g = grid.stored({amax * float(k) / 100.0f, 0.0f});
+        const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
         consider(g);
         consider(refit_scale(grid, v, imp, n, g));
       }

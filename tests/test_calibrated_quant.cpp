@@ -48,7 +48,7 @@ TEST(SchemeGrid, RtnStepsEqualTheSchemesQuantize) {
       {"int8", 8, 0, DType::F32},       {"int8", 8, 64, DType::F32},    {"int8_ct", 8, 0, DType::BF16},
       {"int8_ct", 8, 128, DType::F32},  {"int4", 4, 0, DType::F32},     {"int4", 4, 128, DType::F32},
       {"int4_ct", 4, 128, DType::BF16}, {"int4_ct", 4, 32, DType::F32}, {"nf4", 4, 64, DType::F32},
-      {"fp4", 4, 128, DType::BF16}};
+      {"fp4", 4, 128, DType::BF16},     {"fp8", 8, 0, DType::F32},      {"fp8", 8, 0, DType::BF16}};
   for (const Case& c : cases) {
     SchemeParams p = default_params(c.scheme);
     p.bits = c.bits, p.group_size = c.group, p.dtype = c.dt;

@@ -192,6 +192,49 @@ TEST(ConvertQuant, CompressedTensorsW4A16IsPackQuantized) {
   EXPECT_NE(log.find("int4_ct 4-bit, group 32"), std::string::npos) << log;
 }
 
+// FP8_DYNAMIC (`--scheme fp8`): compressed-tensors' float-quantized layout with the package's own
+// config (golden from the package), F8_E4M3 weight + weight_scale [out, 1] in the weights' dtype;
+// the codes read back equal quantize_weights of the source (the package's compressor gives those
+// bytes: tests/test_schemes.cpp), the model evaluates, and what we do not run is refused.
+TEST(ConvertQuant, CompressedTensorsFp8IsFloatQuantized) {
+  const std::string tmp = test::temp_dir("cvq_fp8"), out = tmp + "/c";
+  std::string log;
+  ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme fp8 --dtype bf16", &log), 0)
+      << log;
+  EXPECT_EQ(read_json(out + "/config.json")["quantization_config"],
+            read_json(test::source_dir() + "/tests/golden/quant_export/ct_fp8_dynamic_config.json"));
+  SafetensorsDir st = load_safetensors_dir(out);
+  const std::string m = "model.layers.1.mlp.down_proj";
+  EXPECT_EQ(st.tensors.at(m + ".weight").dtype, DType::F8_E4M3);
+  EXPECT_EQ(st.tensors.at(m + ".weight").shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(st.tensors.at(m + ".weight_scale").dtype, DType::BF16);
+  EXPECT_EQ(st.tensors.at(m + ".weight_scale").shape, (std::vector<int64_t>{32, 1}));
+  EXPECT_EQ(load_checkpoint(out).source_kind, "compressed-tensors");
+  expect_round_trip(tiny("tiny-llama3"), out, 14);
+  ASSERT_EQ(qt_run("inspect " + out, &log), 0) << log;
+  EXPECT_NE(log.find("fp8"), std::string::npos) << log;
+  for (const char* bad : {"--scheme fp8 --group-size 128", "--scheme fp8 --format mlx", "--scheme fp8 --bits 4"}) {
+    EXPECT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + tmp + "/bad " + bad, &log), 2) << bad;
+    EXPECT_NE(log.find("error:"), std::string::npos) << log;
+  }
+  // Folders of other FP8 presets are refused, not computed another way: FP8_BLOCK's 128×128 weight
+  // blocks with group-128 activations, and float weights without per-token fp8 activations.
+  const json cfg = read_json(out + "/config.json");
+  for (int k = 0; k < 2; ++k) {
+    json c = cfg;
+    json& g = c["quantization_config"]["config_groups"]["group_0"];
+    if (k == 0) {
+      g["weights"]["strategy"] = "block";
+      g["weights"]["block_structure"] = {128, 128};
+    } else {
+      g["input_activations"] = nullptr;
+    }
+    write_file(out, "config.json", c.dump());
+    EXPECT_EQ(qt_run("inspect " + out, &log), 2) << k;
+    EXPECT_NE(log.find("error:"), std::string::npos) << log;
+  }
+}
+
 TEST(ConvertQuant, GroupThatDoesNotFitIsLeftUnquantized) {
   // tiny-llama3: hidden 32, intermediate 64. Group 64 fits only down_proj's 64-wide rows.
   const std::string tmp = test::temp_dir("cvq_skip"), out = tmp + "/m";

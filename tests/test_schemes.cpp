@@ -3,7 +3,7 @@
 // with the libraries that define each format — mlx.core.quantize / dequantize on the CPU (mlx
 // 0.32.4) for affine; bitsandbytes 0.50.2 quantize_4bit / dequantize_4bit on CPU tensors for
 // nf4/fp4; compressed-tensors 0.20.0 (calculate_qparams + its int-quantized compressor) for
-// int8_ct; a numpy restatement of Cider's int8/int4 functions (cider/ops.py) for int8/int4 and the
+// int8_ct, its float-quantized compressor (FP8_DYNAMIC) for fp8; a numpy restatement of Cider's int8/int4 functions (cider/ops.py) for int8/int4 and the
 // per-token activation quantizer. Packed codes, scales and biases must match byte for byte and
 // dequantized values bit for bit. The scalar reference GEMM is checked against an fp32 GEMM of the
 // dequantized weights (weight-only: summation error only; int8 activations: within the bound
@@ -83,6 +83,11 @@ std::vector<Case> all_cases() {
     std::string k = "ct4.g" + std::to_string(g) + "." + dt_name(dt);
     cases.push_back({"int4_" + k, "ct4.safetensors", scheme_params("int4_ct", 4, g, dt),
                      std::string("w.") + dt_name(dt), k + ".packed", k + ".scale", "", k + ".deq"});
+  }
+  for (DType dt : {DType::F32, DType::BF16}) {  // compressed-tensors' FP8_DYNAMIC (float-quantized)
+    std::string k = std::string("fp8.") + dt_name(dt);
+    cases.push_back({std::string("fp8_") + dt_name(dt), "fp8.safetensors", scheme_params("fp8", 8, 0, dt),
+                     std::string("w.") + dt_name(dt), k + ".weight", k + ".scale", "", k + ".deq"});
   }
   for (const char* qt : {"nf4", "fp4"})
     for (int bs : {64, 128})
@@ -269,7 +274,7 @@ TEST(Schemes, TableRowsAreConsistent) {
     std::string why;
     EXPECT_TRUE(qt::scheme_fits(p, 64, 256, &why)) << s.name << ": " << why;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4", "fp8"}));
 }
 
 TEST(Schemes, BitsPerWeight) {
@@ -435,7 +440,7 @@ TEST(Schemes, QuantizeTensorEqualsQuantizeWeights) {
   struct Shape {
     int64_t rows, cols;
   };
-  for (const char* scheme : {"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4"})
+  for (const char* scheme : {"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4", "fp8"})
     for (Shape sh : {Shape{301, 576}, Shape{1001, 129}})
       for (DType src : {DType::BF16, DType::F32}) {
         SchemeParams p = qt::default_params(scheme);

@@ -14,12 +14,15 @@ struct CtFormat {
   const char* format;
   const char* row;
   int bits;
-  bool int8_activations;  // per-token dynamic int8 input activations (the W8A8 preset)
-  bool packed;            // codes in int32 words as M.weight_packed, beside M.weight_shape
+  const char* type;      // the weights' QuantizationArgs type: "int" or "float"
+  const char* act_type;  // per-token dynamic input activations of this type; nullptr: none
+  bool packed;           // codes in int32 words as M.weight_packed, beside M.weight_shape
+  bool groups;           // strategy "group" allowed (else "channel" only)
 };
 constexpr CtFormat kCtFormats[] = {
-    {"int-quantized", "int8_ct", 8, true, false},   // llm-compressor's W8A8 preset
-    {"pack-quantized", "int4_ct", 4, false, true},  // its W4A16 preset
+    {"int-quantized", "int8_ct", 8, "int", "int", false, true},     // llm-compressor's W8A8 preset
+    {"pack-quantized", "int4_ct", 4, "int", nullptr, true, true},   // its W4A16 preset
+    {"float-quantized", "fp8", 8, "float", "float", false, false},  // its FP8_DYNAMIC preset
 };
 
 const CtFormat* ct_format_of_row(const std::string& row) {
@@ -50,7 +53,8 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
     QuantEntry q = parse_quant_entry(e, name);
     ct = ct_format_of_row(q.scheme);
     if (!ct)
-      user_error("{}: compressed-tensors stores int8 (W8A8) or int4_ct (W4A16) weights here, not {}", name, q.scheme);
+      user_error("{}: compressed-tensors stores int8 (W8A8), int4_ct (W4A16) or fp8 (FP8_DYNAMIC) weights here, not {}",
+                 name, q.scheme);
     if (!scheme.empty() && q.scheme != scheme)
       user_error("{}: compressed-tensors' single config group needs one scheme ({} and {})", name, scheme, q.scheme);
     if (group >= 0 && q.group_size != group)
@@ -69,16 +73,16 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
       ignore.push_back(module_of(name));
   // W8A8: llm-compressor's W8A8 preset (int-quantized, per-token dynamic int8 activations).
   // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
-  // activations unquantized).
+  // activations unquantized). FP8_DYNAMIC: float-quantized, per-channel E4M3 weights, per-token
+  // dynamic E4M3 activations.
   json weights = {{"num_bits", ct->bits},
-                  {"type", "int"},
+                  {"type", ct->type},
                   {"symmetric", true},
                   {"group_size", group > 0 ? json(group) : json(nullptr)},
                   {"strategy", group > 0 ? "group" : "channel"},
                   {"dynamic", false}};
-  json acts =
-      !ct->int8_activations ? json(nullptr) : json{{"num_bits", 8},         {"type", "int"},       {"symmetric", true},
-                                                   {"group_size", nullptr}, {"strategy", "token"}, {"dynamic", true}};
+  json acts = !ct->act_type ? json(nullptr) : json{{"num_bits", 8},         {"type", ct->act_type}, {"symmetric", true},
+                                                   {"group_size", nullptr}, {"strategy", "token"},  {"dynamic", true}};
   opt.extra_config["quantization_config"] = {{"config_groups",
                                               {{"group_0",
                                                 {{"targets", {"Linear"}},
@@ -109,20 +113,32 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
   for (const CtFormat& f : kCtFormats)
     if (format == f.format) ct = &f;
   if (!ct)
-    user_error("{}/config.json: compressed-tensors format '{}' is not supported (int-quantized, pack-quantized)", dir,
-               q.value("format", "?"));
+    user_error(
+        "{}/config.json: compressed-tensors format '{}' is not supported (int-quantized, pack-quantized, "
+        "float-quantized)",
+        dir, q.value("format", "?"));
   const bool packed = ct->packed;
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)
     user_error("{}/config.json: expected one compressed-tensors config group", dir);
   const json& w = q["config_groups"].begin().value().value("weights", json::object());
-  if (w.value("num_bits", 0) != ct->bits || w.value("type", "") != "int" || !w.value("symmetric", false))
-    user_error("{}/config.json: only symmetric {}-bit int weights are supported with format {}", dir, ct->bits, format);
+  if (w.value("num_bits", 0) != ct->bits || w.value("type", "") != ct->type || !w.value("symmetric", false))
+    user_error("{}/config.json: only symmetric {}-bit {} weights are supported with format {}", dir, ct->bits, ct->type,
+               format);
   const std::string strategy = w.value("strategy", "");
   int group = 0;
-  if (strategy == "group")
+  if (strategy == "group" && ct->groups)
     group = w.value("group_size", json(0)).is_number_integer() ? w["group_size"].get<int>() : 0;
   else if (strategy != "channel" || packed)
-    user_error("{}/config.json: weight strategy '{}' is not supported", dir, strategy);
+    user_error("{}/config.json: weight strategy '{}' is not supported with format {}", dir, strategy, format);
+  if (std::string(ct->type) == "float") {  // our kernels round activations to E4M3 per token
+    const json& a = q["config_groups"].begin().value().value("input_activations", json(nullptr));
+    if (!a.is_object() || a.value("type", "") != "float" || a.value("num_bits", 0) != 8 ||
+        a.value("strategy", "") != "token" || !a.value("dynamic", false))
+      user_error(
+          "{}/config.json: float-quantized weights are supported with dynamic per-token fp8 activations only "
+          "(the FP8_DYNAMIC preset)",
+          dir);
+  }
   json tensors = json::object(), companions = json::array();
   const std::string kSuffix = ".weight_scale";
   for (auto& [name, t] : stored) {

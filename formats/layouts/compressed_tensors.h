@@ -7,6 +7,9 @@
 // weights (static), int8 per-token dynamic input activations, format "int-quantized",
 // quantization_status "compressed", and "ignore" listing the Linear modules left unquantized
 // (lm_head always: the preset never quantizes it). The embedding is never quantized here.
+// "float-quantized" (the FP8_DYNAMIC preset) is the same with M.weight F8_E4M3 [out, in], weight
+// and activation type "float" (activations E4M3 per token, dynamic); strategy "channel" only.
+// "pack-quantized" (W4A16): see ct_pack_quantized.
 #pragma once
 #include <map>
 #include <string>

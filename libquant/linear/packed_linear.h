@@ -5,6 +5,9 @@
 //                         int8, exact int32 accumulation, bit-identical to reference_gemm
 //                         (AVX-512 VNNI kernels/int8_vnni.cpp; other levels a scalar loop) —
 //                         libquant/linear/int_linear.cpp, make_int_linear
+//   fp8                   activations rounded to E4M3 per token, E4M3 weights decoded once to fp32
+//                         values for the dense GEMM microkernels, scales after the dot products —
+//                         libquant/linear/fp8_linear.cpp, make_fp8_linear
 //   affine, nf4, fp4      weight-only: one panel of rows decoded to fp32 (or bf16) at a time and
 //                         fed to the dense GEMM microkernels, fp32 activations —
 //                         libquant/linear/weight_only_linear.cpp, make_weight_only_linear
@@ -32,8 +35,9 @@ struct PackedLinearOptions {
 // tensors do not match the scheme's layout (check_packed).
 std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt = {});
 
-// The two families (int_linear.cpp, weight_only_linear.cpp).
+// The families (int_linear.cpp, weight_only_linear.cpp, fp8_linear.cpp).
 std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
 std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
+std::unique_ptr<Linear> make_fp8_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
 
 }  // namespace qt

@@ -24,6 +24,7 @@ extern const Scheme kInt4;
 extern const Scheme kInt4Ct;
 extern const Scheme kNf4;
 extern const Scheme kFp4;
+extern const Scheme kFp8;
 
 // max |v[i]| over n values (0 for n = 0); vectorized (an AVX2 clone), exact in any order.
 float span_absmax(const float* v, int64_t n);

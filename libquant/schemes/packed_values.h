@@ -33,6 +33,9 @@ inline float load_float(const Tensor& t, size_t i) {
 inline int64_t n_groups(const SchemeParams& p, int64_t cols) { return p.group_size == 0 ? 1 : cols / p.group_size; }
 inline int64_t group_len(const SchemeParams& p, int64_t cols) { return p.group_size == 0 ? cols : p.group_size; }
 
+// The value of an fp8 row's code (an E4M3 byte) under stored scale s: T(e4m3(code)·s) (fp8.cpp).
+float fp8_value(int code, float s, DType T);
+
 // bitsandbytes' 4-bit code tables (nf4.cpp, fp4.cpp): 16 values, index = code.
 const float* nf4_table();
 const float* fp4_table();

@@ -9,6 +9,7 @@
 
 #include "formats/error.h"
 #include "libquant/schemes/detail.h"
+#include "libquant/schemes/e4m3.h"
 
 namespace qt {
 
@@ -53,6 +54,12 @@ void bnb_row(const PackedTensor& w, int64_t n, float* out) {
     const int code = (i & 1) ? (byte & 0x0f) : (byte >> 4);
     out[j] = round_to(w.params.dtype, table[code] * absmax[i / w.params.group_size]);
   }
+}
+
+// fp8: one E4M3 byte per element (e4m3.h), the row's scale in the weights' dtype.
+void fp8_row(const PackedTensor& w, int64_t n, float* out) {
+  const float s = load_float(w.scales, size_t(n));
+  for (int64_t j = 0; j < w.cols; ++j) out[j] = round_to(w.params.dtype, e4m3_to_f32(w.data.data[n * w.cols + j]) * s);
 }
 
 void int8_codes(const PackedTensor& w, int64_t n, int8_t* q, float* scales) {
@@ -102,7 +109,7 @@ struct RefRow {
 constexpr RefRow kRefRows[] = {
     {"affine", affine_row, nullptr}, {"int8", int8_row, int8_codes},    {"int8_ct", int8_ct_row, int8_codes},
     {"int4", int4_row, int4_codes},  {"int4_ct", int4_ct_row, nullptr},  // W4A16: weight-only
-    {"nf4", bnb_row, nullptr},       {"fp4", bnb_row, nullptr},
+    {"nf4", bnb_row, nullptr},       {"fp4", bnb_row, nullptr},         {"fp8", fp8_row, nullptr},
 };
 
 const RefRow& ref_row(std::string_view scheme) {
@@ -117,7 +124,10 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
   check_packed(w, "reference_gemm");
   const Scheme& scheme = find_scheme(w.params.scheme);
   const RefRow& rr = ref_row(w.params.scheme);
-  if (mode == ActMode::Default) mode = scheme.int8_activations() ? ActMode::Int8PerToken : ActMode::None;
+  if (mode == ActMode::Default)
+    mode = scheme.int8_activations()                    ? ActMode::Int8PerToken
+           : scheme.kernel == KernelFamily::Fp8PerToken ? ActMode::Fp8PerToken
+                                                        : ActMode::None;
   const int64_t N = w.rows, K = w.cols;
 
   if (mode == ActMode::None) {
@@ -134,6 +144,23 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
     return;
   }
 
+  if (mode == ActMode::Fp8PerToken) {
+    if (scheme.kernel != KernelFamily::Fp8PerToken)
+      user_error("reference_gemm: scheme {} has no fp8-activation path", w.params.scheme);
+    std::vector<float> a(static_cast<size_t>(n_tokens * K)), s_x(static_cast<size_t>(n_tokens));
+    quantize_activations_fp8(x, n_tokens, K, a.data(), s_x.data());
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* q = w.data.data + n * K;
+      const float s_w = load_float(w.scales, size_t(n));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < K; ++k) acc += double(a[size_t(t * K + k)]) * double(e4m3_to_f32(q[k]));
+        y[t * N + n] = s_x[size_t(t)] * (s_w * float(acc));
+      }
+    }
+    return;
+  }
   if (!rr.int_codes) user_error("reference_gemm: scheme {} has no int8-activation path", w.params.scheme);
   std::vector<int8_t> a(static_cast<size_t>(n_tokens * K));
   std::vector<float> s_x(static_cast<size_t>(n_tokens));

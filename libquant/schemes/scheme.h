@@ -15,6 +15,9 @@
 //   int4_ct  int4 as compressed-tensors packs it (W4A16 pack-quantized): s = absmax/7.5 in the
 //            weights' dtype per group 32/64/128, eight codes to an int32; weight-only.
 //   nf4/fp4  bitsandbytes blockwise absmax over the flattened tensor, blocksize 64/128.
+//   fp8      FP8 E4M3 weights as compressed-tensors computes them (llm-compressor's FP8_DYNAMIC
+//            preset; docs/spec/compressed-tensors.md §FP8): s = absmax/448 in the weights' dtype per
+//            output channel; activations rounded to E4M3 per token (dynamic).
 // Each row also says which kernels run it, its grid (the rounding its quantize and the calibrated
 // quantizers share: grid.h), the output layouts that store it and the nearest GGUF type.
 //
@@ -69,6 +72,8 @@ struct TensorSpec {
 //            tensors' weight_packed); scales dtype [rows, cols/group] (weight_scale)
 //   nf4/fp4  data U8 [ceil(n/2), 1] with n = rows*cols, first element in the high nibble, odd n
 //            padded with code 0; scales (bitsandbytes' absmax) F32 [ceil(n/group)]
+//   fp8      data F8_E4M3 [rows, cols] (e4m3.h); scales dtype [rows, 1] (compressed-tensors'
+//            weight_scale)
 struct PackedLayout {
   TensorSpec data, scales;
   std::optional<TensorSpec> biases;  // affine only
@@ -90,6 +95,7 @@ enum class ActMode {
   Default,       // the scheme's own: Int8PerToken for int8/int8_ct/int4, None otherwise
   None,          // fp32 activations times the dequantized weights (weight-only; decode path)
   Int8PerToken,  // W8A8 / W4A8: activations quantized per token, int32 accumulation
+  Fp8PerToken,   // FP8: activations rounded to E4M3 per token (quantize_activations_fp8)
 };
 
 // A group's parameters as the grid sees them (grid.h): value = f(code)·scale (+ bias).
@@ -104,6 +110,8 @@ enum class KernelFamily {
                  // per token to int8, int32 accumulation
   Affine,        // weight-only: value = q·scale + bias from mlx's LSB-first code stream
   CodeBook4,     // weight-only: value = table[code]·absmax, blocks over the flattened tensor
+  Fp8PerToken,   // FP8: E4M3 codes times activations rounded to E4M3 per token, the scales applied
+                 // after the dot product
 };
 
 // How a row's codes relate to values.
@@ -111,6 +119,8 @@ enum class GridKind {
   Affine,     // q in [0, 2^bits − 1], value = q·scale + bias
   Symmetric,  // q in [qmin, qmax], value = q·scale; the RTN scale is absmax / top
   Table,      // q in [0, 15] indexes a 16-value code book, value = table[q]·scale; RTN scale = absmax
+  Float,      // q in [0, 255] is a minifloat's byte (E4M3), value = its float value·scale; RTN
+              // scale = absmax / top (the format's largest finite value)
 };
 
 // A row's per-group rule as separate steps, for quantizers that choose the parameters themselves
@@ -171,8 +181,11 @@ struct Scheme {
   // out: rows*cols floats, row-major.
   void (*dequantize)(const PackedTensor& t, float* out);
 
-  // W8A8 / W4A8: reference_gemm quantizes activations by default.
+  // W8A8 / W4A8: reference_gemm quantizes activations to int8 by default.
   bool int8_activations() const { return kernel == KernelFamily::Int8PerToken; }
+  // Its kernels quantize activations per token (int8 or FP8): calibration that searches scales
+  // measures the Linear itself rather than fake-quantized weights.
+  bool quantizes_activations() const { return int8_activations() || kernel == KernelFamily::Fp8PerToken; }
 };
 
 // The table, in the order above.
@@ -223,6 +236,9 @@ void check_packed(const PackedTensor& t, std::string_view what);
 //                acc_g = Σ_{k∈g} a[t,k]·q[n,k] (int4: q = u − 8); then, in fp32, in this order:
 //                y = s_x[t] · (Σ_g s_w[n,g] · float(acc_g)), the group sum running over g in
 //                order (per channel: one group). s_w as stored (int8_ct: its dtype widened).
+//  Fp8PerToken:  a[t,:], s_x[t] = quantize_activations_fp8(x); acc = Σ_k a[t,k]·e4m3(q[n,k]),
+//                summed in double (exact: every product is a multiple of 2^-18 below 2^18) and
+//                rounded to fp32 once; y = s_x[t] · (s_w[n] · acc) in fp32.
 void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, float* y, ActMode mode = ActMode::Default);
 
 // Per-token dynamic symmetric int8 (docs/spec/int8-w8a8.md, the W8A8/W4A8 activations): for
@@ -230,6 +246,14 @@ void reference_gemm(const PackedTensor& w, const float* x, int64_t n_tokens, flo
 // q = clamp(rint(x·inv), −128, 127) with round-half-to-even (the multiply by the reciprocal is
 // Cider's w8a8_quantize.metal; the rounding is torch.round's and cvtps2dq's).
 void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8_t* q, float* scales);
+
+// Per-token dynamic FP8 E4M3 (the fp8 row's activations, compressed-tensors' token strategy with
+// type "float" as its fake quantization computes it in fp32): for each row of x [n_tokens, k]:
+// s = absmax/448 (fp32 division; 2^-23, fp32's eps, for an all-zero row), q = the E4M3 value of
+// clamp(x/s, −448, 448) (true division, round to nearest even: e4m3.h), kept as fp32 (exact).
+void quantize_activations_fp8(const float* x, int64_t n_tokens, int64_t k, float* q, float* scales);
+// One token of the above: its values into q, its scale returned.
+float quantize_token_fp8(const float* x, int64_t k, float* q);
 
 // int4_ct (compressed-tensors W4A16) as the affine 4-bit weight its kernels run (its row's
 // kernel_form): the same codes (shared), fp32 scales s and biases −8·s.
