@@ -22,6 +22,7 @@ struct VlmRow {
 };
 constexpr VlmRow kVlms[] = {
     {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2"},
+    {"Qwen3VLForConditionalGeneration", "qwen3_vl", "qwen3_vl_text", "qwen3"},
     {"Gemma3ForConditionalGeneration", "gemma3", "gemma3_text", "gemma3_text"},
 };
 
@@ -37,8 +38,8 @@ const VlmRow* vlm_row(const json& cfg) {
 }
 
 // The text config classes' defaults for the fields ModelConfig reads, where they differ from the
-// text rows' own (transformers 5.24 Gemma3TextConfig, Qwen2_5_VLTextConfig): released Gemma 3
-// configs list only the fields that differ from these.
+// text rows' own (transformers 5.24 Gemma3TextConfig, Qwen2_5_VLTextConfig, Qwen3VLTextConfig):
+// released Gemma 3 configs list only the fields that differ from these.
 const json& text_defaults(const std::string& text_row) {
   static const json gemma3 = {{"vocab_size", 262208},
                               {"hidden_size", 2304},
@@ -58,17 +59,29 @@ const json& text_defaults(const std::string& text_row) {
                             {"num_hidden_layers", 80}, {"num_attention_heads", 64}, {"num_key_value_heads", 8},
                             {"rms_norm_eps", 1e-5},    {"rope_theta", 1e6},         {"bos_token_id", 151643},
                             {"eos_token_id", 151645}};
-  return text_row == "gemma3_text" ? gemma3 : qwen;
+  static const json qwen3 = {{"vocab_size", 151936},
+                             {"hidden_size", 4096},
+                             {"intermediate_size", 22016},
+                             {"num_hidden_layers", 32},
+                             {"num_attention_heads", 32},
+                             {"num_key_value_heads", 32},
+                             {"head_dim", 128},
+                             {"rms_norm_eps", 1e-6},
+                             {"rope_theta", 5e5},
+                             {"max_position_embeddings", 128000}};
+  return text_row == "gemma3_text" ? gemma3 : text_row == "qwen3" ? qwen3 : qwen;
 }
 
-// M-RoPE (Qwen2.5-VL) on text. transformers' modeling_qwen2_5_vl.py Qwen2_5_VLRotaryEmbedding
-// computes one cos/sin table per position component (temporal, height, width) from the same
-// inv_freq and takes frequency band i from component i % 3 (recomposition_frequencies, over
-// mrope_section); get_rope_index gives a sequence without image or video tokens the same
-// positions 0, 1, 2, ... in all three components (arange expanded to 3). The three tables are
-// then equal and the recomposed table is the 1-D RoPE table of those positions: the language
-// model on text is qwen2's block with ordinary RoPE. mrope_section only has to cover head_dim/2
-// frequencies; the M-RoPE type name is dropped here so that the RoPE reader sees the default.
+// M-RoPE on text. transformers' modeling_qwen2_5_vl.py Qwen2_5_VLRotaryEmbedding computes one
+// cos/sin table per position component (temporal, height, width) from the same inv_freq and takes
+// frequency band i from component i % 3 (recomposition_frequencies, over mrope_section);
+// modeling_qwen3_vl.py Qwen3VLTextRotaryEmbedding.apply_interleaved_mrope interleaves the
+// components per frequency instead. get_rope_index gives a sequence without image or video tokens
+// the same positions 0, 1, 2, ... in all three components (arange expanded to 3), so the three
+// tables are equal and either recomposition is the 1-D RoPE table of those positions: the language
+// model on text is its text row's block with ordinary RoPE (Qwen3-VL's deepstack adds visual
+// features at image positions only). The M-RoPE keys are dropped here so that the RoPE reader
+// sees the default type.
 void reduce_mrope(json& rp, const std::string& path) {
   if (!rp.is_object()) return;
   for (const char* key : {"type", "rope_type"})
@@ -76,6 +89,7 @@ void reduce_mrope(json& rp, const std::string& path) {
   if (auto ms = rp.find("mrope_section"); ms != rp.end() && !ms->is_array())
     user_error("{}: mrope_section must be a list of three section sizes, got {}", path, ms->dump());
   rp.erase("mrope_section");
+  rp.erase("mrope_interleaved");
 }
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
@@ -90,7 +104,8 @@ std::string unsupported_multimodal(const json& cfg) {
   if (auto it = cfg.find("architectures"); it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     cls = (*it)[0].get<std::string>();
   return "vision-language model '" + cls + "' (model_type '" + cfg.value("model_type", "?") +
-         "') is not supported (supported: Qwen2_5_VLForConditionalGeneration, Gemma3ForConditionalGeneration)";
+         "') is not supported (supported: Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration, "
+         "Gemma3ForConditionalGeneration)";
 }
 
 json multimodal_text_config(const json& cfg, const std::string& path) {

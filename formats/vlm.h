@@ -1,4 +1,4 @@
-// Vision-language folders (Qwen2.5-VL, Gemma 3 multimodal): the language model is read as its
+// Vision-language folders (Qwen2.5-VL, Qwen3-VL, Gemma 3 multimodal): the language model is read as its
 // text architecture (a row of formats/arch.h) under the decoder's tensor names, so every scheme,
 // the engine and eval-ppl see a text model; everything else the folder holds (the vision tower,
 // the multimodal projector) is carried through untouched and written back byte for byte under its
@@ -10,6 +10,7 @@
 //               "lm_head.weight", vision "visual.*";
 //   Gemma 3:    "language_model.model.layers.N.*", ..., (tied head), "vision_tower.*",
 //               "multi_modal_projector.*".
+//   Qwen3-VL:   "model.language_model.layers.N.*", ..., "lm_head.weight", "model.visual.*".
 // Folders saved by transformers 4.5x's in-memory names use "model.language_model.*" with
 // "model.visual.*" / "model.vision_tower.*"; the language model's prefix is recognised either way.
 #pragma once
@@ -44,7 +45,7 @@ struct Multimodal {
 };
 
 // A config.json of a supported vision-language model (Qwen2_5_VLForConditionalGeneration,
-// Gemma3ForConditionalGeneration).
+// Qwen3VLForConditionalGeneration, Gemma3ForConditionalGeneration).
 bool is_multimodal_config(const nlohmann::json& cfg);
 // A config.json of a vision-language model that is not supported (architectures ending in
 // "ForConditionalGeneration" with a vision_config): the line to refuse it with, "" otherwise.

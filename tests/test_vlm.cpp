@@ -1,4 +1,4 @@
-// Vision-language folders (formats/vlm.h): tiny random Qwen2.5-VL and Gemma 3 multimodal models
+// Vision-language folders (formats/vlm.h): tiny random Qwen2.5-VL, Qwen3-VL and Gemma 3 multimodal models
 // made by transformers (tests/golden/make_vlm_goldens.py). The language model read as its text
 // architecture gives transformers' VLM logits on text; convert keeps every vision / projector
 // tensor byte for byte, the VLM's config and the processor files; what transformers makes of our
@@ -62,7 +62,8 @@ int expect_same_tensors(const std::string& in, const std::string& out, bool (*ke
 }
 
 bool is_vision(const std::string& n) {
-  return n.rfind("visual.", 0) == 0 || n.rfind("vision_tower.", 0) == 0 || n.rfind("multi_modal_projector.", 0) == 0;
+  return n.rfind("visual.", 0) == 0 || n.rfind("model.visual.", 0) == 0 || n.rfind("vision_tower.", 0) == 0 ||
+         n.rfind("multi_modal_projector.", 0) == 0;
 }
 bool any_tensor(const std::string&) { return true; }
 
@@ -77,7 +78,8 @@ TEST_P(TinyVlm, TextLogitsMatchTransformersVlm) {
   const json g = test::read_json(tiny(GetParam()) + "/logits.json");
   const Checkpoint ck = load_checkpoint(tiny(GetParam()));
   ASSERT_TRUE(ck.multimodal);
-  EXPECT_EQ(ck.config.arch, GetParam() == "gemma3_vl" ? "gemma3_text" : "qwen2");
+  const std::string p = GetParam();
+  EXPECT_EQ(ck.config.arch, p == "gemma3_vl" ? "gemma3_text" : p == "qwen3_vl" ? "qwen3" : "qwen2");
   EXPECT_FALSE(ck.multimodal->passthrough.empty());
   for (auto& [name, t] : ck.multimodal->passthrough) EXPECT_TRUE(is_vision(name)) << name;
   const auto ids = g["ids"].get<std::vector<int32_t>>();
@@ -146,7 +148,7 @@ TEST_P(TinyVlm, TransformersLoadsOurCompressedTensors) {
             2e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vlms, TinyVlm, ::testing::Values("qwen2_5_vl", "gemma3_vl"));
+INSTANTIATE_TEST_SUITE_P(Vlms, TinyVlm, ::testing::Values("qwen2_5_vl", "qwen3_vl", "gemma3_vl"));
 
 // Layouts that do not carry a vision tower: one error line, exit 2, nothing written.
 TEST(Vlm, RefusesLayoutsWithoutTheVisionTower) {

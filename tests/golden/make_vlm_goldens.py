@@ -5,6 +5,9 @@ itself (fp32, CPU, eager attention) from a config (no download):
   tiny-qwen2_5_vl  Qwen2_5_VLForConditionalGeneration: a qwen2 language model (q/k/v biases,
                    GQA 4/2 heads, head_dim 8, M-RoPE sections [2, 1, 1]) and a 2-block vision
                    tower with its merger; untied head
+  tiny-qwen3_vl    Qwen3VLForConditionalGeneration: a qwen3 language model (q/k norms, GQA 4/2,
+                   head_dim 8, interleaved M-RoPE sections [2, 1, 1]), a 2-block vision tower with
+                   a deepstack merger; untied head; stored under "model.language_model.*"
   tiny-gemma3_vl   Gemma3ForConditionalGeneration: a gemma3_text language model (head_dim 32,
                    q/k norms, sliding window 5 on layers 0 and 1, tied head), a 2-layer SigLIP
                    vision tower and the multimodal projector
@@ -34,7 +37,8 @@ import tempfile
 import torch
 import transformers
 from transformers import (AutoModelForImageTextToText, Gemma3Config, Gemma3ForConditionalGeneration,
-                          Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration)
+                          Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen3VLConfig,
+                          Qwen3VLForConditionalGeneration)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 16
@@ -51,6 +55,16 @@ TINY = {
                            fullatt_block_indexes=[1]),
         image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
         tie_word_embeddings=False)),
+    "qwen3_vl": (Qwen3VLForConditionalGeneration, {"image_processor_type": "Qwen2VLImageProcessorFast", "patch_size": 16,
+                                                   "merge_size": 2, "temporal_patch_size": 2}, Qwen3VLConfig(
+        text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 5e6,
+                                                             "mrope_section": [2, 1, 1], "mrope_interleaved": True}),
+        vision_config=dict(depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                           deepstack_visual_indexes=[0]),
+        image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
+        tie_word_embeddings=False)),
     "gemma3_vl": (Gemma3ForConditionalGeneration, {"image_processor_type": "Gemma3ImageProcessor", "size": {"height": 28, "width": 28}},
                   Gemma3Config(
         text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
@@ -62,7 +76,7 @@ TINY = {
                            image_size=28, patch_size=14),
         mm_tokens_per_image=1, image_token_index=150, boi_token_index=151, eoi_token_index=152)),
 }
-SEED = {"qwen2_5_vl": 6001, "gemma3_vl": 6002}
+SEED = {"qwen2_5_vl": 6001, "gemma3_vl": 6002, "qwen3_vl": 6003}
 
 
 def text_logits(model, ids):
