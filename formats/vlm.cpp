@@ -28,7 +28,9 @@ constexpr VlmRow kVlms[] = {
 
 const VlmRow* vlm_row(const json& cfg) {
   if (!cfg.is_object()) return nullptr;
-  const std::string mt = cfg.value("model_type", "");
+  auto mit = cfg.find("model_type");
+  if (mit != cfg.end() && !mit->is_string()) return nullptr;  // the config reader names the bad field
+  const std::string mt = mit != cfg.end() ? mit->get<std::string>() : "";
   std::string cls;
   if (auto it = cfg.find("architectures"); it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     cls = (*it)[0].get<std::string>();
@@ -103,7 +105,9 @@ std::string unsupported_multimodal(const json& cfg) {
   std::string cls = "?";
   if (auto it = cfg.find("architectures"); it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     cls = (*it)[0].get<std::string>();
-  return "vision-language model '" + cls + "' (model_type '" + cfg.value("model_type", "?") +
+  auto mit = cfg.find("model_type");
+  return "vision-language model '" + cls + "' (model_type '" +
+         (mit != cfg.end() && mit->is_string() ? mit->get<std::string>() : "?") +
          "') is not supported (supported: Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration, "
          "Gemma3ForConditionalGeneration)";
 }
@@ -120,7 +124,8 @@ json multimodal_text_config(const json& cfg, const std::string& path) {
   } else {
     user_error("{}: {} has no text_config", path, row->hf_class);
   }
-  const std::string mt = t.value("model_type", row->text_model_type);
+  const json mtj = t.value("model_type", json(row->text_model_type));
+  const std::string mt = mtj.is_string() ? mtj.get<std::string>() : mtj.dump();
   if (mt != row->text_model_type && mt != row->model_type)
     user_error("{}: text_config.model_type is '{}', expected '{}'", path, mt, row->text_model_type);
   t["model_type"] = row->text_row;
