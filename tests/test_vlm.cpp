@@ -150,6 +150,17 @@ TEST_P(TinyVlm, TransformersLoadsOurCompressedTensors) {
 
 INSTANTIATE_TEST_SUITE_P(Vlms, TinyVlm, ::testing::Values("qwen2_5_vl", "qwen3_vl", "gemma3_vl"));
 
+// inspect shows the text model and says what is carried through.
+TEST(Vlm, InspectNamesTheVisionTower) {
+  std::string log;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " inspect " + tiny("gemma3_vl"), &log), 0) << log;
+  EXPECT_NE(log.find("architecture  gemma3_text"), std::string::npos) << log;
+  EXPECT_NE(log.find("multimodal    Gemma3ForConditionalGeneration: the language model above (stored under "
+                     "language_model.model.*); 50 vision / projector tensors"),
+            std::string::npos)
+      << log;
+}
+
 // Layouts that do not carry a vision tower: one error line, exit 2, nothing written.
 TEST(Vlm, RefusesLayoutsWithoutTheVisionTower) {
   const std::string dir = test::temp_dir("vlm-refuse");
