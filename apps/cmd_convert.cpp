@@ -197,6 +197,11 @@ int run_gguf(const Args& a) {
   Checkpoint ck = load_checkpoint(a.in, LoadMode::Deferred);
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  if (ck.multimodal)  // llama.cpp keeps a VLM's vision tower in a separate mmproj file
+    user_error(
+        "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
+        "compressed-tensors)",
+        a.in);
   GgufExportOptions opt;
   opt.gguf_type = type_name;
   opt.tensor_types = parse_tensor_types(a.tensor_types);
@@ -275,13 +280,22 @@ int run(const Args& a) {
     user_error("{}: already exists and is not empty (use --force to replace it)", a.out);
 
   Checkpoint ck = load_checkpoint(a.in, LoadMode::Deferred);
-  if (!ck.tokenizer) std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
+  if (!ck.tokenizer && !ck.multimodal)  // a VLM's tokenizer files are copied as they are
+    std::fprintf(stderr, "warning: %s has no tokenizer; the output will have none\n", a.in.c_str());
   if (ck.quantization.is_object() && ck.source_kind != "gguf")
     user_error("{}: is already quantized ({}); convert reads unquantized or GGUF models", a.in, ck.source_kind);
+  const std::string lname = layout->name;
+  // A vision-language model: the layouts whose writers carry its vision tower and names through
+  // (formats/vlm.h); the residual-stream rotation would turn the embedding space the projector
+  // writes into, and the head stays tied as the VLM's config says.
+  if (ck.multimodal && (a.rotate || a.q.untie || (lname != "hf" && lname != "compressed-tensors")))
+    user_error(
+        "{}: a vision-language model ({}); convert writes it to --format hf or compressed-tensors, without "
+        "--rotate or --untie",
+        a.in, ck.multimodal->config.value("model_type", "?"));
   // A mixture of experts goes to the layouts that store each expert's projections under their HF
   // names (hf; compressed-tensors, read per expert by vLLM; native), uncalibrated; mlx_lm, bnb and
   // llama.cpp stack the experts, which the writers do not yet.
-  const std::string lname = layout->name;
   if (ck.config.is_moe() &&
       (a.rotate || calib.active() || (lname != "hf" && lname != "compressed-tensors" && lname != "native")))
     user_error(

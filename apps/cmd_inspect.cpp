@@ -36,6 +36,7 @@ struct Summary {
   std::vector<Row> rows;
   json quantization;        // normalized description (quantized folders only)
   double weight_bpw = 0.0;  // checkpoint_bits_per_weight
+  std::string multimodal;   // a vision-language folder: what convert carries through untouched
 };
 
 // "model.layers.7.mlp.up_proj.weight" -> "mlp.up_proj.weight": what a weight does, not where.
@@ -97,6 +98,15 @@ Summary from_gguf(const std::string& path) {
   return s;
 }
 
+std::string grouped(uint64_t v) {  // 134515008 -> 134,515,008
+  std::string s = std::to_string(v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
 Summary from_checkpoint(const std::string& path) {
   Checkpoint ck = load_checkpoint(path);
   Summary s;
@@ -105,6 +115,17 @@ Summary from_checkpoint(const std::string& path) {
   s.config = ck.config;
   s.tokenizer = std::move(ck.tokenizer);
   for (auto& [name, t] : ck.tensors) s.rows.push_back({name, dtype_name(t.dtype), t.shape, t.nbytes, t.numel()});
+  if (const Multimodal* mm = ck.multimodal.get()) {
+    uint64_t bytes = 0;
+    for (auto& [name, t] : mm->passthrough) bytes += t.nbytes;
+    const json& arch = mm->config.contains("architectures") ? mm->config["architectures"] : json();
+    s.multimodal = fmt::format(
+        "{}: the language model above (stored under {}*); {} vision / projector tensors, {} "
+        "bytes, kept as they are",
+        arch.is_array() && !arch.empty() && arch[0].is_string() ? arch[0].get<std::string>()
+                                                                : mm->config.value("model_type", "?"),
+        mm->lm_prefix, mm->passthrough.size(), grouped(bytes));
+  }
   if (ck.quantization.is_object() && ck.quantization.contains("tensors")) {
     s.quantization = ck.quantization;
     s.weight_bpw = checkpoint_bits_per_weight(ck);
@@ -116,15 +137,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-std::string grouped(uint64_t v) {  // 134515008 -> 134,515,008
-  std::string s = std::to_string(v), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
 }
 
 int run(const std::string& path, const std::string& json_path) {
@@ -187,6 +199,7 @@ int run(const std::string& path, const std::string& json_path) {
   } else {
     std::printf("  tokenizer     none\n");
   }
+  if (!s.multimodal.empty()) std::printf("  multimodal    %s\n", s.multimodal.c_str());
   if (s.quantization.is_object()) print_quantization(s);
 
   size_t w_name = 4, w_type = 4, w_shape = 5;

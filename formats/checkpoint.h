@@ -10,6 +10,7 @@
 #include "formats/model_config.h"
 #include "formats/tensor.h"
 #include "formats/tokenizer/tokenizer.h"
+#include "formats/vlm.h"
 
 namespace qt {
 
@@ -23,6 +24,10 @@ struct Checkpoint {
   // native): the normalized description of formats/layouts/quantized.h, and `tensors` holds
   // the stored tensors (packed codes under the weight's name, scales/biases beside it).
   nlohmann::json quantization;
+  // A vision-language folder: `config` and `tensors` are its language model under the decoder's
+  // names; the vision tower, projector and the folder's own names are here (formats/vlm.h).
+  // Null for a text model.
+  std::shared_ptr<const Multimodal> multimodal;
 
   const Tensor& get(const std::string& name) const;  // UserError if missing
   bool has(const std::string& name) const { return tensors.count(name) != 0; }

@@ -19,6 +19,7 @@
 #include "formats/layouts/native.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
+#include "formats/vlm.h"
 
 namespace qt {
 
@@ -192,13 +193,17 @@ Checkpoint load_hf_dir(const std::string& dir) {
                              : "?";
     user_error("{}: quantized checkpoints ('{}') are not supported yet", cfg_path, method);
   }
+  if (std::string why = unsupported_multimodal(j); !why.empty()) user_error("{}: {}", cfg_path, why);
   if (!qkind.empty()) return load_quantized_dir(dir, j, cfg_path, qkind);
   Checkpoint ck;
   ck.path = dir;
   ck.source_kind = "hf";
-  ck.config = ModelConfig::from_hf_json(j, cfg_path);
+  const bool vlm = is_multimodal_config(j);
+  ck.config = ModelConfig::from_hf_json(vlm ? multimodal_text_config(j, cfg_path) : j, cfg_path);
 
   SafetensorsDir st = load_safetensors_dir(dir);
+  if (vlm)  // the language model under the decoder's names; the vision tower and projector aside
+    ck.multimodal = std::make_shared<const Multimodal>(split_multimodal(dir, j, st.tensors));
   if (ck.config.desc().fused_proj) split_fused_projections(ck.config, st.tensors, dir);  // phi3
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& [name, t] : st.tensors) {
@@ -221,8 +226,10 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
   Checkpoint ck;
   ck.path = dir;
   ck.source_kind = kind;
-  ck.config = ModelConfig::from_hf_json(j, cfg_path);
+  const bool vlm = is_multimodal_config(j);
+  ck.config = ModelConfig::from_hf_json(vlm ? multimodal_text_config(j, cfg_path) : j, cfg_path);
   SafetensorsDir st = load_safetensors_dir(dir);
+  if (vlm) ck.multimodal = std::make_shared<const Multimodal>(split_multimodal(dir, j, st.tensors));
   for (auto& [name, t] : st.tensors) {
     if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
     ck.tensors.emplace(name, t);

@@ -319,11 +319,11 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
   if (!j.is_object()) user_error("{}: config must be a JSON object", path);
   const ArchDesc* row = nullptr;
   std::string model_type = str_field_or(j, "model_type", "", path);
-  if (model_type == "gemma3")  // Gemma3ForConditionalGeneration: vision tower + text_config
+  if (model_type == "gemma3")  // Gemma3ForConditionalGeneration: the folder loader reads text_config
     user_error(
-        "{}: unsupported architecture 'gemma3' (the multimodal Gemma3ForConditionalGeneration; "
-        "its text model alone, model_type 'gemma3_text', is supported; supported: {})",
-        path, supported_archs());
+        "{}: 'gemma3' is the multimodal Gemma3ForConditionalGeneration: its language model is the "
+        "text_config (model_type 'gemma3_text'), read when the folder is loaded (formats/vlm.h)",
+        path);
   if (!model_type.empty()) {
     row = arch_by_model_type(model_type);
     if (!row) user_error("{}: unsupported architecture '{}' (supported: {})", path, model_type, supported_archs());

@@ -71,6 +71,7 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
     if (t.shape.size() == 2 && is_float(t.dtype) && name != "model.embed_tokens.weight" && name != "lm_head.weight" &&
         module_of(name) != name)
       ignore.push_back(module_of(name));
+  if (ck.multimodal) ignore = ck.multimodal->ct_ignore(ignore);
   // W8A8: llm-compressor's W8A8 preset (int-quantized, per-token dynamic int8 activations).
   // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
   // activations unquantized). FP8_DYNAMIC: float-quantized, per-channel E4M3 weights, per-token

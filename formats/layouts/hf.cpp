@@ -98,13 +98,23 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
             [](const std::string& a, const std::string& b) { return hf_order_key(a) < hf_order_key(b); });
   NamedTensors tensors;
   tensors.reserve(names.size());
+  const Multimodal* mm = ck.multimodal.get();
   for (auto& name : names) {
     const Tensor& t = all.at(name);
-    tensors.emplace_back(name, is_float(t.dtype) && !opt.keep_dtype.count(name) ? deferred_cast(t, opt.dtype) : t);
+    tensors.emplace_back(mm ? mm->to_folder_name(name) : name,
+                         is_float(t.dtype) && !opt.keep_dtype.count(name) ? deferred_cast(t, opt.dtype) : t);
   }
+  // A vision-language model's vision tower and projector: as stored, after the language model.
+  if (mm)
+    for (auto& [name, t] : mm->passthrough) tensors.emplace_back(name, t);
   write_safetensors_sharded(dir, tensors, opt.metadata, opt.max_shard_bytes);
 
   const fs::path d(dir);
+  if (mm) {  // its own config.json, processor and tokenizer files
+    write_json(d / "config.json", multimodal_config_json(*mm, out_dtype, opt.extra_config));
+    copy_multimodal_side_files(*mm, dir);
+    return;
+  }
   json cfg = ck.config.to_hf_json();
   cfg["torch_dtype"] = out_dtype;
   if (opt.extra_config.is_object()) cfg.update(opt.extra_config);
