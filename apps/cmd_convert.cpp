@@ -6,7 +6,9 @@
 //                   (calibration: calib/weight_calibration.h)
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
-//                   [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
+//                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
+//                   [--target-bpw B --imatrix STATS [--calib TEXT [--sensitivity-chunks N]] [--save-plan FILE]]
+//                   (per-weight types chosen for a size: calib/gguf_target.h)
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
 // writes it in an output layout. Quantized and cast tensors are deferred: the writer makes them
@@ -19,8 +21,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -29,6 +33,7 @@
 
 #include "apps/command.h"
 #include "calib/act_stats_io.h"
+#include "calib/gguf_target.h"
 #include "calib/gptq_ggml.h"
 #include "calib/pack_checkpoint.h"
 #include "calib/rotation.h"
@@ -98,7 +103,10 @@ bool is_nonempty(const fs::path& p) {
 
 struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
-  std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE
+  std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE or @FILE
+  double target_bpw = NAN;
+  std::string save_plan;
+  int sensitivity_chunks = 4;
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
   int threads = 0;
@@ -132,7 +140,21 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
 
 // --tensor-type REGEX=TYPE, as llama-quantize's (tools/quantize/quantize.cpp parse_tensor_type):
 // the pattern lower-cased, the type any ggml type name we can write, in any case.
-std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>& args) {
+// @FILE: one REGEX=TYPE per line (blank lines and # comments skipped), as --save-plan writes.
+std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>& given) {
+  std::vector<std::string> args;
+  for (const std::string& g : given) {
+    if (g.empty() || g[0] != '@') {
+      args.push_back(g);
+      continue;
+    }
+    std::ifstream f(g.substr(1));
+    if (!f) user_error("--tensor-type {}: cannot read {}", g, g.substr(1));
+    for (std::string line; std::getline(f, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      if (!line.empty() && line[0] != '#') args.push_back(line);
+    }
+  }
   std::vector<GgufTypeOverride> out;
   for (const std::string& arg : args) {
     const size_t eq = arg.find('=');
@@ -156,6 +178,64 @@ std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>&
   return out;
 }
 
+// --target-bpw: each 2-D weight's type measured and chosen (calib/gguf_target.h), the plan
+// printed, saved as --tensor-type lines (default OUT.tensor-types) and set as opt's overrides.
+// Returns the --gguf-type the file is labelled with: the one given, else the plan's main type.
+std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt) {
+  calib::GgufTargetOptions to;
+  to.bpw = a.target_bpw;
+  to.importance = opt->importance;
+  to.progress = true;
+  if (!a.c.calib_text.empty()) {
+    if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
+    for (auto& [name, t] : ck.tensors) t = materialize(t);  // the model is run
+    MappedFile mf = map_file(a.c.calib_text);
+    to.tokens = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+    to.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+    to.chunks = a.sensitivity_chunks;
+    to.ctx = a.c.calib_ctx;
+  }
+  std::vector<std::string> names;
+  for (auto& [hf, type] : gguf_weight_types(ck, *opt)) names.push_back(hf);
+  const auto t0 = std::chrono::steady_clock::now();
+  const calib::GgufTargetPlan plan = calib::plan_gguf_target(ck, names, to);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<const calib::GgufTargetWeight*> order;
+  for (auto& w : plan.weights) order.push_back(&w);
+  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->gguf < y->gguf; });
+  std::map<std::string, int> counts;
+  for (auto* w : order) {
+    const size_t k = size_t(w->pick);
+    const char* tn = ggml_type_row(uint32_t(w->types[k]))->name;
+    ++counts[tn];
+    std::printf("  %-28s %-7s %10llu bytes  %6.3f bpw  est. loss %.3e\n", w->gguf.c_str(), tn,
+                (unsigned long long)w->bytes[k], 8.0 * double(w->bytes[k]) / double(w->rows * w->cols),
+                w->sensitivity * w->err[k]);
+  }
+  std::string mixed;
+  for (auto& [tn, n] : counts) mixed += (mixed.empty() ? "" : ", ") + std::to_string(n) + " " + tn;
+  std::printf("target-bpw %g (%s, %.0f s): %s; %llu bytes of 2-D weights, %.4f bpw; estimated loss %.4g\n",
+              a.target_bpw, to.tokens.empty() ? "weighted error" : "KLD-scaled weighted error", secs, mixed.c_str(),
+              (unsigned long long)plan.bytes, plan.bpw(), plan.loss);
+
+  const std::vector<std::string> lines = calib::gguf_target_recipe(plan);
+  const std::string type_name = a.gguf_type.empty() ? calib::gguf_target_main_type(plan) : a.gguf_type;
+  const std::string path = a.save_plan.empty() ? a.out + ".tensor-types" : a.save_plan;
+  {
+    std::ofstream f(path);
+    f << "# convert --target-bpw " << a.target_bpw << ": " << plan.bpw() << " bpw over the 2-D weights, " << plan.bytes
+      << " bytes\n# re-apply: convert --format gguf --gguf-type " << type_name << " --tensor-type @" << path
+      << " --imatrix " << a.c.imatrix << "\n";
+    for (const std::string& l : lines) f << l << "\n";
+    if (!f.flush()) user_error("--save-plan {}: cannot write", path);
+  }
+  std::printf("plan saved to %s (re-apply: --gguf-type %s --tensor-type @%s --imatrix %s)\n", path.c_str(),
+              type_name.c_str(), path.c_str(), a.c.imatrix.c_str());
+  opt->tensor_types = parse_tensor_types(lines);
+  return type_name;
+}
+
 // --format gguf: one .gguf file at --out (docs/gguf.md). Its own path through run():
 // the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
 int run_gguf(const Args& a) {
@@ -169,15 +249,34 @@ int run_gguf(const Args& a) {
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
   if (!a.c.smooth.empty() || a.c.awq || a.rotate)
     user_error("--smooth, --awq, --rotate: not supported with --format gguf yet");
-  const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
+  const bool target = !std::isnan(a.target_bpw);
+  if (target) {
+    if (!(a.target_bpw > 0)) user_error("--target-bpw: must be a positive number of bits per weight");
+    if (a.c.imatrix.empty()) user_error("--target-bpw: needs --imatrix STATS (the importances it weighs errors by)");
+    if (!a.tensor_types.empty())
+      user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
+    if (a.sensitivity_chunks <= 0) user_error("--sensitivity-chunks: must be positive");
+  } else if (!a.save_plan.empty()) {
+    user_error("--save-plan: needs --target-bpw");
+  }
+  // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
+  std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, gguf_export_type_names());
   if ((!a.c.imatrix.empty() || a.c.gptq) &&
       (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
     user_error("--imatrix, --gptq: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)",
                type_name);
-  // The calibration flags' own checks (--calib given and not the test text, --act-order with --gptq).
-  const calib::WeightCalibration checks(a.c);
+  // The calibration flags' own checks (--calib given and not the test text, --act-order with --gptq);
+  // --target-bpw reads --calib for its sensitivities without --gptq.
+  calib::WeightCalibArgs ca = a.c;
+  if (target && !ca.gptq) ca.calib_text.clear();
+  const calib::WeightCalibration checks(ca);
+  if (target && !a.c.calib_text.empty() && !a.c.gptq) {
+    if (!fs::is_regular_file(a.c.calib_text)) user_error("--calib {}: no such file", a.c.calib_text);
+    if (fs::path(a.c.calib_text).filename().string().find("test") != std::string::npos)
+      user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.c.calib_text);
+  }
   // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
   std::shared_ptr<calib::ActStats> stats;
   if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
@@ -207,6 +306,15 @@ int run_gguf(const Args& a) {
         user_error("{}: {} has {} channels, the weight {} columns", path, name, st->sqmean.size(), cols);
       return st->sqmean.data();
     };
+  if (target) {
+    if (ck.config.desc().fused_proj)
+      user_error("--target-bpw: {} stores fused projections; not supported yet", ck.config.arch);
+    opt.gguf_type = type_name;
+    type_name = plan_target_bpw(a, ck, &opt);
+    if (!gguf_export_type(type_name))
+      user_error("--gguf-type: unknown type '{}' ({})", type_name, gguf_export_type_names());
+    opt.gguf_type = type_name;
+  }
   std::map<std::string, std::vector<uint8_t>> gptq_done;
   if (a.c.gptq) {
     for (auto& [name, t] : ck.tensors) t = materialize(t);  // GPTQ runs the network
@@ -234,6 +342,7 @@ int run(const Args& a) {
   if (a.format == "gguf") return run_gguf(a);
   if (!a.gguf_type.empty()) user_error("--gguf-type: needs --format gguf");
   if (!a.tensor_types.empty()) user_error("--tensor-type: needs --format gguf");
+  if (!std::isnan(a.target_bpw) || !a.save_plan.empty()) user_error("--target-bpw: needs --format gguf");
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
   HfWriteOptions opt;
@@ -370,6 +479,13 @@ const Registrar reg(
                       "as llama-quantize --tensor-type)")
            ->take_all()
            ->allow_extra_args(false);
+       sub.add_option("--target-bpw", a->target_bpw,
+                      "--format gguf: choose each weight's type to meet B bits per weight (2-D weights) at the least "
+                      "estimated loss; needs --imatrix, --calib TEXT measures each weight's sensitivity");
+       sub.add_option("--save-plan", a->save_plan, "--target-bpw: where to write the plan (default OUT.tensor-types)");
+       sub.add_option("--sensitivity-chunks", a->sensitivity_chunks,
+                      "--target-bpw --calib: chunks of 512 tokens for the sensitivities")
+           ->capture_default_str();
        sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
            ->check(CLI::IsMember({"bf16", "f16", "f32"}));
        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")->capture_default_str();
