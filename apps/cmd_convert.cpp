@@ -7,7 +7,8 @@
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
-//                   [--target-bpw B --imatrix STATS [--calib TEXT [--sensitivity-chunks N]] [--save-plan FILE]]
+//                   [--target-bpw B --imatrix STATS [--calib TEXT [--sensitivity-chunks N]] [--save-plan FILE]
+//                    [--measurements FILE]]
 //                   (per-weight types chosen for a size: calib/gguf_target.h)
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
@@ -105,7 +106,7 @@ struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
   std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE or @FILE
   double target_bpw = NAN;
-  std::string save_plan;
+  std::string save_plan, measurements;
   int sensitivity_chunks = 4;
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
@@ -181,10 +182,14 @@ std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>&
 // --target-bpw: each 2-D weight's type measured and chosen (calib/gguf_target.h), the plan
 // printed, saved as --tensor-type lines (default OUT.tensor-types) and set as opt's overrides.
 // Returns the --gguf-type the file is labelled with: the one given, else the plan's main type.
-std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt) {
+std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt);
+
+// --target-bpw's measurements (calib/gguf_target.h): with --calib the model is run, so the
+// tensors are made up front.
+std::vector<calib::GgufTargetWeight> measure_target(const Args& a, Checkpoint& ck, const GgufExportOptions& opt,
+                                                    const std::vector<std::string>& names) {
   calib::GgufTargetOptions to;
-  to.bpw = a.target_bpw;
-  to.importance = opt->importance;
+  to.importance = opt.importance;
   to.progress = true;
   if (!a.c.calib_text.empty()) {
     if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
@@ -195,10 +200,40 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
     to.chunks = a.sensitivity_chunks;
     to.ctx = a.c.calib_ctx;
   }
+  return calib::measure_gguf_target(ck, names, to);
+}
+
+std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt) {
   std::vector<std::string> names;
   for (auto& [hf, type] : gguf_weight_types(ck, *opt)) names.push_back(hf);
+  // What the measurements were taken with: a --measurements file must say the same.
+  const nlohmann::json source = {{"imatrix", fs::path(a.c.imatrix).filename().string()},
+                                 {"calib", fs::path(a.c.calib_text).filename().string()},
+                                 {"chunks", a.c.calib_text.empty() ? 0 : a.sensitivity_chunks}};
   const auto t0 = std::chrono::steady_clock::now();
-  const calib::GgufTargetPlan plan = calib::plan_gguf_target(ck, names, to);
+  std::vector<calib::GgufTargetWeight> measured;
+  if (!a.measurements.empty() && fs::exists(a.measurements)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(std::ifstream(a.measurements));
+    } catch (const nlohmann::json::exception& e) {
+      user_error("--measurements {}: not JSON ({})", a.measurements, e.what());
+    }
+    if (j.value("source", nlohmann::json()) != source)
+      user_error("--measurements {}: taken with {}, this run gives {}", a.measurements,
+                 j.value("source", nlohmann::json()).dump(), source.dump());
+    measured = calib::gguf_target_from_json(j, names, "--measurements " + a.measurements);
+  } else {
+    measured = measure_target(a, ck, *opt, names);
+    if (!a.measurements.empty()) {
+      nlohmann::json j = calib::gguf_target_to_json(measured);
+      j["source"] = source;
+      std::ofstream f(a.measurements);
+      f << j.dump() << "\n";
+      if (!f.flush()) user_error("--measurements {}: cannot write", a.measurements);
+    }
+  }
+  const calib::GgufTargetPlan plan = calib::choose_gguf_target(std::move(measured), a.target_bpw);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<const calib::GgufTargetWeight*> order;
@@ -216,8 +251,8 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
   std::string mixed;
   for (auto& [tn, n] : counts) mixed += (mixed.empty() ? "" : ", ") + std::to_string(n) + " " + tn;
   std::printf("target-bpw %g (%s, %.0f s): %s; %llu bytes of 2-D weights, %.4f bpw; estimated loss %.4g\n",
-              a.target_bpw, to.tokens.empty() ? "weighted error" : "KLD-scaled weighted error", secs, mixed.c_str(),
-              (unsigned long long)plan.bytes, plan.bpw(), plan.loss);
+              a.target_bpw, a.c.calib_text.empty() ? "weighted error" : "KLD-scaled weighted error", secs,
+              mixed.c_str(), (unsigned long long)plan.bytes, plan.bpw(), plan.loss);
 
   const std::vector<std::string> lines = calib::gguf_target_recipe(plan);
   const std::string type_name = a.gguf_type.empty() ? calib::gguf_target_main_type(plan) : a.gguf_type;
@@ -256,8 +291,8 @@ int run_gguf(const Args& a) {
     if (!a.tensor_types.empty())
       user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
     if (a.sensitivity_chunks <= 0) user_error("--sensitivity-chunks: must be positive");
-  } else if (!a.save_plan.empty()) {
-    user_error("--save-plan: needs --target-bpw");
+  } else if (!a.save_plan.empty() || !a.measurements.empty()) {
+    user_error("--save-plan, --measurements: need --target-bpw");
   }
   // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
   std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
@@ -483,6 +518,9 @@ const Registrar reg(
                       "--format gguf: choose each weight's type to meet B bits per weight (2-D weights) at the least "
                       "estimated loss; needs --imatrix, --calib TEXT measures each weight's sensitivity");
        sub.add_option("--save-plan", a->save_plan, "--target-bpw: where to write the plan (default OUT.tensor-types)");
+       sub.add_option("--measurements", a->measurements,
+                      "--target-bpw: read the per-weight measurements from FILE if it exists, else write them there "
+                      "(plans for several B from one measurement)");
        sub.add_option("--sensitivity-chunks", a->sensitivity_chunks,
                       "--target-bpw --calib: chunks of 512 tokens for the sensitivities")
            ->capture_default_str();

@@ -160,9 +160,9 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-GgufTargetPlan plan_gguf_target(const Checkpoint& ck, const std::vector<std::string>& hf_names,
-                                const GgufTargetOptions& opt) {
-  GgufTargetPlan plan;
+std::vector<GgufTargetWeight> measure_gguf_target(const Checkpoint& ck, const std::vector<std::string>& hf_names,
+                                                  const GgufTargetOptions& opt) {
+  std::vector<GgufTargetWeight> out;
   std::unique_ptr<Prober> prober;
   const auto t0 = std::chrono::steady_clock::now();
   if (!opt.tokens.empty()) prober = std::make_unique<Prober>(ck, opt);
@@ -189,15 +189,20 @@ GgufTargetPlan plan_gguf_target(const Checkpoint& ck, const std::vector<std::str
     if (w.types.empty())
       user_error("{}: tensor {} {} has rows of {} elements, not a multiple of any GGUF block (32)", ck.path, hf, w.gguf,
                  w.cols);
-    plan.elements += uint64_t(w.rows * w.cols);
-    plan.weights.push_back(std::move(w));
+    out.push_back(std::move(w));
     if (tty) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(stderr, "\rtarget-bpw: %d/%zu weights measured, %.0f s", ++done, hf_names.size(), s);
     }
   }
   if (tty) std::fprintf(stderr, "\n");
+  return out;
+}
 
+GgufTargetPlan choose_gguf_target(std::vector<GgufTargetWeight> weights, double bpw) {
+  GgufTargetPlan plan;
+  plan.weights = std::move(weights);
+  for (const GgufTargetWeight& w : plan.weights) plan.elements += uint64_t(w.rows * w.cols);
   std::vector<std::vector<TypeCandidate>> cands;
   uint64_t least = 0, most = 0;
   for (const GgufTargetWeight& w : plan.weights) {
@@ -207,14 +212,59 @@ GgufTargetPlan plan_gguf_target(const Checkpoint& ck, const std::vector<std::str
     most += *std::max_element(w.bytes.begin(), w.bytes.end());
   }
   const double lo = 8.0 * double(least) / double(plan.elements), hi = 8.0 * double(most) / double(plan.elements);
-  if (!(opt.bpw >= lo - 1e-9 && opt.bpw <= hi + 1e-9))
-    user_error("--target-bpw {}: outside what the candidate types reach for this model ({:.3f} to {:.3f})", opt.bpw, lo,
+  if (!(bpw >= lo - 1e-9 && bpw <= hi + 1e-9))
+    user_error("--target-bpw {}: outside what the candidate types reach for this model ({:.3f} to {:.3f})", bpw, lo,
                hi);
-  const uint64_t budget = uint64_t(opt.bpw * double(plan.elements) / 8.0);
+  const uint64_t budget = uint64_t(bpw * double(plan.elements) / 8.0);
   const TypeChoice ch = choose_types(cands, std::max(budget, least));
   for (size_t i = 0; i < plan.weights.size(); ++i) plan.weights[i].pick = ch.pick[i];
   plan.bytes = ch.bytes, plan.loss = ch.loss;
   return plan;
+}
+
+nlohmann::json gguf_target_to_json(const std::vector<GgufTargetWeight>& weights) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const GgufTargetWeight& w : weights) {
+    nlohmann::json types = nlohmann::json::array();
+    for (GgmlType t : w.types) types.push_back(ggml_type_row(uint32_t(t))->name);
+    j.push_back({{"hf", w.hf},
+                 {"gguf", w.gguf},
+                 {"rows", w.rows},
+                 {"cols", w.cols},
+                 {"types", types},
+                 {"bytes", w.bytes},
+                 {"err", w.err},
+                 {"sensitivity", w.sensitivity}});
+  }
+  return {{"weights", j}};
+}
+
+std::vector<GgufTargetWeight> gguf_target_from_json(const nlohmann::json& j, const std::vector<std::string>& hf_names,
+                                                    const std::string& what) {
+  std::vector<GgufTargetWeight> out;
+  try {
+    for (const auto& e : j.at("weights")) {
+      GgufTargetWeight w;
+      w.hf = e.at("hf"), w.gguf = e.at("gguf"), w.rows = e.at("rows"), w.cols = e.at("cols");
+      for (const auto& t : e.at("types")) {
+        const GgmlTypeRow* row = ggml_type_row_by_name(t.get<std::string>());
+        if (!row) user_error("{}: unknown type {}", what, t.get<std::string>());
+        w.types.push_back(row->type);
+      }
+      w.bytes = e.at("bytes").get<std::vector<uint64_t>>();
+      w.err = e.at("err").get<std::vector<double>>();
+      w.sensitivity = e.at("sensitivity");
+      if (w.bytes.size() != w.types.size() || w.err.size() != w.types.size() || w.types.empty())
+        user_error("{}: {} has lists of different lengths", what, w.hf);
+      out.push_back(std::move(w));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    user_error("{}: not a --measurements file ({})", what, e.what());
+  }
+  std::vector<std::string> have;
+  for (auto& w : out) have.push_back(w.hf);
+  if (have != hf_names) user_error("{}: measured for other weights than this model's", what);
+  return out;
 }
 
 std::vector<std::string> gguf_target_recipe(const GgufTargetPlan& plan) {

@@ -21,13 +21,14 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "formats/checkpoint.h"
 #include "formats/ggml_blocks.h"
 
 namespace qt::calib {
 
 struct GgufTargetOptions {
-  double bpw = 0;
   // The importance of a weight's input channels (convert's --imatrix), null for none.
   std::function<const float*(const std::string& hf_name, int64_t cols)> importance;
   // Calibration tokens for the sensitivities; empty: the weighted error alone is the loss.
@@ -56,9 +57,19 @@ struct GgufTargetPlan {
 
 // `hf_names`: the 2-D weights the GGUF holds (gguf_weight_types' keys), by HF name. The
 // checkpoint's tensors must be materialized when tokens are given (the model is run).
-// UserError: B outside what the candidates reach (naming the range), a weight no candidate fits.
-GgufTargetPlan plan_gguf_target(const Checkpoint& ck, const std::vector<std::string>& hf_names,
-                                const GgufTargetOptions& opt);
+// UserError: a weight no candidate fits. opt.bpw is not used.
+std::vector<GgufTargetWeight> measure_gguf_target(const Checkpoint& ck, const std::vector<std::string>& hf_names,
+                                                  const GgufTargetOptions& opt);
+
+// The types for `bpw` from measured weights. UserError: B outside what the candidates reach
+// (naming the range).
+GgufTargetPlan choose_gguf_target(std::vector<GgufTargetWeight> weights, double bpw);
+
+// The measurements as JSON and back (convert --measurements: several B from one measurement).
+// `from` refuses (UserError naming `what`) a file whose weights are not `hf_names`.
+nlohmann::json gguf_target_to_json(const std::vector<GgufTargetWeight>& weights);
+std::vector<GgufTargetWeight> gguf_target_from_json(const nlohmann::json& j, const std::vector<std::string>& hf_names,
+                                                    const std::string& what);
 
 // The plan as `--tensor-type` lines, one per weight: ^blk\.0\.attn_q\.weight$=q4_1.
 std::vector<std::string> gguf_target_recipe(const GgufTargetPlan& plan);

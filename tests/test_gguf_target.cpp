@@ -6,7 +6,8 @@
 //    recomputed here by a plain full forward of a checkpoint with the weight replaced;
 //  - the CLI on a bare llama: the plan's byte count equals the 2-D weights' bytes in the file
 //    written, at most B bits per weight; the saved plan re-applied with --tensor-type @FILE gives
-//    the same file byte for byte; bad input exits 2 with one line.
+//    the same file byte for byte, and so does a plan from saved --measurements; bad input exits 2
+//    with one line.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -108,7 +109,7 @@ TEST(GgufTarget, SensitivityIsTheKldOfThatWeightAlone) {
   std::mt19937 rng(5);
   for (auto& t : ids) t = int32_t(rng() % uint32_t(ck.config.vocab));
   calib::GgufTargetOptions o;
-  o.bpw = 6.0, o.tokens = ids, o.ctx = ctx, o.chunks = 2;
+  o.tokens = ids, o.ctx = ctx, o.chunks = 2;
   std::map<std::string, std::vector<float>> imp;
   o.importance = [&](const std::string& name, int64_t cols) -> const float* {
     auto& v = imp[name];
@@ -120,7 +121,7 @@ TEST(GgufTarget, SensitivityIsTheKldOfThatWeightAlone) {
   };
   const std::vector<std::string> names = {"model.layers.1.self_attn.v_proj.weight",
                                           "model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight"};
-  const calib::GgufTargetPlan plan = calib::plan_gguf_target(ck, names, o);
+  const calib::GgufTargetPlan plan = calib::choose_gguf_target(calib::measure_gguf_target(ck, names, o), 6.0);
   ASSERT_EQ(plan.weights.size(), names.size());
   for (const calib::GgufTargetWeight& w : plan.weights) {
     ASSERT_EQ(w.types[0], GgmlType::Q4_0);
@@ -176,10 +177,11 @@ TEST(GgufTarget, PlanBytesReapplyAndBadInput) {
   for (double bpw : {3.2, 4.5, 6.0}) {
     const std::string out = dir + "/t.gguf", plan = dir + "/plan.txt", again = dir + "/r.gguf";
     std::string log;
-    ASSERT_EQ(qt_run("convert --in " + src + " --out " + out + " --format gguf --force --target-bpw " +
-                         std::to_string(bpw) + " --imatrix " + dir + "/s.safetensors --save-plan " + plan,
-                     &log),
-              0)
+    ASSERT_EQ(
+        qt_run("convert --in " + src + " --out " + out + " --format gguf --force --target-bpw " + std::to_string(bpw) +
+                   " --imatrix " + dir + "/s.safetensors --save-plan " + plan + " --measurements " + dir + "/m.json",
+               &log),
+        0)
         << log;
     // The plan's header: "# convert --target-bpw B: BPW bpw over the 2-D weights, BYTES bytes",
     // then "# re-apply: convert --format gguf --gguf-type T ...".
@@ -197,6 +199,13 @@ TEST(GgufTarget, PlanBytesReapplyAndBadInput) {
     EXPECT_LE(8.0 * double(bytes), bpw * double(elems) + 1e-6);
     ASSERT_EQ(qt_run("convert --in " + src + " --out " + again + " --format gguf --force --gguf-type " + type +
                          " --tensor-type @" + plan + " --imatrix " + dir + "/s.safetensors",
+                     &log),
+              0)
+        << log;
+    EXPECT_EQ(read_all(out), read_all(again)) << bpw;
+    // Measured afresh rather than read from the first run's --measurements: the same file.
+    ASSERT_EQ(qt_run("convert --in " + src + " --out " + again + " --format gguf --force --target-bpw " +
+                         std::to_string(bpw) + " --imatrix " + dir + "/s.safetensors --save-plan " + dir + "/p2.txt",
                      &log),
               0)
         << log;
