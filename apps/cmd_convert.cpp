@@ -7,7 +7,8 @@
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
-//                   [--target-bpw B --imatrix STATS [--calib TEXT [--sensitivity-chunks N]] [--save-plan FILE]
+//                   [--target-bpw B --imatrix STATS --calib TEXT [--sensitivity-chunks N] [--save-plan FILE]
+//                    [--target-loss kld|weighted-error]
 //                    [--measurements FILE]]
 //                   (per-weight types chosen for a size: calib/gguf_target.h)
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
@@ -106,7 +107,7 @@ struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
   std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE or @FILE
   double target_bpw = NAN;
-  std::string save_plan, measurements;
+  std::string save_plan, measurements, target_loss = "kld";
   int sensitivity_chunks = 4;
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
@@ -191,7 +192,7 @@ std::vector<calib::GgufTargetWeight> measure_target(const Args& a, Checkpoint& c
   calib::GgufTargetOptions to;
   to.importance = opt.importance;
   to.progress = true;
-  if (!a.c.calib_text.empty()) {
+  if (a.target_loss == "kld") {
     if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
     for (auto& [name, t] : ck.tensors) t = materialize(t);  // the model is run
     MappedFile mf = map_file(a.c.calib_text);
@@ -208,8 +209,8 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
   for (auto& [hf, type] : gguf_weight_types(ck, *opt)) names.push_back(hf);
   // What the measurements were taken with: a --measurements file must say the same.
   const nlohmann::json source = {{"imatrix", fs::path(a.c.imatrix).filename().string()},
-                                 {"calib", fs::path(a.c.calib_text).filename().string()},
-                                 {"chunks", a.c.calib_text.empty() ? 0 : a.sensitivity_chunks}};
+                                 {"calib", a.target_loss == "kld" ? fs::path(a.c.calib_text).filename().string() : ""},
+                                 {"chunks", a.target_loss == "kld" ? a.sensitivity_chunks : 0}};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<calib::GgufTargetWeight> measured;
   if (!a.measurements.empty() && fs::exists(a.measurements)) {
@@ -251,7 +252,7 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
   std::string mixed;
   for (auto& [tn, n] : counts) mixed += (mixed.empty() ? "" : ", ") + std::to_string(n) + " " + tn;
   std::printf("target-bpw %g (%s, %.0f s): %s; %llu bytes of 2-D weights, %.4f bpw; estimated loss %.4g\n",
-              a.target_bpw, a.c.calib_text.empty() ? "weighted error" : "KLD-scaled weighted error", secs,
+              a.target_bpw, a.target_loss == "kld" ? "KLD-scaled weighted error" : "weighted error", secs,
               mixed.c_str(), (unsigned long long)plan.bytes, plan.bpw(), plan.loss);
 
   const std::vector<std::string> lines = calib::gguf_target_recipe(plan);
@@ -291,8 +292,16 @@ int run_gguf(const Args& a) {
     if (!a.tensor_types.empty())
       user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
     if (a.sensitivity_chunks <= 0) user_error("--sensitivity-chunks: must be positive");
-  } else if (!a.save_plan.empty() || !a.measurements.empty()) {
-    user_error("--save-plan, --measurements: need --target-bpw");
+    if (a.target_loss != "kld" && a.target_loss != "weighted-error")
+      user_error("--target-loss: '{}' is neither kld nor weighted-error", a.target_loss);
+    if (a.target_loss == "kld" && a.c.calib_text.empty())
+      user_error(
+          "--target-bpw: needs --calib TEXT (wiki.valid.tokens.txt) to measure each weight's sensitivity "
+          "(or --target-loss weighted-error)");
+    if (a.target_loss == "weighted-error" && !a.c.calib_text.empty() && !a.c.gptq)
+      user_error("--calib: not read with --target-loss weighted-error");
+  } else if (!a.save_plan.empty() || !a.measurements.empty() || a.target_loss != "kld") {
+    user_error("--save-plan, --measurements, --target-loss: need --target-bpw");
   }
   // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
   std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
@@ -518,6 +527,10 @@ const Registrar reg(
                       "--format gguf: choose each weight's type to meet B bits per weight (2-D weights) at the least "
                       "estimated loss; needs --imatrix, --calib TEXT measures each weight's sensitivity");
        sub.add_option("--save-plan", a->save_plan, "--target-bpw: where to write the plan (default OUT.tensor-types)");
+       sub.add_option("--target-loss", a->target_loss,
+                      "--target-bpw: kld (each weight's error scaled by its measured KLD sensitivity; needs --calib) "
+                      "or weighted-error (the importance-weighted error alone)")
+           ->capture_default_str();
        sub.add_option("--measurements", a->measurements,
                       "--target-bpw: read the per-weight measurements from FILE if it exists, else write them there "
                       "(plans for several B from one measurement)");

@@ -177,11 +177,11 @@ TEST(GgufTarget, PlanBytesReapplyAndBadInput) {
   for (double bpw : {3.2, 4.5, 6.0}) {
     const std::string out = dir + "/t.gguf", plan = dir + "/plan.txt", again = dir + "/r.gguf";
     std::string log;
-    ASSERT_EQ(
-        qt_run("convert --in " + src + " --out " + out + " --format gguf --force --target-bpw " + std::to_string(bpw) +
-                   " --imatrix " + dir + "/s.safetensors --save-plan " + plan + " --measurements " + dir + "/m.json",
-               &log),
-        0)
+    ASSERT_EQ(qt_run("convert --in " + src + " --out " + out + " --format gguf --force --target-bpw " +
+                         std::to_string(bpw) + " --target-loss weighted-error --imatrix " + dir +
+                         "/s.safetensors --save-plan " + plan + " --measurements " + dir + "/m.json",
+                     &log),
+              0)
         << log;
     // The plan's header: "# convert --target-bpw B: BPW bpw over the 2-D weights, BYTES bytes",
     // then "# re-apply: convert --format gguf --gguf-type T ...".
@@ -205,15 +205,20 @@ TEST(GgufTarget, PlanBytesReapplyAndBadInput) {
     EXPECT_EQ(read_all(out), read_all(again)) << bpw;
     // Measured afresh rather than read from the first run's --measurements: the same file.
     ASSERT_EQ(qt_run("convert --in " + src + " --out " + again + " --format gguf --force --target-bpw " +
-                         std::to_string(bpw) + " --imatrix " + dir + "/s.safetensors --save-plan " + dir + "/p2.txt",
+                         std::to_string(bpw) + " --target-loss weighted-error --imatrix " + dir +
+                         "/s.safetensors --save-plan " + dir + "/p2.txt",
                      &log),
               0)
         << log;
     EXPECT_EQ(read_all(out), read_all(again)) << bpw;
   }
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
-           {"--target-bpw 1.0 --imatrix " + dir + "/s.safetensors", "outside what the candidate types reach"},
-           {"--target-bpw 20 --imatrix " + dir + "/s.safetensors", "outside what the candidate types reach"},
+           {"--target-bpw 1.0 --target-loss weighted-error --imatrix " + dir + "/s.safetensors",
+            "outside what the candidate types reach"},
+           {"--target-bpw 20 --target-loss weighted-error --imatrix " + dir + "/s.safetensors",
+            "outside what the candidate types reach"},
+           {"--target-bpw 4.5 --imatrix " + dir + "/s.safetensors", "needs --calib"},
+           {"--target-bpw 4.5 --target-loss mse --imatrix " + dir + "/s.safetensors", "neither kld nor"},
            {"--target-bpw 4.5", "needs --imatrix"},
            {"--target-bpw -1 --imatrix " + dir + "/s.safetensors", "positive"},
            {"--target-bpw 4.5 --imatrix " + dir + "/s.safetensors --tensor-type attn_v=q8_0", "give one"}}) {
