@@ -8,7 +8,7 @@
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
 //                   [--target-bpw B --imatrix STATS --calib TEXT [--sensitivity-chunks N] [--save-plan FILE]
-//                    [--target-loss kld|weighted-error]
+//                    [--target-loss kld|weighted-error] [--target-types T,T,...]
 //                    [--measurements FILE]]
 //                   (per-weight types chosen for a size: calib/gguf_target.h)
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
@@ -108,6 +108,7 @@ struct Args {
   std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE or @FILE
   double target_bpw = NAN;
   std::string save_plan, measurements, target_loss = "kld";
+  std::vector<std::string> target_types;
   int sensitivity_chunks = 4;
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
@@ -234,7 +235,20 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
       if (!f.flush()) user_error("--measurements {}: cannot write", a.measurements);
     }
   }
-  const calib::GgufTargetPlan plan = calib::choose_gguf_target(std::move(measured), a.target_bpw);
+  std::vector<GgmlType> allowed;
+  for (const std::string& n : a.target_types) {
+    std::string up = n;
+    std::transform(up.begin(), up.end(), up.begin(), [](unsigned char ch) { return char(std::toupper(ch)); });
+    const GgmlTypeRow* row = ggml_type_row_by_name(up);
+    const auto& cand = calib::gguf_target_types();
+    if (!row || std::find(cand.begin(), cand.end(), row->type) == cand.end())
+      user_error(
+          "--target-types: '{}' is not a candidate (q4_0, iq4_nl, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, iq4_xs, q4_k, "
+          "q5_k, q6_k)",
+          n);
+    allowed.push_back(row->type);
+  }
+  const calib::GgufTargetPlan plan = calib::choose_gguf_target(std::move(measured), a.target_bpw, allowed);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<const calib::GgufTargetWeight*> order;
@@ -300,8 +314,8 @@ int run_gguf(const Args& a) {
           "(or --target-loss weighted-error)");
     if (a.target_loss == "weighted-error" && !a.c.calib_text.empty() && !a.c.gptq)
       user_error("--calib: not read with --target-loss weighted-error");
-  } else if (!a.save_plan.empty() || !a.measurements.empty() || a.target_loss != "kld") {
-    user_error("--save-plan, --measurements, --target-loss: need --target-bpw");
+  } else if (!a.save_plan.empty() || !a.measurements.empty() || a.target_loss != "kld" || !a.target_types.empty()) {
+    user_error("--save-plan, --measurements, --target-loss, --target-types: need --target-bpw");
   }
   // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
   std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
@@ -531,6 +545,9 @@ const Registrar reg(
                       "--target-bpw: kld (each weight's error scaled by its measured KLD sensitivity; needs --calib) "
                       "or weighted-error (the importance-weighted error alone)")
            ->capture_default_str();
+       sub.add_option("--target-types", a->target_types,
+                      "--target-bpw: choose only among these types (comma-separated; default all candidates)")
+           ->delimiter(',');
        sub.add_option("--measurements", a->measurements,
                       "--target-bpw: read the per-weight measurements from FILE if it exists, else write them there "
                       "(plans for several B from one measurement)");

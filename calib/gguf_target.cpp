@@ -199,9 +199,26 @@ std::vector<GgufTargetWeight> measure_gguf_target(const Checkpoint& ck, const st
   return out;
 }
 
-GgufTargetPlan choose_gguf_target(std::vector<GgufTargetWeight> weights, double bpw) {
+const std::vector<GgmlType>& gguf_target_types() {
+  static const std::vector<GgmlType> v(std::begin(kTargetTypes), std::end(kTargetTypes));
+  return v;
+}
+
+GgufTargetPlan choose_gguf_target(std::vector<GgufTargetWeight> weights, double bpw,
+                                  const std::vector<GgmlType>& allowed) {
   GgufTargetPlan plan;
   plan.weights = std::move(weights);
+  if (!allowed.empty())
+    for (GgufTargetWeight& w : plan.weights) {
+      GgufTargetWeight kept = w;
+      kept.types.clear(), kept.bytes.clear(), kept.err.clear();
+      for (size_t k = 0; k < w.types.size(); ++k)
+        if (std::find(allowed.begin(), allowed.end(), w.types[k]) != allowed.end())
+          kept.types.push_back(w.types[k]), kept.bytes.push_back(w.bytes[k]), kept.err.push_back(w.err[k]);
+      if (kept.types.empty())
+        user_error("--target-types: no allowed type fits {} (rows of {} elements)", w.gguf, w.cols);
+      w = std::move(kept);
+    }
   for (const GgufTargetWeight& w : plan.weights) plan.elements += uint64_t(w.rows * w.cols);
   std::vector<std::vector<TypeCandidate>> cands;
   uint64_t least = 0, most = 0;

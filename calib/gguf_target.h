@@ -61,9 +61,13 @@ struct GgufTargetPlan {
 std::vector<GgufTargetWeight> measure_gguf_target(const Checkpoint& ck, const std::vector<std::string>& hf_names,
                                                   const GgufTargetOptions& opt);
 
-// The types for `bpw` from measured weights. UserError: B outside what the candidates reach
-// (naming the range).
-GgufTargetPlan choose_gguf_target(std::vector<GgufTargetWeight> weights, double bpw);
+// The candidate types measured, in order (convert --target-types chooses among a subset).
+const std::vector<GgmlType>& gguf_target_types();
+
+// The types for `bpw` from measured weights, among `allowed` (empty: every candidate).
+// UserError: B outside what the candidates reach (naming the range), a weight no allowed type fits.
+GgufTargetPlan choose_gguf_target(std::vector<GgufTargetWeight> weights, double bpw,
+                                  const std::vector<GgmlType>& allowed = {});
 
 // The measurements as JSON and back (convert --measurements: several B from one measurement).
 // `from` refuses (UserError naming `what`) a file whose weights are not `hf_names`.

@@ -212,12 +212,31 @@ TEST(GgufTarget, PlanBytesReapplyAndBadInput) {
         << log;
     EXPECT_EQ(read_all(out), read_all(again)) << bpw;
   }
+  {  // --target-types: only those types in the file
+    std::string log;
+    ASSERT_EQ(qt_run("convert --in " + src + " --out " + dir + "/tt.gguf --format gguf --target-bpw 6 --target-loss " +
+                         "weighted-error --target-types q4_0,Q8_0 --imatrix " + dir + "/s.safetensors",
+                     &log),
+              0)
+        << log;
+    int q4 = 0, q8 = 0;
+    const GgufFile tt = GgufFile::open(dir + "/tt.gguf");
+    for (const auto& t : tt.tensors())
+      if (t.ne.size() == 2) {
+        q4 += t.type == GgmlType::Q4_0, q8 += t.type == GgmlType::Q8_0;
+        EXPECT_TRUE(t.type == GgmlType::Q4_0 || t.type == GgmlType::Q8_0) << t.name;
+      }
+    EXPECT_GT(q4, 0);
+    EXPECT_GT(q8, 0);
+  }
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
            {"--target-bpw 1.0 --target-loss weighted-error --imatrix " + dir + "/s.safetensors",
             "outside what the candidate types reach"},
            {"--target-bpw 20 --target-loss weighted-error --imatrix " + dir + "/s.safetensors",
             "outside what the candidate types reach"},
            {"--target-bpw 4.5 --imatrix " + dir + "/s.safetensors", "needs --calib"},
+           {"--target-bpw 4.5 --target-loss weighted-error --target-types q4_0,f16 --imatrix " + dir + "/s.safetensors",
+            "not a candidate"},
            {"--target-bpw 4.5 --target-loss mse --imatrix " + dir + "/s.safetensors", "neither kld nor"},
            {"--target-bpw 4.5", "needs --imatrix"},
            {"--target-bpw -1 --imatrix " + dir + "/s.safetensors", "positive"},
