@@ -577,7 +577,8 @@ const Registrar reg(
            ->capture_default_str();
        sub.add_option("--imatrix", a->c.imatrix, "importance-weighted group scales from this act-stats file");
        sub.add_flag("--gptq", a->c.gptq, "GPTQ, sequential over the --calib text");
-       sub.add_option("--calib", a->c.calib_text, "calibration text for --gptq (wiki.valid.tokens.txt)");
+       sub.add_option("--calib", a->c.calib_text,
+                      "calibration text for --gptq and --target-bpw (wiki.valid.tokens.txt)");
        sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")->capture_default_str();
        sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
        sub.add_flag("--rotate", a->rotate,
