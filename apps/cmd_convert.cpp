@@ -6,7 +6,11 @@
 //                   (calibration: calib/weight_calibration.h)
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
-//                   [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
+//                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
+//                   [--target-bpw B --imatrix STATS --calib TEXT [--sensitivity-chunks N] [--save-plan FILE]
+//                    [--target-loss kld|weighted-error] [--target-types T,T,...]
+//                    [--measurements FILE]]
+//                   (per-weight types chosen for a size: calib/gguf_target.h)
 //                   (one GGUF file for llama.cpp: run_gguf below, formats/layouts/gguf.h)
 // Loads any checkpoint, quantizes its Linear weights (and embedding) when --scheme is given,
 // writes it in an output layout. Quantized and cast tensors are deferred: the writer makes them
@@ -19,8 +23,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -29,6 +35,7 @@
 
 #include "apps/command.h"
 #include "calib/act_stats_io.h"
+#include "calib/gguf_target.h"
 #include "calib/gptq_ggml.h"
 #include "calib/pack_checkpoint.h"
 #include "calib/rotation.h"
@@ -99,7 +106,11 @@ bool is_nonempty(const fs::path& p) {
 
 struct Args {
   std::string in, out, format, dtype, max_shard = "5GB", gguf_type, alpha;
-  std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE
+  std::vector<std::string> tensor_types;  // --tensor-type REGEX=TYPE or @FILE
+  double target_bpw = NAN;
+  std::string save_plan, measurements, target_loss = "kld";
+  std::vector<std::string> target_types;
+  int sensitivity_chunks = 4;
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
   int threads = 0;
@@ -133,7 +144,21 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
 
 // --tensor-type REGEX=TYPE, as llama-quantize's (tools/quantize/quantize.cpp parse_tensor_type):
 // the pattern lower-cased, the type any ggml type name we can write, in any case.
-std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>& args) {
+// @FILE: one REGEX=TYPE per line (blank lines and # comments skipped), as --save-plan writes.
+std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>& given) {
+  std::vector<std::string> args;
+  for (const std::string& g : given) {
+    if (g.empty() || g[0] != '@') {
+      args.push_back(g);
+      continue;
+    }
+    std::ifstream f(g.substr(1));
+    if (!f) user_error("--tensor-type {}: cannot read {}", g, g.substr(1));
+    for (std::string line; std::getline(f, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      if (!line.empty() && line[0] != '#') args.push_back(line);
+    }
+  }
   std::vector<GgufTypeOverride> out;
   for (const std::string& arg : args) {
     const size_t eq = arg.find('=');
@@ -157,6 +182,111 @@ std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>&
   return out;
 }
 
+// --target-bpw: each 2-D weight's type measured and chosen (calib/gguf_target.h), the plan
+// printed, saved as --tensor-type lines (default OUT.tensor-types) and set as opt's overrides.
+// Returns the --gguf-type the file is labelled with: the one given, else the plan's main type.
+std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt);
+
+// --target-bpw's measurements (calib/gguf_target.h): with --calib the model is run, so the
+// tensors are made up front.
+std::vector<calib::GgufTargetWeight> measure_target(const Args& a, Checkpoint& ck, const GgufExportOptions& opt,
+                                                    const std::vector<std::string>& names) {
+  calib::GgufTargetOptions to;
+  to.importance = opt.importance;
+  to.progress = true;
+  if (a.target_loss == "kld") {
+    if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
+    for (auto& [name, t] : ck.tensors) t = materialize(t);  // the model is run
+    MappedFile mf = map_file(a.c.calib_text);
+    to.tokens = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+    to.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+    to.chunks = a.sensitivity_chunks;
+    to.ctx = a.c.calib_ctx;
+  }
+  return calib::measure_gguf_target(ck, names, to);
+}
+
+std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt) {
+  std::vector<std::string> names;
+  for (auto& [hf, type] : gguf_weight_types(ck, *opt)) names.push_back(hf);
+  // What the measurements were taken with: a --measurements file must say the same.
+  const nlohmann::json source = {{"imatrix", fs::path(a.c.imatrix).filename().string()},
+                                 {"calib", a.target_loss == "kld" ? fs::path(a.c.calib_text).filename().string() : ""},
+                                 {"chunks", a.target_loss == "kld" ? a.sensitivity_chunks : 0}};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<calib::GgufTargetWeight> measured;
+  if (!a.measurements.empty() && fs::exists(a.measurements)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(std::ifstream(a.measurements));
+    } catch (const nlohmann::json::exception& e) {
+      user_error("--measurements {}: not JSON ({})", a.measurements, e.what());
+    }
+    if (j.value("source", nlohmann::json()) != source)
+      user_error("--measurements {}: taken with {}, this run gives {}", a.measurements,
+                 j.value("source", nlohmann::json()).dump(), source.dump());
+    measured = calib::gguf_target_from_json(j, names, "--measurements " + a.measurements);
+  } else {
+    measured = measure_target(a, ck, *opt, names);
+    if (!a.measurements.empty()) {
+      nlohmann::json j = calib::gguf_target_to_json(measured);
+      j["source"] = source;
+      std::ofstream f(a.measurements);
+      f << j.dump() << "\n";
+      if (!f.flush()) user_error("--measurements {}: cannot write", a.measurements);
+    }
+  }
+  std::vector<GgmlType> allowed;
+  for (const std::string& n : a.target_types) {
+    std::string up = n;
+    std::transform(up.begin(), up.end(), up.begin(), [](unsigned char ch) { return char(std::toupper(ch)); });
+    const GgmlTypeRow* row = ggml_type_row_by_name(up);
+    const auto& cand = calib::gguf_target_types();
+    if (!row || std::find(cand.begin(), cand.end(), row->type) == cand.end())
+      user_error(
+          "--target-types: '{}' is not a candidate (q4_0, iq4_nl, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, iq4_xs, q4_k, "
+          "q5_k, q6_k)",
+          n);
+    allowed.push_back(row->type);
+  }
+  const calib::GgufTargetPlan plan = calib::choose_gguf_target(std::move(measured), a.target_bpw, allowed);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<const calib::GgufTargetWeight*> order;
+  for (auto& w : plan.weights) order.push_back(&w);
+  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->gguf < y->gguf; });
+  std::map<std::string, int> counts;
+  for (auto* w : order) {
+    const size_t k = size_t(w->pick);
+    const char* tn = ggml_type_row(uint32_t(w->types[k]))->name;
+    ++counts[tn];
+    std::printf("  %-28s %-7s %10llu bytes  %6.3f bpw  est. loss %.3e\n", w->gguf.c_str(), tn,
+                (unsigned long long)w->bytes[k], 8.0 * double(w->bytes[k]) / double(w->rows * w->cols),
+                w->sensitivity * w->err[k]);
+  }
+  std::string mixed;
+  for (auto& [tn, n] : counts) mixed += (mixed.empty() ? "" : ", ") + std::to_string(n) + " " + tn;
+  std::printf("target-bpw %g (%s, %.0f s): %s; %llu bytes of 2-D weights, %.4f bpw; estimated loss %.4g\n",
+              a.target_bpw, a.target_loss == "kld" ? "KLD-scaled weighted error" : "weighted error", secs,
+              mixed.c_str(), (unsigned long long)plan.bytes, plan.bpw(), plan.loss);
+
+  const std::vector<std::string> lines = calib::gguf_target_recipe(plan);
+  const std::string type_name = a.gguf_type.empty() ? calib::gguf_target_main_type(plan) : a.gguf_type;
+  const std::string path = a.save_plan.empty() ? a.out + ".tensor-types" : a.save_plan;
+  {
+    std::ofstream f(path);
+    f << "# convert --target-bpw " << a.target_bpw << ": " << plan.bpw() << " bpw over the 2-D weights, " << plan.bytes
+      << " bytes\n# re-apply: convert --format gguf --gguf-type " << type_name << " --tensor-type @" << path
+      << " --imatrix " << a.c.imatrix << "\n";
+    for (const std::string& l : lines) f << l << "\n";
+    if (!f.flush()) user_error("--save-plan {}: cannot write", path);
+  }
+  std::printf("plan saved to %s (re-apply: --gguf-type %s --tensor-type @%s --imatrix %s)\n", path.c_str(),
+              type_name.c_str(), path.c_str(), a.c.imatrix.c_str());
+  opt->tensor_types = parse_tensor_types(lines);
+  return type_name;
+}
+
 // --format gguf: one .gguf file at --out (docs/gguf.md). Its own path through run():
 // the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
 int run_gguf(const Args& a) {
@@ -170,15 +300,42 @@ int run_gguf(const Args& a) {
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
   if (!a.c.smooth.empty() || a.c.awq || a.rotate)
     user_error("--smooth, --awq, --rotate: not supported with --format gguf yet");
-  const std::string type_name = a.gguf_type.empty() ? "f16" : a.gguf_type;
+  const bool target = !std::isnan(a.target_bpw);
+  if (target) {
+    if (!(a.target_bpw > 0)) user_error("--target-bpw: must be a positive number of bits per weight");
+    if (a.c.imatrix.empty()) user_error("--target-bpw: needs --imatrix STATS (the importances it weighs errors by)");
+    if (!a.tensor_types.empty())
+      user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
+    if (a.sensitivity_chunks <= 0) user_error("--sensitivity-chunks: must be positive");
+    if (a.target_loss != "kld" && a.target_loss != "weighted-error")
+      user_error("--target-loss: '{}' is neither kld nor weighted-error", a.target_loss);
+    if (a.target_loss == "kld" && a.c.calib_text.empty())
+      user_error(
+          "--target-bpw: needs --calib TEXT (wiki.valid.tokens.txt) to measure each weight's sensitivity "
+          "(or --target-loss weighted-error)");
+    if (a.target_loss == "weighted-error" && !a.c.calib_text.empty() && !a.c.gptq)
+      user_error("--calib: not read with --target-loss weighted-error");
+  } else if (!a.save_plan.empty() || !a.measurements.empty() || a.target_loss != "kld" || !a.target_types.empty()) {
+    user_error("--save-plan, --measurements, --target-loss, --target-types: need --target-bpw");
+  }
+  // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
+  std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) user_error("--gguf-type: unknown type '{}' ({})", type_name, gguf_export_type_names());
   if ((!a.c.imatrix.empty() || a.c.gptq) &&
       (*type == GgmlType::F32 || *type == GgmlType::F16 || *type == GgmlType::BF16))
     user_error("--imatrix, --gptq: --gguf-type {} is not quantized (give a block type: q8_0, q4_0, ..., iq4_nl)",
                type_name);
-  // The calibration flags' own checks (--calib given and not the test text, --act-order with --gptq).
-  const calib::WeightCalibration checks(a.c);
+  // The calibration flags' own checks (--calib given and not the test text, --act-order with --gptq);
+  // --target-bpw reads --calib for its sensitivities without --gptq.
+  calib::WeightCalibArgs ca = a.c;
+  if (target && !ca.gptq) ca.calib_text.clear();
+  const calib::WeightCalibration checks(ca);
+  if (target && !a.c.calib_text.empty() && !a.c.gptq) {
+    if (!fs::is_regular_file(a.c.calib_text)) user_error("--calib {}: no such file", a.c.calib_text);
+    if (fs::path(a.c.calib_text).filename().string().find("test") != std::string::npos)
+      user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.c.calib_text);
+  }
   // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
   std::shared_ptr<calib::ActStats> stats;
   if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
@@ -214,6 +371,15 @@ int run_gguf(const Args& a) {
         user_error("{}: {} has {} channels, the weight {} columns", path, name, st->sqmean.size(), cols);
       return st->sqmean.data();
     };
+  if (target) {
+    if (ck.config.desc().fused_proj)
+      user_error("--target-bpw: {} stores fused projections; not supported yet", ck.config.arch);
+    opt.gguf_type = type_name;
+    type_name = plan_target_bpw(a, ck, &opt);
+    if (!gguf_export_type(type_name))
+      user_error("--gguf-type: unknown type '{}' ({})", type_name, gguf_export_type_names());
+    opt.gguf_type = type_name;
+  }
   std::map<std::string, std::vector<uint8_t>> gptq_done;
   if (a.c.gptq) {
     for (auto& [name, t] : ck.tensors) t = materialize(t);  // GPTQ runs the network
@@ -241,6 +407,7 @@ int run(const Args& a) {
   if (a.format == "gguf") return run_gguf(a);
   if (!a.gguf_type.empty()) user_error("--gguf-type: needs --format gguf");
   if (!a.tensor_types.empty()) user_error("--tensor-type: needs --format gguf");
+  if (!std::isnan(a.target_bpw) || !a.save_plan.empty()) user_error("--target-bpw: needs --format gguf");
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
   HfWriteOptions opt;
@@ -386,6 +553,23 @@ const Registrar reg(
                       "as llama-quantize --tensor-type)")
            ->take_all()
            ->allow_extra_args(false);
+       sub.add_option("--target-bpw", a->target_bpw,
+                      "--format gguf: choose each weight's type to meet B bits per weight (2-D weights) at the least "
+                      "estimated loss; needs --imatrix, --calib TEXT measures each weight's sensitivity");
+       sub.add_option("--save-plan", a->save_plan, "--target-bpw: where to write the plan (default OUT.tensor-types)");
+       sub.add_option("--target-loss", a->target_loss,
+                      "--target-bpw: kld (each weight's error scaled by its measured KLD sensitivity; needs --calib) "
+                      "or weighted-error (the importance-weighted error alone)")
+           ->capture_default_str();
+       sub.add_option("--target-types", a->target_types,
+                      "--target-bpw: choose only among these types (comma-separated; default all candidates)")
+           ->delimiter(',');
+       sub.add_option("--measurements", a->measurements,
+                      "--target-bpw: read the per-weight measurements from FILE if it exists, else write them there "
+                      "(plans for several B from one measurement)");
+       sub.add_option("--sensitivity-chunks", a->sensitivity_chunks,
+                      "--target-bpw --calib: chunks of 512 tokens for the sensitivities")
+           ->capture_default_str();
        sub.add_option("--dtype", a->dtype, "dtype of float tensors and scales (default: the source's)")
            ->check(CLI::IsMember({"bf16", "f16", "f32"}));
        sub.add_option("--max-shard-size", a->max_shard, "shard the weights above this size")->capture_default_str();
@@ -409,7 +593,8 @@ const Registrar reg(
            ->capture_default_str();
        sub.add_option("--imatrix", a->c.imatrix, "importance-weighted group scales from this act-stats file");
        sub.add_flag("--gptq", a->c.gptq, "GPTQ, sequential over the --calib text");
-       sub.add_option("--calib", a->c.calib_text, "calibration text for --gptq (wiki.valid.tokens.txt)");
+       sub.add_option("--calib", a->c.calib_text,
+                      "calibration text for --gptq and --target-bpw (wiki.valid.tokens.txt)");
        sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")->capture_default_str();
        sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
        sub.add_flag("--rotate", a->rotate,
