@@ -8,7 +8,7 @@ transformers loads the GGUF itself (AutoModelForCausalLM.from_pretrained(dir, gg
 it dequantizes with gguf-py and un-permutes the Q/K rows on its own, so nothing of quanttool is
 involved. The token ids are the first 512 ids of the text as the same GGUF's tokenizer (through
 transformers, add_special_tokens=False: SmolLM2 adds no BOS) produces them; the script checks
-them against llama.cpp's tokenization when /work/ref/out/ids.pylist exists.
+them against llama.cpp's tokenization when LLAMA_IDS names a file of its ids (a Python list).
 
 Writes tests/golden/logits/smollm2_q4_1_wiki512.json with
   ids            the 512 input ids (position p predicts ids[p+1])
@@ -56,8 +56,8 @@ with open(text_path, "r", encoding="utf-8") as fh:
     text = fh.read()
 ids = tok(text[:8192], add_special_tokens=False)["input_ids"][:N]
 assert len(ids) == N
-ref = "/work/ref/out/ids.pylist"
-if os.path.exists(ref):
+ref = os.environ.get("LLAMA_IDS", "")  # llama.cpp's ids of the same text, a Python list literal
+if ref and os.path.exists(ref):
     lc = ast.literal_eval(open(ref).read())[:N]
     assert lc == ids, "transformers and llama.cpp tokenize the text differently"
     print("ids equal llama.cpp's llama-tokenize output")
