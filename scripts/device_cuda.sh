@@ -8,7 +8,7 @@
 # from `quanttool convert --in SmolLM2.gguf --out DIR`), src/tests/golden/logits/tiny-llama3, and for
 # the real model its GGUF in parts (at most 64 MiB travel per call: model.part.aa/ab/ac, `cat`ed on
 # the device; calls back to back so the machine stays warm).
-# Usage, from the repository root on the device: bash scripts/device_cuda.sh K STEP
+# Usage, from the repository root on the device: QT_BUILD_SRC=DIR bash scripts/device_cuda.sh K STEP
 #   STEP tests   — the GPU tests (QT_REQUIRE_GPU=1: a missing GPU fails), bench --peak --device cuda
 #        smollm2 — the real SmolLM2 (K/model.gguf, made from the parts): CPU vs GPU PPL at 64 chunks
 #                  for bf16, W8A8 and affine4-g64; W8A8's KLD against the model; logits of 64
@@ -18,7 +18,9 @@
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw
-mkdir -p "$K/src" && ln -sfn "$R/data" "$K/src/data"; mkdir -p /work && ln -sfn "$K/src" /work/wt-cuda  # QT_SOURCE_DIR
+mkdir -p "$K/src" && ln -sfn "$R/data" "$K/src/data"
+[ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
+mkdir -p "$(dirname "$QT_BUILD_SRC")" && ln -sfn "$K/src" "$QT_BUILD_SRC"  # QT_SOURCE_DIR of the build: tests/golden, data
 CUBLAS_PY=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null)
 export LD_LIBRARY_PATH=$K/lib:/usr/local/cuda/lib64:$CUBLAS_PY
 Q=$K/quanttool

@@ -6,7 +6,7 @@
 # lib.tar.xz (libfmt, libpcre2-8, libgomp, libopenblas, libgfortran, libquadmath from `ldd`),
 # tok/ (SmolLM2's tokenizer, from `quanttool convert --in SmolLM2.gguf --out DIR`), and per call
 # at most one part of the SmolLM2 GGUF (model.part.*, `split -b`; kept in /tmp/parts while warm).
-# Usage, from the repository root on the device: bash K/scripts/device_cuda3.sh K STEP
+# Usage, from the repository root on the device: QT_BUILD_SRC=DIR bash K/scripts/device_cuda3.sh K STEP
 #   tests  — unpack, the GPU tests (QT_REQUIRE_GPU=1), bench --peak
 #   kvrand — SmolLM2-shaped random checkpoint (made here): f16 vs kivi decode at ctx 4096
 #   part   — keep K's part in /tmp/parts;  8b — the 8B shape: bf16, W8A8, profiles
@@ -14,7 +14,8 @@
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw
-mkdir -p /work && ln -sfn "$R" /work/wt-cuda3  # QT_SOURCE_DIR of the build: tests/golden, data
+[ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
+mkdir -p "$(dirname "$QT_BUILD_SRC")" && ln -sfn "$R" "$QT_BUILD_SRC"  # QT_SOURCE_DIR of the build: tests/golden, data
 if [ ! -x /tmp/kit/quanttool ] || [ "$K/quanttool.xz" -nt /tmp/kit/stamp ]; then
   mkdir -p /tmp/kit && for b in quanttool test_cuda; do [ -f "$K/$b.xz" ] && xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
   [ -f "$K/lib.tar.xz" ] && tar -xJf "$K/lib.tar.xz" -C /tmp/kit

@@ -4,14 +4,15 @@
 # Kit K (carried under a git-ignored folder of the checkout): quanttool.xz, test_cuda.xz (stripped),
 # lib.tar.xz (libfmt, libpcre2-8, libgomp, libopenblas, libgfortran, libquadmath from `ldd`),
 # tok/ (SmolLM2's tokenizer), scripts/device_cuda4.sh (this file).
-# Usage, from the repository root on the device: bash K/scripts/device_cuda4.sh K STEP
+# Usage, from the repository root on the device: QT_BUILD_SRC=DIR bash K/scripts/device_cuda4.sh K STEP
 #   tests — the GPU tests (QT_REQUIRE_GPU=1), bench --peak
 #   8b    — the 8B-shaped checkpoint (made here) and its W8A8 folder; bf16 vs W8A8 at the default
 #           batch and --batch 8, profiles
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw
-mkdir -p /work && ln -sfn "$R" /work/wt-cuda4  # QT_SOURCE_DIR of the build: tests/golden, data
+[ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
+mkdir -p "$(dirname "$QT_BUILD_SRC")" && ln -sfn "$R" "$QT_BUILD_SRC"  # QT_SOURCE_DIR of the build: tests/golden, data
 if [ ! -x /tmp/kit/quanttool ] || [ "$K/quanttool.xz" -nt /tmp/kit/stamp ]; then
   mkdir -p /tmp/kit && for b in quanttool test_cuda; do [ -f "$K/$b.xz" ] && xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
   [ -f "$K/lib.tar.xz" ] && tar -xJf "$K/lib.tar.xz" -C /tmp/kit

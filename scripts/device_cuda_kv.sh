@@ -5,7 +5,7 @@
 # stripped) and the GGUF in parts of at most ~33 MiB, one per call (the working tree and the
 # carried kit travel together, 64 MiB a call), kept in /tmp/parts between calls made back to back
 # while the machine stays warm.
-# Usage, from the repository root on the device: bash K/device_cuda_kv.sh K STEP
+# Usage, from the repository root on the device: QT_BUILD_SRC=DIR bash K/device_cuda_kv.sh K STEP
 #   STEP tests — unpack, the GPU tests (QT_REQUIRE_GPU=1), and keep K/model.part.* in /tmp/parts
 #        part  — keep K/model.part.* in /tmp/parts
 #        kv    — the model from /tmp/parts + K's part: GPU against CPU PPL at 64 chunks for each KV
@@ -17,7 +17,8 @@
 set -o pipefail
 K=$(cd "$1" && pwd); STEP=$2; R=$PWD
 T=$R/data/wikitext-2/wiki.test.raw
-mkdir -p /work && ln -sfn "$R" /work/wt-cuda2  # QT_SOURCE_DIR of the build: tests/golden, data
+[ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
+mkdir -p "$(dirname "$QT_BUILD_SRC")" && ln -sfn "$R" "$QT_BUILD_SRC"  # QT_SOURCE_DIR of the build: tests/golden, data
 mkdir -p /tmp/kit; for b in quanttool test_cuda; do xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
 CUBLAS_PY=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null)
 export LD_LIBRARY_PATH=$K/lib:/usr/local/cuda/lib64:$CUBLAS_PY
