@@ -359,6 +359,11 @@ int run_gguf(const Args& a) {
         "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
         "compressed-tensors)",
         a.in);
+  if (ck.config.is_moe() && (stats || a.c.gptq || target))
+    user_error(
+        "{}: {} is a mixture-of-experts model; --imatrix, --gptq and --target-bpw are not applied to its experts "
+        "yet (convert it with --gguf-type alone)",
+        a.in, ck.config.arch);
   GgufExportOptions opt;
   opt.gguf_type = type_name;
   opt.tensor_types = parse_tensor_types(a.tensor_types);

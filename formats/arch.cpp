@@ -35,8 +35,8 @@ constexpr ArchDesc kArchs[] = {
   {"phi3",        "Phi3ForCausalLM",      "phi3",  true,  4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false,  nullptr},
   {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false,  nullptr},
   {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true,   nullptr},
-  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "",      false, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe},
-  {"mixtral",     "MixtralForCausalLM",   "",      false, 4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral},
+  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "qwen3moe", true, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe},
+  {"mixtral",     "MixtralForCausalLM",   "llama", true,  4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral},
 };
 // clang-format on
 
@@ -54,9 +54,9 @@ const ArchDesc* arch_by_hf_class(const std::string& c) {
   return nullptr;
 }
 
-const ArchDesc* arch_by_gguf(const std::string& a) {
+const ArchDesc* arch_by_gguf(const std::string& a, bool moe) {
   for (auto& r : kArchs)
-    if (r.gguf_reads && a == r.gguf_arch) return &r;
+    if (r.gguf_reads && a == r.gguf_arch && (r.moe != nullptr) == moe) return &r;
   return nullptr;
 }
 
