@@ -336,9 +336,6 @@ int run_gguf(const Args& a) {
     if (fs::path(a.c.calib_text).filename().string().find("test") != std::string::npos)
       user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.c.calib_text);
   }
-  // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
-  std::shared_ptr<calib::ActStats> stats;
-  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
   set_threads(a.threads);
 
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -359,11 +356,14 @@ int run_gguf(const Args& a) {
         "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
         "compressed-tensors)",
         a.in);
-  if (ck.config.is_moe() && (stats || a.c.gptq || target))
+  if (ck.config.is_moe() && (!a.c.imatrix.empty() || a.c.gptq || target))
     user_error(
         "{}: {} is a mixture-of-experts model; --imatrix, --gptq and --target-bpw are not applied to its experts "
         "yet (convert it with --gguf-type alone)",
         a.in, ck.config.arch);
+  // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
+  std::shared_ptr<calib::ActStats> stats;
+  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
   GgufExportOptions opt;
   opt.gguf_type = type_name;
   opt.tensor_types = parse_tensor_types(a.tensor_types);

@@ -100,7 +100,7 @@ std::vector<std::pair<std::string, std::string>> arch_layer_names(const ArchDesc
 // The stacked expert tensors (after "blk.N."), by the MoeNames member naming the projection.
 struct ExpertRow {
   const char* gguf;
-  const char* MoeNames::* hf;
+  const char* MoeNames::*hf;
 };
 constexpr ExpertRow kExpertNames[] = {
     {"ffn_gate_exps.weight", &MoeNames::gate},

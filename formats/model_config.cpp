@@ -482,7 +482,8 @@ void read_moe_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
   if (c->arch == "mixtral") c->intermediate = c->moe_intermediate;
   if (c->moe_intermediate <= 0) user_error("{}: the experts' feed-forward length must be positive", g.path());
   c->norm_topk_prob = true;
-  if (g.has(key("expert_gating_func")) && g.get_int(key("expert_gating_func")) != 1)  // LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+  if (g.has(key("expert_gating_func")) &&
+      g.get_int(key("expert_gating_func")) != 1)  // LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
     user_error("{}: {} {} is not softmax", g.path(), key("expert_gating_func"), g.get_int(key("expert_gating_func")));
   if (g.has(key("expert_shared_count")) && g.get_int(key("expert_shared_count")) > 0)
     user_error("{}: shared experts are not supported", g.path());

@@ -189,11 +189,11 @@ struct MixState {
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
 std::pair<int, int> gguf_order_key(const std::string& gguf) {
-  static const char* kLayer[] = {"attn_norm.weight",   "attn_q.weight",      "attn_q.bias",     "attn_k.weight",
-                                 "attn_k.bias",        "attn_v.weight",      "attn_v.bias",     "attn_q_norm.weight",
-                                 "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                                 "ffn_up.weight",      "ffn_down.weight",    "ffn_gate_inp.weight", "ffn_gate_exps.weight",
-                                 "ffn_up_exps.weight", "ffn_down_exps.weight"};
+  static const char* kLayer[] = {
+      "attn_norm.weight",     "attn_q.weight",      "attn_q.bias",         "attn_k.weight",      "attn_k.bias",
+      "attn_v.weight",        "attn_v.bias",        "attn_q_norm.weight",  "attn_k_norm.weight", "attn_output.weight",
+      "ffn_norm.weight",      "ffn_gate.weight",    "ffn_up.weight",       "ffn_down.weight",    "ffn_gate_inp.weight",
+      "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
   if (gguf == "token_embd.weight") return {-2, 0};
   if (gguf == "rope_freqs.weight") return {-1, 0};
   if (gguf == "output_norm.weight") return {1 << 30, 0};
@@ -347,7 +347,12 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   std::map<std::string, int> chosen;     // type -> how many weights (a mix or overrides)
   int n_attn_v = 0, overridden = 0;
   for (const Item& it : items) n_attn_v += MixState::is_attn_v(it.gguf);
-  MixState mix{tr,   n_attn_v, c.n_layers, c.n_experts, tied, c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads >= 4,
+  MixState mix{tr,
+               n_attn_v,
+               c.n_layers,
+               c.n_experts,
+               tied,
+               c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads >= 4,
                bool(opt.importance)};
   for (Item& it : items) {
     if (it.shape.size() < 2 || is_router(it.gguf)) continue;

@@ -45,9 +45,10 @@ void write_llama_keys(const ModelConfig& c, const std::string& a, GgufWriter* w)
 void write_moe_keys(const ModelConfig& c, const std::string& a, const std::string& path, GgufWriter* w) {
   for (int i = 0; i < c.n_layers; ++i)
     if (!c.is_moe_layer(i))
-      user_error("{}: layer {} has a dense MLP (mlp_only_layers / decoder_sparse_step); llama.cpp's {} makes every "
-                 "layer sparse",
-                 path, i, a);
+      user_error(
+          "{}: layer {} has a dense MLP (mlp_only_layers / decoder_sparse_step); llama.cpp's {} makes every "
+          "layer sparse",
+          path, i, a);
   if (!c.norm_topk_prob)
     user_error("{}: norm_topk_prob is false; llama.cpp's {} always renormalises the top-{} weights", path, a,
                c.n_experts_per_tok);
