@@ -17,8 +17,10 @@ constexpr BlockNorms kPostNorms{nullptr, "post_attention_layernorm", nullptr, "p
 // qwen3_moe: model.layers.N.mlp.gate / mlp.experts.E.gate_proj (Qwen3MoeSparseMoeBlock);
 // mixtral: block_sparse_moe.gate / block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down), the
 // names transformers 5 still writes on save_pretrained (it fuses the experts in memory only).
-constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts", "gate_proj", "up_proj", "down_proj", false};
-constexpr MoeNames kMixtral{"block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true};
+constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts",    "gate_proj", "up_proj", "down_proj",
+                             false,      "mlp.switch_mlp", 8,           64};
+constexpr MoeNames kMixtral{
+    "block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true, "block_sparse_moe.switch_mlp", 0, 0};
 
 using A = Activation;
 using Q = QkNorm;

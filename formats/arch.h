@@ -49,6 +49,12 @@ struct MoeNames {
   const char* up;
   const char* down;
   bool always_renormalize;  // mixtral: the top-k weights always sum to 1
+  // mlx_lm's module holding the experts stacked, <switch_mlp>.{gate,up,down}_proj [n_experts, ...]
+  // (mlx_lm models/qwen3_moe.py, mixtral.py: sanitize and SwitchGLU).
+  const char* mlx_switch_mlp;
+  // mlx_lm's quant_predicate for the router (models/qwen3_moe.py: "mlp.gate" at 8 bits, group 64);
+  // 0: none, the router is quantized like every Linear (mixtral.py).
+  int mlx_router_bits, mlx_router_group;
 };
 
 struct ArchDesc {

@@ -16,6 +16,7 @@
 #include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/mlx.h"
+#include "formats/layouts/mlx_moe.h"
 #include "formats/layouts/native.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
@@ -249,11 +250,17 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
   ck.config = ModelConfig::from_hf_json(vlm ? multimodal_text_config(j, cfg_path) : j, cfg_path);
   SafetensorsDir st = load_safetensors_dir(dir);
   if (vlm) ck.multimodal = std::make_shared<const Multimodal>(split_multimodal(dir, j, st.tensors));
+  // mlx_lm's stacked experts (switch_mlp) become the experts' own tensors, config entries included.
+  json jm;
+  if (kind == "mlx" && ck.config.is_moe()) {
+    jm = j;
+    unstack_mlx_experts(ck.config, dir, &st.tensors, &jm["quantization"]);
+  }
   for (auto& [name, t] : st.tensors) {
     if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
     ck.tensors.emplace(name, t);
   }
-  ck.quantization = kind == "mlx"                  ? mlx_describe(dir, j, ck.tensors, st.metadata)
+  ck.quantization = kind == "mlx"                  ? mlx_describe(dir, jm.is_null() ? j : jm, ck.tensors, st.metadata)
                     : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
                     : kind == "bnb"                ? bnb_describe(dir, j, ck.tensors)
                                                    : native_describe(dir, j);
