@@ -88,13 +88,28 @@ DType source_dtype(const Checkpoint& ck) {
 }
 
 // A mixture of experts keeps its routers float, as llm-compressor's MoE recipes do (ignore
-// "re:.*mlp.gate$"): the top-k choice turns on small differences of the router's logits.
-void keep_routers_float(const ModelConfig& c, QuantPlan* plan) {
+// "re:.*mlp.gate$"): the top-k choice turns on small differences of the router's logits. The mlx
+// layout quantizes them as mlx_lm.convert does: like every Linear (mixtral.py), or by the model's
+// quant_predicate (qwen3_moe.py: 8 bits, group 64; kept float where 64 does not divide the hidden
+// size, on which mlx_lm.convert itself fails).
+void plan_routers(const ModelConfig& c, const std::string& layout, QuantPlan* plan) {
   if (!c.is_moe()) return;
+  const MoeNames& m = *c.desc().moe;
   for (int l = 0; l < c.n_layers; ++l) {
     if (!c.is_moe_layer(l)) continue;
-    const std::string name = "model.layers." + std::to_string(l) + "." + c.desc().moe->router + ".weight";
-    if (plan->tensors.erase(name)) plan->skipped[name] = "mixture-of-experts router, kept float";
+    const std::string name = "model.layers." + std::to_string(l) + "." + m.router + ".weight";
+    auto it = plan->tensors.find(name);
+    if (it == plan->tensors.end()) continue;
+    if (layout != "mlx") {
+      plan->tensors.erase(it);
+      plan->skipped[name] = "mixture-of-experts router, kept float";
+    } else if (m.mlx_router_bits > 0 && c.hidden % m.mlx_router_group == 0) {
+      it->second.bits = m.mlx_router_bits, it->second.group_size = m.mlx_router_group;
+    } else if (m.mlx_router_bits > 0) {
+      plan->tensors.erase(it);
+      plan->skipped[name] = "router: mlx_lm's " + c.arch + " rule (" + std::to_string(m.mlx_router_bits) +
+                            "-bit, group " + std::to_string(m.mlx_router_group) + ") does not fit the hidden size";
+    }
   }
 }
 
@@ -336,9 +351,6 @@ int run_gguf(const Args& a) {
     if (fs::path(a.c.calib_text).filename().string().find("test") != std::string::npos)
       user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.c.calib_text);
   }
-  // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
-  std::shared_ptr<calib::ActStats> stats;
-  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
   set_threads(a.threads);
 
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -359,6 +371,14 @@ int run_gguf(const Args& a) {
         "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
         "compressed-tensors)",
         a.in);
+  if (ck.config.is_moe() && (!a.c.imatrix.empty() || a.c.gptq || target))
+    user_error(
+        "{}: {} is a mixture-of-experts model; --imatrix, --gptq and --target-bpw are not applied to its experts "
+        "yet (convert it with --gguf-type alone)",
+        a.in, ck.config.arch);
+  // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
+  std::shared_ptr<calib::ActStats> stats;
+  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
   GgufExportOptions opt;
   opt.gguf_type = type_name;
   opt.tensor_types = parse_tensor_types(a.tensor_types);
@@ -461,13 +481,13 @@ int run(const Args& a) {
         "--rotate or --untie",
         a.in, ck.multimodal->config.value("model_type", "?"));
   // A mixture of experts goes to the layouts that store each expert's projections under their HF
-  // names (hf; compressed-tensors, read per expert by vLLM; native), uncalibrated; mlx_lm, bnb and
-  // llama.cpp stack the experts, which the writers do not yet.
-  if (ck.config.is_moe() &&
-      (a.rotate || calib.active() || (lname != "hf" && lname != "compressed-tensors" && lname != "native")))
+  // names (hf; compressed-tensors, read per expert by vLLM; native) and to mlx (mlx_lm's stacked
+  // switch_mlp; GGUF: run_gguf), uncalibrated; bnb is not written yet.
+  if (ck.config.is_moe() && (a.rotate || calib.active() ||
+                             (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx")))
     user_error(
-        "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors or native "
-        "only, without --rotate or calibration",
+        "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors, native, mlx "
+        "or gguf only, without --rotate or calibration",
         a.in, ck.config.arch);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
@@ -490,7 +510,7 @@ int run(const Args& a) {
   calib.prepare(ck);
   if (planner.active()) {
     QuantPlan plan = planner.plan(ck);
-    keep_routers_float(ck.config, &plan);
+    plan_routers(ck.config, lname, &plan);
     ck = calib::pack_checkpoint(std::move(ck), plan, *layout, calib);
     for (const std::string& line : plan_summary(plan)) std::printf("%s\n", line.c_str());
     if (calib.active()) std::printf("calibration: %s\n", calib.describe().c_str());

@@ -17,8 +17,10 @@ constexpr BlockNorms kPostNorms{nullptr, "post_attention_layernorm", nullptr, "p
 // qwen3_moe: model.layers.N.mlp.gate / mlp.experts.E.gate_proj (Qwen3MoeSparseMoeBlock);
 // mixtral: block_sparse_moe.gate / block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down), the
 // names transformers 5 still writes on save_pretrained (it fuses the experts in memory only).
-constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts", "gate_proj", "up_proj", "down_proj", false};
-constexpr MoeNames kMixtral{"block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true};
+constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts",    "gate_proj", "up_proj", "down_proj",
+                             false,      "mlp.switch_mlp", 8,           64};
+constexpr MoeNames kMixtral{
+    "block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true, "block_sparse_moe.switch_mlp", 0, 0};
 
 using A = Activation;
 using Q = QkNorm;
@@ -35,8 +37,8 @@ constexpr ArchDesc kArchs[] = {
   {"phi3",        "Phi3ForCausalLM",      "phi3",  true,  4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false,  nullptr},
   {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false,  nullptr},
   {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true,   nullptr},
-  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "",      false, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe},
-  {"mixtral",     "MixtralForCausalLM",   "",      false, 4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral},
+  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "qwen3moe", true, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe},
+  {"mixtral",     "MixtralForCausalLM",   "llama", true,  4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral},
 };
 // clang-format on
 
@@ -54,9 +56,9 @@ const ArchDesc* arch_by_hf_class(const std::string& c) {
   return nullptr;
 }
 
-const ArchDesc* arch_by_gguf(const std::string& a) {
+const ArchDesc* arch_by_gguf(const std::string& a, bool moe) {
   for (auto& r : kArchs)
-    if (r.gguf_reads && a == r.gguf_arch) return &r;
+    if (r.gguf_reads && a == r.gguf_arch && (r.moe != nullptr) == moe) return &r;
   return nullptr;
 }
 

@@ -49,13 +49,21 @@ struct MoeNames {
   const char* up;
   const char* down;
   bool always_renormalize;  // mixtral: the top-k weights always sum to 1
+  // mlx_lm's module holding the experts stacked, <switch_mlp>.{gate,up,down}_proj [n_experts, ...]
+  // (mlx_lm models/qwen3_moe.py, mixtral.py: sanitize and SwitchGLU).
+  const char* mlx_switch_mlp;
+  // mlx_lm's quant_predicate for the router (models/qwen3_moe.py: "mlp.gate" at 8 bits, group 64);
+  // 0: none, the router is quantized like every Linear (mixtral.py).
+  int mlx_router_bits, mlx_router_group;
 };
 
 struct ArchDesc {
   const char* model_type;    // HF model_type, and our name for the architecture
   const char* hf_class;      // config.json architectures[0]
   const char* gguf_arch;     // llama.cpp's general.architecture for it; "" when it has none we write
-  bool gguf_reads;           // from_gguf maps gguf_arch to this row (mistral's GGUFs say "llama")
+  bool gguf_reads;           // from_gguf maps gguf_arch to this row (mistral's GGUFs say "llama"; a
+                             // "llama" GGUF with expert_count is mixtral's, convert_hf_to_gguf.py
+                             // MixtralModel)
   int default_max_position;  // the transformers config class's defaults
   double default_rope_theta;
   int default_head_dim;  // 0: hidden / heads
@@ -77,7 +85,8 @@ struct ArchDesc {
 // The row for an HF model_type, an HF class name, or a GGUF general.architecture; nullptr if none.
 const ArchDesc* arch_by_model_type(const std::string& model_type);
 const ArchDesc* arch_by_hf_class(const std::string& hf_class);
-const ArchDesc* arch_by_gguf(const std::string& gguf_arch);
+// `moe`: the GGUF has <arch>.expert_count > 0 (picks the row with an MoE FFN).
+const ArchDesc* arch_by_gguf(const std::string& gguf_arch, bool moe);
 // The row of a name ModelConfig::arch holds (always one: the readers refuse the others).
 const ArchDesc& arch_desc(const std::string& model_type);
 // "llama, mistral, ..." for error messages.

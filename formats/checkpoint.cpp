@@ -89,11 +89,38 @@ std::vector<std::pair<std::string, std::string>> arch_layer_names(const ArchDesc
                                                        {"post_ffw_norm.weight", n.ffn_post}};
   for (auto& [g, hf] : norms)
     if (hf) v.emplace_back(g, std::string(hf) + ".weight");
+  if (d.moe) v.emplace_back("ffn_gate_inp.weight", std::string(d.moe->router) + ".weight");
   if (d.fused_proj) {
     v.emplace_back("attn_qkv.weight", "self_attn.qkv_proj.weight");
     v.emplace_back("ffn_up.weight", "mlp.gate_up_proj.weight");
   }
   return v;
+}
+
+// The stacked expert tensors (after "blk.N."), by the MoeNames member naming the projection.
+struct ExpertRow {
+  const char* gguf;
+  const char* MoeNames::*hf;
+};
+constexpr ExpertRow kExpertNames[] = {
+    {"ffn_gate_exps.weight", &MoeNames::gate},
+    {"ffn_up_exps.weight", &MoeNames::up},
+    {"ffn_down_exps.weight", &MoeNames::down},
+};
+
+// "<experts>.E.<proj>.weight" -> the stacked tensor's name after "blk.N."; "" for another name.
+std::string expert_gguf_rest(std::string_view rest, const MoeNames& m) {
+  const std::string_view experts = m.experts;
+  if (rest.size() <= experts.size() + 1 || rest.substr(0, experts.size()) != experts || rest[experts.size()] != '.')
+    return "";
+  rest.remove_prefix(experts.size() + 1);
+  size_t j = 0;
+  while (j < rest.size() && rest[j] >= '0' && rest[j] <= '9') ++j;
+  if (j == 0 || j >= rest.size() || rest[j] != '.') return "";
+  rest.remove_prefix(j + 1);
+  for (const ExpertRow& r : kExpertNames)
+    if (rest == std::string(m.*r.hf) + ".weight") return r.gguf;
+  return "";
 }
 
 bool arch_overrides(std::string_view gguf_rest, std::string_view hf_rest, const ArchDesc& d) {
@@ -122,8 +149,26 @@ std::string hf_to_gguf_name(const std::string& hf_name, const ArchDesc& d) {
   if (!split_layer(hf_name, "model.layers.", &layer, &rest)) return hf_to_gguf_name(hf_name);
   for (auto& [g, hf] : arch_layer_names(d))
     if (rest == hf) return "blk." + std::to_string(layer) + "." + g;
+  if (d.moe)
+    if (std::string g = expert_gguf_rest(rest, *d.moe); !g.empty()) return "blk." + std::to_string(layer) + "." + g;
   if (arch_overrides("", rest, d)) return "";
   return hf_to_gguf_name(hf_name);
+}
+
+std::vector<std::string> gguf_expert_parts(const std::string& gguf_name, const ModelConfig& c) {
+  int layer;
+  std::string_view rest;
+  const MoeNames* m = c.desc().moe;
+  if (!m || !split_layer(gguf_name, "blk.", &layer, &rest) || layer >= c.n_layers || !c.is_moe_layer(layer)) return {};
+  for (const ExpertRow& r : kExpertNames) {
+    if (rest != r.gguf) continue;
+    std::vector<std::string> parts;
+    for (int e = 0; e < c.n_experts; ++e)
+      parts.push_back("model.layers." + std::to_string(layer) + "." + m->experts + "." + std::to_string(e) + "." +
+                      (m->*r.hf) + ".weight");
+    return parts;
+  }
+  return {};
 }
 
 std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c) {

@@ -54,8 +54,15 @@ std::string hf_to_gguf_name(const std::string& hf_name);
 // The same for a family's own names: its norms (Gemma's four per block, OLMo 2's post-norms:
 // attn_norm, post_attention_norm, ffn_norm, post_ffw_norm) and Phi-3's fused projections
 // (blk.N.attn_qkv <-> self_attn.qkv_proj, blk.N.ffn_up <-> mlp.gate_up_proj: both fused).
+// A mixture of experts (d.moe) as llama.cpp stores it (gguf-py tensor_mapping.py FFN_GATE_INP,
+// FFN_{GATE,UP,DOWN}_EXP): blk.N.ffn_gate_inp.weight <-> the router, and each of
+// blk.N.ffn_{gate,up,down}_exps.weight holds one projection of every expert, stacked
+// [n_experts, rows, cols]; hf_to_gguf_name maps an expert's projection to that stacked tensor.
 std::string gguf_to_hf_name(const std::string& gguf_name, const ArchDesc& d);
 std::string hf_to_gguf_name(const std::string& hf_name, const ArchDesc& d);
+// The HF names of a stacked expert tensor's experts, in expert order; empty when `gguf_name` is
+// not one (or the model has no experts in that layer).
+std::vector<std::string> gguf_expert_parts(const std::string& gguf_name, const ModelConfig& c);
 
 // Every tensor a model of this configuration has, with its HF shape (lm_head.weight only when
 // not tied). Loaders check a checkpoint against it.

@@ -16,6 +16,7 @@
 #include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/mlx.h"
+#include "formats/layouts/mlx_moe.h"
 #include "formats/layouts/native.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
@@ -95,7 +96,7 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   const ModelConfig& c = ck.config;
 
   struct Job {
-    const GgufTensorInfo* info;
+    GgufTensorInfo info;  // a stacked expert tensor's: one expert's slice
     std::string hf;
     int permute_heads;  // 0: rows stay as they are
   };
@@ -104,6 +105,25 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   json qinfo = json::object();
   for (auto& t : g.tensors()) {
     if (t.name == "rope_freqs.weight") continue;  // folded into config.rope_scaling
+    // A stacked expert tensor [n_experts, rows, cols]: expert e is the e-th of n_experts equal
+    // byte ranges (whole rows, so whole blocks), loaded as its own [rows, cols] tensor.
+    if (const std::vector<std::string> parts = gguf_expert_parts(t.name, c); !parts.empty()) {
+      if (t.ne.size() != 3 || t.ne[2] != int64_t(parts.size()))
+        user_error("{}: tensor {} has shape {}, not [{}, rows, cols]", path, t.name, shape_text(t.torch_shape()),
+                   parts.size());
+      for (size_t e = 0; e < parts.size(); ++e) {
+        GgufTensorInfo x = t;
+        x.ne = {t.ne[0], t.ne[1]};
+        x.nbytes = t.nbytes / parts.size();
+        x.data = t.data ? t.data + e * x.nbytes : nullptr;
+        if (shapes.count(parts[e])) user_error("{}: tensor {} appears twice", path, t.name);
+        shapes[parts[e]] = x.torch_shape();
+        const GgmlTypeRow* row = ggml_type_row(uint32_t(t.type));
+        qinfo[parts[e]] = {{"gguf_name", t.name}, {"ggml_type", row ? row->name : "?"}, {"nbytes", x.nbytes}};
+        jobs.push_back({std::move(x), parts[e], 0});
+      }
+      continue;
+    }
     std::string hf = gguf_to_hf_name(t.name, c.desc());
     if (hf.empty()) user_error("{}: tensor {} has no Hugging Face counterpart", path, t.name);
     if (shapes.count(hf)) user_error("{}: tensor {} appears twice", path, t.name);
@@ -113,7 +133,7 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
       if (hf.find(".self_attn.q_proj.") != std::string::npos) heads = c.n_heads;
       if (hf.find(".self_attn.k_proj.") != std::string::npos) heads = c.n_kv_heads;
     }
-    jobs.push_back({&t, hf, heads});
+    jobs.push_back({t, hf, heads});
     const GgmlTypeRow* row = ggml_type_row(uint32_t(t.type));
     qinfo[hf] = {{"gguf_name", t.name}, {"ggml_type", row ? row->name : "?"}, {"nbytes", t.nbytes}};
   }
@@ -125,8 +145,8 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   // in float32), llama.cpp multiplies by the stored value. The checkpoint holds w, as HF does.
   const bool plus_one = c.desc().norm_plus_one;
   auto dequantize = [gp, plus_one](const Job& j) {
-    std::vector<int64_t> shape = j.info->torch_shape();
-    std::vector<float> v = gp->dequantize(*j.info);
+    std::vector<int64_t> shape = j.info.torch_shape();
+    std::vector<float> v = gp->dequantize(j.info);
     if (j.permute_heads) {
       int64_t rows = shape[0], cols = int64_t(v.size()) / std::max<int64_t>(rows, 1);
       v = gguf_unpermute_rows(v.data(), rows, cols, j.permute_heads);
@@ -138,11 +158,11 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   if (mode == LoadMode::Deferred) {
     for (const Job& j : jobs)
       ck.tensors.emplace(j.hf,
-                         deferred_tensor(DType::F32, j.info->torch_shape(), [dequantize, j] { return dequantize(j); }));
+                         deferred_tensor(DType::F32, j.info.torch_shape(), [dequantize, j] { return dequantize(j); }));
   } else {
     // Dequantize tensors in parallel, largest first so no thread is left with the embedding at
     // the end. (ggml_dequantize's own parallel loop runs single-threaded when nested here.)
-    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.info->numel() > b.info->numel(); });
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.info.numel() > b.info.numel(); });
     std::vector<Tensor> out(jobs.size());
     std::vector<std::exception_ptr> errors(jobs.size());
 #pragma omp parallel for schedule(dynamic, 1)
@@ -230,11 +250,17 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
   ck.config = ModelConfig::from_hf_json(vlm ? multimodal_text_config(j, cfg_path) : j, cfg_path);
   SafetensorsDir st = load_safetensors_dir(dir);
   if (vlm) ck.multimodal = std::make_shared<const Multimodal>(split_multimodal(dir, j, st.tensors));
+  // mlx_lm's stacked experts (switch_mlp) become the experts' own tensors, config entries included.
+  json jm;
+  if (kind == "mlx" && ck.config.is_moe()) {
+    jm = j;
+    unstack_mlx_experts(ck.config, dir, &st.tensors, &jm["quantization"]);
+  }
   for (auto& [name, t] : st.tensors) {
     if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
     ck.tensors.emplace(name, t);
   }
-  ck.quantization = kind == "mlx"                  ? mlx_describe(dir, j, ck.tensors, st.metadata)
+  ck.quantization = kind == "mlx"                  ? mlx_describe(dir, jm.is_null() ? j : jm, ck.tensors, st.metadata)
                     : kind == "compressed-tensors" ? ct_describe(dir, j, ck.tensors)
                     : kind == "bnb"                ? bnb_describe(dir, j, ck.tensors)
                                                    : native_describe(dir, j);

@@ -465,20 +465,43 @@ void read_phi3_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) 
     user_error("{}: LongRoPE scaling (rope_factors_long / short) is not supported", g.path());
 }
 
+// A mixture of experts (convert_hf_to_gguf.py TextModel.set_gguf_parameters, Qwen2MoeModel): every
+// layer sparse, expert_used_count experts per token, renormalised top-k weights (llama.cpp's
+// qwen3moe and llama graphs always renormalise: build_moe_ffn(..., norm_w = true) in
+// src/models/qwen3moe.cpp, llama.cpp). An expert's rows: expert_feed_forward_length, else
+// llama.cpp's default n_ff / n_expert_used (qwen3moe) or feed_forward_length (Mixtral's "llama").
+void read_moe_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  c->n_experts = int(g.get_int(key("expert_count")));
+  c->n_experts_per_tok = int(g.get_int(key("expert_used_count")));
+  if (c->n_experts_per_tok <= 0 || c->n_experts_per_tok > c->n_experts)
+    user_error("{}: {} {} must be within 1..{} ({})", g.path(), key("expert_used_count"), c->n_experts_per_tok,
+               key("expert_count"), c->n_experts);
+  const int64_t def = c->arch == "mixtral" ? c->intermediate : c->intermediate / c->n_experts_per_tok;
+  c->moe_intermediate = int(g.get_int_or(key("expert_feed_forward_length"), def));
+  if (c->arch == "mixtral") c->intermediate = c->moe_intermediate;
+  if (c->moe_intermediate <= 0) user_error("{}: the experts' feed-forward length must be positive", g.path());
+  c->norm_topk_prob = true;
+  if (g.has(key("expert_gating_func")) &&
+      g.get_int(key("expert_gating_func")) != 1)  // LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+    user_error("{}: {} {} is not softmax", g.path(), key("expert_gating_func"), g.get_int(key("expert_gating_func")));
+  if (g.has(key("expert_shared_count")) && g.get_int(key("expert_shared_count")) > 0)
+    user_error("{}: shared experts are not supported", g.path());
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const std::string& path = g.path();
   std::string arch = g.get_string("general.architecture");
-  const ArchDesc* row = arch_by_gguf(arch);
-  if (!row)
-    user_error("{}: unsupported GGUF architecture '{}' (read from GGUF: llama, qwen2, qwen3, gemma2, gemma3, phi3)",
-               path, arch);
   auto key = [&](const char* k) { return arch + "." + k; };
-  // Mixtral's GGUFs say "llama" and hold merged experts (ffn_gate_exps): not read yet.
-  if (g.get_int_or(key("expert_count"), 0) > 0)
-    user_error("{}: a mixture-of-experts GGUF ({} experts); read its HF folder instead", path,
-               g.get_int_or(key("expert_count"), 0));
+  const int64_t n_experts = g.get_int_or(key("expert_count"), 0);
+  const ArchDesc* row = arch_by_gguf(arch, n_experts > 0);
+  if (!row)
+    user_error(
+        "{}: unsupported GGUF architecture '{}'{} (read from GGUF: llama, qwen2, qwen3, gemma2, gemma3, phi3; "
+        "mixture-of-experts: qwen3moe, and llama with expert_count as Mixtral's)",
+        path, arch, n_experts > 0 ? " with " + std::to_string(n_experts) + " experts" : std::string());
 
   ModelConfig c;
   c.arch = row->model_type;
@@ -514,6 +537,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
     }
   }
 
+  if (row->moe) read_moe_gguf(g, arch, &c);
   if (row->gemma_attention) read_gemma_gguf(g, arch, &c);
   if (row->fused_proj) read_phi3_gguf(g, arch, &c);
 

@@ -13,7 +13,8 @@
 3. --source: an unquantized HF folder of the same weights (`quanttool convert --format hf
    --dtype bf16`): every quantized module's stored weight/scales/biases must equal what
    mx.quantize computes from the source weight (bit-exact), and mx.dequantize of the stored
-   tensors must equal mx.dequantize of mlx's own (i.e. mlx's dequantized weights are ours).
+   tensors must equal mx.dequantize of mlx's own (i.e. mlx's dequantized weights are ours). A
+   mixture of experts' stacked module (switch_mlp) against its experts' source weights stacked.
 Exit code 0 when every check that ran passed.
 """
 import argparse
@@ -22,6 +23,25 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+
+# A mixture of experts: mlx_lm's switch_mlp module stacks the experts' Linears of the source
+# (models/qwen3_moe.py, mixtral.py sanitize), whose HF projection names these are.
+EXPERT_NAMES = {"mlp.switch_mlp": ("mlp.experts", {"gate_proj": "gate_proj", "up_proj": "up_proj",
+                                                    "down_proj": "down_proj"}),
+                "block_sparse_moe.switch_mlp": ("block_sparse_moe.experts", {"gate_proj": "w1", "up_proj": "w3",
+                                                                             "down_proj": "w2"})}
+
+
+def stacked_experts(src, m):
+    import mlx.core as mx
+    for switch, (experts, proj) in EXPERT_NAMES.items():
+        head, _, p = m.rpartition(".")
+        if head.endswith(switch):
+            pre = head[: -len(switch)] + experts
+            n = sum(1 for k in src if k.startswith(pre + ".") and k.endswith("." + proj[p] + ".weight"))
+            return mx.stack([src[f"{pre}.{e}.{proj[p]}.weight"] for e in range(n)])
+    raise KeyError(m)
 
 
 def main():
@@ -82,7 +102,7 @@ def main():
             m = name[: -len(".scales")]
             p = q.get(m, q)
             gs, bits = p["group_size"], p["bits"]
-            w = src[m + ".weight"]
+            w = src[m + ".weight"] if m + ".weight" in src else stacked_experts(src, m)
             qw, s, b = mx.quantize(w, group_size=gs, bits=bits)
             same = all(
                 bool(mx.array_equal(x, stored[m + suf]).item())

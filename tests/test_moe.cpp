@@ -162,8 +162,9 @@ TEST_P(TinyMoe, PerplexityKvMethodsAndKld) {
 }
 
 // convert --format hf (f32 and the source's bf16): the folder reads back to the same
-// configuration and gives transformers' logits. mlx, bnb and GGUF, and --rotate, are
-// refused with one line (exit 2); inspect runs.
+// configuration and gives transformers' logits. bnb, --rotate, and (for tiny-qwen3-moe, whose
+// dense middle layer llama.cpp's qwen3moe cannot hold) GGUF are refused with one line (exit 2);
+// inspect runs. (GGUF and mlx of a mixture of experts: tests/test_gguf_moe.cpp, test_mlx_moe.cpp.)
 TEST_P(TinyMoe, ConvertHfRoundTripAndRefusals) {
   Golden g = golden(GetParam());
   const std::string tmp = test::temp_dir("moe_" + GetParam());
@@ -184,9 +185,9 @@ TEST_P(TinyMoe, ConvertHfRoundTripAndRefusals) {
     EXPECT_LT(max_abs_diff(logits(ck, g.ids, "f32", false), g.logits), 1e-4);
     ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " inspect " + out, &log), 0) << log;
   }
-  for (const char* args : {"--scheme affine --bits 8 --group-size 32", "--scheme nf4", "--format gguf --gguf-type f16",
-                           "--format mlx", "--scheme int8 --group-size 0 --rotate"}) {
+  for (const char* args : {"--scheme nf4", "--format gguf --gguf-type f16", "--scheme int8 --group-size 0 --rotate"}) {
     SCOPED_TRACE(args);
+    if (GetParam() == "mixtral" && std::string(args).find("gguf") != std::string::npos) continue;
     const std::string out = tmp + "/refused" + (std::string(args).find("gguf") != std::string::npos ? ".gguf" : "");
     EXPECT_EQ(
         test::run_cmd(test::quanttool_bin() + " convert --in " + tiny(GetParam()) + " --out " + out + " " + args, &log),

@@ -25,11 +25,11 @@ namespace qt {
 
 namespace {
 
-// A llama.cpp mix (src/llama-quant.cpp llama_tensor_get_type_impl, restated for dense models: no
-// MoE, not Falcon, not its 70B case) bumps some tensors of a kind above the base type. `i` is the
-// tensor's index among those of its kind that the mix decided so far and `n` how many there are
-// (attn_v: every attn_v / attn_qkv / attn_kv_b weight; ffn_down: the layer count), as llama.cpp's
-// counters i_attention_wv / i_ffn_down.
+// A llama.cpp mix (src/llama-quant.cpp llama_tensor_get_type_impl, restated: not Falcon, not its
+// 70B case) bumps some tensors of a kind above the base type. `i` is the tensor's index among those
+// of its kind that the mix decided so far and `n` how many there are (attn_v: every attn_v /
+// attn_qkv / attn_kv_b weight; ffn_down: the layer count), as llama.cpp's counters
+// i_attention_wv / i_ffn_down; in a mixture of experts ffn_down's `i` is the layer in the name.
 enum class When : uint8_t {
   Never,
   Always,
@@ -50,13 +50,15 @@ struct Rule {
 // --gguf-type names. A plain row is every 2-D weight in `type` (llama-quantize --pure); a mix row is
 // llama-quantize's own recipe for that file_type: output.weight (or a tied token_embd) Q6_K, or
 // Q8_0 when the base type's block does not divide its rows; attn_v, ffn_down and attn_output by
-// their rules; everything else (an untied token_embd included) `type`.
+// their rules; everything else (an untied token_embd included) `type`. With 8 experts
+// (hparams.n_expert == 8) attn_v and attn_k are Q8_0 and attn_output follows attn_output_8x
+// instead. The router (ffn_gate_inp) stays F32: llama-quantize never quantizes it.
 struct TypeRow {
   const char* name;
   GgmlType type;
   uint32_t ftype;  // general.file_type: llama.cpp's llama_ftype
   bool mix = false;
-  Rule attn_v = {}, ffn_down = {}, attn_output = {};
+  Rule attn_v = {}, ffn_down = {}, attn_output = {}, attn_output_8x = {};
 };
 using G = GgmlType;
 constexpr TypeRow kTypes[] = {
@@ -76,22 +78,37 @@ constexpr TypeRow kTypes[] = {
     {"q2_k", G::Q2_K, 10},
     {"q3_k", G::Q3_K, 12},
     {"iq4_xs", G::IQ4_XS, 30},
-    {"q2_k_mix", G::Q2_K, 10, true, {When::Gqa4, G::Q4_K, G::Q3_K}, {When::Always, G::Q3_K}, {When::Always, G::Q3_K}},
-    {"q3_k_s", G::Q3_K, 11, true},
+    {"q2_k_mix",
+     G::Q2_K,
+     10,
+     true,
+     {When::Gqa4, G::Q4_K, G::Q3_K},
+     {When::Always, G::Q3_K},
+     {When::Always, G::Q3_K},
+     {When::Always, G::Q5_K}},
+    {"q3_k_s", G::Q3_K, 11, true, {}, {}, {}, {When::Always, G::Q5_K}},
     {"q3_k_m",
      G::Q3_K,
      12,
      true,
      {When::Below2, G::Q5_K, G::Q4_K},
      {When::BelowN16, G::Q5_K, G::Q4_K},
-     {When::Always, G::Q4_K}},
+     {When::Always, G::Q4_K},
+     {When::Always, G::Q5_K}},
     {"q3_k_l", G::Q3_K, 13, true, {When::Always, G::Q5_K}, {When::Always, G::Q5_K}, {When::Always, G::Q5_K}},
-    {"q4_k_s", G::Q4_K, 14, true, {When::Below4, G::Q5_K}, {When::BelowN8, G::Q5_K}},
-    {"q4_k_m", G::Q4_K, 15, true, {When::MoreBits, G::Q6_K}, {When::MoreBits, G::Q6_K}},
+    {"q4_k_s", G::Q4_K, 14, true, {When::Below4, G::Q5_K}, {When::BelowN8, G::Q5_K}, {}, {When::Always, G::Q5_K}},
+    {"q4_k_m", G::Q4_K, 15, true, {When::MoreBits, G::Q6_K}, {When::MoreBits, G::Q6_K}, {}, {When::Always, G::Q5_K}},
     {"q5_k_s", G::Q5_K, 16, true},
     {"q5_k_m", G::Q5_K, 17, true, {When::MoreBits, G::Q6_K}, {When::MoreBits, G::Q6_K}},
     {"q6_k_mix", G::Q6_K, 18, true},
-    {"iq4_xs_mix", G::IQ4_XS, 30, true, {When::Gqa4, G::Q5_K}, {When::BelowN8NoImatrix, G::Q5_K}},
+    {"iq4_xs_mix",
+     G::IQ4_XS,
+     30,
+     true,
+     {When::Gqa4, G::Q5_K},
+     {When::BelowN8NoImatrix, G::Q5_K},
+     {},
+     {When::Always, G::Q5_K}},
 };
 
 // llama.cpp's tensor_type_fallback (src/llama-quant.cpp) for a weight whose rows a 256-element
@@ -137,20 +154,29 @@ GgmlType apply(const Rule& r, int i, int n, bool gqa4, bool imatrix, GgmlType ba
 // A mix's decisions in tensor order, with llama.cpp's counters.
 struct MixState {
   const TypeRow& row;
-  int n_attn_v, n_layers;
+  int n_attn_v, n_layers, n_experts;
   bool tied, gqa4, imatrix;
   int i_attn_v = 0, i_ffn_down = 0;
 
   GgmlType type(const std::string& gguf, int64_t cols) {
     const GgmlType base = row.type;
+    const bool x8 = n_experts == 8;
     if (gguf == "output.weight" || (tied && gguf == "token_embd.weight")) {
       if (cols % ggml_type_row(uint32_t(base))->block_size != 0) return GgmlType::Q8_0;
       return base == GgmlType::Q8_0 ? base : GgmlType::Q6_K;
     }
-    if (is_attn_v(gguf)) return apply(row.attn_v, i_attn_v++, n_attn_v, gqa4, imatrix, base);
-    if (gguf.find("ffn_down") != std::string::npos)
-      return apply(row.ffn_down, i_ffn_down++, n_layers, gqa4, imatrix, base);
-    if (gguf.find("attn_output.weight") != std::string::npos) return apply(row.attn_output, 0, 0, gqa4, imatrix, base);
+    if (is_attn_v(gguf)) {
+      const GgmlType t = apply(row.attn_v, i_attn_v++, n_attn_v, gqa4, imatrix, base);
+      return x8 ? GgmlType::Q8_0 : t;
+    }
+    if (x8 && gguf.find("attn_k.weight") != std::string::npos) return GgmlType::Q8_0;
+    if (gguf.find("ffn_down") != std::string::npos) {
+      const int i = n_experts > 1 ? std::stoi(gguf.substr(4)) : i_ffn_down;  // "blk.N."
+      ++i_ffn_down;
+      return apply(row.ffn_down, i, n_layers, gqa4, imatrix, base);
+    }
+    if (gguf.find("attn_output.weight") != std::string::npos)
+      return apply(x8 ? row.attn_output_8x : row.attn_output, 0, 0, gqa4, imatrix, base);
     return base;
   }
   // llama.cpp's category_is_attn_v over tensor_get_category's name tests.
@@ -163,10 +189,11 @@ struct MixState {
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
 std::pair<int, int> gguf_order_key(const std::string& gguf) {
-  static const char* kLayer[] = {"attn_norm.weight",   "attn_q.weight",      "attn_q.bias",     "attn_k.weight",
-                                 "attn_k.bias",        "attn_v.weight",      "attn_v.bias",     "attn_q_norm.weight",
-                                 "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                                 "ffn_up.weight",      "ffn_down.weight"};
+  static const char* kLayer[] = {
+      "attn_norm.weight",     "attn_q.weight",      "attn_q.bias",         "attn_k.weight",      "attn_k.bias",
+      "attn_v.weight",        "attn_v.bias",        "attn_q_norm.weight",  "attn_k_norm.weight", "attn_output.weight",
+      "ffn_norm.weight",      "ffn_gate.weight",    "ffn_up.weight",       "ffn_down.weight",    "ffn_gate_inp.weight",
+      "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
   if (gguf == "token_embd.weight") return {-2, 0};
   if (gguf == "rope_freqs.weight") return {-1, 0};
   if (gguf == "output_norm.weight") return {1 << 30, 0};
@@ -259,8 +286,10 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   if (!*arch)
     user_error(
         "{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3, gemma2, "
-        "gemma3_text, phi3)",
+        "gemma3_text, phi3, qwen3_moe, mixtral)",
         ck.path, c.arch);
+  if (c.is_moe() && (opt.importance || opt.packed))
+    user_error("{}: --imatrix / --gptq are not applied to a mixture of experts' GGUF yet", ck.path);
   const TypeRow* trp = find_type_row(opt.gguf_type);
   if (!trp) user_error("--gguf-type: unknown type '{}' ({})", opt.gguf_type, gguf_export_type_names());
   const TypeRow& tr = *trp;
@@ -273,8 +302,12 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
     std::string gguf, hf;
     GgmlType type;
     int permute_heads;
-    bool llama_bytes = false;  // IQ4_NL written by llama.cpp's rule (IQ4_XS's fallback)
+    bool llama_bytes = false;        // IQ4_NL written by llama.cpp's rule (IQ4_XS's fallback)
+    std::vector<std::string> parts;  // a stacked expert tensor: its experts' HF names (hf empty)
+    std::vector<int64_t> shape;      // HF order; a stacked one [n_experts, rows, cols]
   };
+  // llama.cpp's expert router stays F32, 2-D as it is (llama-quantize never quantizes it).
+  auto is_router = [](const std::string& g) { return g.find("ffn_gate_inp.weight") != std::string::npos; };
   std::vector<Item> items;
   const bool tied = c.tie_word_embeddings || !ck.tensors.count("lm_head.weight");
   // Phi-3: q/k/v and gate/up written fused, as attn_qkv and ffn_up (Phi3MiniModel keeps HF's fused
@@ -282,17 +315,28 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   std::map<std::string, Tensor> fused;
   if (c.desc().fused_proj) fused = ck.tensors, fuse_projections(c, fused);
   const std::map<std::string, Tensor>& tensors = c.desc().fused_proj ? fused : ck.tensors;
+  std::map<std::string, bool> stacked;  // stacked expert tensors already listed
   for (auto& [hf, t] : tensors) {
     if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;
     const std::string g = hf_to_gguf_name(hf, c.desc());
     if (g.empty()) user_error("{}: tensor {} has no GGUF name", ck.path, hf);
     if (!is_float(t.dtype)) user_error("{}: tensor {} is {}, not a float tensor", ck.path, hf, dtype_name(t.dtype));
-    Item it{g, hf, t.shape.size() == 1 ? GgmlType::F32 : tr.type, 0};
+    if (std::vector<std::string> parts = gguf_expert_parts(g, c); !parts.empty()) {
+      if (stacked[g]) continue;  // every expert's shape is the same (checked at load)
+      stacked[g] = true;
+      Item it{g, "", tr.type, 0, false, {}, {}};
+      it.shape = {int64_t(parts.size()), t.shape[0], t.shape[1]};
+      it.parts = std::move(parts);
+      items.push_back(std::move(it));
+      continue;
+    }
+    Item it{g, hf, t.shape.size() == 1 || is_router(g) ? GgmlType::F32 : tr.type, 0, false, {}, {}};
+    it.shape = t.shape;
     if (c.gguf_permutes_qk() && hf.find(".self_attn.q_proj.") != std::string::npos) it.permute_heads = c.n_heads;
     if (c.gguf_permutes_qk() && hf.find(".self_attn.k_proj.") != std::string::npos) it.permute_heads = c.n_kv_heads;
     items.push_back(it);
   }
-  if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0});
+  if (c.rope_scaling.type == "llama3") items.push_back({"rope_freqs.weight", "", GgmlType::F32, 0, false, {}, {}});
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return gguf_order_key(a.gguf) < gguf_order_key(b.gguf); });
 
@@ -303,12 +347,16 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   std::map<std::string, int> chosen;     // type -> how many weights (a mix or overrides)
   int n_attn_v = 0, overridden = 0;
   for (const Item& it : items) n_attn_v += MixState::is_attn_v(it.gguf);
-  MixState mix{tr, n_attn_v, c.n_layers, tied, c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads >= 4, bool(opt.importance)};
+  MixState mix{tr,
+               n_attn_v,
+               c.n_layers,
+               c.n_experts,
+               tied,
+               c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads >= 4,
+               bool(opt.importance)};
   for (Item& it : items) {
-    if (it.hf.empty()) continue;
-    const Tensor& t = tensors.at(it.hf);
-    if (t.shape.size() != 2) continue;
-    const int64_t cols = t.shape[1];
+    if (it.shape.size() < 2 || is_router(it.gguf)) continue;
+    const int64_t cols = it.shape.back();
     bool manual = false;
     for (const GgufTypeOverride& o : opt.tensor_types)
       if (std::regex_search(it.gguf, o.regex)) {
@@ -332,8 +380,11 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
           ggml_type_row(uint32_t(it.type))->block_size);
   }
   if (types_only) {
-    for (const Item& it : items)
-      if (!it.hf.empty() && tensors.at(it.hf).shape.size() == 2) (*types_only)[it.hf] = it.type;
+    for (const Item& it : items) {
+      if (it.shape.size() < 2 || is_router(it.gguf)) continue;
+      if (it.parts.empty()) (*types_only)[it.hf] = it.type;
+      for (const std::string& p : it.parts) (*types_only)[p] = it.type;
+    }
     return;
   }
   for (auto& [name, n] : fallbacks)
@@ -362,6 +413,25 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
         std::vector<uint8_t> b(ff.size() * 4);
         std::memcpy(b.data(), ff.data(), b.size());
         return b;
+      });
+      continue;
+    }
+    if (!it.parts.empty()) {  // each expert quantized in turn into its slice of the stacked tensor
+      std::vector<Tensor> parts;
+      for (const std::string& p : it.parts) parts.push_back(tensors.at(p));
+      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type, [parts, it] {
+        const size_t n = size_t(it.shape[1] * it.shape[2]), bytes = ggml_nbytes(it.type, n);
+        std::vector<uint8_t> out(bytes * parts.size());
+        for (size_t e = 0; e < parts.size(); ++e) {
+          Tensor src = materialize(parts[e]);
+          const std::vector<float> v = to_f32(src);
+          release_pages(src);
+          if (it.llama_bytes)
+            ggml_quantize_llama(it.type, v.data(), v.size(), out.data() + e * bytes);
+          else
+            ggml_quantize(it.type, v.data(), v.size(), out.data() + e * bytes);
+        }
+        return out;
       });
       continue;
     }

@@ -15,8 +15,10 @@ float llama_cpp_query_scalar(const ModelConfig& c) {
 
 // Llama, Mistral, Qwen 2/3 (TextModel.set_gguf_parameters + LlamaModel's rope.dimension_count);
 // key_length / value_length only when head_dim is not hidden / heads (llama.cpp's default).
+// qwen3moe (Qwen2MoeModel, a TextModel) has neither vocab_size nor rope.dimension_count.
 void write_llama_keys(const ModelConfig& c, const std::string& a, GgufWriter* w) {
-  w->add_u32(a + ".vocab_size", uint32_t(c.vocab));
+  const bool text_model_only = c.desc().moe && a != "llama";
+  if (!text_model_only) w->add_u32(a + ".vocab_size", uint32_t(c.vocab));
   w->add_u32(a + ".context_length", uint32_t(c.max_position));
   w->add_u32(a + ".embedding_length", uint32_t(c.hidden));
   w->add_u32(a + ".block_count", uint32_t(c.n_layers));
@@ -29,11 +31,32 @@ void write_llama_keys(const ModelConfig& c, const std::string& a, GgufWriter* w)
     w->add_u32(a + ".attention.key_length", uint32_t(c.head_dim));
     w->add_u32(a + ".attention.value_length", uint32_t(c.head_dim));
   }
-  w->add_u32(a + ".rope.dimension_count", uint32_t(c.head_dim));
+  if (!text_model_only) w->add_u32(a + ".rope.dimension_count", uint32_t(c.head_dim));
   if (c.rope_scaling.type == "linear") {
     w->add_string(a + ".rope.scaling.type", "linear");
     w->add_f32(a + ".rope.scaling.factor", c.rope_scaling.factor);
   }
+}
+
+// A mixture of experts: TextModel.set_gguf_parameters' expert_count / expert_used_count, and
+// Qwen2MoeModel's expert_feed_forward_length (Mixtral's experts are feed_forward_length wide).
+// llama.cpp runs every layer sparse and renormalises the top-k weights (src/models/qwen3moe.cpp,
+// llama.cpp: build_moe_ffn(..., norm_w = true)); a model that does otherwise is refused.
+void write_moe_keys(const ModelConfig& c, const std::string& a, const std::string& path, GgufWriter* w) {
+  for (int i = 0; i < c.n_layers; ++i)
+    if (!c.is_moe_layer(i))
+      user_error(
+          "{}: layer {} has a dense MLP (mlp_only_layers / decoder_sparse_step); llama.cpp's {} makes every "
+          "layer sparse",
+          path, i, a);
+  if (!c.norm_topk_prob)
+    user_error("{}: norm_topk_prob is false; llama.cpp's {} always renormalises the top-{} weights", path, a,
+               c.n_experts_per_tok);
+  if (c.is_sliding(0))
+    user_error("{}: sliding_window {}; llama.cpp's {} graph has no sliding window", path, c.sliding_window, a);
+  w->add_u32(a + ".expert_count", uint32_t(c.n_experts));
+  w->add_u32(a + ".expert_used_count", uint32_t(c.n_experts_per_tok));
+  if (a != "llama") w->add_u32(a + ".expert_feed_forward_length", uint32_t(c.moe_intermediate));
 }
 
 // Gemma2Model.set_gguf_parameters (no rope.freq_base: llama.cpp's default 10000 is Gemma 2's; we
@@ -122,6 +145,7 @@ void write_gguf_arch_keys(const ModelConfig& c, uint32_t ftype, const std::strin
     return;
   }
   write_llama_keys(c, a, w);
+  if (c.is_moe()) write_moe_keys(c, a, path, w);
   w->add_u32("general.file_type", ftype);
 }
 

@@ -88,6 +88,7 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
 
   std::vector<std::string> names;
   std::map<std::string, Tensor> all = ck.tensors;
+  for (const std::string& name : opt.omit_tensors) all.erase(name);
   all.insert(opt.extra_tensors.begin(), opt.extra_tensors.end());
   if (ck.config.desc().fused_proj) fuse_projections(ck.config, all);  // phi3: the names transformers loads
   for (auto& [name, t] : all) {

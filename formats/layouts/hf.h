@@ -26,6 +26,8 @@ struct HfWriteOptions {
   std::set<std::string> keep_dtype;
   // Tensors written beside ck's (a layout's metadata tensors, e.g. bnb's quant_state blobs).
   std::map<std::string, Tensor> extra_tensors;
+  // Tensors of ck not written (a layout that stores them otherwise, e.g. mlx's stacked experts).
+  std::set<std::string> omit_tensors;
 };
 
 // "float32" / "float16" / "bfloat16" (config.json torch_dtype); UserError for other dtypes.

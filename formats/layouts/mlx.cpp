@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "formats/error.h"
+#include "formats/layouts/mlx_moe.h"
 
 namespace qt {
 
@@ -19,7 +20,14 @@ QuantEntry mlx_tensor_names(const std::string& weight_name) {
 }
 
 void write_mlx_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptions opt) {
-  const json& tensors = ck.quantization.at("tensors");
+  // A mixture of experts: each projection's experts as one stacked module (formats/layouts/mlx_moe.h).
+  MlxStackedExperts moe;
+  if (ck.config.is_moe()) {
+    moe = stack_mlx_experts(ck);
+    opt.extra_tensors.insert(moe.tensors.begin(), moe.tensors.end());
+    opt.omit_tensors.insert(moe.replaced.begin(), moe.replaced.end());
+  }
+  const json& tensors = ck.config.is_moe() ? moe.quant_tensors : ck.quantization.at("tensors");
   // The global parameters: the most common pair, so that per-module entries are the exceptions.
   std::map<std::pair<int, int>, int> count;
   for (auto& [name, e] : tensors.items()) {
@@ -42,7 +50,7 @@ void write_mlx_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptio
   opt.metadata = {{"format", "mlx"}};
   if (ck.quantization.contains("skipped") && !ck.quantization["skipped"].empty())
     opt.metadata["quanttool.skipped"] = ck.quantization["skipped"].dump();
-  for (auto& [name, e] : ck.quantization.at("tensors").items()) {
+  for (auto& [name, e] : tensors.items()) {
     QuantEntry q = parse_quant_entry(e, name);
     opt.keep_dtype.insert(q.scales);
     if (!q.biases.empty()) opt.keep_dtype.insert(q.biases);
