@@ -22,6 +22,7 @@
 #include "apps/command.h"
 #include "calib/act_stats.h"
 #include "calib/act_stats_io.h"
+#include "calib/expert_prior.h"
 #include "calib/bit_allocation.h"
 #include "calib/key_mean.h"
 #include "calib/llama_imatrix.h"
@@ -119,6 +120,11 @@ int run_act_stats(const Options& o) {
       if (a > top) top = a, top_name = name;
   fmt::print("act-stats      {} Linear inputs over {} tokens of {}; largest |x| {:.2f} (input of {}); written to {}\n",
              s.linears.size(), s.tokens, o.text, top, top_name, o.out);
+  if (s.experts_with_few_tokens > 0)
+    fmt::print(
+        "experts        {} expert inputs saw fewer than {} tokens; each expert's statistics have {} tokens of "
+        "its layer's expert average added\n",
+        s.experts_with_few_tokens, calib::kExpertPriorTokens, calib::kExpertPriorTokens);
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"linears", s.linears.size()},     {"tokens", s.tokens}, {"text", s.text}, {"max_absmax", top},
                         {"max_absmax_input_of", top_name}, {"out", o.out}};

@@ -482,12 +482,15 @@ int run(const Args& a) {
         a.in, ck.multimodal->config.value("model_type", "?"));
   // A mixture of experts goes to the layouts that store each expert's projections under their HF
   // names (hf; compressed-tensors, read per expert by vLLM; native) and to mlx (mlx_lm's stacked
-  // switch_mlp; GGUF: run_gguf), uncalibrated; bnb is not written yet.
-  if (ck.config.is_moe() && (a.rotate || calib.active() ||
-                             (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx")))
+  // switch_mlp; GGUF: run_gguf); bnb is not written yet. --imatrix and --gptq work per expert
+  // (calib/expert_prior.h); SmoothQuant and AWQ would fold one scale into the norm that the router
+  // and every expert read, which they do not yet.
+  if (ck.config.is_moe() &&
+      (a.rotate || !ca.smooth.empty() || ca.awq ||
+       (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx")))
     user_error(
         "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors, native, mlx "
-        "or gguf only, without --rotate or calibration",
+        "or gguf only, without --rotate, --smooth or --awq",
         a.in, ck.config.arch);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "calib/expert_prior.h"
 #include "formats/error.h"
+#include "libquant/model/block_tensors.h"
 
 namespace qt::calib {
 
@@ -22,7 +24,44 @@ namespace {
 struct Accum {
   std::vector<float> absmax;
   std::vector<double> sumsq;
+  int64_t tokens = 0;  // rows seen: every token, or for an expert those routed to it
 };
+
+bool is_expert(const ModelConfig& c, const std::string& name) {
+  return c.is_moe() && name.find(std::string(".") + c.desc().moe->experts + ".") != std::string::npos;
+}
+
+// Layer l's experts (calib/expert_prior.h): every expert's gate and down inputs get the prior of
+// the layer's expert average, an expert no token reached included (its entries are made here, its
+// up_proj pointed at its gate_proj's, its max |x| the layer's experts' largest). Returns how many
+// expert inputs saw fewer than kExpertPriorTokens tokens.
+int expert_prior(const ModelConfig& c, int l, std::map<std::string, Accum>& acc,
+                 std::map<std::string, std::string>& same_as) {
+  const MoeNames& m = *c.desc().moe;
+  const std::string prefix = "model.layers." + std::to_string(l) + "." + m.experts + ".";
+  int few = 0;
+  for (int k = 0; k < 2; ++k) {
+    const char* proj = k == 0 ? m.gate : m.down;
+    std::vector<std::vector<double>*> sums;
+    std::vector<int64_t> counts;
+    std::vector<float> absmax;
+    for (int e = 0; e < c.n_experts; ++e) {
+      const std::string x = prefix + std::to_string(e) + ".";
+      Accum& a = acc[x + proj + ".weight"];
+      if (k == 0) same_as[x + m.up + ".weight"] = x + proj + ".weight";
+      sums.push_back(&a.sumsq);
+      counts.push_back(a.tokens);
+      if (absmax.size() < a.absmax.size()) absmax.resize(a.absmax.size(), 0.0f);
+      for (size_t j = 0; j < a.absmax.size(); ++j) absmax[j] = std::max(absmax[j], a.absmax[j]);
+    }
+    few += add_expert_prior(sums, counts);
+    for (int e = 0; e < c.n_experts; ++e) {
+      Accum& a = acc[prefix + std::to_string(e) + "." + proj + ".weight"];
+      if (a.absmax.empty()) a.absmax = absmax;
+    }
+  }
+  return few;
+}
 
 }  // namespace
 
@@ -30,16 +69,16 @@ ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens
   const int n = int(std::min<int64_t>(chunks, int64_t(tokens.size()) / ctx));
   if (n <= 0) user_error("calibrate: the text has fewer than {} tokens, one chunk", ctx);
   std::map<std::string, Accum> acc;
-  // q/k/v (gate/up) read the same input: q_proj (gate_proj) of the layer records it, the others
-  // copy its figures at the end. (By name: every layer passes the same scratch buffer.)
+  // q/k/v (gate/up, an expert's gate/up) read the same input: the first of them records it, the
+  // others copy its figures at the end.
   std::map<std::string, std::string> same_as;
+  const ModelConfig& c = model.config();
   model.set_observer([&](const std::string& name, const float* x, int64_t nt, int64_t in) {
-    for (auto [from, to] : {std::pair{"self_attn.k_proj.weight", "self_attn.q_proj.weight"},
-                            std::pair{"self_attn.v_proj.weight", "self_attn.q_proj.weight"},
-                            std::pair{"mlp.up_proj.weight", "mlp.gate_proj.weight"}}) {
-      const std::string f = from;
-      if (name.size() > f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) {
-        same_as[name] = name.substr(0, name.size() - f.size()) + to;
+    if (name.rfind("model.layers.", 0) == 0) {
+      const size_t at = name.find('.', 13) + 1;
+      const std::string lead = shared_input_leader(c, name.substr(at));
+      if (!lead.empty()) {
+        same_as[name] = name.substr(0, at) + lead;
         return;
       }
     }
@@ -63,6 +102,7 @@ ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens
       }
       for (int64_t j = j0; j < j1; ++j) a.absmax[j] = m[j - j0], a.sumsq[j] += s[j - j0];
     }
+    a.tokens += nt;
   });
   std::vector<int32_t> chunk(size_t(ctx), 0);
   std::vector<float> logits;
@@ -82,12 +122,18 @@ ActStats collect_act_stats(LlamaModel& model, const std::vector<int32_t>& tokens
   model.set_observer(nullptr);
   ActStats s;
   s.tokens = int64_t(n) * ctx;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.is_moe_layer(l)) s.experts_with_few_tokens += expert_prior(c, l, acc, same_as);
   for (auto& [name, a] : acc) {
-    ChannelStats c;
-    c.absmax = a.absmax;
-    c.sqmean.resize(a.sumsq.size());
-    for (size_t j = 0; j < a.sumsq.size(); ++j) c.sqmean[j] = float(a.sumsq[j] / double(s.tokens));
-    s.linears[name] = std::move(c);
+    ChannelStats cs;
+    cs.absmax = a.absmax;
+    cs.tokens = a.tokens;
+    cs.sqmean.resize(a.sumsq.size());
+    // Dense: over every token. An expert: its tokens plus the prior's (dividing by the same count
+    // as add_expert_prior added: an unreached expert gets the layer's expert average itself).
+    const int64_t d = a.tokens + (is_expert(c, name) ? kExpertPriorTokens : 0);
+    for (size_t j = 0; j < a.sumsq.size(); ++j) cs.sqmean[j] = float(a.sumsq[j] / double(d));
+    s.linears[name] = std::move(cs);
   }
   for (auto& [name, src] : same_as) s.linears[name] = s.linears.at(src);
   return s;

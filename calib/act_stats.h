@@ -2,7 +2,8 @@
 // act-stats`): per input channel j, max |x_j| (SmoothQuant, AWQ) and mean x_j² (the importance
 // matrix: the diagonal of the GPTQ Hessian XᵀX / n, what llama.cpp's imatrix holds), keyed by the
 // Linear's weight name ("model.layers.3.mlp.down_proj.weight", "lm_head.weight"). Projections
-// that share an input (q/k/v, gate/up) each get the same figures.
+// that share an input (q/k/v, gate/up) each get the same figures. A mixture of experts' expert
+// sees only its routed tokens: its figures are over those, with the prior of calib/expert_prior.h.
 // Files: calib/act_stats_io.h.
 #pragma once
 #include <cstdint>
@@ -17,12 +18,16 @@ namespace qt::calib {
 struct ChannelStats {
   std::vector<float> absmax;  // max |x_j|
   std::vector<float> sqmean;  // mean x_j²
+  int64_t tokens = 0;         // the rows behind them (an expert's: those routed to it); 0 when not known
 };
 
 struct ActStats {
   std::map<std::string, ChannelStats> linears;  // by weight name
   int64_t tokens = 0;
-  std::string text;  // the calibration text's file name
+  std::string text;
+  // Expert inputs (gate, down) the router sent fewer than kExpertPriorTokens tokens
+  // (calib/expert_prior.h): their statistics lean on the layer's expert average.
+  int experts_with_few_tokens = 0;  // the calibration text's file name
 
   // Whether the max |x_j| are known (llama.cpp's imatrix files hold only the mean squares).
   bool has_absmax() const { return !linears.empty() && !linears.begin()->second.absmax.empty(); }

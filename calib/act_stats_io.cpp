@@ -13,8 +13,10 @@ void save_act_stats(const std::string& path, const ActStats& s) {
     t.emplace_back(name + ".absmax", Tensor::from_f32(c.absmax, {in}));
     t.emplace_back(name + ".sqmean", Tensor::from_f32(c.sqmean, {in}));
   }
-  write_safetensors(path, t,
-                    {{"format", "quanttool-act-stats"}, {"tokens", std::to_string(s.tokens)}, {"text", s.text}});
+  std::map<std::string, std::string> meta = {
+      {"format", "quanttool-act-stats"}, {"tokens", std::to_string(s.tokens)}, {"text", s.text}};
+  if (s.experts_with_few_tokens > 0) meta["experts_with_few_tokens"] = std::to_string(s.experts_with_few_tokens);
+  write_safetensors(path, t, meta);
 }
 
 ActStats load_act_stats(const std::string& path) {
@@ -26,6 +28,8 @@ ActStats load_act_stats(const std::string& path) {
   ActStats s;
   s.tokens = std::stoll(f.metadata().count("tokens") ? f.metadata().at("tokens") : "0");
   if (f.metadata().count("text")) s.text = f.metadata().at("text");
+  if (f.metadata().count("experts_with_few_tokens"))
+    s.experts_with_few_tokens = std::stoi(f.metadata().at("experts_with_few_tokens"));
   for (const std::string& n : f.names()) {
     const std::string suffix = ".absmax";
     if (n.size() <= suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix)) continue;

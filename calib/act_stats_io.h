@@ -1,6 +1,7 @@
 // The act-stats file (`calibrate --method act-stats` writes it, convert --smooth / --imatrix read
 // it): safetensors, "<weight name>.absmax" and "<weight name>.sqmean", F32 [in_features];
-// __metadata__: {"format": "quanttool-act-stats", "tokens": N, "text": file name}.
+// __metadata__: {"format": "quanttool-act-stats", "tokens": N, "text": file name} and, for a mixture
+// of experts whose calibration text reached some experts little, "experts_with_few_tokens".
 #pragma once
 #include <string>
 

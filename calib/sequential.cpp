@@ -9,6 +9,8 @@
 
 #include "calib/packed_spill.h"
 #include "formats/error.h"
+#include "calib/expert_prior.h"
+#include "libquant/model/block_tensors.h"
 #include "libquant/model/llama.h"
 
 // BLAS (OpenBLAS), the Fortran interface: trailing arguments are the character lengths.
@@ -20,15 +22,11 @@ namespace qt::calib {
 
 namespace {
 
-const char* const kProjections[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                    "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-                                    "mlp.down_proj.weight"};
-
-// Projections that read the same input share one Hessian: q/k/v, gate/up.
-std::string site_of(const std::string& proj) {
-  if (proj.rfind("self_attn.", 0) == 0 && proj != "self_attn.o_proj.weight") return "attn_in";
-  if (proj == "mlp.gate_proj.weight" || proj == "mlp.up_proj.weight") return "mlp_in";
-  return proj;
+// Projections that read the same input share one Hessian, named by the first of them: q/k/v, gate/up,
+// an expert's gate/up.
+std::string site_of(const ModelConfig& c, const std::string& prefix, const std::string& proj) {
+  const std::string leader = shared_input_leader(c, proj);
+  return prefix + (leader.empty() ? proj : leader);
 }
 
 // A block projection whose weights are not loaded: the model is built with these, and each block
@@ -62,6 +60,28 @@ void symmetrize(std::vector<float>& H, int64_t in) {
     for (int64_t j = i + 1; j < in; ++j) H[size_t(i * in + j)] = H[size_t(j * in + i)];
 }
 
+// A sparse layer's expert Hessians (calib/expert_prior.h): the experts' gate/up inputs pooled with
+// each other, their down inputs likewise. Returns how many sites had few tokens; `fewest` keeps the
+// site with the fewest.
+int expert_prior(const ModelConfig& c, const std::string& prefix, std::map<std::string, std::vector<float>>& hess,
+                 const std::map<std::string, int64_t>& seen, std::pair<std::string, int64_t>* fewest) {
+  const MoeNames& m = *c.desc().moe;
+  int few = 0;
+  for (const char* proj : {m.gate, m.down}) {
+    std::vector<std::vector<float>*> sums;
+    std::vector<int64_t> counts;
+    for (int e = 0; e < c.n_experts; ++e) {
+      const std::string site = prefix + m.experts + "." + std::to_string(e) + "." + proj + ".weight";
+      auto it = seen.find(site);
+      counts.push_back(it == seen.end() ? 0 : it->second);
+      sums.push_back(&hess[site]);
+      if (counts.back() < fewest->second) *fewest = {site, counts.back()};
+    }
+    few += add_expert_prior(sums, counts);
+  }
+  return few;
+}
+
 }  // namespace
 
 std::map<std::string, PackedTensor> quantize_sequential(const Checkpoint& ck, const std::set<std::string>& targets,
@@ -88,12 +108,15 @@ void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, 
   const ModelConfig& c = ck.config;
   const bool tied = c.tie_word_embeddings || !ck.has("lm_head.weight");
   const std::string head = tied ? "model.embed_tokens.weight" : "lm_head.weight";
-  for (const std::string& t : targets) {
-    bool ok = t == head;
-    for (int l = 0; l < c.n_layers && !ok; ++l)
-      for (const char* p : kProjections) ok |= t == "model.layers." + std::to_string(l) + "." + p;
-    if (!ok) user_error("{}: not a projection of a block or the output head (calibration sees no input for it)", t);
+  std::vector<std::vector<std::string>> projections(static_cast<size_t>(c.n_layers));
+  std::set<std::string> all;  // every block projection by full name: built unloaded
+  for (int l = 0; l < c.n_layers; ++l) {
+    projections[size_t(l)] = block_projections(c, l);
+    for (const std::string& p : projections[size_t(l)]) all.insert("model.layers." + std::to_string(l) + "." + p);
   }
+  for (const std::string& t : targets)
+    if (t != head && !all.count(t))
+      user_error("{}: not a projection of a block or the output head (calibration sees no input for it)", t);
   const int n = int(std::min<int64_t>(opt.chunks, int64_t(tokens.size()) / opt.ctx));
   if (n <= 0) user_error("calibration: the text has fewer than {} tokens, one chunk", opt.ctx);
   const int64_t H = c.hidden, T = int64_t(n) * opt.ctx;
@@ -102,7 +125,7 @@ void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, 
   // needed); load(l) gives block l its source weights in fp32, unload(l) lets them go again.
   const LinearFactory dense = dense_linear_factory(Compute::F32);
   LlamaModel model(ck, [&](const std::string& name, const Tensor& w, const Tensor* b) -> std::unique_ptr<Linear> {
-    if (name.rfind("model.layers.", 0) == 0 || name == "lm_head.weight") {
+    if (all.count(name) || name == "lm_head.weight") {  // a router stays loaded: it is no target
       if (!is_float(w.dtype) || w.shape.size() != 2)
         user_error("{}: calibration needs float weights, not {}", name, dtype_name(w.dtype));
       return std::make_unique<Unloaded>(w.shape[0], w.shape[1]);
@@ -114,14 +137,14 @@ void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, 
     return ck.has(bias_name) ? to_f32(ck.get(bias_name)) : std::vector<float>();
   };
   auto load = [&](int l) {
-    for (const char* p : kProjections) {
+    for (const std::string& p : projections[size_t(l)]) {
       const std::string name = "model.layers." + std::to_string(l) + "." + p;
       const std::vector<float> b = bias_of(name);
       model.set_linear(l, p, make_dense_linear(ck.get(name), b.empty() ? nullptr : b.data(), Compute::F32));
     }
   };
   auto unload = [&](int l) {
-    for (const char* p : kProjections) {
+    for (const std::string& p : projections[size_t(l)]) {
       const Tensor& w = ck.get("model.layers." + std::to_string(l) + "." + p);
       model.set_linear(l, p, std::make_unique<Unloaded>(w.shape[0], w.shape[1]));
       release_pages(w);  // the source's pages of this block are not read again
@@ -141,20 +164,24 @@ void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, 
     return round(name, to_f32(w), w.shape[0], w.shape[1], Hs, site, deq);
   };
   double t_fwd = 0, t_q = 0;
+  int few_tokens = 0;
+  std::pair<std::string, int64_t> fewest{"", INT64_MAX};
   auto now = [] { return std::chrono::steady_clock::now(); };
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
     std::map<std::string, std::vector<float>> hess;  // by site
+    std::map<std::string, int64_t> seen;             // tokens by site (an expert's: those routed to it)
+    const std::vector<std::string>& projs = projections[size_t(l)];
     load(l);
     bool any = false;
-    for (const char* p : kProjections) any |= targets.count(prefix + p) > 0;
+    for (const std::string& p : projs) any |= targets.count(prefix + p) > 0;
     if (any) {
       model.set_observer([&](const std::string& name, const float* x, int64_t nt, int64_t in) {
         const std::string proj = name.substr(prefix.size());
-        if (proj == "self_attn.k_proj.weight" || proj == "self_attn.v_proj.weight" || proj == "mlp.up_proj.weight")
-          return;  // the same input as q_proj / gate_proj
-        accumulate(hess[site_of(proj)], x, nt, in);
+        if (!shared_input_leader(c, proj).empty()) return;  // the input its leader recorded
+        accumulate(hess[prefix + proj], x, nt, in);
+        seen[prefix + proj] += nt;
       });
       auto ta = now();
       for (int ci = 0; ci < n; ++ci) {  // inputs from the quantized blocks before; X unchanged
@@ -164,17 +191,19 @@ void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, 
       }
       model.set_observer(nullptr);
       for (auto& [site, Hs] : hess) symmetrize(Hs, int64_t(std::sqrt(double(Hs.size()))));
-      for (const char* p : kProjections)  // the source weights of the targets are not run again
+      if (c.is_moe_layer(l)) few_tokens += expert_prior(c, prefix, hess, seen, &fewest);
+      for (const std::string& p : projs)  // the source weights of the targets are not run again
         if (targets.count(prefix + p)) {
           const Tensor& w = ck.get(prefix + p);
           model.set_linear(l, p, std::make_unique<Unloaded>(w.shape[0], w.shape[1]));
         }
       auto tb = now();
       t_fwd += secs(ta, tb);
-      for (const char* p : kProjections) {
+      for (const std::string& p : projs) {
         const std::string name = prefix + p;
         if (!targets.count(name)) continue;
-        const std::vector<float> deq = quantize_one(name, hess.at(site_of(p)), prefix + site_of(p), true);
+        const std::string site = site_of(c, prefix, p);
+        const std::vector<float> deq = quantize_one(name, hess.at(site), site, true);
         const Tensor& w = ck.get(name);
         const std::vector<float> b = bias_of(name);
         model.set_linear(
@@ -196,6 +225,12 @@ void run_sequential(const Checkpoint& ck, const std::set<std::string>& targets, 
     }
   }
   if (tty) std::fprintf(stderr, "\n");
+  if (few_tokens > 0)
+    std::fprintf(stderr,
+                 "gptq: %d expert input(s) saw fewer than %lld calibration tokens (fewest: %lld, %s); each expert's "
+                 "Hessian has %lld tokens of its layer's expert average added\n",
+                 few_tokens, (long long)kExpertPriorTokens, (long long)fewest.second, fewest.first.c_str(),
+                 (long long)kExpertPriorTokens);
   if (targets.count(head)) {
     std::vector<float> Hh;
     for (int ci = 0; ci < n; ++ci) {

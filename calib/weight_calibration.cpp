@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "calib/act_stats_io.h"
+#include "calib/expert_prior.h"
 #include "calib/scale_fold.h"
 #include "calib/sequential.h"
 #include "calib/weighted_fit.h"
@@ -97,24 +98,24 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
   go.weighted_groups = imatrix_.has_value();
   std::string prepared_site;  // the last site's prepared Hessian serves its other projections
   GptqHessian prepared;
-  // Whether no later projection of name's site (q, k, v share one; gate, up another; the order is
-  // calib/sequential.cpp's) is a target: then its prepared Hessian goes at once, not when the next
-  // block's first site replaces it (down_proj's is 14336² floats, 0.8 GB at 8B).
+  // Whether no later projection of name's site (q, k, v share one; gate, up another; an expert's
+  // gate and up theirs; the order is block_projections') is a target: then its prepared Hessian goes
+  // at once, not when the next site replaces it (down_proj's is 14336² floats, 0.8 GB at 8B).
+  const ModelConfig& c = ck.config;
   auto last_of_site = [&](const std::string& name) {
-    auto swap_tail = [&](const std::string& from, const std::string& to) {
-      return name.size() >= from.size() && name.compare(name.size() - from.size(), from.size(), from) == 0
-                 ? name.substr(0, name.size() - from.size()) + to
-                 : std::string();
-    };
-    std::vector<std::string> later;
-    if (auto q = swap_tail("self_attn.q_proj.weight", "self_attn.k_proj.weight"); !q.empty())
-      later = {q, swap_tail("self_attn.q_proj.weight", "self_attn.v_proj.weight")};
-    else if (auto k = swap_tail("self_attn.k_proj.weight", "self_attn.v_proj.weight"); !k.empty())
-      later = {k};
-    else if (auto g = swap_tail("mlp.gate_proj.weight", "mlp.up_proj.weight"); !g.empty())
-      later = {g};
-    for (const std::string& l : later)
-      if (targets.count(l)) return false;
+    const std::string layers = "model.layers.";
+    if (name.rfind(layers, 0) != 0) return true;
+    const size_t dot = name.find('.', layers.size());
+    const int l = std::stoi(name.substr(layers.size(), dot - layers.size()));
+    const std::string prefix = name.substr(0, dot + 1), proj = name.substr(dot + 1);
+    const std::string lead = shared_input_leader(c, proj).empty() ? proj : shared_input_leader(c, proj);
+    bool after = false;
+    for (const std::string& p : block_projections(c, l)) {
+      if (p == proj)
+        after = true;
+      else if (after && shared_input_leader(c, p) == lead && targets.count(prefix + p))
+        return false;
+    }
     return true;
   };
   gptq_done_ = quantize_sequential(ck, targets, ids, so,
@@ -156,6 +157,9 @@ std::string WeightCalibration::describe() const {
     s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ", a_.act_order ? " act-order" : "", a_.calib_chunks,
                      a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
   if (imatrix_) s += fmt::format("imatrix ({} tokens of {}); ", imatrix_->tokens, imatrix_->text);
+  if (imatrix_ && imatrix_->experts_with_few_tokens > 0)
+    s += fmt::format("{} expert inputs below {} routed tokens lean on their layer's expert average; ",
+                     imatrix_->experts_with_few_tokens, kExpertPriorTokens);
   if (!s.empty()) s.resize(s.size() - 2);
   return s;
 }

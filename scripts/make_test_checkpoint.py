@@ -2,7 +2,7 @@
 """Write a random-weight Hugging Face checkpoint of a named model shape, to test memory, speed and
 scale on models of real size without their weights (none are reachable here).
 
-  python3 scripts/make_test_checkpoint.py --shape llama3-8b|smollm2-135m --tokenizer-from DIR --out OUT
+  python3 scripts/make_test_checkpoint.py --shape llama3-8b|smollm2-135m|qwen3-30b-a3b|... --tokenizer-from DIR --out OUT
           [--layers N] [--max-shard-size 5GB] [--seed 0] [--std 0.02]
 
 The folder is what transformers' save_pretrained writes for a bf16 model: config.json,
@@ -36,6 +36,11 @@ SHAPES = {
     "qwen3-8b": dict(arch="Qwen3ForCausalLM", model_type="qwen3", hidden=4096, inter=12288, layers=36,
                      heads=32, kv_heads=8, head_dim=128, rope_theta=1000000.0, eps=1e-6, tied=False,
                      max_pos=40960, qk_norm=True),
+    # Qwen/Qwen3-30B-A3B: every layer sparse, 128 experts of 768 rows, top 8 renormalised.
+    "qwen3-30b-a3b": dict(arch="Qwen3MoeForCausalLM", model_type="qwen3_moe", hidden=2048, inter=6144, layers=48,
+                          heads=32, kv_heads=4, head_dim=128, rope_theta=1000000.0, eps=1e-6, tied=False,
+                          max_pos=40960, qk_norm=True,
+                          moe=dict(experts=128, per_tok=8, inter=768, norm_topk_prob=True)),
     "llama3-70b": dict(arch="LlamaForCausalLM", model_type="llama", hidden=8192, inter=28672, layers=80,
                        heads=64, kv_heads=8, head_dim=128, rope_theta=500000.0, eps=1e-5, tied=False,
                        max_pos=8192, qk_norm=False),
@@ -81,10 +86,18 @@ def tensors(sh, vocab):
                 (p + "self_attn.o_proj.weight", (h, H * d))]
         if sh["qk_norm"]:
             out += [(p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
-        out += [(p + "post_attention_layernorm.weight", (h,)),
-                (p + "mlp.gate_proj.weight", (sh["inter"], h)),
-                (p + "mlp.up_proj.weight", (sh["inter"], h)),
-                (p + "mlp.down_proj.weight", (h, sh["inter"]))]
+        out.append((p + "post_attention_layernorm.weight", (h,)))
+        moe = sh.get("moe")
+        if moe:  # the router, then each expert's projections (Qwen3MoeSparseMoeBlock's names)
+            out.append((p + "mlp.gate.weight", (moe["experts"], h)))
+            for e in range(moe["experts"]):
+                x = f"{p}mlp.experts.{e}."
+                out += [(x + "gate_proj.weight", (moe["inter"], h)), (x + "up_proj.weight", (moe["inter"], h)),
+                        (x + "down_proj.weight", (h, moe["inter"]))]
+        else:
+            out += [(p + "mlp.gate_proj.weight", (sh["inter"], h)),
+                    (p + "mlp.up_proj.weight", (sh["inter"], h)),
+                    (p + "mlp.down_proj.weight", (h, sh["inter"]))]
     out.append(("model.norm.weight", (h,)))
     if not sh["tied"]:
         out.append(("lm_head.weight", (vocab, h)))
@@ -158,6 +171,11 @@ def config_json(sh, shape_name, layers, vocab, tok_dir):
         "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "use_cache": True,
         "_quanttool_test_checkpoint": f"{shape_name}, random weights (scripts/make_test_checkpoint.py)",
     }
+    if sh.get("moe"):
+        m = sh["moe"]
+        cfg.update({"num_experts": m["experts"], "num_experts_per_tok": m["per_tok"],
+                    "moe_intermediate_size": m["inter"], "norm_topk_prob": m["norm_topk_prob"],
+                    "decoder_sparse_step": 1, "mlp_only_layers": []})
     cfg.update(tc)
     return cfg
 

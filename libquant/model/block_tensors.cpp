@@ -53,6 +53,33 @@ BlockTensors read_block_tensors(const Checkpoint& ck, int layer) {
   return b;
 }
 
+std::vector<std::string> block_projections(const ModelConfig& c, int layer) {
+  std::vector<std::string> p = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                "self_attn.o_proj.weight"};
+  if (!c.is_moe_layer(layer)) {
+    for (const char* f : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) p.push_back(f);
+    return p;
+  }
+  const MoeNames& m = *c.desc().moe;
+  for (int e = 0; e < c.n_experts; ++e) {
+    const std::string x = std::string(m.experts) + "." + std::to_string(e) + ".";
+    for (const char* f : {m.gate, m.up, m.down}) p.push_back(x + f + ".weight");
+  }
+  return p;
+}
+
+std::string shared_input_leader(const ModelConfig& c, const std::string& proj) {
+  if (proj == "self_attn.k_proj.weight" || proj == "self_attn.v_proj.weight") return "self_attn.q_proj.weight";
+  if (proj == "mlp.up_proj.weight") return "mlp.gate_proj.weight";
+  if (!c.is_moe()) return "";
+  const MoeNames& m = *c.desc().moe;
+  const std::string up = std::string(".") + m.up + ".weight", experts = std::string(m.experts) + ".";
+  if (proj.rfind(experts, 0) == 0 && proj.size() > up.size() &&
+      proj.compare(proj.size() - up.size(), up.size(), up) == 0)
+    return proj.substr(0, proj.size() - up.size()) + "." + m.gate + ".weight";
+  return "";
+}
+
 bool head_is_embedding(const Checkpoint& ck) { return ck.config.tie_word_embeddings || !ck.has("lm_head.weight"); }
 
 }  // namespace qt

@@ -33,6 +33,16 @@ struct BlockTensors {
 };
 BlockTensors read_block_tensors(const Checkpoint& ck, int layer);
 
+// The projections of block `layer` that calibration runs and quantizes, named as the model's
+// observer sees them after the layer prefix ("self_attn.q_proj.weight"), in the order the forward
+// pass reads them: q, k, v, o, then the dense FFN's gate, up, down or, in a sparse layer, each
+// expert's gate, up, down (the router is not among them: it stays float, see apps' convert).
+std::vector<std::string> block_projections(const ModelConfig& c, int layer);
+
+// The projection of the same block that reads the same input as `proj` and runs first (k, v → q;
+// up → gate; an expert's up → its gate); "" when `proj` is the first reader of its input.
+std::string shared_input_leader(const ModelConfig& c, const std::string& proj);
+
 // The output head is the embedding table: tied in the config, or no lm_head tensor stored.
 bool head_is_embedding(const Checkpoint& ck);
 

@@ -436,6 +436,9 @@ void LlamaModel::set_linear(int l, const std::string& name, std::unique_ptr<Line
                                   : name == "mlp.up_proj.weight"      ? &L.up
                                   : name == "mlp.down_proj.weight"    ? &L.down
                                                                       : nullptr;
+  for (Layer::Expert& X : L.experts)  // a sparse layer: "<experts>.<e>.<gate|up|down>.weight"
+    if (!slot)
+      slot = name == X.gate_name ? &X.gate : name == X.up_name ? &X.up : name == X.down_name ? &X.down : nullptr;
   if (!slot || !*slot) user_error("set_linear: no projection '{}' in block {}", name, l);
   if (lin->in_features() != (*slot)->in_features() || lin->out_features() != (*slot)->out_features())
     user_error("set_linear: {} of layer {} has another shape", name, l);

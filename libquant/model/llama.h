@@ -87,7 +87,8 @@ class LlamaModel {
   // embed_tokens writes the embeddings [n, hidden]; forward_layer runs block l on x in place
   // (appending to layer l of `cache`); forward_hidden is embed_tokens, every forward_layer, the
   // final norm. set_linear replaces a block's projection (`name` as the observer sees it after
-  // the layer prefix: "self_attn.q_proj.weight", "mlp.down_proj.weight", ...).
+  // the layer prefix: "self_attn.q_proj.weight", "mlp.down_proj.weight", an expert's
+  // "mlp.experts.3.up_proj.weight", ...: libquant/model/block_tensors.h block_projections).
   void embed_tokens(const int32_t* tokens, int n, float* x) const { embed(tokens, n, x); }
   void forward_layer(int l, float* x, int n, int pos0, KVCache& cache);
   void set_linear(int l, const std::string& name, std::unique_ptr<Linear> lin);
