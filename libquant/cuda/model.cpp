@@ -200,6 +200,11 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
       weight_bytes += aw->codes.bytes() + aw->scales.bytes() + aw->biases.bytes();
       return DeviceBuffer();
     }
+    // cuBLASLt's FP8 GEMMs want both dimensions of the weight in multiples of 16 (torch's
+    // _scaled_mm asks the same of its weight operand; the token count is free).
+    if (fp8 && (rows % 16 || in % 16))
+      user_error("{}: {}: a {} x {} FP8 matrix, not multiples of 16: not on cuda yet", ck.path, parts[0].first, rows,
+                 in);
     DeviceBuffer b(size_t(rows * in) * (q8 ? 1 : 2));
     std::vector<float> sc;
     size_t off = 0;
@@ -217,8 +222,6 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
                      p->params.scheme, fp8 ? "FP8" : "W8A8/W4A8");
         if (p->rows != r || p->cols != in || (i4 && in % 2))
           user_error("{}: tensor {} has an unexpected shape", ck.path, n);
-        if (fp8 && in % 16)  // cuBLASLt's FP8 GEMMs
-          user_error("{}: {}: {} input features, not a multiple of 16: FP8 not on cuda yet", ck.path, n, in);
         if (i4) {  // W4A8: the int4 codes unpacked to int8 once, here; then the W8A8 kernels
           w4 = true;
           const std::vector<int8_t> u = unpack_int4(reinterpret_cast<const uint8_t*>(p->data.data), r, in);
