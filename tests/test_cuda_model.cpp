@@ -1,5 +1,5 @@
 // The whole GPU forward on the tiny llama against LlamaModel (bf16, f16 cache): logits, eval-ppl,
-// W8A8, W4A8, MLX affine, NF4/FP4, KLD.
+// W8A8, W4A8, FP8, MLX affine, NF4/FP4, KLD.
 #include "tests/cuda_support.h"
 
 namespace qt {
@@ -137,6 +137,42 @@ TEST(Cuda, TinyLlamaW4A8MatchesCpu) {
   const PplResult p32 = evaluate_perplexity(cpu, text, po);
   const double own = std::abs(pw.ppl / p32.ppl - 1.0);
   std::printf("tiny w4a8: gpu/cpu PPL %.5f, cpu f16/f32 cache %.5f\n", pg.ppl / pw.ppl, pw.ppl / p32.ppl);
+  EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3)
+      << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
+}
+
+// FP8 (compressed-tensors FP8_DYNAMIC: E4M3 per channel, E4M3 activations per token), held as W8A8
+// is: the per-token rounding turns the f16 attention's last-bit differences into whole E4M3 steps,
+// so the PPL may differ from the CPU's by at most twice what an f16 instead of an f32 cache moves
+// the CPU's own, and the logits stay of the order of the CPU's FP8 error.
+TEST(Cuda, TinyLlamaFp8MatchesCpu) {
+  QT_REQUIRE_GPU();
+  const std::string dir = convert_tiny("cuda-fp8", "--scheme fp8");
+  ASSERT_FALSE(dir.empty());
+  const auto ids = random_ids(40, 19);
+  Checkpoint a = load_checkpoint(dir);
+  PackedLinearOptions lo;
+  lo.compute = Compute::BF16;
+  LlamaModel cpu(a, checkpoint_linear_factory(a, lo));
+  EXPECT_EQ(cpu.linear_kind(), "fp8");
+  const auto want = model_logits(cpu, ids, "f16");
+  const auto f32 = cpu_logits(load_checkpoint(tiny_dir()), Compute::F32, "f32", ids);
+  cuda::GpuModel gpu(load_checkpoint(dir));
+  EXPECT_EQ(gpu.kind(), "fp8");
+  const auto got = cuda::forward_logits(gpu, ids);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LT(rms_diff(got, want), 3 * rms_diff(want, f32) + 1e-3);
+  PplOptions po;
+  po.ctx = 32;
+  po.bos_id = 1;
+  const auto text = random_ids(5 * 32, 20);
+  PplOptions pc = po;
+  pc.kv = kv::uniform_kv_config(a.config.n_layers, kv::parse_kv_spec("f16", "kv"), kv::parse_kv_spec("f16", "kv"));
+  const PplResult pw = evaluate_perplexity(cpu, text, pc), pg = cuda::evaluate_perplexity(gpu, text, po, 2);
+  const PplResult p32 = evaluate_perplexity(cpu, text, po);
+  const double own = std::abs(pw.ppl / p32.ppl - 1.0);
+  std::printf("tiny fp8: gpu/cpu PPL %.5f, cpu f16/f32 cache %.5f, logits rms gpu-cpu %.4g, cpu-f32 %.4g\n",
+              pg.ppl / pw.ppl, pw.ppl / p32.ppl, rms_diff(got, want), rms_diff(want, f32));
   EXPECT_LT(std::abs(pg.ppl / pw.ppl - 1.0), 2 * own + 1e-3)
       << "gpu " << pg.ppl << " cpu " << pw.ppl << " cpu f32 cache " << p32.ppl;
 }

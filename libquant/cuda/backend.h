@@ -130,6 +130,20 @@ std::vector<float> rope_split_q8(const std::vector<int32_t>& acc, const std::vec
 // The int8 GEMM after GemmLt::tune has timed cuBLASLt's candidates for the shape (the pick returned in *pick).
 std::vector<int32_t> gemm_i8_tuned(const std::vector<int8_t>& w, int out, int in, const std::vector<int8_t>& x, int n,
                                    int* pick);
+// FP8 (E4M3 bytes): RMSNorm then per-token E4M3; per-token E4M3 of x; the fp32 sums of E4M3
+// W [out, in] and X [n, in] (in a multiple of 16); SwiGLU of a gate|up fp32 sum, to E4M3; and
+// the epilogue y (+)= sx · (sw · acc).
+struct F8 {
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+};
+F8 rmsnorm_f8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps);
+F8 quant_rows_f8(const std::vector<float>& x, int rows, int dim);
+std::vector<float> gemm_f8(const std::vector<uint8_t>& w, int out, int in, const std::vector<uint8_t>& x, int n);
+F8 swiglu_f8(const std::vector<float>& acc, int rows, int F, const std::vector<float>& sx,
+             const std::vector<float>& sw);
+std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, const std::vector<float>& sx,
+                              const std::vector<float>& sw, std::vector<float> y, bool accumulate);
 // MLX affine codes (rows of LSB-first bit streams), fp32 scales/biases [rows, cols/group], rounding
 // to the stored dtype (0 f32, 1 bf16, 2 f16) → the bf16 matrix, returned as float.
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,

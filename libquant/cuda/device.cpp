@@ -59,11 +59,15 @@ void check_supported(const Checkpoint& ck) {
     // The kernel families cuda runs, on weights in their stored form (a row whose kernels take it
     // in another row's form, kernel_form, is not here yet).
     const Scheme* row = p ? &find_scheme(p->params.scheme) : nullptr;
-    const bool int8_pc = row && row->kernel == KernelFamily::Int8PerToken && p->params.group_size == 0;
+    // Per channel, per-token activations: W8A8 / W4A8 (int8 codes) and FP8 (E4M3 codes).
+    const bool int8_pc = row &&
+                         (row->kernel == KernelFamily::Int8PerToken || row->kernel == KernelFamily::Fp8PerToken) &&
+                         p->params.group_size == 0;
     if (!row || row->kernel_form ||
         !(int8_pc || row->kernel == KernelFamily::CodeBook4 || row->kernel == KernelFamily::Affine))
       refuse(fmt::format(
-          "{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8 and W4A8 int4 per channel, MLX affine, NF4/FP4)",
+          "{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8, W4A8 int4 and FP8 E4M3 per channel, MLX affine, "
+          "NF4/FP4)",
           p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
             : std::string(dtype_name(t.dtype)),
           name));
@@ -74,7 +78,7 @@ void check_supported(const Checkpoint& ck) {
   // The W8A8 block quantizes the activations inside the pre-norms and SwiGLU (int8_ops.h).
   if (any_int8 && (a.has_post_norms() || !a.norms.attn_pre || !a.norms.ffn_pre || a.act != Activation::Silu))
     refuse(
-        fmt::format("W8A8/W4A8 weights with {}'s block (post-norms or GeGLU; cuda runs them for the pre-norm SiLU "
+        fmt::format("W8A8/W4A8/FP8 weights with {}'s block (post-norms or GeGLU; cuda runs them for the pre-norm SiLU "
                     "families, and {} in bf16 or weight-only)",
                     c.arch, c.arch));
 }

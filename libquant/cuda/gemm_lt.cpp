@@ -1,6 +1,7 @@
 #include "libquant/cuda/gemm_lt.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +38,12 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
   QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
+  if (ab_type == CUDA_R_8F_E4M3 && std::getenv("QT_CUDA_FP8_FAST_ACCUM")) {
+    // A measurement switch, not a mode: cuBLASLt's fast FP8 accumulation (partial sums kept in the
+    // tensor cores' narrower accumulator, never promoted: faster, not the CPU's fp32 sums).
+    const int8_t on = 1;
+    QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)));
+  }
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, in, out, in));
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab_type, in, n, in));
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, y_type, out, n, out));
@@ -50,7 +57,11 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   QT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
-    throw std::runtime_error(std::string("cuBLASLt found no algorithm for a ") + (i8 ? "int8" : "bf16") + " GEMM");
+    throw std::runtime_error(std::string("cuBLASLt found no algorithm for a ") +
+                             (i8                          ? "int8"
+                              : ab_type == CUDA_R_8F_E4M3 ? "fp8"
+                                                          : "bf16") +
+                             " GEMM");
   p.algo = res.algo;
   return plans_.emplace(key, p).first->second;
 }
@@ -73,6 +84,17 @@ void GemmLt::run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, in
   if (n <= 0) return;
   Plan& p = plan(out, in, n, CUDA_R_32I, CUDA_R_8I);
   const int32_t alpha = 1, beta = 0;
+  QT_CUBLAS_CHECK(
+      cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
+}
+
+// The default CUBLASLT_MATMUL_DESC_FAST_ACCUM (0) keeps cuBLASLt promoting the FP8 tensor cores'
+// partial sums into fp32 (Hopper's FP8 MMA accumulates with fewer bits), so the sums are fp32
+// sums, as the CPU's.
+void GemmLt::run_f8(const void* W, int out, int in, const void* X, int n, float* Y, cudaStream_t s) {
+  if (n <= 0) return;
+  Plan& p = plan(out, in, n, CUDA_R_32F, CUDA_R_8F_E4M3);
+  const float alpha = 1.0f, beta = 0.0f;
   QT_CUBLAS_CHECK(
       cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }

@@ -3,7 +3,10 @@
 // GEMM's epilogue, beta = 1). Row-major on our side is column-major Wᵀ·X on cuBLAS's: A = W
 // (k × m, transposed), B = X (k × n), D = Y (m × n). Plans (descriptors and the heuristic's
 // algorithm) are cached per shape. The W8A8 variant multiplies int8 codes into int32 sums
-// (CUBLAS_COMPUTE_32I, the "TN" layout int8 tensor cores need).
+// (CUBLAS_COMPUTE_32I, the "TN" layout int8 tensor cores need); the FP8 variant E4M3 codes into
+// fp32 sums (Hopper's FP8 tensor cores, also TN only, out and in multiples of 16). Both leave the scales
+// to our epilogues (int8_ops.h), which fuse them into RoPE, the residual add and the next
+// quantization in the CPU's rounding order; cuBLASLt's per-tensor A/B scales stay 1.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -25,6 +28,8 @@ class GemmLt {
            bool accumulate, cudaStream_t s);
   // W8A8: int8 W and X, exact int32 Y [n, out] (int8 tensor cores; in a multiple of 4).
   void run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, int32_t* Y, cudaStream_t s);
+  // FP8: E4M3 W and X (bytes), fp32 Y [n, out] = the unscaled sums (out and in multiples of 16).
+  void run_f8(const void* W, int out, int in, const void* X, int n, float* Y, cudaStream_t s);
   // Times up to `candidates` of the heuristic's algorithms for this shape on these operands (Y is
   // overwritten, beta = 0) and keeps the fastest for later runs of the shape: the heuristic's first
   // choice is not always the fastest (up to 15% slower at the 8B gate|up shape). Returns the chosen

@@ -14,6 +14,8 @@
 // tensor cores into exact int32 sums; the activations are quantized per token where the CPU
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
 // epilogue y = s_x · (s_w · acc) feeds RoPE or the residual add (int8_ops.h).
+// FP8 folders (compressed-tensors FP8_DYNAMIC, E4M3 per output channel): the same block with E4M3
+// codes, activations rounded to E4M3 per token, and the FP8 tensor cores' fp32 sums.
 //
 // The same block as LlamaModel::forward_layer (libquant/model/llama.cpp), driven by the same arch
 // row (formats/arch.h): pre- and/or post-norms (a post-norm takes the sublayer's output out of the
@@ -29,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "formats/error.h"
 #include "libquant/cuda/int8_ops.h"
@@ -121,7 +124,8 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     const KernelFamily k = family(*packed_weight(ck, "model.layers.0.self_attn.q_proj.weight"));
     affine = k == KernelFamily::Affine;
     bnb4 = k == KernelFamily::CodeBook4;
-    q8 = k == KernelFamily::Int8PerToken;
+    fp8 = k == KernelFamily::Fp8PerToken;
+    q8 = k == KernelFamily::Int8PerToken || fp8;
   }
   auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
                      AffineWeight* aw, Bnb4Weight* nw) {
@@ -196,6 +200,11 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
       weight_bytes += aw->codes.bytes() + aw->scales.bytes() + aw->biases.bytes();
       return DeviceBuffer();
     }
+    // cuBLASLt's FP8 GEMMs want both dimensions of the weight in multiples of 16 (torch's
+    // _scaled_mm asks the same of its weight operand; the token count is free).
+    if (fp8 && (rows % 16 || in % 16))
+      user_error("{}: {}: a {} x {} FP8 matrix, not multiples of 16: not on cuda yet", ck.path, parts[0].first, rows,
+                 in);
     DeviceBuffer b(size_t(rows * in) * (q8 ? 1 : 2));
     std::vector<float> sc;
     size_t off = 0;
@@ -207,9 +216,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
       if (q8) {
         // int4 codes (two a byte) are unpacked to int8; int8 and int8_ct codes are int8 already.
         const bool i4 = p->data.dtype == DType::U8;
-        if (family(*p) != KernelFamily::Int8PerToken || p->params.group_size != 0)
-          user_error("{}: {} is {} while the first projection is W8A8/W4A8: mixed layouts: not on cuda yet", ck.path, n,
-                     p->params.scheme);
+        const KernelFamily want = fp8 ? KernelFamily::Fp8PerToken : KernelFamily::Int8PerToken;
+        if (family(*p) != want || p->params.group_size != 0)
+          user_error("{}: {} is {} while the first projection is {}: mixed layouts: not on cuda yet", ck.path, n,
+                     p->params.scheme, fp8 ? "FP8" : "W8A8/W4A8");
         if (p->rows != r || p->cols != in || (i4 && in % 2))
           user_error("{}: tensor {} has an unexpected shape", ck.path, n);
         if (i4) {  // W4A8: the int4 codes unpacked to int8 once, here; then the W8A8 kernels
@@ -421,12 +431,15 @@ void GpuModel::Impl::tune_gemms(int n) {
   const Layer& L = layers[0];
   auto one = [&](const char* name, const void* W, int out, int in, const void* X, int rows, void* Y) {
     float first = 0, best = 0;
-    const int pick = gemm->tune(W, out, in, X, rows, Y, CUDA_R_32I, CUDA_R_8I, stream, 8, &first, &best);
+    const bool f8 = fp8 && W != head_codes.get();
+    const int pick = gemm->tune(W, out, in, X, rows, Y, f8 ? CUDA_R_32F : CUDA_R_32I, f8 ? CUDA_R_8F_E4M3 : CUDA_R_8I,
+                                stream, 8, &first, &best);
     if (prof.on())
-      std::fprintf(stderr, "lt tune %-10s int8 n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", name, rows,
-                   pick, best, first);
+      std::fprintf(stderr, "lt tune %-10s %s n=%d: candidate %d, %.3f ms (heuristic's first %.3f ms)\n", name,
+                   f8 ? "fp8" : "int8", rows, pick, best, first);
   };
-  fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);  // int8 codes in 0..63
+  // int8 codes in 0..63; as E4M3, 0x00..0x3f are finite values below 2
+  fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);
   void* y = acc.get();
   const void* a = xq.get();
   one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);
@@ -454,7 +467,11 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& L = layers[li];
     if (q8) {
-      forward_layer_q8(L, chunks, li ? &layers[li - 1] : nullptr, li + 1 == layers.size());
+      const Layer* prev = li ? &layers[li - 1] : nullptr;
+      if (fp8)
+        forward_layer_q8<e4m3, float>(L, chunks, prev, li + 1 == layers.size());
+      else
+        forward_layer_q8<int8_t, int32_t>(L, chunks, prev, li + 1 == layers.size());
       continue;
     }
     pre_norm(L.attn_norm, N);
@@ -524,19 +541,28 @@ const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight
   return wdec.get<bf16>();
 }
 
+template <typename C, typename A>
+void GpuModel::Impl::gemm8(const DeviceBuffer& W, int out, int in, const C* X, int n, A* Y) {
+  if constexpr (std::is_same_v<C, int8_t>)
+    gemm->run_i8(W.get<int8_t>(), out, in, X, n, Y, stream);
+  else
+    gemm->run_f8(W.get(), out, in, X, n, Y, stream);
+}
+
+template <typename C, typename A>
 void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last) {
   const ModelConfig& c = cfg;
   const int N = chunks * T, H = c.hidden, F = c.intermediate;
-  int8_t* a = xq.get<int8_t>();
+  C* a = xq.get<C>();
   float *sa = sxa.get<float>(), *sb = sxb.get<float>();
-  int32_t* y = acc.get<int32_t>();
+  A* y = acc.get<A>();
   if (q8_fuse && prev)  // the previous layer's down output (acc, sb) added here
     residual_rmsnorm_q8(y, sb, prev->sdown.get<float>(), x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a,
                         sa, stream);
   else
     rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   prof.mark("norm", stream);
-  gemm->run_i8(L.wqkv.get<int8_t>(), Q + 2 * KV, H, a, N, y, stream);
+  gemm8(L.wqkv, Q + 2 * KV, H, a, N, y);
   prof.mark("gemm qkv", stream);
   if (q8_fuse && q8_plain_qkv(L)) {
     rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
@@ -550,7 +576,7 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   attend(chunks, L);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
-  gemm->run_i8(L.wo.get<int8_t>(), H, Q, a, N, y, stream);
+  gemm8(L.wo, H, Q, a, N, y);
   prof.mark("gemm o", stream);
   if (q8_fuse) {
     residual_rmsnorm_q8(y, sa, L.so.get<float>(), x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa,
@@ -561,11 +587,11 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
     rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   }
   prof.mark("norm", stream);
-  gemm->run_i8(L.wgu.get<int8_t>(), 2 * F, H, a, N, y, stream);
+  gemm8(L.wgu, 2 * F, H, a, N, y);
   prof.mark("gemm gate|up", stream);
   swiglu_q8(y, N, F, sa, L.sgu.get<float>(), a, sb, stream);
   prof.mark("swiglu", stream);
-  gemm->run_i8(L.wdown.get<int8_t>(), H, F, a, N, y, stream);
+  gemm8(L.wdown, H, F, a, N, y);
   prof.mark("gemm down", stream);
   if (!q8_fuse || last) {  // else the next layer's first norm adds it
     dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
@@ -645,7 +671,11 @@ GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
 std::string GpuModel::kind() const {
-  return impl_->q8 ? (impl_->w4 ? "w4a8" : "w8a8") : impl_->affine || impl_->bnb4 ? impl_->affine_desc : "bf16";
+  return impl_->q8                      ? (impl_->fp8  ? "fp8"
+                                           : impl_->w4 ? "w4a8"
+                                                       : "w8a8")
+         : impl_->affine || impl_->bnb4 ? impl_->affine_desc
+                                        : "bf16";
 }
 
 }  // namespace qt::cuda

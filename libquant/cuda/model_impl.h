@@ -30,7 +30,8 @@ struct GpuModel::Impl {
     DeviceBuffer wo;              // bf16 [H, Q]
     DeviceBuffer wgu;             // bf16 [2F, H]: gate_proj, up_proj rows
     DeviceBuffer wdown;           // bf16 [H, F]
-    // W8A8 (q8): the same matrices as int8 codes, and their per-output-channel scales (fp32).
+    // W8A8 (q8): the same matrices as int8 codes (fp8: E4M3 codes), and their per-output-channel
+    // scales (fp32).
     DeviceBuffer sqkv, so, sgu, sdown;
     // Affine (weight-only): the same matrices as MLX codes, decoded to bf16 before each GEMM.
     AffineWeight aqkv, ao, agu, adown;
@@ -47,13 +48,14 @@ struct GpuModel::Impl {
   DeviceBuffer lm_head;     // bf16 [vocab, H] (empty when it is `embed` itself: tied bf16)
   DeviceBuffer final_norm;  // fp32 [H]
   std::vector<Layer> layers;
-  bool q8 = false;         // every projection W8A8 (int8 codes, per-token int8 activations)
+  bool q8 = false;         // every projection W8A8 or FP8 (8-bit codes, per-token 8-bit activations)
   bool affine = false;     // every projection MLX affine (weight-only; bf16 GEMMs of decoded rows)
   void tune_gemms(int n);  // W8A8: cuBLASLt's int8 candidates timed at reserve
   // W8A8: epilogues fused into RoPE and the next norm (the same values as the separate kernels,
   // which run where the hidden row does not fit shared memory).
   bool q8_fuse = true;
   bool w4 = false;          // q8 with int4 weights (W4A8), unpacked to int8 at load
+  bool fp8 = false;         // q8 with E4M3 weights and activations (FP8_DYNAMIC), fp32 sums
   bool bnb4 = false;        // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
@@ -105,7 +107,11 @@ struct GpuModel::Impl {
   void forward(const int32_t* ids, int chunks);
   // prev: the layer before (its down GEMM's sums still in acc, added to x by this layer's first
   // norm when q8_fuse); last: add this layer's down output to x here.
+  // C, A: int8_t, int32_t (W8A8 / W4A8) or e4m3, float (FP8): the codes and the GEMM's sums.
+  template <typename C, typename A>
   void forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last);
+  template <typename C, typename A>
+  void gemm8(const DeviceBuffer& W, int out, int in, const C* X, int n, A* Y);
   // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
   const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).

@@ -77,6 +77,14 @@ std::vector<float> rope_split_q8(const std::vector<int32_t>&, const std::vector<
 std::vector<int32_t> gemm_i8_tuned(const std::vector<int8_t>&, int, int, const std::vector<int8_t>&, int, int*) {
   no_cuda();
 }
+F8 rmsnorm_f8(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
+F8 quant_rows_f8(const std::vector<float>&, int, int) { no_cuda(); }
+std::vector<float> gemm_f8(const std::vector<uint8_t>&, int, int, const std::vector<uint8_t>&, int) { no_cuda(); }
+F8 swiglu_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
+std::vector<float> dequant_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&,
+                              std::vector<float>, bool) {
+  no_cuda();
+}
 std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector<float>&, const std::vector<float>&,
                                   int, int, int, int, int) {
   no_cuda();

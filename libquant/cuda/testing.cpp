@@ -159,6 +159,39 @@ std::vector<int32_t> gemm_i8_tuned(const std::vector<int8_t>& w, int out, int in
   return down<int32_t>(dy, size_t(n) * out);
 }
 
+F8 rmsnorm_f8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
+  DeviceBuffer dx = up(x), dw = up(w), q(size_t(rows) * dim), sx(size_t(rows) * 4);
+  cuda::rmsnorm_q8(dx.get<float>(), dw.get<float>(), rows, dim, eps, q.get<e4m3>(), sx.get<float>(), nullptr);
+  return {down<uint8_t>(q, size_t(rows) * dim), down<float>(sx, size_t(rows))};
+}
+
+F8 quant_rows_f8(const std::vector<float>& x, int rows, int dim) {
+  DeviceBuffer dx = up(x), q(size_t(rows) * dim), sx(size_t(rows) * 4);
+  cuda::quant_rows(dx.get<float>(), rows, dim, q.get<e4m3>(), sx.get<float>(), nullptr);
+  return {down<uint8_t>(q, size_t(rows) * dim), down<float>(sx, size_t(rows))};
+}
+
+std::vector<float> gemm_f8(const std::vector<uint8_t>& w, int out, int in, const std::vector<uint8_t>& x, int n) {
+  DeviceBuffer dw = up(w), dx = up(x), dy(size_t(n) * out * 4);
+  GemmLt g;
+  g.run_f8(dw.get(), out, in, dx.get(), n, dy.get<float>(), nullptr);
+  return down<float>(dy, size_t(n) * out);
+}
+
+F8 swiglu_f8(const std::vector<float>& acc, int rows, int F, const std::vector<float>& sx,
+             const std::vector<float>& sw) {
+  DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), q(size_t(rows) * F), so(size_t(rows) * 4);
+  cuda::swiglu_q8(da.get<float>(), rows, F, ds.get<float>(), dw.get<float>(), q.get<e4m3>(), so.get<float>(), nullptr);
+  return {down<uint8_t>(q, size_t(rows) * F), down<float>(so, size_t(rows))};
+}
+
+std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, const std::vector<float>& sx,
+                              const std::vector<float>& sw, std::vector<float> y, bool accumulate) {
+  DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), dy = up(y);
+  cuda::dequant(da.get<float>(), rows, out, ds.get<float>(), dw.get<float>(), dy.get<float>(), accumulate, nullptr);
+  return down<float>(dy, y.size());
+}
+
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                                   const std::vector<float>& biases, int rows, int cols, int bits, int group,
                                   int round_mode) {

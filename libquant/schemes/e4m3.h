@@ -13,9 +13,16 @@
 #include <cstdint>
 #include <cstring>
 
+// e4m3_from_f32 compiles for the GPU too (the FP8 path's per-token activations, cuda/int8_ops.cu).
+#ifdef __CUDACC__
+#define QT_E4M3_HD __host__ __device__
+#else
+#define QT_E4M3_HD
+#endif
+
 namespace qt {
 
-inline uint8_t e4m3_from_f32(float f) {
+QT_E4M3_HD inline uint8_t e4m3_from_f32(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint32_t sign = u & 0x80000000u;
