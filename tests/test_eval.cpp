@@ -388,6 +388,7 @@ TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   expect_rel(j["ppl"], g["ppl"], 2e-5, "PPL");
   expect_rel(j["ppl_err"], g["ppl_err"], 1e-3, "PPL error");
   EXPECT_EQ(j["threads"].get<int>(), 2);
+  EXPECT_EQ(j["chunk_parallel"].get<int>(), 1);  // SmolLM2 keeps a team of 4 busy: one chunk on 2 threads
   EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
   EXPECT_GT(j["peak_rss_mib"].get<double>(), 100);
   // Q4_1 blocks: 20 bytes per 32 weights = 5 bits; the Q8_0 embedding (8.5 bits) and the fp32
@@ -459,6 +460,7 @@ TEST(EvalPplCli, BadInputExitsWithTwo) {
       {" --model " + dir + "/gpt2 --text " + wiki, "gpt2"},
       {m + " --text " + wiki + " --kl-base-model " + golden("logits/tiny-qwen2"), "vocabulary"},
       {m + " --text " + wiki + " --compute f64", "compute"},
+      {m + " --text " + wiki + " --chunk-parallel -1", "--chunk-parallel"},
   };
   for (auto& c : cases) {
     std::string out;
