@@ -37,7 +37,7 @@ using nlohmann::json;
 struct Options {
   std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kl_base_kv = "f32",
                            kl_base_cache;
-  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0;
+  int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0, chunk_parallel = 0;
   KvFlags kvf;
   bool running = false, token_stats = false, kv_stats = false;
   std::vector<std::string> merge;
@@ -217,6 +217,8 @@ void check_cuda_flags(const Options& o) {
     if (!kv::kv_method_on_cuda(m)) not_yet("--kv " + *kv + " (cuda runs " + kv::cuda_kv_method_names() + ")");
   }
   if (o.batch < 0) user_error("--batch: must be positive, got {}", o.batch);
+  if (o.chunk_parallel != 0)
+    user_error("--chunk-parallel: chunks side by side on the CPU's threads; on cuda, --batch chunks share a forward");
   const int ctx = o.ctx > 0 ? o.ctx : (o.method == "chunks" ? 2048 : 512);
   if (o.ubatch > 0 && o.ubatch < ctx) not_yet("--ubatch " + std::to_string(o.ubatch) + " (cuda runs whole chunks)");
 }
@@ -241,7 +243,8 @@ int run(const Options& o) {
   if (on_gpu)
     check_cuda_flags(o);
   else if (o.batch != 0)
-    user_error("--batch: chunks per GPU forward; the CPU path runs one chunk at a time (drop it)");
+    user_error("--batch: chunks per GPU forward; on the CPU, --chunk-parallel runs chunks side by side");
+  if (o.chunk_parallel < 0) user_error("--chunk-parallel: must be positive, got {}", o.chunk_parallel);
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   apply_cpu_flags(o.threads, on_gpu ? "" : o.kernel);
@@ -256,6 +259,7 @@ int run(const Options& o) {
   if (o.ubatch < 0) user_error("--ubatch: must be positive, got {}", o.ubatch);
   po.ubatch = o.ubatch > 0 ? o.ubatch : on_gpu ? 0 : 512;
   po.base_kv = o.kl_base_kv;
+  po.chunk_parallel = o.chunk_parallel;
   const Compute compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
   std::optional<cuda::DeviceInfo> dev;
   if (on_gpu) dev = cuda::device_info();
@@ -368,8 +372,10 @@ int run(const Options& o) {
     fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s on the GPU)\n", f.tps, r.tokens_evaluated,
                r.seconds);
   else
-    fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads, kernel {})\n", f.tps,
-               r.tokens_evaluated, r.seconds, num_threads(), kernel_level_name(kernel_level()));
+    fmt::print("tokens/s       {:.1f} ({} tokens evaluated in {:.2f} s, {} threads{}, kernel {})\n", f.tps,
+               r.tokens_evaluated, r.seconds, num_threads(),
+               r.chunk_parallel > 1 ? fmt::format(" on {} chunks at once", r.chunk_parallel) : std::string(),
+               kernel_level_name(kernel_level()));
   if (e.cpu_base)  // the pair's rate above; the evaluated model's own, as if it ran alone
     fmt::print("model alone    {:.1f} tokens/s (its forward and head {:.2f} s; the KL baseline's {:.2f} s{})\n",
                r.model_seconds > 0 ? double(r.tokens_evaluated) / r.model_seconds : 0.0, r.model_seconds,
@@ -394,6 +400,8 @@ int run(const Options& o) {
     } else {
       j["ubatch"] = po.ubatch;
       j["threads"] = num_threads();
+      j["chunk_parallel"] = r.chunk_parallel;
+      j["bytes_per_chunk"] = r.bytes_per_chunk;
       j["kernel_level"] = kernel_level_name(kernel_level());
     }
     if (!o.kl_base.empty()) {
@@ -421,7 +429,12 @@ const Registrar reg{
        sub.add_option("--chunk-offset", o->chunk_offset, "start at chunk N (one part of a split run)");
        sub.add_flag("--token-stats", o->token_stats, "keep every position's NLL and KLD in the JSON (for --merge)");
        sub.add_option("--merge", o->merge, "merge the JSON parts of a split run into --json FILE")->expected(1, -1);
-       sub.add_option("--threads", o->threads, "threads (default: all cores)");
+       sub.add_option("--threads", o->threads, "threads (default: one per physical core)");
+       sub.add_option("--chunk-parallel", o->chunk_parallel,
+                      "cpu: chunks scored at once, each by its share of --threads with its own KV cache and "
+                      "activations (the same results; default: --threads over the team one chunk of this model keeps "
+                      "busy, about a thread per 32M multiply-adds a token: several for SmolLM-sized models, 1 "
+                      "for 1B and up, and with --kv-stats)");
        sub.add_option("--device", o->device,
                       "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
                       "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads)")

@@ -9,6 +9,7 @@
 
 #include "apps/command.h"
 #include "formats/error.h"
+#include "libquant/parallel.h"
 
 namespace qt {
 std::vector<CommandSpec>& command_registry() {
@@ -29,6 +30,7 @@ static void choose_omp_wait_policy(char** argv) {
 
 int main(int argc, char** argv) {
   choose_omp_wait_policy(argv);
+  qt::apply_default_threads();  // --threads, where a command has it, replaces it
   // A file-size limit (ulimit -f) reached while writing must be an ordinary write error (EFBIG:
   // one line, exit 2, the temporary output removed), not a kill by SIGXFSZ that leaves it behind.
   std::signal(SIGXFSZ, SIG_IGN);

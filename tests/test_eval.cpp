@@ -265,6 +265,54 @@ TEST_F(SmolLMEval, KeptBaselineStatesGiveTheSameKld) {
   EXPECT_THROW(evaluate_perplexity(*model_, ids, o, &base), UserError);
 }
 
+// Chunks scored side by side, each by its share of the threads with its own caches and scratch,
+// give the bits of one chunk at a time: PPL, its error, the running values, every token's NLL and
+// KLD, the baseline's kept hidden states. Forward calls shorter than a chunk, uneven teams (4
+// threads over 3 chunks) and a last batch shorter than the others included; more chunks asked
+// for than threads are capped.
+TEST_F(SmolLMEval, ChunksSideBySideGiveTheSameBits) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  const json g = load_json(golden("ppl/smollm2_q4_1_protocols.json"))["llama"];
+  const auto ids = g["ids"].get<std::vector<int32_t>>();
+  LlamaModel base(load_checkpoint(test::model_gguf()), Compute::F32);
+  PplOptions o;
+  o.ctx = 64;
+  o.max_chunks = 5;
+  o.ubatch = 48;
+  o.keep_tokens = true;
+  o.kv = kv::uniform_kv_config(model_->config().n_layers, kv::parse_kv_spec("f16", "k"), kv::parse_kv_spec("f16", "v"));
+  const int saved = num_threads();
+  auto run = [&](int threads, int chunks_at_once, std::vector<float>* kept) {
+    set_threads(threads);
+    o.chunk_parallel = chunks_at_once;
+    o.base_hidden = kept;
+    PplResult r = evaluate_perplexity(*model_, ids, o, &base);
+    set_threads(saved);
+    json j = ppl_result_json(r);
+    for (const char* timing :
+         {"eval_seconds", "tokens_per_second", "model_eval_seconds", "model_tokens_per_second", "kl_base_eval_seconds"})
+      j.erase(timing);
+    return std::pair{r, j};
+  };
+  std::vector<float> kept_one;
+  const auto [one, one_json] = run(2, 1, &kept_one);
+  ASSERT_TRUE(one.kld.has_value());
+  EXPECT_GT(one.kld->kld, 1e-7);
+  EXPECT_EQ(one.chunk_parallel, 1);
+  for (auto [threads, at_once] : {std::pair{2, 2}, std::pair{4, 3}, std::pair{2, 8}}) {
+    std::vector<float> kept;
+    const auto [r, j] = run(threads, at_once, &kept);
+    EXPECT_EQ(r.chunk_parallel, std::min(at_once, threads)) << threads << " threads";
+    EXPECT_EQ(j, one_json) << threads << " threads, " << at_once << " chunks at once";
+    EXPECT_EQ(kept, kept_one) << threads << " threads, " << at_once << " chunks at once";
+    EXPECT_GT(r.model_seconds, 0);
+    EXPECT_GT(r.base_seconds, 0);
+    EXPECT_LE(r.model_seconds + r.base_seconds, r.seconds * 1.001);
+  }
+  // The kept states read back by chunks side by side.
+  EXPECT_EQ(run(4, 3, &kept_one).second, one_json);
+}
+
 // A run split into parts (--chunk-offset, --token-stats) and merged equals the unsplit run:
 // PPL, its error, the running estimates and every KLD statistic, percentiles included. The
 // model runs an fp16 cache against a second copy of itself with an fp32 cache, so the KLD is small
@@ -340,6 +388,7 @@ TEST(EvalPplCli, LlamaProtocolEndToEnd) {
   expect_rel(j["ppl"], g["ppl"], 2e-5, "PPL");
   expect_rel(j["ppl_err"], g["ppl_err"], 1e-3, "PPL error");
   EXPECT_EQ(j["threads"].get<int>(), 2);
+  EXPECT_EQ(j["chunk_parallel"].get<int>(), 1);  // SmolLM2 keeps a team of 4 busy: one chunk on 2 threads
   EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
   EXPECT_GT(j["peak_rss_mib"].get<double>(), 100);
   // Q4_1 blocks: 20 bytes per 32 weights = 5 bits; the Q8_0 embedding (8.5 bits) and the fp32
@@ -411,6 +460,7 @@ TEST(EvalPplCli, BadInputExitsWithTwo) {
       {" --model " + dir + "/gpt2 --text " + wiki, "gpt2"},
       {m + " --text " + wiki + " --kl-base-model " + golden("logits/tiny-qwen2"), "vocabulary"},
       {m + " --text " + wiki + " --compute f64", "compute"},
+      {m + " --text " + wiki + " --chunk-parallel -1", "--chunk-parallel"},
   };
   for (auto& c : cases) {
     std::string out;

@@ -50,6 +50,8 @@ struct PplOptions {
   int ubatch = 0;               // tokens per forward call (0: the whole chunk); the cache sees each
                                 // batch appended before its queries attend
   int head_rows = 256;          // output-head slice: rows of logits held at once (memory bound)
+  int chunk_parallel = 0;       // CPU: chunks scored at once, each by its share of the threads
+                                // (0: auto_chunk_parallel's choice)
   // The KL baseline's final hidden states at the scored rows, chunk after chunk (n_chunks ·
   // n_scored · hidden floats). Empty: filled as the baseline runs. Full: read instead of running
   // the baseline's forward (its output head still runs, so the KLD is the same to the bit).
@@ -82,6 +84,8 @@ struct PplResult {
   std::string kv_name;                // the model's cache, as it describes itself
   double kv_bytes_per_token = 0;      // everything it stores at ctx positions, per position
   double kv_f16_bytes_per_token = 0;  // an fp16 cache of the same model
+  int chunk_parallel = 0;             // CPU: chunks that ran at once (0: the device does not say)
+  double bytes_per_chunk = 0;         // CPU: what each of them holds (caches, activations, logits)
 };
 
 // A device's side of the evaluation: the model (and the KL baseline, when there is one) running
@@ -111,9 +115,17 @@ class ChunkScorer {
 PplResult evaluate_perplexity(ChunkScorer& scorer, const std::vector<int32_t>& tokens, const PplOptions& opt,
                               const ProgressFn& progress = {});
 
-// The CPU's scorer: one chunk per call, the cache per opt.kv (f32 where it gives no layers), the
-// baseline's with opt.base_kv, forward calls of opt.ubatch tokens, the output head in slices of
-// opt.head_rows rows, opt.base_hidden kept or read. The models must outlive it.
+// How many chunks the CPU scores at once with `threads` threads: as many teams as leave each
+// thread of a team enough of a chunk's work to keep it busy between the team's barriers
+// (kMacsPerTeamThread in cpu_scorer.cpp), at least 1.
+int auto_chunk_parallel(const ModelConfig& c, int threads);
+
+// The CPU's scorer: opt.chunk_parallel chunks per call (auto_chunk_parallel's when 0), each on
+// its share of num_threads() with its own caches and scratch (a chunk's results do not depend on
+// its thread count, so neither do the sums); the cache per opt.kv (f32 where it gives no layers),
+// the baseline's with opt.base_kv, forward calls of opt.ubatch tokens, the output head in slices
+// of opt.head_rows rows, opt.base_hidden kept or read. The models must outlive it and have no
+// observer set.
 std::unique_ptr<ChunkScorer> make_cpu_scorer(LlamaModel& model, LlamaModel* base = nullptr);
 
 // evaluate_perplexity with make_cpu_scorer(model, base).

@@ -188,17 +188,28 @@ size_t LlamaModel::weight_bytes() const {
 
 std::string LlamaModel::linear_kind() const { return layers_.empty() ? "" : layers_[0]->wq->kind(); }
 
-void LlamaModel::ensure_scratch(int n) {
-  if (n <= cap_) return;
+void LlamaModel::ensure_scratch(ForwardScratch& s, int n) const {
+  if (n <= s.cap) return;
   const size_t H = cfg_.hidden, F = cfg_.intermediate, Q = size_t(cfg_.n_heads) * cfg_.head_dim,
                KV = size_t(cfg_.n_kv_heads) * cfg_.head_dim;
-  for (auto* b : {&x_, &xb_, &att_}) b->resize(size_t(n) * std::max(H, Q));
-  q_.resize(size_t(n) * Q);
-  k_.resize(size_t(n) * KV);
-  v_.resize(size_t(n) * KV);
-  hb_.resize(size_t(n) * F);
-  hb2_.resize(size_t(n) * F);
-  cap_ = n;
+  for (auto* b : {&s.x, &s.xb, &s.att}) b->resize(size_t(n) * std::max(H, Q));
+  s.q.resize(size_t(n) * Q);
+  s.k.resize(size_t(n) * KV);
+  s.v.resize(size_t(n) * KV);
+  s.hb.resize(size_t(n) * F);
+  s.hb2.resize(size_t(n) * F);
+  s.cap = n;
+}
+
+size_t LlamaModel::scratch_bytes(int n) const {
+  const size_t H = cfg_.hidden, F = cfg_.intermediate, Q = size_t(cfg_.n_heads) * cfg_.head_dim,
+               KV = size_t(cfg_.n_kv_heads) * cfg_.head_dim;
+  return size_t(n) * (3 * std::max(H, Q) + Q + 2 * KV + 2 * F) * sizeof(float);
+}
+
+void LlamaModel::reserve_positions(int n_pos) {
+  rope_.ensure(n_pos);
+  if (cfg_.rope_local_theta > 0) rope_local_.ensure(n_pos);
 }
 
 void LlamaModel::linear(const Linear& l, const std::string* prefix, const char* name, const float* x, int64_t n,
@@ -259,15 +270,18 @@ void LlamaModel::output_head(const float* hidden, int rows, float* logits) {
 }
 
 const float* LlamaModel::forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache) {
+  return forward_hidden(tokens, n, pos0, cache, scratch_);
+}
+
+const float* LlamaModel::forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache, ForwardScratch& s) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden;
   if (n <= 0) return nullptr;
-  ensure_scratch(n);
-  rope_.ensure(pos0 + n);
-  float *x = x_.data(), *xb = xb_.data();
+  ensure_scratch(s, n);
+  float *x = s.x.data(), *xb = s.xb.data();
 
   embed(tokens, n, x);
-  for (int l = 0; l < c.n_layers; ++l) forward_layer(l, x, n, pos0, cache);
+  for (int l = 0; l < c.n_layers; ++l) forward_layer(l, x, n, pos0, cache, s);
   ops::rmsnorm(x, H, final_norm_.data(), xb, H, n, H, c.rms_eps);
   return xb;
 }
@@ -278,16 +292,20 @@ ops::RopeTable* LlamaModel::rope_of(int l) {
 }
 
 void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache) {
+  forward_layer(l, x, n, pos0, cache, scratch_);
+}
+
+void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache, ForwardScratch& s) {
   const ModelConfig& c = cfg_;
   const ArchDesc& a = *desc_;
   const int64_t H = c.hidden, F = c.intermediate, D = c.head_dim;
   const int64_t Q = c.n_heads * D, KV = c.n_kv_heads * D;
   if (l < 0 || l >= c.n_layers) user_error("forward_layer: layer {} outside 0..{}", l, c.n_layers - 1);
-  ensure_scratch(n);
+  ensure_scratch(s, n);
   ops::RopeTable* rope = rope_of(l);
-  if (rope) rope->ensure(pos0 + n);
-  float *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(), *hb = hb_.data(),
-        *hb2 = hb2_.data();
+  if (rope) rope->ensure(pos0 + n);  // only reads the table once reserve_positions covered pos0 + n
+  float *xb = s.xb.data(), *q = s.q.data(), *k = s.k.data(), *v = s.v.data(), *att = s.att.data(), *hb = s.hb.data(),
+        *hb2 = s.hb2.data();
   const Layer& L = *layers_[l];
   const float eps = c.rms_eps;
   // x through the norm w into xb, or x itself where the row has no such norm
@@ -324,7 +342,7 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
   // MLP
   in = pre(L.ffn_pre);
   if (L.router) {
-    moe_ffn(L, in, n, xb == in ? att : xb);
+    moe_ffn(L, in, n, xb == in ? att : xb, s);
     if (xb == in) std::memcpy(xb, att, sizeof(float) * size_t(n) * size_t(H));
     add_post(L.ffn_post);
     return;
@@ -348,12 +366,12 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache)
 // three projections once over its gathered rows (each a GEMM through its Linear, any kind), so
 // the work is n·k rows of expert GEMMs however many experts there are, with no per-token loop
 // through a projection.
-void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out) {
+void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out, ForwardScratch& s) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, F = c.moe_intermediate;
   const int E = c.n_experts, K = c.n_experts_per_tok;
-  moe_probs_.resize(size_t(n) * E);
-  linear(*L.router, &L.prefix, L.router_name.c_str(), in, n, moe_probs_.data());
+  s.moe_probs.resize(size_t(n) * E);
+  linear(*L.router, &L.prefix, L.router_name.c_str(), in, n, s.moe_probs.data());
 
   // Routing: per token its k experts and weights, then the (token, weight) pairs by expert.
   std::vector<int> count(size_t(E) + 1, 0);
@@ -361,7 +379,7 @@ void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out) {
   std::vector<float> wsel(size_t(n) * K);
   std::vector<int> order(static_cast<size_t>(E));
   for (int t = 0; t < n; ++t) {
-    float* p = moe_probs_.data() + size_t(t) * E;
+    float* p = s.moe_probs.data() + size_t(t) * E;
     const float mx = *std::max_element(p, p + E);
     float sum = 0;
     for (int e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
@@ -395,26 +413,26 @@ void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out) {
   std::memset(out, 0, sizeof(float) * size_t(n) * size_t(H));
   size_t most = 0;
   for (int e = 0; e < E; ++e) most = std::max(most, size_t(count[size_t(e) + 1] - count[size_t(e)]));
-  moe_x_.resize(most * size_t(H));
-  moe_y_.resize(most * size_t(H));
-  moe_g_.resize(most * size_t(F));
-  moe_u_.resize(most * size_t(F));
+  s.moe_x.resize(most * size_t(H));
+  s.moe_y.resize(most * size_t(H));
+  s.moe_g.resize(most * size_t(F));
+  s.moe_u.resize(most * size_t(F));
   for (int e = 0; e < E; ++e) {
     const int s0 = count[size_t(e)], m = count[size_t(e) + 1] - s0;
     if (m == 0) continue;
     const Layer::Expert& X = L.experts[size_t(e)];
 #pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))
     for (int i = 0; i < m; ++i)
-      std::memcpy(moe_x_.data() + size_t(i) * H, in + size_t(tok[size_t(s0 + i)]) * H, sizeof(float) * size_t(H));
-    linear(*X.gate, &L.prefix, X.gate_name.c_str(), moe_x_.data(), m, moe_g_.data());
-    linear(*X.up, &L.prefix, X.up_name.c_str(), moe_x_.data(), m, moe_u_.data());
-    ops::swiglu(moe_g_.data(), moe_u_.data(), moe_g_.data(), m, F);
-    linear(*X.down, &L.prefix, X.down_name.c_str(), moe_g_.data(), m, moe_y_.data());
+      std::memcpy(s.moe_x.data() + size_t(i) * H, in + size_t(tok[size_t(s0 + i)]) * H, sizeof(float) * size_t(H));
+    linear(*X.gate, &L.prefix, X.gate_name.c_str(), s.moe_x.data(), m, s.moe_g.data());
+    linear(*X.up, &L.prefix, X.up_name.c_str(), s.moe_x.data(), m, s.moe_u.data());
+    ops::swiglu(s.moe_g.data(), s.moe_u.data(), s.moe_g.data(), m, F);
+    linear(*X.down, &L.prefix, X.down_name.c_str(), s.moe_g.data(), m, s.moe_y.data());
     // An expert sees a token at most once: its rows add into distinct output rows.
 #pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))
     for (int i = 0; i < m; ++i) {
       float* o = out + size_t(tok[size_t(s0 + i)]) * H;
-      const float* y = moe_y_.data() + size_t(i) * H;
+      const float* y = s.moe_y.data() + size_t(i) * H;
       const float w = wt[size_t(s0 + i)];
       for (int64_t d = 0; d < H; ++d) o[d] += y[d] * w;
     }

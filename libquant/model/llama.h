@@ -50,6 +50,15 @@ LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinear
 using LinearObserver =
     std::function<void(const std::string& name, const float* x, int64_t n_tokens, int64_t in_features)>;
 
+// The activations of one forward (what a batch leaves between the layers), sized for the largest
+// batch it has seen. LlamaModel keeps one for the calls that pass none; a caller running several
+// sequences at once gives each its own.
+struct ForwardScratch {
+  int cap = 0;  // rows the buffers hold
+  std::vector<float> x, xb, q, k, v, att, hb, hb2;
+  std::vector<float> moe_probs, moe_x, moe_g, moe_u, moe_y;  // LlamaModel::moe_ffn's
+};
+
 class LlamaModel {
  public:
   // Takes what it needs from `ck` (the embedding table is shared, not copied); `ck` may be
@@ -73,13 +82,23 @@ class LlamaModel {
   // Runs tokens[0..n) at positions pos0 … pos0+n−1 (appending their K/V to `cache`, which must
   // hold exactly pos0 positions) and writes the logits of rows [out_first, out_first+n_out)
   // to `logits` ([n_out, vocab], row-major). Rows outside that range skip the output head.
-  // Not thread-safe: one forward at a time per model (it reuses its scratch buffers).
+  // Not thread-safe: one forward at a time per model through its own scratch (see the
+  // ForwardScratch overload of forward_hidden for several at once).
   void forward(const int32_t* tokens, int n, int pos0, KVCache& cache, int out_first, int n_out, float* logits);
   // The same in two steps, for callers that want the (largest) output head in slices:
   // forward_hidden returns the final-normed hidden states [n, hidden] (valid until the next
   // call), output_head turns rows of them into logits [rows, vocab].
   const float* forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache);
   void output_head(const float* hidden, int rows, float* logits);
+  // forward_hidden into the caller's scratch (the result lives in it). Calls with distinct
+  // scratch and caches may run at once, each from its own thread with its own OpenMP team, once
+  // reserve_positions covers every position they reach and no observer is set; output_head
+  // likewise (the weights are only read).
+  const float* forward_hidden(const int32_t* tokens, int n, int pos0, KVCache& cache, ForwardScratch& s);
+  // The RoPE tables for positions [0, n_pos): afterwards forwards below n_pos only read them.
+  void reserve_positions(int n_pos);
+  // Bytes of a ForwardScratch after a forward of n tokens through dense layers.
+  size_t scratch_bytes(int n) const;
 
   void set_observer(LinearObserver obs) { observer_ = std::move(obs); }
 
@@ -105,9 +124,10 @@ class LlamaModel {
   // Runs l on x; the observer, when set, sees the weight's name (*prefix + name).
   void linear(const Linear& l, const std::string* prefix, const char* name, const float* x, int64_t n, float* y);
   void embed(const int32_t* tokens, int n, float* x) const;
-  void ensure_scratch(int n);
+  void ensure_scratch(ForwardScratch& s, int n) const;
+  void forward_layer(int l, float* x, int n, int pos0, KVCache& cache, ForwardScratch& s);
   // A sparse layer's FFN: in [n, hidden] -> out [n, hidden].
-  void moe_ffn(const Layer& L, const float* in, int n, float* out);
+  void moe_ffn(const Layer& L, const float* in, int n, float* out, ForwardScratch& s);
   // The decode step (llama_decode.cpp): one token in one OpenMP team, every Linear's rows cut
   // between the threads (Linear::gemv_slice). Used by forward() for a single token when every
   // Linear has slices and no observer is set; logits may be null (no output head).
@@ -128,10 +148,7 @@ class LlamaModel {
   ops::RopeTable* rope_of(int l);
   LinearObserver observer_;
 
-  // Scratch, sized for the largest batch seen.
-  int cap_ = 0;
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
-  std::vector<float> moe_probs_, moe_x_, moe_g_, moe_u_, moe_y_;  // moe_ffn's
+  ForwardScratch scratch_;  // the calls that pass none (and the decode step)
 };
 
 }  // namespace qt

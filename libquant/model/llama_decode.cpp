@@ -53,11 +53,12 @@ constexpr int64_t kSwigluAlign = 16;
 void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* logits) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, D = c.head_dim, Q = int64_t(c.n_heads) * D, KV = int64_t(c.n_kv_heads) * D;
-  ensure_scratch(1);
+  ensure_scratch(scratch_, 1);
   for (int l = 0; l < c.n_layers; ++l)
     if (ops::RopeTable* r = rope_of(l)) r->ensure(pos + 1);
-  float *x = x_.data(), *xb = xb_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(),
-        *hb = hb_.data(), *hb2 = hb2_.data();
+  ForwardScratch& s = scratch_;
+  float *x = s.x.data(), *xb = s.xb.data(), *q = s.q.data(), *k = s.k.data(), *v = s.v.data(), *att = s.att.data(),
+        *hb = s.hb.data(), *hb2 = s.hb2.data();
   embed(&token, 1, x);
 
   TeamBarrier barrier;
