@@ -29,8 +29,8 @@ for s in ${STEP//,/ }; do case $s in
       o=/tmp/s135-$(echo $L | tr -d ' -'); $Q convert --in /tmp/s135 --out $o --scheme $L > /dev/null 2>&1 || echo "convert failed: $L"
       run $Q eval-ppl --device cuda --model $o --text $T --chunks 64; run /tmp/kit/cpu_new eval-ppl --threads 16 --model $o --text $T --chunks 64; done ;;
   speed8b)
-    python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from $K/tok --out /tmp/l8b > /dev/null
-    $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 --max-shard-size 2GB > /dev/null 2>&1
+    [ -d /tmp/l8b ] || python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from $K/tok --out /tmp/l8b > /dev/null
+    [ -d /tmp/l8b-w8 ] || $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 --max-shard-size 2GB > /dev/null 2>&1
     for i in 1 2; do for M in /tmp/l8b /tmp/l8b-w8; do run $B eval-ppl --device cuda --model $M --text $T; run $Q eval-ppl --device cuda --model $M --text $T; done; done ;;
   cpuab)  # CPU eval-ppl, 8 chunks, 2 threads pinned, base vs new, A B A B
     [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
@@ -54,4 +54,49 @@ for s in ${STEP//,/ }; do case $s in
     [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
     [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
     for i in $(seq ${PAIRS:-3}); do for X in cpu_base cpu_pre cpu_new; do [ -x /tmp/kit/$X ] && run taskset -c 2,3 /tmp/kit/$X eval-ppl --threads 2 --chunks 8 --text $T --model /tmp/s135-w8; done; done ;;
+  kl)  # KL on the GPU, new against base binary (same PPL, KLD to the printed digits), and the JSON's figures
+    [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
+    [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
+    for X in $B $Q; do timeout 200 $X eval-ppl --device cuda --model /tmp/s135-w8 --kl-base-model /tmp/s135 --text $T --chunks 32 --json /tmp/kl.json > /tmp/kl.txt 2>&1; echo "rc=$? ${X#/tmp/kit/}: $(grep -E '^PPL|Mean +KLD|^KLD|kld' /tmp/kl.txt | head -3 | tr '\n' ' ')"; python3 -c "import json;d=json.load(open('/tmp/kl.json'));print(repr(d['ppl']),repr(d['kld']['kld_mean']))"; done
+    for X in $B $Q; do timeout 200 $X eval-ppl --device cuda --model /tmp/s135 --kv kivi:bits=4 --text $T --chunks 32 --json /tmp/k4.json > /dev/null 2>&1; echo "rc=$? ${X#/tmp/kit/} kivi4: $(python3 -c "import json;d=json.load(open('/tmp/k4.json'));print(repr(d['ppl']))")"; done ;;
+  scale)  # threads 1..16 on the Xeon: bench --peak, then eval-ppl (SmolLM2 shape, 16 chunks) f32 / bf16 / W8A8 / affine-4
+    [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
+    [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
+    [ -d /tmp/s135-a4 ] || $Q convert --in /tmp/s135 --out /tmp/s135-a4 --scheme affine --bits 4 --group-size 64 > /dev/null 2>&1
+    lscpu | grep -E "^CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L3"; grep -o -w -E "amx_tile|amx_bf16|amx_int8|avx512_vnni|avx512_bf16" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+    timeout 200 /tmp/kit/cpu_new bench --peak 2>&1 | tail -25
+    for th in 1 2 4 8 16; do for cfg in "--model /tmp/s135" "--model /tmp/s135 --compute bf16" "--model /tmp/s135-w8" "--model /tmp/s135-a4"; do
+      run /tmp/kit/cpu_new eval-ppl --threads $th --chunks 16 --text $T $cfg; done; done ;;
+  fp8)  # FP8 on the GPU: 8B-shaped checkpoints made in the background while test_cuda runs; SmolLM2-shaped
+    # fp8 PPL GPU vs CPU (64 chunks); the 8B shape full text bf16 / W8A8 / FP8 (/ FP8 fast accumulation) alternated
+    python3 -c "import ctypes;print('cuBLASLt', ctypes.CDLL('libcublasLt.so.13').cublasLtGetVersion())"
+    ( python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --tokenizer-from $K/tok --out /tmp/l8b > /dev/null
+      $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 --max-shard-size 2GB > /tmp/cw8.txt 2>&1
+      $Q convert --in /tmp/l8b --out /tmp/l8b-f8 --scheme fp8 --max-shard-size 2GB > /tmp/cf8.txt 2>&1
+      echo done > /tmp/l8b.ready ) &
+    t0=$EPOCHREALTIME
+    QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda 2>&1 | grep -vE "^\[ RUN|^$|^\[       OK|^kv attention|^Google Test trace" | tail -40
+    echo "test_cuda took $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.1f}')") s"
+    python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
+    $Q convert --in /tmp/s135 --out /tmp/s135-f8 --scheme fp8 > /dev/null 2>&1 || echo "convert fp8 failed"
+    run $Q eval-ppl --device cuda --model /tmp/s135-f8 --text $T --chunks 64
+    run $Q eval-ppl --threads 16 --model /tmp/s135-f8 --text $T --chunks 64
+    run $Q eval-ppl --threads 16 --model /tmp/s135-f8 --text $T --chunks 64 --kv f16
+    run $Q eval-ppl --device cuda --model /tmp/s135 --text $T --chunks 64
+    while [ ! -f /tmp/l8b.ready ]; do sleep 2; done; tail -2 /tmp/cw8.txt /tmp/cf8.txt; du -sh /tmp/l8b*
+    for i in 1 2; do for M in /tmp/l8b /tmp/l8b-w8 /tmp/l8b-f8; do run $Q eval-ppl --device cuda --model $M --text $T; done
+      export QT_CUDA_FP8_FAST_ACCUM=1; echo -n "fast accumulation: "; run $Q eval-ppl --device cuda --model /tmp/l8b-f8 --text $T
+      unset QT_CUDA_FP8_FAST_ACCUM; done
+    QT_CUDA_PROFILE=1 timeout 100 $Q eval-ppl --device cuda --model /tmp/l8b-f8 --text $T 2>&1 | grep -iE "gemm|total|tune|tokens/s" | head -20 ;;
+  cpupar)  # chunks side by side on the Xeon: threads (THREADS, default 1 2 4 8 16) x chunks at once (1 2 4 8 16, P <= threads), SmolLM2 shape, CHUNKS (16) chunks; then the defaults (no --threads, no --chunk-parallel)
+    [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
+    [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
+    [ -d /tmp/s135-a4 ] || $Q convert --in /tmp/s135 --out /tmp/s135-a4 --scheme affine --bits 4 --group-size 64 > /dev/null 2>&1
+    lscpu | grep -E "^CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L3"; nproc
+    runp() { timeout 250 "$@" > /tmp/last.txt 2>&1; local rc=$?
+      echo "rc=$rc $(grep -E '^PPL|^tokens/s|^peak RSS|^error|^internal' /tmp/last.txt | sed 's/  */ /g' | tr '\n' ' ')| ${*#/tmp/kit/}"; }
+    for th in ${THREADS:-1 2 4 8 16}; do for P in 1 2 4 8 16; do [ $P -le $th ] || continue
+      for cfg in "--model /tmp/s135" "--model /tmp/s135 --compute bf16" "--model /tmp/s135-w8" "--model /tmp/s135-a4"; do
+        runp /tmp/kit/cpu_new eval-ppl --threads $th --chunk-parallel $P --chunks ${CHUNKS:-16} --text $T $cfg; done; done; done
+    for cfg in "--model /tmp/s135" "--model /tmp/s135-w8"; do runp /tmp/kit/cpu_new eval-ppl --chunks ${CHUNKS:-16} --text $T $cfg; done ;;
 esac; done
