@@ -181,7 +181,7 @@ std::pair<int, int> gguf_order_key(const std::string& gguf) {
 
 void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
   if (!ck.tokenizer) return;  // a bare source: weights only (llama.cpp then needs --vocab-only elsewhere)
-  GgufTokenizerMeta t = tokenizer_to_gguf(*ck.tokenizer);
+  GgufTokenizerMeta t = tokenizer_to_gguf(*ck.tokenizer, {ck.config.vocab, ck.config.desc().gguf_arch});
   // convert_hf_to_gguf pads the token list to the config's vocab_size (embedding rows).
   for (int32_t i = int32_t(t.tokens.size()); i < ck.config.vocab; ++i) {
     t.tokens.push_back("[PAD" + std::to_string(i) + "]");
