@@ -15,7 +15,8 @@ tests/golden/spm_gguf/tiny-llama-spm/   the HF folder: a SentencePiece BPE model
 tests/golden/spm_gguf/tiny-llama-spm.tokenizer.json   every tokenizer.ggml.* key of
     `convert_hf_to_gguf.py tiny-llama-spm --outtype f32` (llama.cpp's _set_vocab_sentencepiece,
     since tokenizer.model is present); for the strings under "texts", HF tokenizers' ids (BOS added)
-    and `llama-tokenize --ids --no-parse-special` on that GGUF (llama_ids). The two differ where
+    and `llama-tokenize --ids --no-parse-special` on that GGUF (llama_ids; llama_ids_parse_special
+    without --no-parse-special). HF's and llama.cpp's ids differ where
     their rules differ, and "hf_same" lists the texts where they agree: HF's Metaspace adds no '▁'
     before text that already starts with a space, SentencePiece (and llama.cpp) always do; HF matches
     special-token text ("<s>") in the input, llama.cpp only with parse_special.
@@ -102,17 +103,19 @@ def main():
         import gguf
         r = gguf.GGUFReader(out)
         keys = {name: field.contents() for name, field in r.fields.items() if name.startswith("tokenizer.ggml.")}
-        llama_ids = []
+        llama_ids, llama_ids_special = [], []
         for i, t in enumerate(TEXTS):
             p = os.path.join(tmp, f"{i}.txt")
             with open(p, "w", encoding="utf-8") as f:
                 f.write(t)
-            res = subprocess.run([llama_tokenize, "-m", out, "-f", p, "--ids", "--log-disable", "--no-parse-special"],
-                                 check=True, capture_output=True, text=True)
-            llama_ids.append(json.loads(res.stdout.strip().splitlines()[-1]))
+            for flags, dst in ((["--no-parse-special"], llama_ids), ([], llama_ids_special)):
+                res = subprocess.run([llama_tokenize, "-m", out, "-f", p, "--ids", "--log-disable"] + flags,
+                                     check=True, capture_output=True, text=True)
+                dst.append(json.loads(res.stdout.strip().splitlines()[-1]))
     hf_same = [i for i in range(len(TEXTS)) if ids[i] == llama_ids[i]]
     assert {0, 3, 5, 6} <= set(hf_same), hf_same  # the plain, unicode / byte-fallback and empty texts
-    golden = {"keys": keys, "texts": TEXTS, "hf_ids": ids, "llama_ids": llama_ids, "hf_same": hf_same}
+    golden = {"keys": keys, "texts": TEXTS, "hf_ids": ids, "llama_ids": llama_ids,
+              "llama_ids_parse_special": llama_ids_special, "hf_same": hf_same}
     with open(os.path.join(OUT, "tiny-llama-spm.tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, indent=0)
     print(f"{n_vocab} tokens; keys: {sorted(keys)}")

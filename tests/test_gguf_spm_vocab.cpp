@@ -1,0 +1,160 @@
+// GGUF from an HF folder with a SentencePiece-style tokenizer.json (Llama-2 / Mistral style: byte
+// fallback, '▁' for spaces, tokenizer.model beside it), against llama.cpp
+// (tests/golden/make_spm_gguf_golden.py):
+//  - `convert --format gguf` writes the tokenizer.ggml.* keys convert_hf_to_gguf.py writes: the
+//    tokens, scores and types of tokenizer.model plus added_tokens_decoder, special ids, add_bos;
+//  - `quanttool tokenize` on that file gives llama-tokenize's ids on llama.cpp's own file (with
+//    and without parse_special), and HF tokenizers' ids wherever HF and llama.cpp follow the same
+//    rules (unicode, byte fallback);
+//  - the tokenizer.model reader: its pieces as sentencepiece reads them; bad bytes are a UserError;
+//  - without tokenizer.model: exit 2, one line.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/error.h"
+#include "formats/gguf.h"
+#include "formats/tokenizer/sentencepiece_model.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string folder() { return test::source_dir() + "/tests/golden/spm_gguf/tiny-llama-spm"; }
+json golden() { return test::read_json(test::source_dir() + "/tests/golden/spm_gguf/tiny-llama-spm.tokenizer.json"); }
+int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
+
+std::string convert_to_gguf(const std::string& tag) {
+  const std::string out = test::temp_dir(tag) + "/ours.gguf";
+  std::string log;
+  EXPECT_EQ(qt_run("convert --in " + folder() + " --out " + out + " --format gguf --gguf-type f32", &log), 0) << log;
+  return out;
+}
+
+std::vector<int32_t> read_ids(const std::string& path) {
+  std::vector<int32_t> ids;
+  std::ifstream f(path);
+  for (int32_t id; f >> id;) ids.push_back(id);
+  return ids;
+}
+
+TEST(GgufSpmVocab, KeysEqualConvertHfToGguf) {
+  const json g = golden();
+  GgufFile f = GgufFile::open(convert_to_gguf("spm_keys"));
+  // Keys gguf.SpecialVocab writes or leaves out by its own reading of the post-processor: each
+  // side's extra key holds the value llama.cpp's loader assumes for a `llama` vocabulary without it.
+  const std::map<std::string, bool> default_false = {{"tokenizer.ggml.add_sep_token", false},
+                                                     {"tokenizer.ggml.add_eos_token", false}};
+  for (const auto& [key, want] : g["keys"].items()) {
+    if (!f.has(key)) {
+      EXPECT_TRUE(default_false.count(key) && want == false) << key << " missing";
+      continue;
+    }
+    if (want.is_string()) {
+      EXPECT_EQ(f.get_string(key), want.get<std::string>()) << key;
+    } else if (want.is_boolean()) {
+      EXPECT_EQ(f.get_bool(key), want.get<bool>()) << key;
+    } else if (want.is_number_integer()) {
+      EXPECT_EQ(f.get_int(key), want.get<int64_t>()) << key;
+    } else if (key == "tokenizer.ggml.tokens") {
+      EXPECT_EQ(f.get_string_array(key), want.get<std::vector<std::string>>());
+    } else if (key == "tokenizer.ggml.scores") {
+      const std::vector<double>& got = f.get_float_array(key);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(float(got[i]), want[i].get<float>()) << "score " << i;
+    } else if (key == "tokenizer.ggml.token_type") {
+      EXPECT_EQ(f.get_int_array(key), want.get<std::vector<int64_t>>());
+    } else {
+      ADD_FAILURE() << "unchecked key " << key;
+    }
+  }
+  for (const auto& [key, v] : f.metadata()) {
+    if (key.rfind("tokenizer.", 0) != 0 || g["keys"].contains(key)) continue;
+    EXPECT_TRUE(default_false.count(key) && f.get_bool(key) == false) << key << " not written by llama.cpp";
+  }
+  // The shape of the golden itself: byte pieces, the special-looking added token typed CONTROL, padding.
+  const auto& types = f.get_int_array("tokenizer.ggml.token_type");
+  EXPECT_EQ(types[3], 6);                                          // <0x00> BYTE
+  EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")[512], "<|sep|>");
+  EXPECT_EQ(types[512], 3);
+}
+
+TEST(GgufSpmVocab, TokenizeEqualsLlamaCppAndHf) {
+  const json g = golden();
+  const std::string gguf = convert_to_gguf("spm_tok"), tmp = test::temp_dir("spm_tok_texts");
+  const auto& texts = g["texts"];
+  std::set<size_t> hf_same;
+  for (const json& i : g["hf_same"]) hf_same.insert(i.get<size_t>());
+  ASSERT_TRUE(hf_same.count(3));  // the unicode / byte-fallback text
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string in = tmp + "/" + std::to_string(i) + ".txt", out = in + ".ids";
+    std::ofstream(in, std::ios::binary) << texts[i].get<std::string>();
+    std::string log;
+    ASSERT_EQ(qt_run("tokenize --model " + gguf + " --text " + in + " --out " + out + " --add-special", &log), 0) << log;
+    const std::vector<int32_t> ids = read_ids(out);
+    EXPECT_EQ(ids, g["llama_ids"][i].get<std::vector<int32_t>>()) << "text " << i;
+    if (hf_same.count(i)) {
+      EXPECT_EQ(ids, g["hf_ids"][i].get<std::vector<int32_t>>()) << "text " << i;
+    }
+  }
+  // Special-token text in the input ("<s>") matched as the token: llama.cpp's parse_special.
+  auto tok = tokenizer_from_gguf(GgufFile::open(gguf));
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(tok->encode(texts[i].get<std::string>(), true, true),
+              g["llama_ids_parse_special"][i].get<std::vector<int32_t>>())
+        << "text " << i;
+}
+
+TEST(GgufSpmVocab, SentencePieceModelReader) {
+  const tok::SentencePieceModel m = tok::read_sentencepiece_model(folder() + "/tokenizer.model");
+  const json g = golden();
+  ASSERT_EQ(m.pieces.size(), 512u);
+  EXPECT_EQ(m.pieces[0].text, "<unk>");
+  EXPECT_EQ(m.pieces[0].type, 2);  // UNKNOWN (the converter's added_tokens_decoder makes it CONTROL)
+  EXPECT_EQ(m.pieces[1].type, 3);
+  EXPECT_EQ(m.pieces[3].text, "<0x00>");
+  EXPECT_EQ(m.pieces[3].type, 6);
+  for (size_t i = 3; i < m.pieces.size(); ++i) {
+    EXPECT_EQ(m.pieces[i].text, g["keys"]["tokenizer.ggml.tokens"][i].get<std::string>()) << i;
+    EXPECT_EQ(m.pieces[i].score, g["keys"]["tokenizer.ggml.scores"][i].get<float>()) << i;
+  }
+  EXPECT_TRUE(m.add_dummy_prefix);
+  std::ifstream f(folder() + "/tokenizer.model", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (size_t cut : {size_t(1), size_t(7), bytes.size() / 2}) {
+    // Cut inside the first piece (its length prefix then runs past the end) or mid-file; a cut
+    // that lands exactly between fields is a valid shorter model.
+    try {
+      const tok::SentencePieceModel part = tok::parse_sentencepiece_model(std::string_view(bytes).substr(0, cut), "x");
+      EXPECT_LT(part.pieces.size(), m.pieces.size()) << cut;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("x: not a SentencePiece model"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(tok::parse_sentencepiece_model("", "x"), UserError);           // no pieces
+  EXPECT_THROW(tok::parse_sentencepiece_model("\x0a\x05\x0a", "x"), UserError);  // piece past the end
+  EXPECT_THROW(tok::parse_sentencepiece_model("\x0f", "x"), UserError);        // wire type 7
+}
+
+TEST(GgufSpmVocab, NoTokenizerModelExit2) {
+  const std::string tmp = test::temp_dir("spm_no_model"), dir = tmp + "/hf", out = tmp + "/o.gguf";
+  fs::create_directories(dir);
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(folder() + "/" + name, dir + "/" + name);
+  std::string log;
+  EXPECT_EQ(qt_run("convert --in " + dir + " --out " + out + " --format gguf --gguf-type f32", &log), 2) << log;
+  EXPECT_NE(log.find("error: "), std::string::npos) << log;
+  EXPECT_NE(log.find("tokenizer.model"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace qt
