@@ -82,7 +82,7 @@ TEST(GgufSpmVocab, KeysEqualConvertHfToGguf) {
   }
   // The shape of the golden itself: byte pieces, the special-looking added token typed CONTROL, padding.
   const auto& types = f.get_int_array("tokenizer.ggml.token_type");
-  EXPECT_EQ(types[3], 6);                                          // <0x00> BYTE
+  EXPECT_EQ(types[3], 6);  // <0x00> BYTE
   EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")[512], "<|sep|>");
   EXPECT_EQ(types[512], 3);
 }
@@ -98,7 +98,8 @@ TEST(GgufSpmVocab, TokenizeEqualsLlamaCppAndHf) {
     const std::string in = tmp + "/" + std::to_string(i) + ".txt", out = in + ".ids";
     std::ofstream(in, std::ios::binary) << texts[i].get<std::string>();
     std::string log;
-    ASSERT_EQ(qt_run("tokenize --model " + gguf + " --text " + in + " --out " + out + " --add-special", &log), 0) << log;
+    ASSERT_EQ(qt_run("tokenize --model " + gguf + " --text " + in + " --out " + out + " --add-special", &log), 0)
+        << log;
     const std::vector<int32_t> ids = read_ids(out);
     EXPECT_EQ(ids, g["llama_ids"][i].get<std::vector<int32_t>>()) << "text " << i;
     if (hf_same.count(i)) {
@@ -139,9 +140,42 @@ TEST(GgufSpmVocab, SentencePieceModelReader) {
       EXPECT_NE(std::string(e.what()).find("x: not a SentencePiece model"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(tok::parse_sentencepiece_model("", "x"), UserError);           // no pieces
+  EXPECT_THROW(tok::parse_sentencepiece_model("", "x"), UserError);              // no pieces
   EXPECT_THROW(tok::parse_sentencepiece_model("\x0a\x05\x0a", "x"), UserError);  // piece past the end
-  EXPECT_THROW(tok::parse_sentencepiece_model("\x0f", "x"), UserError);        // wire type 7
+  EXPECT_THROW(tok::parse_sentencepiece_model("\x0f", "x"), UserError);          // wire type 7
+}
+
+// The converter's per-model rules on added tokens and add_space_prefix, on hand-made configs.
+TEST(GgufSpmVocab, AddedTokenRulesPerArchitecture) {
+  const json tc = json::parse(R"({"added_tokens_decoder": {
+      "510": {"content": "a\u2581b", "special": false},
+      "511": {"content": "<|sep|>", "special": false},
+      "512": {"content": "<extra>", "special": true}}})");
+  const json tj = json::parse(R"({"added_tokens": [{"id": 509, "content": "<tj>", "special": true}]})");
+  const GgufTokenizerMeta llama = tok::gguf_vocab_from_sentencepiece(folder(), 514, "llama", tj, tc);
+  ASSERT_EQ(llama.tokens.size(), 514u);
+  EXPECT_EQ(llama.tokens[510], "a b");  // user-defined: '▁' written as a space
+  EXPECT_EQ(llama.token_type[510], 4);
+  EXPECT_EQ(llama.token_type[511], 3);  // special-looking: CONTROL
+  EXPECT_EQ(llama.token_type[512], 3);
+  EXPECT_EQ(llama.scores[512], -1000.0f);
+  EXPECT_EQ(llama.tokens[509], tok::read_sentencepiece_model(folder() + "/tokenizer.model").pieces[509].text)
+      << "tokenizer.json's added_tokens are read for Phi-3 only";
+  EXPECT_EQ(llama.tokens[513], "[PAD513]");  // beyond every source: padding
+  EXPECT_EQ(llama.scores[513], -10000.0f);
+  EXPECT_EQ(llama.token_type[513], 5);
+  const GgufTokenizerMeta phi3 = tok::gguf_vocab_from_sentencepiece(folder(), 514, "phi3", tj, tc);
+  EXPECT_EQ(phi3.tokens[510],
+            "a\xE2\x96\x81"
+            "b");
+  EXPECT_EQ(phi3.token_type[511], 4);  // no special-looking rule
+  EXPECT_EQ(phi3.tokens[509], "<tj>");
+  EXPECT_EQ(phi3.token_type[509], 3);
+  // add_space_prefix: Gemma 2/3 write false; llama copies tokenizer_config's add_prefix_space.
+  auto t = tokenizer_from_hf_dir(folder());
+  EXPECT_EQ(tokenizer_to_gguf(*t, {513, "gemma2"}).add_space_prefix, 0);
+  EXPECT_EQ(tokenizer_to_gguf(*t, {513, "gemma3"}).add_space_prefix, 0);
+  EXPECT_EQ(tokenizer_to_gguf(*t, {513, "llama"}).add_space_prefix, -1);  // the folder's is null
 }
 
 TEST(GgufSpmVocab, NoTokenizerModelExit2) {

@@ -66,8 +66,8 @@ GgufTokenizerMeta gguf_vocab_from_sentencepiece(const std::string& dir, int64_t 
     const SentencePieceModel::Piece& p = sp.pieces[i];
     m.tokens[i] = p.text;
     m.scores[i] = p.score;
-    m.token_type[i] = (p.type == kUnknown || p.type == kControl || p.type == kUnused || p.type == kByte) ? p.type
-                                                                                                      : kNormal;
+    m.token_type[i] =
+        (p.type == kUnknown || p.type == kControl || p.type == kUnused || p.type == kByte) ? p.type : kNormal;
   }
   auto set = [&](const json& idj, const std::string& text, int32_t type) {
     if (!idj.is_number_integer()) return;
