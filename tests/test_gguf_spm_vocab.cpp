@@ -2,7 +2,8 @@
 // fallback, '▁' for spaces, tokenizer.model beside it), against llama.cpp
 // (tests/golden/make_spm_gguf_golden.py):
 //  - `convert --format gguf` writes the tokenizer.ggml.* keys convert_hf_to_gguf.py writes: the
-//    tokens, scores and types of tokenizer.model plus added_tokens_decoder, special ids, add_bos;
+//    tokens, scores and types of tokenizer.model plus added_tokens_decoder, special ids, add_bos
+//    (a Llama and a Gemma 2 folder with the same tokenizer files);
 //  - `quanttool tokenize` on that file gives llama-tokenize's ids on llama.cpp's own file (with
 //    and without parse_special), and HF tokenizers' ids wherever HF and llama.cpp follow the same
 //    rules (unicode, byte fallback);
@@ -28,14 +29,18 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string folder() { return test::source_dir() + "/tests/golden/spm_gguf/tiny-llama-spm"; }
-json golden() { return test::read_json(test::source_dir() + "/tests/golden/spm_gguf/tiny-llama-spm.tokenizer.json"); }
+std::string golden_dir() { return test::source_dir() + "/tests/golden/spm_gguf/"; }
+std::string folder(const std::string& name = "tiny-llama-spm") { return golden_dir() + name; }
+json golden(const std::string& name = "tiny-llama-spm") {
+  return test::read_json(golden_dir() + name + ".tokenizer.json");
+}
 int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
 
-std::string convert_to_gguf(const std::string& tag) {
+std::string convert_to_gguf(const std::string& tag, const std::string& name = "tiny-llama-spm") {
   const std::string out = test::temp_dir(tag) + "/ours.gguf";
   std::string log;
-  EXPECT_EQ(qt_run("convert --in " + folder() + " --out " + out + " --format gguf --gguf-type f32", &log), 0) << log;
+  EXPECT_EQ(qt_run("convert --in " + folder(name) + " --out " + out + " --format gguf --gguf-type f32", &log), 0)
+      << log;
   return out;
 }
 
@@ -46,9 +51,8 @@ std::vector<int32_t> read_ids(const std::string& path) {
   return ids;
 }
 
-TEST(GgufSpmVocab, KeysEqualConvertHfToGguf) {
-  const json g = golden();
-  GgufFile f = GgufFile::open(convert_to_gguf("spm_keys"));
+void expect_converter_keys(const std::string& name, const GgufFile& f) {
+  const json g = golden(name);
   // Keys gguf.SpecialVocab writes or leaves out by its own reading of the post-processor: each
   // side's extra key holds the value llama.cpp's loader assumes for a `llama` vocabulary without it.
   const std::map<std::string, bool> default_false = {{"tokenizer.ggml.add_sep_token", false},
@@ -80,11 +84,24 @@ TEST(GgufSpmVocab, KeysEqualConvertHfToGguf) {
     if (key.rfind("tokenizer.", 0) != 0 || g["keys"].contains(key)) continue;
     EXPECT_TRUE(default_false.count(key) && f.get_bool(key) == false) << key << " not written by llama.cpp";
   }
+}
+
+TEST(GgufSpmVocab, KeysEqualConvertHfToGguf) {
+  GgufFile f = GgufFile::open(convert_to_gguf("spm_keys"));
+  expect_converter_keys("tiny-llama-spm", f);
   // The shape of the golden itself: byte pieces, the special-looking added token typed CONTROL, padding.
   const auto& types = f.get_int_array("tokenizer.ggml.token_type");
   EXPECT_EQ(types[3], 6);  // <0x00> BYTE
   EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")[512], "<|sep|>");
   EXPECT_EQ(types[512], 3);
+}
+
+// Gemma2Model.set_vocab: add_space_prefix false; the pad id from config.json.
+TEST(GgufSpmVocab, GemmaKeysEqualConvertHfToGguf) {
+  GgufFile f = GgufFile::open(convert_to_gguf("spm_keys_gemma", "tiny-gemma2-spm"));
+  expect_converter_keys("tiny-gemma2-spm", f);
+  EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_space_prefix"));
+  EXPECT_EQ(f.get_int("tokenizer.ggml.padding_token_id"), 0);
 }
 
 TEST(GgufSpmVocab, TokenizeEqualsLlamaCppAndHf) {

@@ -15,6 +15,7 @@
 //    the converter falls back to LlamaHfVocab, which scores every token -1000: llama.cpp's
 //    score-driven merging would then not tokenize as tokenizer.json does, so that case is refused.
 #include <filesystem>
+#include <fstream>
 
 #include "formats/error.h"
 #include "formats/tokenizer/bpe.h"
@@ -48,6 +49,27 @@ void specials(const tok::TokenizerBase& b, GgufTokenizerMeta* m) {
   m->chat_template = b.meta.chat_template;
 }
 
+// gguf.SpecialVocab._try_load_from_config_json: an id the tokenizer files left unset comes from
+// config.json's <kind>_token_id (or its text_config's), when in range.
+void config_special_ids(const std::string& dir, GgufTokenizerMeta* m) {
+  const std::filesystem::path p = std::filesystem::path(dir) / "config.json";
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return;
+  const nlohmann::json c = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return;
+  const int32_t n = int32_t(m->tokens.size());
+  for (auto [kind, id] :
+       {std::pair<const char*, int32_t*>{"bos", &m->bos}, {"eos", &m->eos}, {"unk", &m->unk}, {"pad", &m->pad}}) {
+    if (*id >= 0) continue;
+    const std::string key = std::string(kind) + "_token_id";
+    const nlohmann::json* v = c.contains(key) ? &c[key] : nullptr;
+    if ((!v || v->is_null()) && c.contains("text_config") && c["text_config"].is_object() &&
+        c["text_config"].contains(key))
+      v = &c["text_config"][key];
+    if (v && v->is_number_integer() && v->get<int64_t>() >= 0 && v->get<int64_t>() < n) *id = v->get<int32_t>();
+  }
+}
+
 GgufTokenizerMeta sentencepiece_json_to_gguf(const tok::BpeTokenizer& b, const GgufVocabTarget& target) {
   namespace fs = std::filesystem;
   if (b.meta.hf_dir.empty() || !fs::exists(fs::path(b.meta.hf_dir) / "tokenizer.model"))
@@ -60,6 +82,7 @@ GgufTokenizerMeta sentencepiece_json_to_gguf(const tok::BpeTokenizer& b, const G
   const nlohmann::json& tc = b.meta.hf_tokenizer_config ? *b.meta.hf_tokenizer_config : none;
   GgufTokenizerMeta m = tok::gguf_vocab_from_sentencepiece(b.meta.hf_dir, target.n_vocab, target.gguf_arch, tj, tc);
   specials(b, &m);
+  config_special_ids(b.meta.hf_dir, &m);
   if (target.gguf_arch == "gemma2" || target.gguf_arch == "gemma3") {
     m.add_space_prefix = 0;  // Gemma2Model / Gemma3Model.set_vocab
   } else if (target.gguf_arch == "llama" && tc.is_object() && tc.contains("add_prefix_space") &&

@@ -20,7 +20,12 @@ tests/golden/spm_gguf/tiny-llama-spm.tokenizer.json   every tokenizer.ggml.* key
     their rules differ, and "hf_same" lists the texts where they agree: HF's Metaspace adds no '▁'
     before text that already starts with a space, SentencePiece (and llama.cpp) always do; HF matches
     special-token text ("<s>") in the input, llama.cpp only with parse_special.
+tests/golden/spm_gguf/tiny-gemma2-spm/ and tiny-gemma2-spm.tokenizer.json   the same tokenizer
+    files beside a random 1-layer Gemma 2 (config pad_token_id 0, as Gemma's), and the converter's
+    tokenizer.ggml.* keys for it (Gemma2Model.set_vocab: add_space_prefix false; gguf.SpecialVocab
+    takes the pad id from config.json).
 """
+import io
 import json
 import os
 import shutil
@@ -42,6 +47,14 @@ TEXTS = [
 ]
 
 
+def converter_keys(lcpp, folder, out):
+    subprocess.run([sys.executable, os.path.join(lcpp, "convert_hf_to_gguf.py"), folder, "--outtype", "f32",
+                    "--outfile", out], check=True, stdout=subprocess.DEVNULL)
+    import gguf
+    r = gguf.GGUFReader(out)
+    return {name: field.contents() for name, field in r.fields.items() if name.startswith("tokenizer.ggml.")}
+
+
 def main():
     lcpp, llama_tokenize = sys.argv[1], sys.argv[2]
     import sentencepiece as spm
@@ -51,18 +64,16 @@ def main():
     folder = os.path.join(OUT, "tiny-llama-spm")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = os.path.join(tmp, "corpus.txt")
-        with open(os.path.join(ROOT, "data/wikitext-2/wiki.valid.tokens.txt"), encoding="utf-8") as f:
-            lines = [next(f) for _ in range(2000)]
-        with open(corpus, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        spm.SentencePieceTrainer.train(
-            input=corpus, model_prefix=os.path.join(tmp, "sp"), vocab_size=512, model_type="bpe",
-            byte_fallback=True, character_coverage=0.995, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-            num_threads=1, minloglevel=2,
-            normalization_rule_name="identity")  # no NFKC table: keeps tokenizer.model small
-        shutil.copy(os.path.join(tmp, "sp.model"), os.path.join(folder, "tokenizer.model"))
+    with open(os.path.join(ROOT, "data/wikitext-2/wiki.valid.tokens.txt"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(2000)]
+    model = io.BytesIO()  # an iterator and a writer: no file paths recorded in the model's trainer_spec
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=512, model_type="bpe",
+        byte_fallback=True, character_coverage=0.995, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        num_threads=1, minloglevel=2,
+        normalization_rule_name="identity")  # no NFKC table: keeps tokenizer.model small
+    with open(os.path.join(folder, "tokenizer.model"), "wb") as f:
+        f.write(model.getvalue())
 
     # transformers converts tokenizer.model (LlamaConverter: merges ranked by piece score) when the
     # folder has no tokenizer.json yet; it needs the protobuf package to read the model.
@@ -98,11 +109,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ref.gguf")
-        subprocess.run([sys.executable, os.path.join(lcpp, "convert_hf_to_gguf.py"), folder, "--outtype", "f32",
-                        "--outfile", out], check=True, stdout=subprocess.DEVNULL)
-        import gguf
-        r = gguf.GGUFReader(out)
-        keys = {name: field.contents() for name, field in r.fields.items() if name.startswith("tokenizer.ggml.")}
+        keys = converter_keys(lcpp, folder, out)
         llama_ids, llama_ids_special = [], []
         for i, t in enumerate(TEXTS):
             p = os.path.join(tmp, f"{i}.txt")
@@ -119,6 +126,23 @@ def main():
     with open(os.path.join(OUT, "tiny-llama-spm.tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, indent=0)
     print(f"{n_vocab} tokens; keys: {sorted(keys)}")
+
+    gemma = os.path.join(OUT, "tiny-gemma2-spm")
+    shutil.rmtree(gemma, ignore_errors=True)
+    os.makedirs(gemma)
+    for name in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(folder, name), os.path.join(gemma, name))
+    torch.manual_seed(0)
+    gcfg = transformers.Gemma2Config(vocab_size=n_vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                     query_pre_attn_scalar=8, sliding_window=4, max_position_embeddings=128,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    transformers.Gemma2ForCausalLM(gcfg).to(torch.float32).save_pretrained(gemma)
+    with tempfile.TemporaryDirectory() as tmp:
+        gkeys = converter_keys(lcpp, gemma, os.path.join(tmp, "ref.gguf"))
+    with open(os.path.join(OUT, "tiny-gemma2-spm.tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump({"keys": gkeys}, f, ensure_ascii=False, indent=0)
+    print(f"gemma2 keys: {sorted(gkeys)}")
 
 
 if __name__ == "__main__":
