@@ -2,8 +2,9 @@
 // fallback, '▁' for spaces, tokenizer.model beside it), against llama.cpp
 // (tests/golden/make_spm_gguf_golden.py):
 //  - `convert --format gguf` writes the tokenizer.ggml.* keys convert_hf_to_gguf.py writes: the
-//    tokens, scores and types of tokenizer.model plus added_tokens_decoder, special ids, add_bos
-//    (a Llama and a Gemma 2 folder with the same tokenizer files);
+//    tokens, scores and types of tokenizer.model plus added_tokens_decoder, special ids, add_bos /
+//    add_sep, add_space_prefix: every key and nothing else (a Llama and a Gemma 2 folder with the
+//    same tokenizer files); add_* flags on hand-made post-processors as gguf.SpecialVocab sets them;
 //  - `quanttool tokenize` on that file gives llama-tokenize's ids on llama.cpp's own file (with
 //    and without parse_special), and HF tokenizers' ids wherever HF and llama.cpp follow the same
 //    rules (unicode, byte fallback);
@@ -53,13 +54,9 @@ std::vector<int32_t> read_ids(const std::string& path) {
 
 void expect_converter_keys(const std::string& name, const GgufFile& f) {
   const json g = golden(name);
-  // Keys gguf.SpecialVocab writes or leaves out by its own reading of the post-processor: each
-  // side's extra key holds the value llama.cpp's loader assumes for a `llama` vocabulary without it.
-  const std::map<std::string, bool> default_false = {{"tokenizer.ggml.add_sep_token", false},
-                                                     {"tokenizer.ggml.add_eos_token", false}};
   for (const auto& [key, want] : g["keys"].items()) {
     if (!f.has(key)) {
-      EXPECT_TRUE(default_false.count(key) && want == false) << key << " missing";
+      ADD_FAILURE() << key << " missing";
       continue;
     }
     if (want.is_string()) {
@@ -81,8 +78,8 @@ void expect_converter_keys(const std::string& name, const GgufFile& f) {
     }
   }
   for (const auto& [key, v] : f.metadata()) {
-    if (key.rfind("tokenizer.", 0) != 0 || g["keys"].contains(key)) continue;
-    EXPECT_TRUE(default_false.count(key) && f.get_bool(key) == false) << key << " not written by llama.cpp";
+    if (key.rfind("tokenizer.", 0) != 0) continue;
+    EXPECT_TRUE(g["keys"].contains(key)) << key << " not written by llama.cpp";
   }
 }
 
@@ -193,6 +190,39 @@ TEST(GgufSpmVocab, AddedTokenRulesPerArchitecture) {
   EXPECT_EQ(tokenizer_to_gguf(*t, {513, "gemma2"}).add_space_prefix, 0);
   EXPECT_EQ(tokenizer_to_gguf(*t, {513, "gemma3"}).add_space_prefix, 0);
   EXPECT_EQ(tokenizer_to_gguf(*t, {513, "llama"}).add_space_prefix, -1);  // the folder's is null
+}
+
+// add_bos / add_eos / add_sep as gguf.SpecialVocab decides them (expected values: gguf-py 0.3.36's
+// SpecialVocab(dir).add_special_token on these files).
+TEST(GgufSpmVocab, AddFlagsAsSpecialVocab) {
+  auto flags = [](const char* tj, const char* tc) {
+    GgufTokenizerMeta m;
+    tok::special_vocab_add_flags(json::parse(tj), tc ? json::parse(tc) : json(), &m);
+    return std::string(m.write_add_bos ? (m.add_bos ? "B" : "b") : "-") +
+           (m.write_add_eos ? (m.add_eos ? "E" : "e") : "-") +
+           (m.add_sep < 0 ? "-"
+            : m.add_sep   ? "S"
+                          : "s");
+  };
+  EXPECT_EQ(flags(R"({"post_processor": null})", R"({"bos_token": "<s>"})"), "---");
+  EXPECT_EQ(flags(R"({"post_processor": {"type": "ByteLevel"}})", R"({"add_bos_token": true})"), "be-");
+  EXPECT_EQ(flags(R"({"post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "</s>"}}],
+      "pair": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "</s>"}},
+               {"SpecialToken": {"id": "</s>"}}, {"Sequence": {"id": "B"}}, {"SpecialToken": {"id": "</s>"}}]}})",
+                  R"({"bos_token": "<s>", "eos_token": "</s>"})"),
+            "BES");
+  EXPECT_EQ(flags(R"({"post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "[CLS]"}}, {"Sequence": {"id": "A"}}],
+      "pair": [{"SpecialToken": {"id": "[CLS]"}}, {"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "[SEP]"}},
+               {"Sequence": {"id": "B"}}]}})",
+                  R"({"sep_token": "[SEP]", "add_eos_token": false})"),
+            "BeS");
+  EXPECT_EQ(flags(R"({"post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel"},
+      {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+       "pair": []}]}})",
+                  nullptr),
+            "Be-");
 }
 
 TEST(GgufSpmVocab, NoTokenizerModelExit2) {

@@ -200,8 +200,9 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
   if (t.eos >= 0) w->add_u32("tokenizer.ggml.eos_token_id", uint32_t(t.eos));
   if (t.unk >= 0) w->add_u32("tokenizer.ggml.unknown_token_id", uint32_t(t.unk));
   if (t.pad >= 0) w->add_u32("tokenizer.ggml.padding_token_id", uint32_t(t.pad));
-  w->add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
-  w->add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (t.write_add_bos) w->add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
+  if (t.write_add_eos) w->add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (t.add_sep >= 0) w->add_bool("tokenizer.ggml.add_sep_token", t.add_sep == 1);
   if (t.add_space_prefix >= 0) w->add_bool("tokenizer.ggml.add_space_prefix", t.add_space_prefix == 1);
   if (!t.chat_template.empty()) w->add_string("tokenizer.chat_template", t.chat_template);
 }

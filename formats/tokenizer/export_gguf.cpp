@@ -9,9 +9,10 @@
 //  - SentencePiece (a GGUF `llama` source): tokens, scores, types and add_space_prefix as read,
 //    pre "default".
 //  - A SentencePiece-style tokenizer.json (byte fallback, '▁' for spaces): llama.cpp's converter
-//    reads the tokenizer.model beside it (export_gguf_spm.cpp), so do we; the special ids, add_bos
-//    / add_eos and the chat template come from the folder as gguf.SpecialVocab reads them, and
-//    add_space_prefix is written as the architecture's set_vocab writes it. Without tokenizer.model
+//    reads the tokenizer.model beside it (export_gguf_spm.cpp), so do we. Special ids: the
+//    tokenizer files' (load_hf.cpp), else config.json's, as gguf.SpecialVocab falls back; add_bos /
+//    add_eos / add_sep only where SpecialVocab decides them; the chat template from
+//    tokenizer_config.json; add_space_prefix as the architecture's set_vocab writes it. Without tokenizer.model
 //    the converter falls back to LlamaHfVocab, which scores every token -1000: llama.cpp's
 //    score-driven merging would then not tokenize as tokenizer.json does, so that case is refused.
 #include <filesystem>
@@ -83,6 +84,7 @@ GgufTokenizerMeta sentencepiece_json_to_gguf(const tok::BpeTokenizer& b, const G
   GgufTokenizerMeta m = tok::gguf_vocab_from_sentencepiece(b.meta.hf_dir, target.n_vocab, target.gguf_arch, tj, tc);
   specials(b, &m);
   config_special_ids(b.meta.hf_dir, &m);
+  tok::special_vocab_add_flags(tj, tc, &m);
   if (target.gguf_arch == "gemma2" || target.gguf_arch == "gemma3") {
     m.add_space_prefix = 0;  // Gemma2Model / Gemma3Model.set_vocab
   } else if (target.gguf_arch == "llama" && tc.is_object() && tc.contains("add_prefix_space") &&

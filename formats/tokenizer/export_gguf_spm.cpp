@@ -9,6 +9,7 @@
 // no space rewrite, and tokenizer.json's added_tokens after them), all with score -1000.
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "formats/error.h"
 #include "formats/tokenizer/sentencepiece_model.h"
@@ -116,6 +117,93 @@ GgufTokenizerMeta gguf_vocab_from_sentencepiece(const std::string& dir, int64_t 
       if (a.is_object() && a.contains("id") && a.contains("content") && a["content"].is_string())
         set(a["id"], a["content"].get<std::string>(), a.value("special", false) ? kControl : kUserDefined);
   return m;
+}
+
+namespace {
+
+// A tokenizer_config.json token as gguf.SpecialVocab compares it: a string, or (an object) a
+// value that equals no token name; "" when absent.
+std::string config_token(const json& tc, const char* key) {
+  if (!tc.is_object() || !tc.contains(key) || tc[key].is_null()) return "";
+  return tc[key].is_string() ? tc[key].get<std::string>() : std::string("\x01(object)");
+}
+
+std::string special_id(const json& item) {
+  if (!item.is_object() || !item.contains("SpecialToken") || !item["SpecialToken"].is_object()) return "";
+  return item["SpecialToken"].value("id", "");
+}
+
+std::string sequence_id(const json& item) {
+  if (!item.is_object() || !item.contains("Sequence") || !item["Sequence"].is_object()) return "";
+  return item["Sequence"].value("id", "");
+}
+
+}  // namespace
+
+// gguf-py/gguf/vocab.py SpecialVocab._try_load_from_tokenizer_json, the add_special_token part.
+void special_vocab_add_flags(const json& tj, const json& tc, GgufTokenizerMeta* m) {
+  std::map<std::string, bool> add;
+  const bool have_tc = tc.is_object() && !tc.empty();
+  std::string bos = config_token(tc, "bos_token"), cls = config_token(tc, "cls_token"),
+              eos = config_token(tc, "eos_token"), sep = config_token(tc, "sep_token");
+  if (bos.empty() && !cls.empty() && have_tc) bos = cls;
+  if (eos.empty() && !sep.empty() && have_tc) eos = sep;
+  const json pp = tj.is_object() ? tj.value("post_processor", json()) : json();
+  if (pp.is_object() && !pp.empty()) {
+    const json procs = pp.contains("processors") ? pp["processors"] : json::array({pp});
+    for (const json& p : procs) {
+      const std::string ty = p.is_object() ? p.value("type", "") : "";
+      if (ty == "ByteLevel") {
+        add.emplace("bos", false);
+        add.emplace("eos", false);
+      } else if (ty == "RobertaProcessing") {
+        add["bos"] = add["eos"] = add["sep"] = true;
+      } else if (ty == "TemplateProcessing") {
+        const json single = p.value("single", json::array()), pair = p.value("pair", json::array());
+        std::string first, last;
+        if (single.size() > 1) {
+          if (!(first = special_id(single.front())).empty()) {
+            if (!have_tc) {
+              bos = first;
+            } else if (first != bos && first != cls) {
+              if (bos.empty()) bos = first;
+              if (cls.empty()) cls = first;
+            }
+            add["bos"] = first == bos || first == cls;
+          }
+          if (!(last = special_id(single.back())).empty()) {
+            if (!have_tc || last != eos) eos = last;  // the converter moves the old EOS to EOT/EOM
+            add["eos"] = true;
+          }
+        }
+        if (!pair.empty()) {
+          const size_t start = !first.empty() && special_id(pair.front()) == first ? 1 : 0;
+          const size_t stop = !last.empty() && special_id(pair.back()) == last ? pair.size() - 1 : pair.size();
+          if (start < stop && sequence_id(pair[start]) == "A" && sequence_id(pair[stop - 1]) == "B" &&
+              stop - start > 2) {
+            bool add_sep = false;
+            const std::string e1 = special_id(pair[start + 1]);
+            if (!e1.empty() && (e1 == sep || e1 == eos) && last.empty()) add_sep = true;
+            if (stop - start == 4) {
+              const std::string e2 = special_id(pair[start + 2]);
+              if (!e2.empty() && (e2 == sep || e2 == eos)) add_sep = true;
+            }
+            add["sep"] = add_sep;
+          }
+        }
+      }
+    }
+  }
+  if (have_tc)
+    for (const char* kind : {"bos", "eos", "unk", "sep", "pad", "cls", "mask"}) {
+      const std::string key = std::string("add_") + kind + "_token";
+      if (tc.contains(key) && tc[key].is_boolean()) add.emplace(kind, tc[key].get<bool>());
+    }
+  m->write_add_bos = add.count("bos") != 0;
+  m->write_add_eos = add.count("eos") != 0;
+  if (m->write_add_bos) m->add_bos = add["bos"];
+  if (m->write_add_eos) m->add_eos = add["eos"];
+  m->add_sep = add.count("sep") ? (add["sep"] ? 1 : 0) : -1;
 }
 
 }  // namespace qt::tok

@@ -36,5 +36,9 @@ SentencePieceModel read_sentencepiece_model(const std::string& path);
 GgufTokenizerMeta gguf_vocab_from_sentencepiece(const std::string& dir, int64_t n_vocab, const std::string& gguf_arch,
                                                 const nlohmann::json& tokenizer_json,
                                                 const nlohmann::json& tokenizer_config);
+// add_bos / add_eos / add_sep as gguf.SpecialVocab decides them from tokenizer.json's
+// post-processor and tokenizer_config.json's add_<kind>_token; the others are marked unwritten.
+void special_vocab_add_flags(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
+                             GgufTokenizerMeta* m);
 
 }  // namespace qt::tok

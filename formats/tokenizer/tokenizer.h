@@ -50,6 +50,10 @@ struct GgufTokenizerMeta {
   std::vector<std::string> merges;  // "left right"
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false;
+  // convert_hf_to_gguf.py writes add_bos / add_eos only when the folder says (llama.cpp then
+  // assumes its per-model default), add_sep when a pair template has one.
+  bool write_add_bos = true, write_add_eos = true;
+  int add_sep = -1;           // -1: not written; 0/1
   int add_space_prefix = -1;  // -1: not written; 0/1 (SentencePiece)
   std::string chat_template;
 };
