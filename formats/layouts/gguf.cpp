@@ -208,7 +208,7 @@ std::pair<int, int> gguf_order_key(const std::string& gguf) {
 
 void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
   if (!ck.tokenizer) return;  // a bare source: weights only (llama.cpp then needs --vocab-only elsewhere)
-  GgufTokenizerMeta t = tokenizer_to_gguf(*ck.tokenizer);
+  GgufTokenizerMeta t = tokenizer_to_gguf(*ck.tokenizer, {ck.config.vocab, ck.config.desc().gguf_arch});
   // convert_hf_to_gguf pads the token list to the config's vocab_size (embedding rows).
   for (int32_t i = int32_t(t.tokens.size()); i < ck.config.vocab; ++i) {
     t.tokens.push_back("[PAD" + std::to_string(i) + "]");
@@ -227,8 +227,9 @@ void write_tokenizer(const Checkpoint& ck, GgufWriter* w) {
   if (t.eos >= 0) w->add_u32("tokenizer.ggml.eos_token_id", uint32_t(t.eos));
   if (t.unk >= 0) w->add_u32("tokenizer.ggml.unknown_token_id", uint32_t(t.unk));
   if (t.pad >= 0) w->add_u32("tokenizer.ggml.padding_token_id", uint32_t(t.pad));
-  w->add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
-  w->add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (t.write_add_bos) w->add_bool("tokenizer.ggml.add_bos_token", t.add_bos);
+  if (t.write_add_eos) w->add_bool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (t.add_sep >= 0) w->add_bool("tokenizer.ggml.add_sep_token", t.add_sep == 1);
   if (t.add_space_prefix >= 0) w->add_bool("tokenizer.ggml.add_space_prefix", t.add_space_prefix == 1);
   if (!t.chat_template.empty()) w->add_string("tokenizer.chat_template", t.chat_template);
 }

@@ -8,8 +8,19 @@
 //    by hashing a tokenization instead; the regex list is what that hash stands for).
 //  - SentencePiece (a GGUF `llama` source): tokens, scores, types and add_space_prefix as read,
 //    pre "default".
+//  - A SentencePiece-style tokenizer.json (byte fallback, '▁' for spaces): llama.cpp's converter
+//    reads the tokenizer.model beside it (export_gguf_spm.cpp), so do we. Special ids: the
+//    tokenizer files' (load_hf.cpp), else config.json's, as gguf.SpecialVocab falls back; add_bos /
+//    add_eos / add_sep only where SpecialVocab decides them; the chat template from
+//    tokenizer_config.json; add_space_prefix as the architecture's set_vocab writes it. Without tokenizer.model
+//    the converter falls back to LlamaHfVocab, which scores every token -1000: llama.cpp's
+//    score-driven merging would then not tokenize as tokenizer.json does, so that case is refused.
+#include <filesystem>
+#include <fstream>
+
 #include "formats/error.h"
 #include "formats/tokenizer/bpe.h"
+#include "formats/tokenizer/sentencepiece_model.h"
 #include "formats/tokenizer/spm.h"
 #include "formats/tokenizer/tokenizer.h"
 
@@ -30,6 +41,59 @@ std::string pre_name_for_hf(const tok::BpeTokenizer& t) {
   return "";
 }
 
+void specials(const tok::TokenizerBase& b, GgufTokenizerMeta* m) {
+  const int32_t n = int32_t(m->tokens.size());
+  auto in_range = [n](int32_t id) { return id < n ? id : -1; };  // gguf.SpecialVocab drops the others
+  m->bos = in_range(b.meta.bos), m->eos = in_range(b.meta.eos), m->unk = in_range(b.meta.unk),
+  m->pad = in_range(b.meta.pad);
+  m->add_bos = b.meta.add_bos, m->add_eos = b.meta.add_eos;
+  m->chat_template = b.meta.chat_template;
+}
+
+// gguf.SpecialVocab._try_load_from_config_json: an id the tokenizer files left unset comes from
+// config.json's <kind>_token_id (or its text_config's), when in range.
+void config_special_ids(const std::string& dir, GgufTokenizerMeta* m) {
+  const std::filesystem::path p = std::filesystem::path(dir) / "config.json";
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return;
+  const nlohmann::json c = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return;
+  const int32_t n = int32_t(m->tokens.size());
+  for (auto [kind, id] :
+       {std::pair<const char*, int32_t*>{"bos", &m->bos}, {"eos", &m->eos}, {"unk", &m->unk}, {"pad", &m->pad}}) {
+    if (*id >= 0) continue;
+    const std::string key = std::string(kind) + "_token_id";
+    const nlohmann::json* v = c.contains(key) ? &c[key] : nullptr;
+    if ((!v || v->is_null()) && c.contains("text_config") && c["text_config"].is_object() &&
+        c["text_config"].contains(key))
+      v = &c["text_config"][key];
+    if (v && v->is_number_integer() && v->get<int64_t>() >= 0 && v->get<int64_t>() < n) *id = v->get<int32_t>();
+  }
+}
+
+GgufTokenizerMeta sentencepiece_json_to_gguf(const tok::BpeTokenizer& b, const GgufVocabTarget& target) {
+  namespace fs = std::filesystem;
+  if (b.meta.hf_dir.empty() || !fs::exists(fs::path(b.meta.hf_dir) / "tokenizer.model"))
+    user_error(
+        "{}: a SentencePiece-style tokenizer.json is written to GGUF from the tokenizer.model beside it, "
+        "and there is none",
+        b.meta.source);
+  const nlohmann::json none;
+  const nlohmann::json& tj = b.meta.hf_tokenizer_json ? *b.meta.hf_tokenizer_json : none;
+  const nlohmann::json& tc = b.meta.hf_tokenizer_config ? *b.meta.hf_tokenizer_config : none;
+  GgufTokenizerMeta m = tok::gguf_vocab_from_sentencepiece(b.meta.hf_dir, target.n_vocab, target.gguf_arch, tj, tc);
+  specials(b, &m);
+  config_special_ids(b.meta.hf_dir, &m);
+  tok::special_vocab_add_flags(tj, tc, &m);
+  if (target.gguf_arch == "gemma2" || target.gguf_arch == "gemma3") {
+    m.add_space_prefix = 0;  // Gemma2Model / Gemma3Model.set_vocab
+  } else if (target.gguf_arch == "llama" && tc.is_object() && tc.contains("add_prefix_space") &&
+             tc["add_prefix_space"].is_boolean()) {
+    m.add_space_prefix = tc["add_prefix_space"].get<bool>() ? 1 : 0;  // LlamaModel.set_vocab
+  }
+  return m;
+}
+
 void common(const tok::TokenizerBase& b, GgufTokenizerMeta* m) {
   m->tokens.reserve(size_t(b.vocab.size()));
   m->token_type.reserve(size_t(b.vocab.size()));
@@ -43,21 +107,15 @@ void common(const tok::TokenizerBase& b, GgufTokenizerMeta* m) {
     m->tokens.push_back(ti.text);
     m->token_type.push_back(ti.type == tok::kUndefined ? tok::kNormal : ti.type);
   }
-  m->bos = b.meta.bos, m->eos = b.meta.eos, m->unk = b.meta.unk, m->pad = b.meta.pad;
-  m->add_bos = b.meta.add_bos, m->add_eos = b.meta.add_eos;
-  m->chat_template = b.meta.chat_template;
+  specials(b, m);
 }
 
 }  // namespace
 
-GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t) {
+GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t, const GgufVocabTarget& target) {
   GgufTokenizerMeta m;
   if (auto* b = dynamic_cast<const tok::BpeTokenizer*>(&t)) {
-    if (!b->byte_level)
-      user_error(
-          "{}: a SentencePiece-style tokenizer.json cannot be written to GGUF yet (convert from "
-          "a GGUF of the model, or use a byte-level BPE model)",
-          b->meta.source);
+    if (!b->byte_level) return sentencepiece_json_to_gguf(*b, target);
     m.model = "gpt2";
     m.pre = b->pre_name.empty() ? pre_name_for_hf(*b) : b->pre_name;
     if (m.pre.empty())

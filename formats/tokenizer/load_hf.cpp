@@ -197,6 +197,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_dir(const std::string& dir) {
 
   auto t = std::make_unique<tok::BpeTokenizer>();
   t->meta.source = c.where;
+  t->meta.hf_dir = dir;
   t->byte_level = false;
 
   // Token table: the model vocabulary plus added tokens (which may lie beyond it, e.g. Llama-3).

@@ -50,12 +50,23 @@ struct GgufTokenizerMeta {
   std::vector<std::string> merges;  // "left right"
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false;
+  // convert_hf_to_gguf.py writes add_bos / add_eos only when the folder says (llama.cpp then
+  // assumes its per-model default), add_sep when a pair template has one.
+  bool write_add_bos = true, write_add_eos = true;
+  int add_sep = -1;           // -1: not written; 0/1
   int add_space_prefix = -1;  // -1: not written; 0/1 (SentencePiece)
   std::string chat_template;
 };
+// What the vocabulary goes into: the config's vocab_size (0: the tokenizer's own size) and the
+// GGUF architecture name, which picks convert_hf_to_gguf.py's per-model vocabulary rules.
+struct GgufVocabTarget {
+  int64_t n_vocab = 0;
+  std::string gguf_arch;
+};
 // UserError when the tokenizer has no GGUF form llama.cpp would read the same way (a
-// SentencePiece-style tokenizer.json, a pre-tokenizer llama.cpp has no name for).
-GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t);
+// SentencePiece-style tokenizer.json without its tokenizer.model, a pre-tokenizer llama.cpp has
+// no name for).
+GgufTokenizerMeta tokenizer_to_gguf(const Tokenizer& t, const GgufVocabTarget& target = {});
 
 // From GGUF metadata (tokenizer.ggml.*), as llama.cpp's llama_vocab::load reads it. UserError on
 // a missing/ill-typed key or an unsupported tokenizer.ggml.model / tokenizer.ggml.pre.

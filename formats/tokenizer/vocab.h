@@ -78,6 +78,7 @@ struct TokenizerMeta {
   std::string chat_template;     // from GGUF tokenizer.chat_template (may be empty)
   int64_t model_max_length = 0;  // from GGUF <arch>.context_length (0 = unknown)
   std::string source;            // file it came from, for messages
+  std::string hf_dir;            // the HF folder it was read from ("" otherwise)
   // When loaded from a HF folder: the files as read, re-emitted unchanged by the exporters.
   std::optional<nlohmann::json> hf_tokenizer_json, hf_tokenizer_config;
 };
