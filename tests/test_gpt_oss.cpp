@@ -1,0 +1,109 @@
+// gpt_oss on the CPU against transformers' fp32 logits of a tiny random GptOssForCausalLM
+// (tests/golden/make_gpt_oss_golden.py): router bias with top-k before the softmax, fused and
+// interleaved experts with biases and the clamped SwiGLU, attention biases and sinks, alternating
+// sliding / full layers (the tokens reach past the window), YaRN RoPE; the same model with its
+// experts stored as MXFP4 (the released checkpoints' form), dequantized at load.
+#include <cmath>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/checkpoint.h"
+#include "formats/error.h"
+#include "formats/gpt_oss_experts.h"
+#include "libquant/model/llama.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+using nlohmann::json;
+using test::max_abs_diff;
+
+std::string tiny(const std::string& name) { return test::source_dir() + "/tests/golden/logits/tiny-" + name; }
+
+struct Golden {
+  Checkpoint ck;
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+};
+Golden golden(const std::string& name) {
+  const json g = test::read_json(tiny(name) + "/logits.json");
+  return {load_checkpoint(tiny(name)), g["ids"].get<std::vector<int32_t>>(), g["logits"].get<std::vector<float>>()};
+}
+
+// Two pieces through the cache (positions 5.. attend to the cached first five), or one token at a time.
+std::vector<float> logits(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::string& kv,
+                          bool one_by_one) {
+  LlamaModel m(ck, Compute::F32);
+  const int n = int(ids.size()), V = ck.config.vocab;
+  auto cache = m.make_cache(n, kv);
+  std::vector<float> got(size_t(n) * V);
+  if (one_by_one) {
+    for (int i = 0; i < n; ++i) m.forward(&ids[size_t(i)], 1, i, *cache, 0, 1, got.data() + size_t(i) * V);
+  } else {
+    m.forward(ids.data(), 5, 0, *cache, 0, 5, got.data());
+    m.forward(ids.data() + 5, n - 5, 5, *cache, 0, n - 5, got.data() + size_t(5) * V);
+  }
+  return got;
+}
+
+TEST(GptOss, ConfigAndTensors) {
+  Golden g = golden("gpt-oss");
+  const ModelConfig& c = g.ck.config;
+  EXPECT_EQ(c.arch, "gpt_oss");
+  EXPECT_EQ(c.n_experts, 4);
+  EXPECT_EQ(c.n_experts_per_tok, 2);
+  EXPECT_EQ(c.moe_intermediate, 64);
+  EXPECT_EQ(c.sliding_window, 8);
+  EXPECT_EQ(c.sliding, (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_FALSE(c.rope_scaling.truncate);
+  EXPECT_FLOAT_EQ(c.swiglu_limit, 7.0f);
+  EXPECT_FLOAT_EQ(c.swiglu_alpha, 1.702f);
+  EXPECT_TRUE(g.ck.has("model.layers.2.mlp.experts.3.up_proj.bias"));
+  EXPECT_TRUE(g.ck.has("model.layers.0.self_attn.sinks"));
+  const ModelConfig r = ModelConfig::from_hf_json(c.to_hf_json(), "round trip");
+  EXPECT_EQ(r.sliding, c.sliding);
+  EXPECT_EQ(r.rope_scaling.type, "yarn");
+  EXPECT_EQ(r.rope_scaling.truncate, c.rope_scaling.truncate);
+  EXPECT_EQ(r.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_EQ(r.n_params(), c.n_params());
+  int64_t stored = 0;
+  for (auto& [name, t] : g.ck.tensors) stored += t.numel();
+  EXPECT_EQ(c.n_params(), stored);
+}
+
+TEST(GptOss, LogitsMatchTransformers) {
+  for (const char* name : {"gpt-oss", "gpt-oss-mxfp4"}) {
+    Golden g = golden(name);
+    const double d = max_abs_diff(logits(g.ck, g.ids, "f32", false), g.logits);
+    std::printf("tiny-%s max |dlogit| vs transformers %.3g\n", name, d);
+    EXPECT_LT(d, 1e-4) << name;
+    EXPECT_LT(max_abs_diff(logits(g.ck, g.ids, "f32", true), g.logits), 1e-4) << name;
+    EXPECT_LT(max_abs_diff(logits(g.ck, g.ids, "f16", false), g.logits), 1e-2) << name;
+  }
+}
+
+TEST(GptOss, QuantizedKvRefused) {
+  Golden g = golden("gpt-oss");
+  LlamaModel m(g.ck, Compute::F32);
+  EXPECT_THROW(m.make_cache(16, "kivi:bits=4"), UserError);
+}
+
+// E2M1 codes (low nibble first) times 2^(scale − 127), as transformers' convert_moe_packed_tensors.
+TEST(GptOss, Mxfp4Decoder) {
+  std::vector<uint8_t> blocks(16), scales{128};
+  for (int i = 0; i < 16; ++i) blocks[size_t(i)] = uint8_t(i | ((15 - i) << 4));
+  const std::vector<float> v = mxfp4_dequantize(blocks.data(), scales.data(), 1, 1);
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(v[size_t(2 * i)], 2 * e2m1[i]);
+    EXPECT_EQ(v[size_t(2 * i + 1)], 2 * e2m1[15 - i]);
+  }
+  scales[0] = 125;
+  EXPECT_EQ(mxfp4_dequantize(blocks.data(), scales.data(), 1, 1)[14], 0.25f * 6);  // code 7 at 2^-2
+}
+
+}  // namespace
+}  // namespace qt
