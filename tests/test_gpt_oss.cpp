@@ -11,6 +11,8 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/gpt_oss_experts.h"
+#include "libquant/eval/perplexity.h"
+#include "libquant/kv/spec.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
 
@@ -26,10 +28,12 @@ struct Golden {
   Checkpoint ck;
   std::vector<int32_t> ids;
   std::vector<float> logits;
+  double ppl_chunks_ctx8 = 0;
 };
 Golden golden(const std::string& name) {
   const json g = test::read_json(tiny(name) + "/logits.json");
-  return {load_checkpoint(tiny(name)), g["ids"].get<std::vector<int32_t>>(), g["logits"].get<std::vector<float>>()};
+  return {load_checkpoint(tiny(name)), g["ids"].get<std::vector<int32_t>>(), g["logits"].get<std::vector<float>>(),
+          g["ppl_chunks_ctx8"].get<double>()};
 }
 
 // Two pieces through the cache (positions 5.. attend to the cached first five), or one token at a time.
@@ -82,6 +86,56 @@ TEST(GptOss, LogitsMatchTransformers) {
     EXPECT_LT(d, 1e-4) << name;
     EXPECT_LT(max_abs_diff(logits(g.ck, g.ids, "f32", true), g.logits), 1e-4) << name;
     EXPECT_LT(max_abs_diff(logits(g.ck, g.ids, "f16", false), g.logits), 1e-2) << name;
+  }
+}
+
+// eval-ppl's chunks at ctx 8 = transformers' mean NLL, with an f16 cache and a KL baseline.
+TEST(GptOss, Perplexity) {
+  for (const char* name : {"gpt-oss", "gpt-oss-mxfp4"}) {
+    Golden g = golden(name);
+    LlamaModel m(g.ck, Compute::F32), base(g.ck, Compute::F32);
+    PplOptions o;
+    o.method = PplMethod::Chunks;
+    o.ctx = 8;
+    PplResult r = evaluate_perplexity(m, g.ids, o);
+    EXPECT_EQ(r.tokens_scored, 21);
+    EXPECT_NEAR(r.mean_nll, g.ppl_chunks_ctx8, 1e-5) << name;
+    const kv::KVSpec s = kv::parse_kv_spec("f16", "--kv");
+    o.kv = kv::uniform_kv_config(g.ck.config.n_layers, s, s);
+    r = evaluate_perplexity(m, g.ids, o, &base);
+    ASSERT_TRUE(r.kld);
+    EXPECT_NEAR(r.mean_nll, g.ppl_chunks_ctx8, 1e-3) << name;
+    EXPECT_LT(r.kld->kld, 1e-4) << name;
+  }
+}
+
+// convert --format hf fuses the experts back into transformers' names (bf16 and MXFP4 sources):
+// the folder reads back to the same logits; quantized layouts are refused with one line.
+TEST(GptOss, ConvertHfRoundTripAndRefusals) {
+  const std::string tmp = test::temp_dir("gpt_oss");
+  std::string log;
+  for (const char* name : {"gpt-oss", "gpt-oss-mxfp4"}) {
+    SCOPED_TRACE(name);
+    Golden g = golden(name);
+    const std::string out = tmp + "/" + name;
+    ASSERT_EQ(
+        test::run_cmd(test::quanttool_bin() + " convert --in " + tiny(name) + " --out " + out + " --dtype f32", &log),
+        0)
+        << log;
+    Checkpoint ck = load_checkpoint(out);
+    EXPECT_TRUE(ck.has("model.layers.0.mlp.experts.3.gate_proj.bias"));
+    EXPECT_EQ(ck.tensors.size(), g.ck.tensors.size());
+    EXPECT_LT(max_abs_diff(logits(ck, g.ids, "f32", false), g.logits), 1e-4);
+  }
+  for (const char* args : {"--scheme int8 --group-size 0", "--format compressed-tensors --scheme int8 --group-size 0",
+                           "--format gguf --gguf-type f16", "--format mlx"}) {
+    SCOPED_TRACE(args);
+    const std::string out = tmp + "/refused" + (std::string(args).find("gguf") != std::string::npos ? ".gguf" : "");
+    EXPECT_EQ(
+        test::run_cmd(test::quanttool_bin() + " convert --in " + tiny("gpt-oss") + " --out " + out + " " + args, &log),
+        2)
+        << log;
+    EXPECT_NE(log.find("error:"), std::string::npos) << log;
   }
 }
 

@@ -14,7 +14,8 @@ and transformers' fp32 logits of it.
 MXFP4 packing (OCP Microscaling spec, E2M1 elements, E8M0 shared scale per 32 along the input
 dimension): scale 2^e with e = ceil(log2(amax / 6)), elements the nearest E2M1 value of w / 2^e.
 
-logits.json: ids, logits [24, vocab] of the batch forward (fp32, eager attention).
+logits.json: ids, logits [24, vocab] of the batch forward (fp32, eager attention), and
+ppl_chunks_ctx8, the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (three chunks, 21 tokens).
 Run with /work/venv-torch/bin/python (transformers 5.24, torch); never in CI.
 """
 import copy
@@ -87,6 +88,11 @@ def write(m, ids, name):
     assert min(gaps) > 1e-3, "a near-tie in the router: choose another seed"
     with torch.no_grad():
         lg = m(ids[None], use_cache=False).logits[0].float().numpy()
+        nll = []  # eval-ppl's chunks at ctx 8: three chunks of 8 tokens, 7 scored each
+        for c0 in range(0, N, 8):
+            chunk = ids[c0:c0 + 8]
+            lp = torch.log_softmax(m(chunk[None], use_cache=False).logits[0].double(), dim=-1)
+            nll += [float(-lp[p, chunk[p + 1]]) for p in range(7)]
     d = os.path.join(HERE, "logits", "tiny-" + name)
     # a copy: casting m itself would round its RoPE buffer (inv_freq) for the next model
     copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
@@ -95,7 +101,7 @@ def write(m, ids, name):
     with open(os.path.join(d, "logits.json"), "w") as fh:
         json.dump({"made_by": "tests/golden/make_gpt_oss_golden.py", "arch": "gpt_oss",
                    "transformers": transformers.__version__, "torch": torch.__version__,
-                   "ids": [int(i) for i in ids], "logits": [float(x) for x in lg.reshape(-1)]},
+                   "ids": [int(i) for i in ids], "ppl_chunks_ctx8": sum(nll) / len(nll), "logits": [float(x) for x in lg.reshape(-1)]},
                   fh, separators=(",", ":"))
     print("wrote", d, "logit range", float(lg.min()), float(lg.max()))
     return d
