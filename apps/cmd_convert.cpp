@@ -469,10 +469,6 @@ int run(const Args& a) {
         "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors or native "
         "only, without --rotate or calibration",
         a.in, ck.config.arch);
-  // gpt_oss: transformers and vLLM read its experts only fused (bf16 or MXFP4); the quantized
-  // layouts store them per expert, which no loader of gpt_oss reads.
-  if (ck.config.desc().moe && ck.config.desc().moe->gpt_oss && (planner.active() || lname != "hf"))
-    user_error("{}: gpt_oss converts to unquantized --format hf only (its experts are read fused)", a.in);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
     calib::rotate_residual(ck, a.rotate_seed);

@@ -110,15 +110,16 @@ void fuse_gpt_oss_experts(const ModelConfig& c, std::map<std::string, Tensor>& t
   const int64_t E = c.n_experts, I = c.moe_intermediate, H = c.hidden;
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
-    if (!tensors.count(p + "0.gate_proj.weight")) continue;
+    auto first = tensors.find(p + "0.gate_proj.weight");
+    // quantized experts (native, compressed-tensors) stay per expert, as the quantized readers take them
+    if (first == tensors.end() || !is_float(first->second.dtype)) continue;
     std::vector<float> gu(size_t(E * H * 2 * I)), gub(size_t(E * 2 * I)), dn(size_t(E * I * H)), dnb(size_t(E * H));
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = p + std::to_string(e) + ".";
       auto take = [&](const std::string& name) {
         auto it = tensors.find(x + name);
         if (it == tensors.end()) user_error("gpt_oss: missing tensor {}{}", x, name);
-        if (!is_float(it->second.dtype))
-          user_error("gpt_oss: {}{} is quantized; the hf layout stores gpt_oss experts fused, in float", x, name);
+        if (!is_float(it->second.dtype)) user_error("gpt_oss: {}{} is quantized, expert 0 is not", x, name);
         std::vector<float> v = to_f32(it->second);
         tensors.erase(it);
         return v;

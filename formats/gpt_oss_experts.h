@@ -28,8 +28,8 @@ std::vector<float> mxfp4_dequantize(const uint8_t* blocks, const uint8_t* scales
 void split_gpt_oss_experts(const ModelConfig& c, std::map<std::string, Tensor>& tensors, const std::string& path);
 
 // The inverse, for the hf writer: each layer's per-expert float tensors replaced by the fused
-// gate_up_proj / down_proj and their biases (fp32; the writer casts). UserError for packed
-// (quantized) experts: transformers reads gpt_oss experts only fused.
+// gate_up_proj / down_proj and their biases (fp32; the writer casts). Layers whose experts are
+// packed (quantized: the native and compressed-tensors writers) stay per expert.
 void fuse_gpt_oss_experts(const ModelConfig& c, std::map<std::string, Tensor>& tensors);
 
 }  // namespace qt
