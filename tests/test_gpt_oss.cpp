@@ -12,6 +12,7 @@
 #include "formats/error.h"
 #include "formats/gpt_oss_experts.h"
 #include "libquant/eval/perplexity.h"
+#include "libquant/kv/key_center.h"
 #include "libquant/kv/spec.h"
 #include "libquant/model/llama.h"
 #include "libquant/schemes/packed_io.h"
@@ -107,6 +108,20 @@ TEST(GptOss, Perplexity) {
     ASSERT_TRUE(r.kld);
     EXPECT_NEAR(r.mean_nll, g.ppl_chunks_ctx8, 1e-3) << name;
     EXPECT_LT(r.kld->kld, 1e-4) << name;
+    // the quantized caches honour the sinks and windows (8-bit close; low-bit ones finite)
+    for (const char* kv : {"affine:bits=8", "kivi:bits=8", "kivi:bits=2", "turboquant_mse:bits=3", "qjl:bits=2",
+                           "rvq:bits=2", "polar:bits=4", "rabitq:bits=2"}) {
+      SCOPED_TRACE(kv);
+      const kv::KVSpec q = kv::parse_kv_spec(kv, "--kv");
+      o.kv = kv::uniform_kv_config(g.ck.config.n_layers, q, q);
+      r = evaluate_perplexity(m, g.ids, o, &base);
+      ASSERT_TRUE(r.kld);
+      EXPECT_TRUE(std::isfinite(r.mean_nll) && std::isfinite(r.kld->kld));
+      if (std::string(kv).find("bits=8") != std::string::npos) {
+        EXPECT_NEAR(r.mean_nll, g.ppl_chunks_ctx8, 0.05);
+        EXPECT_LT(r.kld->kld, 0.01);
+      }
+    }
   }
 }
 
@@ -173,10 +188,16 @@ TEST(GptOss, QuantizedKeepsRoutersFloat) {
   }
 }
 
-TEST(GptOss, QuantizedKvRefused) {
+TEST(GptOss, KeyCenteringRefused) {
   Golden g = golden("gpt-oss");
   LlamaModel m(g.ck, Compute::F32);
-  EXPECT_THROW(m.make_cache(16, "kivi:bits=4"), UserError);
+  kv::KVConfig k =
+      kv::uniform_kv_config(g.ck.config.n_layers, kv::parse_kv_spec("f32", "--kv"), kv::parse_kv_spec("f32", "--kv"));
+  auto c = std::make_shared<kv::KeyCenter>();
+  c->layers = g.ck.config.n_layers, c->kv_heads = g.ck.config.n_kv_heads, c->head_dim = g.ck.config.head_dim;
+  c->mean.assign(size_t(c->layers) * c->kv_heads * c->head_dim, 0.1f);
+  k.key_center = c;
+  EXPECT_THROW(m.make_cache(16, k), UserError);
 }
 
 // E2M1 codes (low nibble first) times 2^(scale − 127), as transformers' convert_moe_packed_tensors.
