@@ -21,24 +21,28 @@ constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts",    "gate_proj", "up_proj
                              false,      "mlp.switch_mlp", 8,           64};
 constexpr MoeNames kMixtral{
     "block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true, "block_sparse_moe.switch_mlp", 0, 0};
+// gpt_oss: mlp.router (weight and bias) and, once split at load, mlp.experts.E.<proj> with biases;
+// not written to mlx (no switch_mlp name here).
+constexpr MoeNames kGptOss{"mlp.router", "mlp.experts", "gate_proj", "up_proj", "down_proj", false, nullptr, 0, 0, true};
 
 using A = Activation;
 using Q = QkNorm;
 
 // clang-format off
 constexpr ArchDesc kArchs[] = {
-  // model_type     hf_class               gguf     reads  max_pos   theta  hdim  tied   qkv_b  qk_norm     norms           1+w    emb√H  act          gemma  fused  no_rope  moe
-  {"llama",       "LlamaForCausalLM",     "llama", true,  2048,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
-  {"mistral",     "MistralForCausalLM",   "llama", false, 4096*32,  1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
-  {"qwen2",       "Qwen2ForCausalLM",     "qwen2", true,  32768,    1e4,   0,    false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
-  {"qwen3",       "Qwen3ForCausalLM",     "qwen3", true,  32768,    1e4,   128,  false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr},
-  {"gemma2",      "Gemma2ForCausalLM",    "gemma2", true, 8192,     1e4,   256,  true,  false, Q::None,    kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false,  nullptr},
-  {"gemma3_text", "Gemma3ForCausalLM",    "gemma3", true, 131072,   1e6,   256,  true,  false, Q::PerHead, kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false,  nullptr},
-  {"phi3",        "Phi3ForCausalLM",      "phi3",  true,  4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false,  nullptr},
-  {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false,  nullptr},
-  {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true,   nullptr},
-  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "qwen3moe", true, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe},
-  {"mixtral",     "MixtralForCausalLM",   "llama", true,  4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral},
+  // model_type     hf_class               gguf     reads  max_pos   theta  hdim  tied   qkv_b  qk_norm     norms           1+w    emb√H  act          gemma  fused  no_rope  moe        sinks
+  {"llama",       "LlamaForCausalLM",     "llama", true,  2048,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr, false},
+  {"mistral",     "MistralForCausalLM",   "llama", false, 4096*32,  1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr, false},
+  {"qwen2",       "Qwen2ForCausalLM",     "qwen2", true,  32768,    1e4,   0,    false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr, false},
+  {"qwen3",       "Qwen3ForCausalLM",     "qwen3", true,  32768,    1e4,   128,  false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  nullptr, false},
+  {"gemma2",      "Gemma2ForCausalLM",    "gemma2", true, 8192,     1e4,   256,  true,  false, Q::None,    kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false,  nullptr, false},
+  {"gemma3_text", "Gemma3ForCausalLM",    "gemma3", true, 131072,   1e6,   256,  true,  false, Q::PerHead, kSandwichNorms, true,  true,  A::GeluTanh, true,  false, false,  nullptr, false},
+  {"phi3",        "Phi3ForCausalLM",      "phi3",  true,  4096,     1e4,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, true,  false,  nullptr, false},
+  {"olmo2",       "Olmo2ForCausalLM",     "",      false, 2048,     1e4,   0,    false, false, Q::Whole,   kPostNorms,     false, false, A::Silu,     false, false, false,  nullptr, false},
+  {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true,   nullptr, false},
+  {"qwen3_moe",   "Qwen3MoeForCausalLM",  "qwen3moe", true, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe, false},
+  {"mixtral",     "MixtralForCausalLM",   "llama", true,  4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral, false},
+  {"gpt_oss",     "GptOssForCausalLM",    "",      false, 131072,   1.5e5, 64,   false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kGptOss,   true},
 };
 // clang-format on
 

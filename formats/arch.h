@@ -55,6 +55,13 @@ struct MoeNames {
   // mlx_lm's quant_predicate for the router (models/qwen3_moe.py: "mlp.gate" at 8 bits, group 64);
   // 0: none, the router is quantized like every Linear (mixtral.py).
   int mlx_router_bits, mlx_router_group;
+  // gpt_oss (modeling_gpt_oss.py GptOssTopKRouter, GptOssExperts): the router has a bias, the
+  // weights are softmax over the k largest router logits (top-k first, then softmax), every expert
+  // projection has a bias, and the activation is the clamped SwiGLU (ModelConfig::swiglu_limit).
+  // HF stores the experts fused (mlp.experts.gate_up_proj [E, hidden, 2I], gate and up in
+  // interleaved columns; down_proj [E, I, hidden]), bf16 or MXFP4; the loader splits them into the
+  // per-expert names above (formats/gpt_oss_experts.h).
+  bool gpt_oss = false;
 };
 
 struct ArchDesc {
@@ -78,6 +85,10 @@ struct ArchDesc {
   bool fused_proj;       // HF stores qkv_proj and gate_up_proj fused (Phi-3)
   bool no_rope_layers;   // config.json no_rope_layers: 0 marks a layer without RoPE (SmolLM3)
   const MoeNames* moe;   // mixture-of-experts FFN (qwen3_moe, mixtral); nullptr: dense MLP only
+  // gpt_oss: o_proj has a bias too, and each head a learned sink logit (self_attn.sinks [heads])
+  // that joins the softmax's denominator and is then dropped (modeling_gpt_oss.py
+  // eager_attention_forward).
+  bool attn_sinks;
 
   bool has_post_norms() const { return norms.attn_post || norms.ffn_post; }
 };

@@ -191,11 +191,17 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
       const MoeNames& moe = *c.desc().moe;
       const int64_t fe = c.moe_intermediate;
       m[p + moe.router + ".weight"] = {c.n_experts, h};
+      if (moe.gpt_oss) m[p + moe.router + ".bias"] = {c.n_experts};
       for (int e = 0; e < c.n_experts; ++e) {
         const std::string x = p + moe.experts + "." + std::to_string(e) + ".";
         m[x + moe.gate + ".weight"] = {fe, h};
         m[x + moe.up + ".weight"] = {fe, h};
         m[x + moe.down + ".weight"] = {h, fe};
+        if (moe.gpt_oss) {
+          m[x + moe.gate + ".bias"] = {fe};
+          m[x + moe.up + ".bias"] = {fe};
+          m[x + moe.down + ".bias"] = {h};
+        }
       }
     } else {
       m[p + "mlp.gate_proj.weight"] = {f, h};
@@ -206,6 +212,10 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
       m[p + "self_attn.q_proj.bias"] = {q};
       m[p + "self_attn.k_proj.bias"] = {kv};
       m[p + "self_attn.v_proj.bias"] = {kv};
+    }
+    if (c.desc().attn_sinks) {
+      m[p + "self_attn.o_proj.bias"] = {h};
+      m[p + "self_attn.sinks"] = {c.n_heads};
     }
     const QkNorm qk = c.desc().qk_norm;
     if (qk != QkNorm::None) {  // per head, or over the whole projection

@@ -12,6 +12,7 @@
 
 #include "formats/error.h"
 #include "formats/fused_proj.h"
+#include "formats/gpt_oss_experts.h"
 #include "formats/gguf.h"
 #include "formats/layouts/bnb.h"
 #include "formats/layouts/compressed_tensors.h"
@@ -41,6 +42,14 @@ void check_tensor_set(const std::string& path, const ModelConfig& c,
   }
   for (auto& [name, shape] : want)
     if (!got.count(name)) user_error("{}: missing tensor {}", path, name);
+}
+
+// config.json's quantization_config {"quant_method": "mxfp4"} on a gpt_oss model (the released
+// checkpoints: experts in MXFP4, everything else bf16).
+bool is_mxfp4_experts_config(const json& j) {
+  if (!j.is_object() || !j.contains("quantization_config") || j.value("model_type", "") != "gpt_oss") return false;
+  const json& q = j["quantization_config"];
+  return q.is_object() && q.contains("quant_method") && q["quant_method"] == "mxfp4";
 }
 
 json read_json_file(const std::string& path) {
@@ -206,7 +215,9 @@ Checkpoint load_hf_dir(const std::string& dir) {
     qkind = "compressed-tensors";
   else if (is_bnb_quantized_config(j))
     qkind = "bnb";
-  else if (j.is_object() && j.contains("quantization_config")) {
+  else if (is_mxfp4_experts_config(j)) {
+    // gpt_oss as released: only the experts are MXFP4, dequantized at load (formats/gpt_oss_experts.h)
+  } else if (j.is_object() && j.contains("quantization_config")) {
     auto& q = j["quantization_config"];
     std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
                              ? q["quant_method"].get<std::string>()
@@ -225,6 +236,7 @@ Checkpoint load_hf_dir(const std::string& dir) {
   if (vlm)  // the language model under the decoder's names; the vision tower and projector aside
     ck.multimodal = std::make_shared<const Multimodal>(split_multimodal(dir, j, st.tensors));
   if (ck.config.desc().fused_proj) split_fused_projections(ck.config, st.tensors, dir);  // phi3
+  if (ck.config.desc().moe && ck.config.desc().moe->gpt_oss) split_gpt_oss_experts(ck.config, st.tensors, dir);
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& [name, t] : st.tensors) {
     // Old exports carry the RoPE table; tied checkpoints sometimes carry a copy of the embedding

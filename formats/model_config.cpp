@@ -67,7 +67,7 @@ int token_id_field(const json& j, const char* key, const std::string& path) {
 }
 
 // rope_scaling (v4) or rope_parameters (v5): {"rope_type"|"type": ..., "factor": ..., ...}.
-RopeScaling parse_rope_scaling(const json& rs, const json& top, const std::string& path) {
+RopeScaling parse_rope_scaling(const json& rs, const json& top, const std::string& path, bool yarn = false) {
   RopeScaling r;
   if (rs.is_null()) return r;
   if (!rs.is_object()) user_error("{}: 'rope_scaling' must be an object or null", path);
@@ -88,6 +88,17 @@ RopeScaling parse_rope_scaling(const json& rs, const json& top, const std::strin
     if (r.high_freq_factor <= r.low_freq_factor)
       user_error("{}: rope_scaling high_freq_factor {} must exceed low_freq_factor {}", path, r.high_freq_factor,
                  r.low_freq_factor);
+  } else if (type == "yarn" && yarn) {
+    r.type = "yarn";
+    r.factor = float(num_field_or(rs, "factor", 32.0, path));
+    r.beta_fast = float(num_field_or(rs, "beta_fast", 32.0, path));
+    r.beta_slow = float(num_field_or(rs, "beta_slow", 1.0, path));
+    r.truncate = bool_field_or(rs, "truncate", true, path);
+    r.attention_factor = float(num_field_or(rs, "attention_factor", 0.0, path));
+    r.original_max_position_embeddings = int(int_field_or(
+        rs, "original_max_position_embeddings", int_field_or(top, "max_position_embeddings", 8192, path), path));
+    if (rs.contains("mscale") || rs.contains("mscale_all_dim"))
+      user_error("{}: rope_scaling mscale / mscale_all_dim are not supported", path);
   } else {
     user_error("{}: unsupported rope scaling type '{}' (supported: llama3, linear)", path, type);
   }
@@ -265,9 +276,47 @@ void read_no_rope_layers(const json& j, const std::string& path, ModelConfig* c)
   if (std::find(none.begin(), none.end(), uint8_t(1)) != none.end()) c->no_rope = std::move(none);
 }
 
+// GptOssConfig (configuration_gpt_oss.py): every layer sparse with intermediate_size rows per
+// expert, the clamped SwiGLU's alpha and limit, layer_types alternating sliding (first) and full
+// attention, YaRN RoPE (factor 32 from 4096 positions when the config names none).
+void read_gpt_oss_fields(const json& j, const std::string& path, ModelConfig* c) {
+  c->n_experts = int(int_field_or(j, "num_local_experts", int_field_or(j, "num_experts", 128, path), path));
+  c->n_experts_per_tok = int(int_field_or(j, "num_experts_per_tok", 4, path));
+  c->moe_intermediate = c->intermediate;
+  c->swiglu_alpha = float(num_field_or(j, "swiglu_alpha", 1.702, path));
+  c->swiglu_limit = float(num_field_or(j, "swiglu_limit", 7.0, path));
+  if (c->n_experts <= 0 || c->n_experts_per_tok <= 0 || c->n_experts_per_tok > c->n_experts)
+    user_error("{}: num_experts_per_tok {} must be within 1..num_local_experts ({})", path, c->n_experts_per_tok,
+               c->n_experts);
+  if (!(c->swiglu_limit > 0)) user_error("{}: swiglu_limit must be positive, got {}", path, c->swiglu_limit);
+  c->sliding_window = int(int_field_or(j, "sliding_window", 128, path));
+  if (c->sliding_window <= 0) user_error("{}: sliding_window must be positive, got {}", path, c->sliding_window);
+  c->sliding.assign(size_t(c->n_layers), 0);
+  auto lt = j.find("layer_types");
+  for (int i = 0; i < c->n_layers; ++i) {
+    if (lt == j.end() || lt->is_null()) {
+      c->sliding[size_t(i)] = i % 2 == 0;
+      continue;
+    }
+    if (!lt->is_array() || int(lt->size()) != c->n_layers)
+      user_error("{}: 'layer_types' must list the {} layers", path, c->n_layers);
+    const json& t = (*lt)[size_t(i)];
+    if (t != "sliding_attention" && t != "full_attention")
+      user_error("{}: layer_types[{}] is {}, expected \"sliding_attention\" or \"full_attention\"", path, i, t.dump());
+    c->sliding[size_t(i)] = t == "sliding_attention";
+  }
+  if (!j.contains("rope_scaling") && !j.contains("rope_parameters")) {
+    c->rope_scaling.type = "yarn";
+    c->rope_scaling.factor = 32.0f;
+    c->rope_scaling.truncate = false;
+    c->rope_scaling.original_max_position_embeddings = 4096;
+  }
+}
+
 // The sparse FFN's parameters (Qwen3MoeConfig, MixtralConfig). Both classes map num_experts to
 // num_local_experts; transformers 5 writes the latter, older qwen3_moe files the former.
 void read_moe_fields(const json& j, const std::string& path, ModelConfig* c) {
+  if (c->desc().moe->gpt_oss) return read_gpt_oss_fields(j, path, c);
   const bool mixtral = c->arch == "mixtral";
   const int64_t def_experts = mixtral ? 8 : 128;
   c->n_experts = int(int_field_or(j, "num_local_experts", int_field_or(j, "num_experts", def_experts, path), path));
@@ -391,11 +440,11 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& path) {
     }
   } else if (rp != j.end() && rp->is_object()) {
     c.rope_theta = float(num_field_or(*rp, "rope_theta", num_field_or(j, "rope_theta", theta_default, path), path));
-    c.rope_scaling = parse_rope_scaling(*rp, j, path);
+    c.rope_scaling = parse_rope_scaling(*rp, j, path, row->attn_sinks);
   } else {
     c.rope_theta = float(num_field_or(j, "rope_theta", theta_default, path));
     auto rs = j.find("rope_scaling");
-    if (rs != j.end()) c.rope_scaling = parse_rope_scaling(*rs, j, path);
+    if (rs != j.end()) c.rope_scaling = parse_rope_scaling(*rs, j, path, row->attn_sinks);
   }
   const double partial = rp != j.end() && rp->is_object() && rp->contains("partial_rotary_factor")
                              ? num_field_or(*rp, "partial_rotary_factor", 1.0, path)
@@ -578,6 +627,15 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["rope_scaling"] = nullptr;
   } else if (rope_scaling.type == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", clean_float(rope_scaling.factor)}};
+  } else if (rope_scaling.type == "yarn") {
+    const RopeScaling& r = rope_scaling;
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", clean_float(r.factor)},
+                         {"beta_fast", clean_float(r.beta_fast)},
+                         {"beta_slow", clean_float(r.beta_slow)},
+                         {"truncate", r.truncate},
+                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
+    if (r.attention_factor > 0) j["rope_scaling"]["attention_factor"] = clean_float(r.attention_factor);
   } else {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", clean_float(rope_scaling.factor)},
@@ -629,6 +687,17 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["num_experts_per_tok"] = n_experts_per_tok;
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
     j["router_jitter_noise"] = 0.0;
+  } else if (arch == "gpt_oss") {
+    j["attention_bias"] = true;
+    j["num_local_experts"] = n_experts;
+    j["num_experts_per_tok"] = n_experts_per_tok;
+    j["swiglu_alpha"] = clean_float(swiglu_alpha);
+    j["swiglu_limit"] = clean_float(swiglu_limit);
+    j["sliding_window"] = sliding_window;
+    json types = json::array();
+    for (int i = 0; i < n_layers; ++i) types.push_back(is_sliding(i) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    j["router_aux_loss_coef"] = 0.0;
   } else if (arch == "qwen3_moe") {
     j["attention_bias"] = false;
     j["use_sliding_window"] = false;
@@ -675,6 +744,10 @@ int64_t ModelConfig::n_params() const {
   for (int i = 0; i < n_layers; ++i)
     ffn +=
         is_moe_layer(i) ? int64_t(n_experts) * (h + 3 * h * int64_t(moe_intermediate)) : 3 * h * int64_t(intermediate);
+  if (d.attn_sinks) layer += h + n_heads;  // o_proj's bias, the sinks
+  if (d.moe && d.moe->gpt_oss)             // the router's and the experts' biases
+    for (int i = 0; i < n_layers; ++i)
+      if (is_moe_layer(i)) ffn += n_experts + int64_t(n_experts) * (2 * int64_t(moe_intermediate) + h);
   int64_t embed = int64_t(vocab) * h;
   return embed * (tie_word_embeddings ? 1 : 2) + h + layer * n_layers + ffn;
 }

@@ -15,11 +15,18 @@ namespace qt {
 class GgufFile;
 
 struct RopeScaling {
-  std::string type;  // "" (none), "llama3", "linear"
+  std::string type;  // "" (none), "llama3", "linear", "yarn" (gpt_oss only)
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position_embeddings = 8192;
+  // YaRN (transformers' modeling_rope_utils.py _compute_yarn_parameters): the ramp between
+  // beta_fast and beta_slow rotations, floor/ceil of its ends when truncate, and cos/sin scaled
+  // by attention_factor (0.1·ln(factor) + 1 when the config gives none).
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  bool truncate = true;
+  float attention_factor = 0;  // 0: from factor
 };
 
 struct ModelConfig {
@@ -68,6 +75,10 @@ struct ModelConfig {
   int moe_intermediate = 0;
   bool norm_topk_prob = false;     // top-k weights renormalised to sum 1 (always for mixtral)
   std::vector<uint8_t> dense_mlp;  // per layer, 1 = a dense MLP; empty = every layer sparse
+  // gpt_oss (desc().moe->gpt_oss): the experts' clamped SwiGLU, (clamp(up, ±limit) + 1) ·
+  // g·sigmoid(alpha·g) with g = min(gate, limit) (modeling_gpt_oss.py GptOssExperts._apply_gate).
+  float swiglu_limit = 0;
+  float swiglu_alpha = 0;
   bool is_moe() const { return n_experts > 0; }
   bool is_moe_layer(int layer) const { return is_moe() && (dense_mlp.empty() || !dense_mlp[size_t(layer)]); }
 

@@ -1,5 +1,6 @@
 #include "formats/layouts/hf.h"
 #include "formats/fused_proj.h"
+#include "formats/gpt_oss_experts.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -91,6 +92,7 @@ void write_hf_folder(const Checkpoint& ck, const std::string& dir, const HfWrite
   for (const std::string& name : opt.omit_tensors) all.erase(name);
   all.insert(opt.extra_tensors.begin(), opt.extra_tensors.end());
   if (ck.config.desc().fused_proj) fuse_projections(ck.config, all);  // phi3: the names transformers loads
+  if (ck.config.desc().moe && ck.config.desc().moe->gpt_oss) fuse_gpt_oss_experts(ck.config, all);
   for (auto& [name, t] : all) {
     if (name == "lm_head.weight" && ck.config.tie_word_embeddings) continue;  // tied: docs/spec/gguf.md
     names.push_back(name);

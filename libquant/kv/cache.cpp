@@ -77,7 +77,7 @@ class F32Cache final : public KVCache {
     const int64_t qs = int64_t(shape_.n_heads) * D;
     if (shape_.masked(layer))  // Gemma's soft-capping / sliding window
       return ops::attention_masked(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale,
-                                   shape_.softcap, shape_.window_of(layer), kv, out, qs);
+                                   shape_.softcap, shape_.window_of(layer), kv, out, qs, shape_.sinks_of(layer));
     ops::attention(q, qs, n_q, first_pos, shape_.n_heads, shape_.n_kv_heads, D, shape_.scale, kv, out, qs);
   }
 

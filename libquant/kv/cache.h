@@ -33,7 +33,11 @@ struct KVShape {
   float softcap = 0;
   std::vector<int> window;
   int window_of(int layer) const { return window.empty() ? 0 : window[size_t(layer)]; }
-  bool masked(int layer) const { return softcap > 0 || window_of(layer) > 0; }
+  // gpt_oss: per layer a learned logit per query head that joins each softmax's denominator (its
+  // value row is zero: the weights of the real keys sum to less than 1). Empty: none.
+  std::vector<std::vector<float>> sinks;
+  const float* sinks_of(int layer) const { return sinks.empty() ? nullptr : sinks[size_t(layer)].data(); }
+  bool masked(int layer) const { return softcap > 0 || window_of(layer) > 0 || !sinks.empty(); }
   std::vector<float> rope_inv_freq;  // RoPE frequencies (head_dim/2), for codecs of pre-RoPE keys
   // Gemma 3: layers with rope_local[l] != 0 (its sliding layers) rotate by rope_local_inv_freq.
   std::vector<float> rope_local_inv_freq;

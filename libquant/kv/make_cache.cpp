@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "formats/error.h"
 #include "libquant/kv/cache.h"
 #include "libquant/kv/key_center.h"
 #include "libquant/kv/spec.h"
@@ -11,6 +12,10 @@ namespace qt {
 
 std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape& shape) {
   const std::string fp = config.uniform_full_precision();
+  // Attention sinks (gpt_oss): a key shift would move every key's score against the fixed sink
+  // logit, so centering (which relies on the softmax ignoring a per-query constant) cannot honour them.
+  if (!shape.sinks.empty() && config.key_center)
+    user_error("kv cache: key centering cannot honour gpt_oss's attention sinks");
   std::unique_ptr<KVCache> c = !fp.empty() ? make_f32_kv_cache(shape, fp == "f16") : make_quant_kv_cache(shape, config);
   if (config.key_center) return kv::make_key_centered_cache(std::move(c), config.key_center);
   return c;

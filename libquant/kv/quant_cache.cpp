@@ -329,8 +329,9 @@ void QuantCache::score_stats(int layer, int g, int nv, QRow&& qrow, const int* n
 
 // Gemma's scores for one query row of n visible keys (the last is the query's own position):
 // row[j] = softmax(softcap(s · scale)) restricted to the window, 0 before it. The weights are
-// normalized here, so the values' pass mixes them as they are.
-void masked_scores(float* row, int n, float scale, float softcap, int window) {
+// normalized here, so the values' pass mixes them as they are. `sink` (gpt_oss, may be null): a
+// logit that joins the denominator only (KVShape::sinks).
+void masked_scores(float* row, int n, float scale, float softcap, int window, const float* sink) {
   const int lo = window > 0 ? std::max(0, n - window) : 0;
   float m = -INFINITY;
   for (int j = lo; j < n; ++j) {
@@ -339,7 +340,8 @@ void masked_scores(float* row, int n, float scale, float softcap, int window) {
     row[j] = x;
     m = std::max(m, x);
   }
-  double sum = 0;
+  if (sink) m = std::max(m, *sink);
+  double sum = sink ? std::exp(double(*sink - m)) : 0.0;
   for (int j = lo; j < n; ++j) sum += (row[j] = std::exp(row[j] - m));
   const float inv = float(1.0 / sum);
   for (int j = 0; j < lo; ++j) row[j] = 0.0f;
@@ -363,6 +365,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
   const bool masked = shape_.masked(layer);
   const float softcap = shape_.softcap;
   const int window = shape_.window_of(layer);
+  const float* sinks = shape_.sinks_of(layer);  // per query head
 
   // 0. Several row blocks read the same encoded tiles: decode each once, for every block, when
   // the keys are scored from decoded tiles (not lookup tables). A block's tiles are then the
@@ -480,7 +483,7 @@ void QuantCache::attend(int layer, const float* q, int n_q, int first_pos, float
       float* row = S.data() + size_t(v) * sst;
       const int n = NVIS[v];
       if (masked) {  // Gemma: soft-capped scores; keys before the window get weight 0
-        masked_scores(row, n, scale, softcap, window);
+        masked_scores(row, n, scale, softcap, window, sinks ? sinks + g * group + v % group : nullptr);
         continue;
       }
       float m = row[0];

@@ -72,6 +72,34 @@ void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t
   }
 }
 
+namespace {
+
+// YaRN, as transformers computes it (modeling_rope_utils.py _compute_yarn_parameters): frequency i
+// blends the interpolated (÷ factor) and the original frequency by a linear ramp over the
+// dimensions between the beta_fast and beta_slow correction dims; tensors in float32, the ramp's
+// ends in double.
+float yarn_inv_freq(const RopeScaling& rs, double base, int dim, int i) {
+  auto correction_dim = [&](double rot) {
+    return dim * std::log(rs.original_max_position_embeddings / (rot * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = correction_dim(rs.beta_fast), high = correction_dim(rs.beta_slow);
+  if (rs.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0), high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;
+  const float pos = std::pow(float(base), float(2 * i) / float(dim));
+  const float extra = 1.0f / pos, inter = 1.0f / (rs.factor * pos);
+  const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.0f, 1.0f);
+  const float ef = 1.0f - ramp;
+  return inter * (1.0f - ef) + extra * ef;
+}
+
+float yarn_attention_factor(const RopeScaling& rs) {
+  if (rs.attention_factor > 0) return rs.attention_factor;
+  return rs.factor <= 1 ? 1.0f : float(0.1 * std::log(double(rs.factor)) + 1.0);
+}
+
+}  // namespace
+
 RopeTable::RopeTable(const ModelConfig& cfg, float theta) {
   ModelConfig c = cfg;
   c.rope_theta = theta;
@@ -100,9 +128,12 @@ RopeTable::RopeTable(const ModelConfig& cfg) {
       }
     } else if (rs.type == "linear") {
       f = f / rs.factor;
+    } else if (rs.type == "yarn") {
+      f = yarn_inv_freq(rs, cfg.rope_theta, d, i);
     }
     inv_freq_[i] = f;
   }
+  if (rs.type == "yarn") scale_ = yarn_attention_factor(rs);
 }
 
 void RopeTable::ensure(int n_pos) {
@@ -112,8 +143,8 @@ void RopeTable::ensure(int n_pos) {
   for (int p = n_pos_; p < n_pos; ++p)
     for (int i = 0; i < half_; ++i) {
       const float a = float(p) * inv_freq_[i];  // float32 product, as torch computes it
-      cos_[size_t(p) * half_ + i] = std::cos(a);
-      sin_[size_t(p) * half_ + i] = std::sin(a);
+      cos_[size_t(p) * half_ + i] = std::cos(a) * scale_;
+      sin_[size_t(p) * half_ + i] = std::sin(a) * scale_;
     }
   n_pos_ = n_pos;
 }

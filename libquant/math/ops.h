@@ -35,6 +35,7 @@ class RopeTable {
 
  private:
   int half_ = 0, n_pos_ = 0;
+  float scale_ = 1.0f;  // YaRN's attention factor, on cos and sin as transformers applies it
   std::vector<float> inv_freq_, cos_, sin_;
 };
 
@@ -114,11 +115,12 @@ class ShareAttention {
 // The same attention with Gemma's two changes, for the layers that need them: scores
 // s = q·k · scale are soft-capped (softcap · tanh(s / softcap), when softcap > 0), and a query
 // at position p sees only keys p − window + 1 … p (when window > 0; transformers' sliding
-// window: kv_idx > q_idx − window). Plain loops (not the tiled kernels): the Llama path keeps
+// window: kv_idx > q_idx − window), and with `sinks` (gpt_oss, one logit per query head) the
+// softmax's denominator also holds exp(sink). Plain loops (not the tiled kernels): the Llama path keeps
 // its kernel untouched.
 void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads,
                       int head_dim, float scale, float softcap, int window, const AttnLayout& kv, float* out,
-                      int64_t out_stride);
+                      int64_t out_stride, const float* sinks = nullptr);
 
 // Scalar reference of the same computation (double accumulation, std::exp): the spec the
 // vectorized kernels are tested against.

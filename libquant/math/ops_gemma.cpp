@@ -40,7 +40,7 @@ float widen(T v) {
 // One (query row, head): scores over the visible keys, softmax in double, then P·V.
 template <class T>
 void attend_row(const float* qh, int lo, int hi, const T* kt, int64_t kts, const T* v, int64_t vs, int D, float scale,
-                float softcap, float* s, float* oh) {
+                float softcap, const float* sink, float* s, float* oh) {
   const int n = hi - lo;
   std::fill(s, s + n, 0.0f);
   for (int d = 0; d < D; ++d) {
@@ -55,7 +55,8 @@ void attend_row(const float* qh, int lo, int hi, const T* kt, int64_t kts, const
     s[j] = x;
     mx = std::max(mx, x);
   }
-  double sum = 0;
+  if (sink) mx = std::max(mx, *sink);
+  double sum = sink ? std::exp(double(*sink - mx)) : 0.0;
   for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
   const float inv = float(1.0 / sum);
   std::fill(oh, oh + D, 0.0f);
@@ -71,7 +72,7 @@ void attend_row(const float* qh, int lo, int hi, const T* kt, int64_t kts, const
 
 void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads,
                       int head_dim, float scale, float softcap, int window, const AttnLayout& kv, float* out,
-                      int64_t out_stride) {
+                      int64_t out_stride, const float* sinks) {
   const int group = n_heads / n_kv_heads;
   const int64_t tasks = int64_t(n_q) * n_heads;
 #pragma omp parallel for schedule(dynamic, 4) if (tasks > 1)
@@ -84,12 +85,13 @@ void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, 
     const float* qh = q + i * q_stride + int64_t(h) * head_dim;
     float* oh = out + i * out_stride + int64_t(h) * head_dim;
     const int64_t base = int64_t(h / group) * kv.kv_head_stride;
+    const float* sink = sinks ? sinks + h : nullptr;
     if (kv.kt16)
-      attend_row(qh, lo, hi, kv.kt16 + base, kv.kt_stride, kv.v16 + base, kv.v_stride, head_dim, scale, softcap,
+      attend_row(qh, lo, hi, kv.kt16 + base, kv.kt_stride, kv.v16 + base, kv.v_stride, head_dim, scale, softcap, sink,
                  s.data(), oh);
     else
-      attend_row(qh, lo, hi, kv.kt + base, kv.kt_stride, kv.v + base, kv.v_stride, head_dim, scale, softcap, s.data(),
-                 oh);
+      attend_row(qh, lo, hi, kv.kt + base, kv.kt_stride, kv.v + base, kv.v_stride, head_dim, scale, softcap, sink,
+                 s.data(), oh);
   }
 }
 

@@ -46,7 +46,7 @@ BlockTensors read_block_tensors(const Checkpoint& ck, int layer) {
   b.q = proj("self_attn.q_proj", true, Q, H);
   b.k = proj("self_attn.k_proj", true, KV, H);
   b.v = proj("self_attn.v_proj", true, KV, H);
-  b.o = proj("self_attn.o_proj", false, H, Q);
+  b.o = proj("self_attn.o_proj", a.attn_sinks, H, Q);  // gpt_oss: o_proj biased too
   b.gate = proj("mlp.gate_proj", false, F, H);
   b.up = proj("mlp.up_proj", false, F, H);
   b.down = proj("mlp.down_proj", false, H, F);

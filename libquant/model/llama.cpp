@@ -93,20 +93,23 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
     L->wk = proj(t.k);
     L->wv = proj(t.v);
     L->wo = proj(t.o);
+    if (a.attn_sinks) L->sinks = read_vector(ck, p + "self_attn.sinks", c.n_heads);
     if (c.is_moe_layer(i)) {
       const MoeNames& moe = *a.moe;
       const int64_t FE = c.moe_intermediate;
       L->router_name = std::string(moe.router) + ".weight";
-      L->router = lin(p + L->router_name, "", c.n_experts, H);
+      // gpt_oss: the router and every expert projection carry a bias
+      auto bias = [&](const std::string& x) { return moe.gpt_oss ? p + x + ".bias" : std::string(); };
+      L->router = lin(p + L->router_name, bias(moe.router), c.n_experts, H);
       for (int e = 0; e < c.n_experts; ++e) {
         Layer::Expert X;
         const std::string x = std::string(moe.experts) + "." + std::to_string(e) + ".";
         X.gate_name = x + moe.gate + ".weight";
         X.up_name = x + moe.up + ".weight";
         X.down_name = x + moe.down + ".weight";
-        X.gate = lin(p + X.gate_name, "", FE, H);
-        X.up = lin(p + X.up_name, "", FE, H);
-        X.down = lin(p + X.down_name, "", H, FE);
+        X.gate = lin(p + X.gate_name, bias(x + moe.gate), FE, H);
+        X.up = lin(p + X.up_name, bias(x + moe.up), FE, H);
+        X.down = lin(p + X.down_name, bias(x + moe.down), H, FE);
         L->experts.push_back(std::move(X));
       }
     } else {
@@ -164,6 +167,8 @@ KVShape LlamaModel::kv_shape(int max_ctx) const {
     s.rope_local = cfg_.no_rope;
   }
   s.softcap = cfg_.attn_softcap;
+  if (desc_->attn_sinks)
+    for (const auto& L : layers_) s.sinks.push_back(L->sinks);
   if (!cfg_.sliding.empty())  // gemma, phi3
     for (int l = 0; l < cfg_.n_layers; ++l) s.window.push_back(cfg_.is_sliding(l) ? cfg_.sliding_window : 0);
   return s;
@@ -366,6 +371,18 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache,
 // three projections once over its gathered rows (each a GEMM through its Linear, any kind), so
 // the work is n·k rows of expert GEMMs however many experts there are, with no per-token loop
 // through a projection.
+namespace {
+// gpt_oss's expert activation into g (GptOssExperts._apply_gate): g = min(g, limit),
+// u = clamp(u, −limit, limit), g · sigmoid(alpha · g) · (u + 1).
+void clamped_swiglu(float* g, const float* u, int64_t n, float alpha, float limit) {
+#pragma omp parallel for schedule(static) if (n >= (1 << 14))
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], limit), y = std::clamp(u[i], -limit, limit);
+    g[i] = (y + 1.0f) * (x * (1.0f / (1.0f + std::exp(-(x * alpha)))));
+  }
+}
+}  // namespace
+
 void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out, ForwardScratch& s) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, F = c.moe_intermediate;
@@ -378,8 +395,24 @@ void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out, For
   std::vector<int> sel(size_t(n) * K);
   std::vector<float> wsel(size_t(n) * K);
   std::vector<int> order(static_cast<size_t>(E));
+  const bool gpt_oss = desc_->moe->gpt_oss;
   for (int t = 0; t < n; ++t) {
     float* p = s.moe_probs.data() + size_t(t) * E;
+    if (gpt_oss) {  // top-k of the logits, then softmax over those k (GptOssTopKRouter)
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                        [p](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      const float mx = p[order[0]];
+      float sum = 0;
+      for (int j = 0; j < K; ++j) sum += std::exp(p[order[size_t(j)]] - mx);
+      for (int j = 0; j < K; ++j) {
+        const int e = order[size_t(j)];
+        sel[size_t(t) * K + j] = e;
+        wsel[size_t(t) * K + j] = std::exp(p[e] - mx) / sum;
+        ++count[size_t(e) + 1];
+      }
+      continue;
+    }
     const float mx = *std::max_element(p, p + E);
     float sum = 0;
     for (int e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
@@ -426,7 +459,10 @@ void LlamaModel::moe_ffn(const Layer& L, const float* in, int n, float* out, For
       std::memcpy(s.moe_x.data() + size_t(i) * H, in + size_t(tok[size_t(s0 + i)]) * H, sizeof(float) * size_t(H));
     linear(*X.gate, &L.prefix, X.gate_name.c_str(), s.moe_x.data(), m, s.moe_g.data());
     linear(*X.up, &L.prefix, X.up_name.c_str(), s.moe_x.data(), m, s.moe_u.data());
-    ops::swiglu(s.moe_g.data(), s.moe_u.data(), s.moe_g.data(), m, F);
+    if (gpt_oss)
+      clamped_swiglu(s.moe_g.data(), s.moe_u.data(), int64_t(m) * F, c.swiglu_alpha, c.swiglu_limit);
+    else
+      ops::swiglu(s.moe_g.data(), s.moe_u.data(), s.moe_g.data(), m, F);
     linear(*X.down, &L.prefix, X.down_name.c_str(), s.moe_g.data(), m, s.moe_y.data());
     // An expert sees a token at most once: its rows add into distinct output rows.
 #pragma omp parallel for schedule(static) if (int64_t(m) * H >= (1 << 16))

@@ -14,6 +14,7 @@ struct LlamaModel::Layer {
   // The block's RMSNorm weights where the arch row has them (formats/arch.h BlockNorms; empty
   // where it has none), (1 + w) already folded in for Gemma; q/k norms per head or whole.
   std::vector<float> attn_pre, attn_post, ffn_pre, ffn_post, q_norm, k_norm;
+  std::vector<float> sinks;  // gpt_oss: self_attn.sinks, a logit per query head (KVShape::sinks)
   std::unique_ptr<Linear> wq, wk, wv, wo, gate, up, down;  // gate/up/down: null in a sparse layer
   // A sparse layer (ModelConfig::is_moe_layer): the router [n_experts, hidden] and each expert's
   // projections, with their names under `prefix` (what the observer sees).
