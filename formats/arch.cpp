@@ -23,7 +23,8 @@ constexpr MoeNames kMixtral{
     "block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true, "block_sparse_moe.switch_mlp", 0, 0};
 // gpt_oss: mlp.router (weight and bias) and, once split at load, mlp.experts.E.<proj> with biases;
 // not written to mlx (no switch_mlp name here).
-constexpr MoeNames kGptOss{"mlp.router", "mlp.experts", "gate_proj", "up_proj", "down_proj", false, nullptr, 0, 0, true};
+constexpr MoeNames kGptOss{"mlp.router", "mlp.experts", "gate_proj", "up_proj", "down_proj",
+                           false,        nullptr,       0,           0,         true};
 
 using A = Activation;
 using Q = QkNorm;

@@ -85,6 +85,29 @@ std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>&
   return out;
 }
 
+std::vector<float> cached_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::string& kv,
+                                 bool one_by_one) {
+  LlamaModel m(ck, Compute::F32);
+  const int n = int(ids.size()), V = ck.config.vocab;
+  auto cache = m.make_cache(n, kv);
+  std::vector<float> got(size_t(n) * V);
+  if (one_by_one) {
+    for (int i = 0; i < n; ++i) m.forward(&ids[size_t(i)], 1, i, *cache, 0, 1, got.data() + size_t(i) * V);
+  } else {
+    m.forward(ids.data(), 5, 0, *cache, 0, 5, got.data());
+    m.forward(ids.data() + 5, n - 5, 5, *cache, 0, n - 5, got.data() + size_t(5) * V);
+  }
+  return got;
+}
+
+std::string tiny_dir(const std::string& name) { return source_dir() + "/tests/golden/logits/tiny-" + name; }
+
+TinyGolden tiny_golden(const std::string& name) {
+  const nlohmann::json g = read_json(tiny_dir(name) + "/logits.json");
+  return {load_checkpoint(tiny_dir(name)), g["ids"].get<std::vector<int32_t>>(), g["logits"].get<std::vector<float>>(),
+          g["ppl_chunks_ctx8"].get<double>()};
+}
+
 std::vector<float> randn(size_t count, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, scale);

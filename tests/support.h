@@ -24,6 +24,20 @@ int run_cmd(const std::string& cmd, std::string* output);
 std::string temp_dir(const std::string& tag);  // fresh empty directory, removed at exit
 // The fp32 logits [n, vocab] of the first n of `ids` through a float model of `ck` (fold tests).
 std::vector<float> fp32_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, int n);
+// The logits of ids in two pieces through an `kv` cache (positions 5.. attend to the cached first
+// five), or one token at a time.
+std::vector<float> cached_logits(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::string& kv,
+                                 bool one_by_one);
+// tests/golden/logits/tiny-<name>: the folder, and logits.json's ids, transformers' logits and
+// mean NLL of eval-ppl's chunks at ctx 8.
+struct TinyGolden {
+  Checkpoint ck;
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  double ppl_chunks_ctx8 = 0;
+};
+std::string tiny_dir(const std::string& name);
+TinyGolden tiny_golden(const std::string& name);
 // `count` draws of N(0, scale^2) from mt19937(seed): synthetic weights and activations.
 std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f);
 // The parameters of `scheme` at `bits`, group size `group` (0: per channel), unquantized dtype `dt`.

@@ -24,34 +24,13 @@ namespace {
 using nlohmann::json;
 using test::max_abs_diff;
 
-std::string tiny(const std::string& name) { return test::source_dir() + "/tests/golden/logits/tiny-" + name; }
+std::string tiny(const std::string& name) { return test::tiny_dir(name); }
 
-struct Golden {
-  Checkpoint ck;
-  std::vector<int32_t> ids;
-  std::vector<float> logits;
-  double ppl_chunks_ctx8 = 0;
-};
-Golden golden(const std::string& name) {
-  const json g = test::read_json(tiny(name) + "/logits.json");
-  return {load_checkpoint(tiny(name)), g["ids"].get<std::vector<int32_t>>(), g["logits"].get<std::vector<float>>(),
-          g["ppl_chunks_ctx8"].get<double>()};
-}
-
-// Two pieces through the cache (positions 5.. attend to the cached first five), or one token at a time.
+using Golden = test::TinyGolden;
+Golden golden(const std::string& name) { return test::tiny_golden(name); }
 std::vector<float> logits(const Checkpoint& ck, const std::vector<int32_t>& ids, const std::string& kv,
                           bool one_by_one) {
-  LlamaModel m(ck, Compute::F32);
-  const int n = int(ids.size()), V = ck.config.vocab;
-  auto cache = m.make_cache(n, kv);
-  std::vector<float> got(size_t(n) * V);
-  if (one_by_one) {
-    for (int i = 0; i < n; ++i) m.forward(&ids[size_t(i)], 1, i, *cache, 0, 1, got.data() + size_t(i) * V);
-  } else {
-    m.forward(ids.data(), 5, 0, *cache, 0, 5, got.data());
-    m.forward(ids.data() + 5, n - 5, 5, *cache, 0, n - 5, got.data() + size_t(5) * V);
-  }
-  return got;
+  return test::cached_logits(ck, ids, kv, one_by_one);
 }
 
 TEST(GptOss, ConfigAndTensors) {
