@@ -16,7 +16,7 @@ dimension): scale 2^e with e = ceil(log2(amax / 6)), elements the nearest E2M1 v
 
 logits.json: ids, logits [24, vocab] of the batch forward (fp32, eager attention), and
 ppl_chunks_ctx8, the mean NLL of eval-ppl's "chunks" protocol at ctx 8 (three chunks, 21 tokens).
-Run with /work/venv-torch/bin/python (transformers 5.24, torch); never in CI.
+Run with a Python that has transformers 5.24 and torch (never in CI).
 """
 import copy
 import json

@@ -16,7 +16,7 @@ tests/test_mlx_moe.cpp — nothing of quanttool involved:
 
 Writes tests/golden/gguf_moe/mlx_affine4_g32.json: {name: {"ids", "logits" [len(IDS) * 64],
 "modules": the quantized module names mlx_lm wrote, "shapes": their stored weight shapes}}.
-Run: /work/venv-mlx/bin/python tests/golden/make_mlx_moe_golden.py TOKENIZER_DIR
+Run: python3 tests/golden/make_mlx_moe_golden.py TOKENIZER_DIR   (a Python with mlx and mlx_lm)
      (TOKENIZER_DIR: a folder with that vocabulary's tokenizer.json and tokenizer_config.json, e.g.
      `quanttool convert --in tests/golden/gguf_moe/tiny-qwen3moe.bf16.gguf --out DIR`)
 """

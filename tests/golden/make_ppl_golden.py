@@ -13,7 +13,7 @@ Run:  python3 tests/golden/make_ppl_golden.py   (numpy, torch, transformers)
      scored (GPTQ's llama_eval).
    The token ids are stored (4·512 and 2·2048 of them: our evaluator refuses texts shorter than
    2·ctx) so the test needs no tokenizer; the wiki.test.raw ids are checked against llama.cpp's
-   own tokenization when /work/ref/out/ids.pylist exists.
+   own tokenization when LLAMA_IDS names a file of llama-tokenize's ids (a Python list).
 
 2. tests/golden/ppl/kld_synthetic.json — the KL-divergence statistics of llama.cpp's
    --kl-divergence summary (docs/spec/perplexity.md §KL divergence) for synthetic logits that
@@ -82,8 +82,8 @@ def protocols():
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     raw = prefix_ids(tok, os.path.join(WIKI, "wiki.test.raw"), 4 * 512)
-    ref = "/work/ref/out/ids.pylist"
-    if os.path.exists(ref):
+    ref = os.environ.get("LLAMA_IDS", "")
+    if ref and os.path.exists(ref):
         assert ast.literal_eval(open(ref).read())[:len(raw)] == raw, "ids differ from llama.cpp's"
         print("wiki.test.raw ids equal llama.cpp's llama-tokenize output")
     llama = protocol_stats([nll_rows(model, raw[i * 512:(i + 1) * 512], 256) for i in range(4)])
