@@ -101,22 +101,22 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
   // Whether no later projection of name's site (q, k, v share one; gate, up another; an expert's
   // gate and up theirs; the order is block_projections') is a target: then its prepared Hessian goes
   // at once, not when the next site replaces it (down_proj's is 14336² floats, 0.8 GB at 8B).
+  // Found once: the last target of each site in block_projections' order (the pass's).
   const ModelConfig& c = ck.config;
-  auto last_of_site = [&](const std::string& name) {
-    const std::string layers = "model.layers.";
-    if (name.rfind(layers, 0) != 0) return true;
-    const size_t dot = name.find('.', layers.size());
-    const int l = std::stoi(name.substr(layers.size(), dot - layers.size()));
-    const std::string prefix = name.substr(0, dot + 1), proj = name.substr(dot + 1);
-    const std::string lead = shared_input_leader(c, proj).empty() ? proj : shared_input_leader(c, proj);
-    bool after = false;
-    for (const std::string& p : block_projections(c, l)) {
-      if (p == proj)
-        after = true;
-      else if (after && shared_input_leader(c, p) == lead && targets.count(prefix + p))
-        return false;
+  std::set<std::string> last_of_site_set;
+  {
+    std::map<std::string, std::string> last;  // site -> its last target
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::string prefix = "model.layers." + std::to_string(l) + ".";
+      for (const std::string& p : block_projections(c, l)) {
+        const std::string lead = shared_input_leader(c, p);
+        if (targets.count(prefix + p)) last[prefix + (lead.empty() ? p : lead)] = prefix + p;
+      }
     }
-    return true;
+    for (auto& [site, name] : last) last_of_site_set.insert(name);
+  }
+  auto last_of_site = [&](const std::string& name) {
+    return name.rfind("model.layers.", 0) != 0 || last_of_site_set.count(name) > 0;
   };
   gptq_done_ = quantize_sequential(ck, targets, ids, so,
                                    [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols,
