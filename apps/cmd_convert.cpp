@@ -37,6 +37,7 @@
 #include "calib/act_stats_io.h"
 #include "calib/gguf_target.h"
 #include "calib/gptq_ggml.h"
+#include "calib/llama_imatrix.h"
 #include "calib/pack_checkpoint.h"
 #include "calib/rotation.h"
 #include "calib/weight_calibration.h"
@@ -371,14 +372,15 @@ int run_gguf(const Args& a) {
         "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
         "compressed-tensors)",
         a.in);
-  if (ck.config.is_moe() && (!a.c.imatrix.empty() || a.c.gptq || target))
-    user_error(
-        "{}: {} is a mixture-of-experts model; --imatrix, --gptq and --target-bpw are not applied to its experts "
-        "yet (convert it with --gguf-type alone)",
-        a.in, ck.config.arch);
+  if (ck.config.is_moe() && target)
+    user_error("{}: {} is a mixture-of-experts model; --target-bpw does not plan its experts yet", a.in,
+               ck.config.arch);
   // Importance of every Linear's input channels (calibrate --method act-stats): mean x².
   std::shared_ptr<calib::ActStats> stats;
-  if (!a.c.imatrix.empty()) stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
+  if (!a.c.imatrix.empty()) {
+    stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
+    calib::resolve_expert_slices(stats.get(), ck.config);
+  }
   GgufExportOptions opt;
   opt.gguf_type = type_name;
   opt.tensor_types = parse_tensor_types(a.tensor_types);

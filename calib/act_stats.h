@@ -24,10 +24,14 @@ struct ChannelStats {
 struct ActStats {
   std::map<std::string, ChannelStats> linears;  // by weight name
   int64_t tokens = 0;
-  std::string text;
+  std::string text;  // the calibration text's file name
   // Expert inputs (gate, down) the router sent fewer than kExpertPriorTokens tokens
   // (calib/expert_prior.h): their statistics lean on the layer's expert average.
-  int experts_with_few_tokens = 0;  // the calibration text's file name
+  int experts_with_few_tokens = 0;
+  // A llama.cpp imatrix's merged-expert entries by its name ("blk.3.ffn_up_exps.weight"), one
+  // ChannelStats per expert (one for all of them from a legacy .dat, which keeps no per-expert
+  // counts), until calib/llama_imatrix.h's resolve_expert_slices names them after a model's experts.
+  std::map<std::string, std::vector<ChannelStats>> expert_slices;
 
   // Whether the max |x_j| are known (llama.cpp's imatrix files hold only the mean squares).
   bool has_absmax() const { return !linears.empty() && !linears.begin()->second.absmax.empty(); }

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <set>
 
+#include "calib/expert_prior.h"
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/gguf.h"
@@ -70,11 +72,57 @@ void imatrix_warn_skipped(const std::string& path, const std::set<std::string>& 
                skipped.size(), skipped.begin()->c_str(), skipped.size() > 1 ? ", ..." : "");
 }
 
+// The metadata key our GGUF imatrix files carry for a mixture of experts: the experts' counts
+// (and sums) include calib/expert_prior.h's prior, this many tokens of the layer's expert average.
+constexpr const char* kPriorKey = "quanttool.expert_prior_tokens";
+
+// Entries whose weight is named by the model's mixture-of-experts row, not by the fixed table:
+// the merged experts and the router ("blk.N.ffn_gate_inp.weight").
+bool is_expert_entry(const std::string& g) {
+  return ends_with(g, "_exps.weight") || ends_with(g, ".ffn_gate_inp.weight");
+}
+
+// A merged-expert entry's per-expert importances into s->expert_slices. llama-quantize divides
+// each expert's sums by its count and gives an expert with none an importance of 1 (tools/quantize/
+// quantize.cpp load_imatrix) — what llama.cpp users meet for experts the text never reached. We
+// add the prior of calib/expert_prior.h instead (kExpertPriorTokens tokens of the entry's expert
+// average), as act-stats does, unless the file is ours and its counts hold the prior already.
+// Returns the experts with fewer than kExpertPriorTokens tokens.
+int imatrix_expert_slices(ActStats* s, const std::string& name, const std::vector<float>& sums,
+                          const std::vector<float>& counts, bool prior_in_file) {
+  const size_t nmat = counts.size(), cols = sums.size() / nmat;
+  std::vector<std::vector<double>> d(nmat);
+  std::vector<std::vector<double>*> ptr;
+  std::vector<int64_t> tokens;
+  for (size_t e = 0; e < nmat; ++e) {
+    d[e].assign(sums.begin() + long(e * cols), sums.begin() + long((e + 1) * cols));
+    ptr.push_back(&d[e]);
+    tokens.push_back(std::lround(counts[e]) - (prior_in_file ? kExpertPriorTokens : 0));
+  }
+  int few = 0;
+  if (!prior_in_file) few = add_expert_prior(ptr, tokens);
+  std::vector<ChannelStats>& out = s->expert_slices[name];
+  out.assign(nmat, ChannelStats{});
+  const bool none = std::accumulate(tokens.begin(), tokens.end(), int64_t(0)) + int64_t(prior_in_file) == 0;
+  for (size_t e = 0; e < nmat; ++e) {
+    out[e].sqmean.resize(cols);
+    // Our own file: llama-quantize's float quotient (what the writer made exact); else with the prior.
+    const double n = double(tokens[e] + kExpertPriorTokens);
+    for (size_t j = 0; j < cols; ++j)
+      out[e].sqmean[j] = none ? 1.0f : prior_in_file ? sums[e * cols + j] / counts[e] : float(d[e][j] / n);
+    out[e].tokens = std::max<int64_t>(tokens[e], 0);
+    s->tokens = std::max(s->tokens, out[e].tokens);
+  }
+  return few;
+}
+
 ActStats load_imatrix_gguf(const std::string& path) {
   const GgufFile g = GgufFile::open(path);
   ActStats s;
   std::set<std::string> skipped;
   int n = 0;
+  // Written by save_llama_imatrix_gguf: the experts' counts include the prior's tokens.
+  const bool prior_in_file = g.has(kPriorKey);
   for (const GgufTensorInfo& t : g.tensors()) {
     if (!ends_with(t.name, ".in_sum2")) continue;
     const std::string name = t.name.substr(0, t.name.size() - 8);
@@ -85,18 +133,23 @@ ActStats load_imatrix_gguf(const std::string& path) {
     const int64_t nval = t.numel(), nmat = c->numel();
     if (nmat < 1 || nval % nmat != 0) user_error("{}: {}: {} sums for {} counts", path, name, nval, nmat);
     ++n;
-    if (nmat > 1) {  // a merged-expert weight: per-expert sums
-      skipped.insert(name);
-      continue;
-    }
     std::vector<float> sums(static_cast<size_t>(nval)), counts(static_cast<size_t>(nmat));
     std::memcpy(sums.data(), t.data, sums.size() * 4);
     std::memcpy(counts.data(), c->data, counts.size() * 4);
+    if (nmat > 1 || ends_with(name, "_exps.weight")) {  // a merged-expert weight: per-expert sums and counts
+      const int few = imatrix_expert_slices(&s, name, sums, counts, prior_in_file);
+      if (!ends_with(name, "ffn_up_exps.weight")) s.experts_with_few_tokens += few;  // up reads gate's input
+      continue;
+    }
     // common/imatrix-loader.cpp rounds the count; llama-quantize divides in float, 1 when no data.
     const float count = float(std::lround(counts[0]));
     std::vector<float> m(static_cast<size_t>(nval));
     for (int64_t j = 0; j < nval; ++j) m[size_t(j)] = count > 0 ? sums[size_t(j)] / count : 1.0f;
     s.tokens = std::max<int64_t>(s.tokens, std::lround(counts[0]));
+    if (is_expert_entry(name)) {  // a router: named once the model is known
+      s.expert_slices[name] = {ChannelStats{{}, std::move(m), std::lround(counts[0])}};
+      continue;
+    }
     imatrix_add(&s, name, std::move(m), &skipped);
   }
   if (n == 0) user_error("{}: a GGUF file without imatrix data (no .in_sum2 tensors)", path);
@@ -151,6 +204,10 @@ ActStats load_imatrix_dat(const std::string& path) {
     // llama-quantize (tools/quantize/quantize.cpp load_imatrix): value / ncall, as stored if ncall ≤ 0.
     if (ncall > 0)
       for (float& x : v) x = x / float(ncall);
+    if (is_expert_entry(name)) {  // every expert's values in one row, split once the model is known
+      s.expert_slices[name] = {ChannelStats{{}, std::move(v), 0}};
+      continue;
+    }
     imatrix_add(&s, name, std::move(v), &skipped);
   }
   if (r.can(8)) {  // chunk count, dataset name
@@ -165,7 +222,10 @@ ActStats load_imatrix_dat(const std::string& path) {
 // llama.cpp's name for our weight `hf` in model `c`; "" for one the fused entry already covers.
 std::string imatrix_gguf_name(const std::string& hf, const ModelConfig& c) {
   if (hf == "lm_head.weight") return c.tie_word_embeddings ? "token_embd.weight" : "output.weight";
-  std::string g = hf_to_gguf_name(hf);
+  // The model's own name first (a mixture of experts' experts: their merged weight), else the
+  // fixed table's (Phi-3's parts, stored fused, handled below).
+  std::string g = hf_to_gguf_name(hf, c.desc());
+  if (g.empty()) g = hf_to_gguf_name(hf);
   if (g.empty()) user_error("act-stats: {} has no llama.cpp imatrix name", hf);
   if (c.desc().fused_proj) {  // Phi-3: attn_qkv and the gate_up stored as ffn_up
     std::string p, rest;
@@ -193,12 +253,35 @@ float imatrix_sum_for(float sqmean, int64_t n) {
   return p;
 }
 
-// Our weights under llama.cpp names, sorted (llama-imatrix's order), skipping fused duplicates.
-std::map<std::string, const ChannelStats*> imatrix_entries(const ActStats& s, const ModelConfig& c) {
-  std::map<std::string, const ChannelStats*> out;
+// One entry of a llama.cpp imatrix: a weight's statistics, or a merged-expert weight's, one per
+// expert in expert order, with the token count each is over.
+struct ImatrixEntry {
+  std::vector<const ChannelStats*> mats;
+  std::vector<int64_t> counts;
+  bool experts = false;
+};
+
+// Our weights under llama.cpp names, sorted (llama-imatrix's order), skipping fused duplicates; a
+// mixture of experts' experts gathered into their merged weight ("blk.N.ffn_up_exps.weight"), each
+// counted over its routed tokens plus the prior's (calib/expert_prior.h), so that llama-quantize's
+// quotient is our importance.
+std::map<std::string, ImatrixEntry> imatrix_entries(const ActStats& s, const ModelConfig& c) {
+  std::map<std::string, ImatrixEntry> out;
   for (auto& [hf, st] : s.linears) {
     const std::string g = imatrix_gguf_name(hf, c);
-    if (!g.empty()) out[g] = &st;
+    if (g.empty() || out.count(g)) continue;
+    ImatrixEntry& e = out[g];
+    const std::vector<std::string> parts = gguf_expert_parts(g, c);
+    if (parts.empty()) {
+      e.mats = {&st}, e.counts = {s.tokens};
+      continue;
+    }
+    e.experts = true;
+    for (const std::string& p : parts) {
+      const ChannelStats* x = s.find(p, false);
+      if (!x) user_error("act-stats: {} has no statistics for {} (every expert of {} is needed)", hf, p, g);
+      e.mats.push_back(x), e.counts.push_back(x->tokens + kExpertPriorTokens);
+    }
   }
   if (out.empty()) user_error("act-stats: no statistics to write");
   return out;
@@ -215,8 +298,31 @@ ActStats load_llama_imatrix(const std::string& path) {
   const MappedFile f = map_file(path);
   ActStats s = f.size >= 4 && std::memcmp(f.data, "GGUF", 4) == 0 ? load_imatrix_gguf(path) : load_imatrix_dat(path);
   imatrix_fill_gate(&s);
-  if (s.linears.empty()) user_error("{}: holds no statistics for a quanttool weight", path);
+  if (s.linears.empty() && s.expert_slices.empty()) user_error("{}: holds no statistics for a quanttool weight", path);
   return s;
+}
+
+void resolve_expert_slices(ActStats* s, const ModelConfig& c) {
+  for (auto& [g, slices] : s->expert_slices) {
+    const std::vector<std::string> parts = gguf_expert_parts(g, c);
+    if (parts.empty() && slices.size() == 1 && c.is_moe() && ends_with(g, ".ffn_gate_inp.weight")) {
+      s->linears[gguf_to_hf_name(g, c.desc())] = slices[0];  // a router
+      continue;
+    }
+    if (parts.empty()) user_error("imatrix: {} is not a merged-expert weight of this {} model", g, c.arch);
+    const size_t n = parts.size();
+    std::vector<ChannelStats> per = slices;
+    if (per.size() == 1 && n > 1) {  // a legacy .dat: one row of every expert's values
+      const std::vector<float>& v = slices[0].sqmean;
+      if (v.size() % n != 0) user_error("imatrix: {} holds {} values, not {} experts' worth", g, v.size(), n);
+      per.assign(n, ChannelStats{});
+      for (size_t e = 0; e < n; ++e)
+        per[e].sqmean.assign(v.begin() + long(e * v.size() / n), v.begin() + long((e + 1) * v.size() / n));
+    }
+    if (per.size() != n) user_error("imatrix: {} has {} experts, the model {}", g, per.size(), n);
+    for (size_t e = 0; e < n; ++e) s->linears[parts[e]] = per[e];
+  }
+  s->expert_slices.clear();
 }
 
 void save_llama_imatrix_gguf(const std::string& path, const ActStats& s, const ModelConfig& c, int chunk_size,
@@ -226,24 +332,31 @@ void save_llama_imatrix_gguf(const std::string& path, const ActStats& s, const M
   w.add_string_array("imatrix.datasets", {s.text});
   w.add_u32("imatrix.chunk_count", uint32_t(chunks));
   w.add_u32("imatrix.chunk_size", uint32_t(chunk_size));
-  const int64_t n = s.tokens;
-  for (auto& [g, st] : imatrix_entries(s, c)) {
-    const std::vector<float>& m = st->sqmean;
-    // 1-D as llama-imatrix's [n, 1] tensors are written (ggml_n_dims drops the trailing 1).
-    w.add_tensor(g + ".in_sum2", {int64_t(m.size())}, GgmlType::F32, [&m, n] {
-      std::vector<uint8_t> b(m.size() * 4);
-      for (size_t j = 0; j < m.size(); ++j) {
-        const float v = imatrix_sum_for(m[j], n);
-        std::memcpy(b.data() + 4 * j, &v, 4);
-      }
+  const auto entries = imatrix_entries(s, c);
+  if (std::any_of(entries.begin(), entries.end(), [](auto& e) { return e.second.experts; }))
+    w.add_u32(kPriorKey, uint32_t(kExpertPriorTokens));
+  for (auto& [g, e] : entries) {
+    const int64_t cols = int64_t(e.mats[0]->sqmean.size()), nmat = int64_t(e.mats.size());
+    // [cols, n_mat] as llama-imatrix writes them; 1-D for one matrix (ggml_n_dims drops the 1).
+    const std::vector<int64_t> shape = nmat > 1 ? std::vector<int64_t>{cols, nmat} : std::vector<int64_t>{cols};
+    w.add_tensor(g + ".in_sum2", shape, GgmlType::F32, [&e, cols] {
+      std::vector<uint8_t> b(size_t(cols) * e.mats.size() * 4);
+      for (size_t m = 0; m < e.mats.size(); ++m)
+        for (int64_t j = 0; j < cols; ++j) {
+          const float v = imatrix_sum_for(e.mats[m]->sqmean[size_t(j)], e.counts[m]);
+          std::memcpy(b.data() + 4 * (m * size_t(cols) + size_t(j)), &v, 4);
+        }
       return b;
     });
-    w.add_tensor(g + ".counts", {1}, GgmlType::F32, [n] {
-      std::vector<uint8_t> b(4);
-      const float v = float(n);
-      std::memcpy(b.data(), &v, 4);
-      return b;
-    });
+    w.add_tensor(g + ".counts", nmat > 1 ? std::vector<int64_t>{1, nmat} : std::vector<int64_t>{1}, GgmlType::F32,
+                 [&e] {
+                   std::vector<uint8_t> b(e.counts.size() * 4);
+                   for (size_t m = 0; m < e.counts.size(); ++m) {
+                     const float v = float(e.counts[m]);
+                     std::memcpy(b.data() + 4 * m, &v, 4);
+                   }
+                   return b;
+                 });
   }
   w.write(path);
 }
@@ -254,15 +367,16 @@ void save_llama_imatrix_dat(const std::string& path, const ActStats& s, const Mo
   auto put_i32 = [&put](int32_t v) { put(&v, 4); };
   const auto entries = imatrix_entries(s, c);
   put_i32(int32_t(entries.size()));
-  for (auto& [g, st] : entries) {
+  for (auto& [g, e] : entries) {
     put_i32(int32_t(g.size()));
     put(g.data(), g.size());
     put_i32(chunks);
-    put_i32(int32_t(st->sqmean.size()));
-    for (float m : st->sqmean) {
-      const float v = imatrix_sum_for(m, chunks);
-      put(&v, 4);
-    }
+    put_i32(int32_t(e.mats[0]->sqmean.size() * e.mats.size()));
+    for (const ChannelStats* st : e.mats)  // a merged-expert weight: the experts one after another
+      for (float m : st->sqmean) {
+        const float v = imatrix_sum_for(m, chunks);
+        put(&v, 4);
+      }
   }
   put_i32(chunks);
   put_i32(int32_t(s.text.size()));

@@ -18,7 +18,12 @@
 // "token_embd.weight" (the head of a tied model) <-> "lm_head.weight"; Phi-3's fused
 // "blk.N.attn_qkv.weight" stands for q/k/v_proj and its "ffn_up.weight" (gate_up) for gate/up_proj,
 // all of which read the same input. llama-imatrix records the output head only with
-// --process-output; merged-expert weights (*_exps) are not read yet.
+// --process-output. A mixture of experts' merged weights ("blk.N.ffn_up_exps.weight") hold one row
+// of sums and one count per expert; they are read into ActStats::expert_slices (an expert the text
+// barely reached gets calib/expert_prior.h's prior, where llama-quantize would give an expert with
+// no tokens an importance of 1) and named after the model's experts by resolve_expert_slices. Our
+// files count each expert's prior tokens in, under the key "quanttool.expert_prior_tokens", so that
+// llama-quantize's quotient is our importance and reading them back adds no second prior.
 #pragma once
 #include <string>
 
@@ -36,12 +41,17 @@ bool looks_like_safetensors(const std::string& path);
 // the last dataset named. UserError "PATH: ..." for a malformed or foreign file.
 ActStats load_llama_imatrix(const std::string& path);
 
+// Names the merged-expert entries of a llama.cpp imatrix (ActStats::expert_slices) after the
+// experts of model `c` ("model.layers.3.mlp.experts.5.up_proj.weight"). UserError when an entry is
+// not one of the model's merged-expert weights or holds another number of experts.
+void resolve_expert_slices(ActStats* s, const ModelConfig& c);
+
 // Write `s` as llama-imatrix would (`chunks` chunks of `chunk_size` tokens, s.tokens = their
 // product): GGUF with in_sum2 = sqmean · tokens and counts = tokens, or the legacy .dat with
 // value = sqmean · chunks and ncall = chunks. Each stored sum is the float nearest the product
 // whose quotient llama-quantize computes gives back sqmean exactly, where one exists. Names follow
-// the model `c` (a tied head as token_embd.weight, Phi-3's fused projections once). UserError for
-// a weight with no llama.cpp name (a mixture of experts' experts).
+// the model `c` (a tied head as token_embd.weight, Phi-3's fused projections once, a mixture of
+// experts' experts gathered into their merged weight). UserError for a weight with no llama.cpp name.
 void save_llama_imatrix_gguf(const std::string& path, const ActStats& s, const ModelConfig& c, int chunk_size,
                              int chunks);
 void save_llama_imatrix_dat(const std::string& path, const ActStats& s, const ModelConfig& c, int chunks);

@@ -7,6 +7,7 @@
 
 #include "calib/act_stats_io.h"
 #include "calib/expert_prior.h"
+#include "calib/llama_imatrix.h"
 #include "calib/scale_fold.h"
 #include "calib/sequential.h"
 #include "calib/weighted_fit.h"
@@ -54,6 +55,8 @@ void WeightCalibration::rescale_imatrix(const std::map<std::string, std::vector<
 
 void WeightCalibration::prepare(Checkpoint& ck) {
   embedding_is_head_ = head_is_embedding(ck);
+  for (std::optional<ActStats>* s : {&smooth_, &imatrix_})  // a llama.cpp imatrix's merged experts
+    if (*s) resolve_expert_slices(&**s, ck.config);
   if (!smooth_ || a_.alpha_auto) return;
   SmoothOptions o;
   o.alpha = a_.alpha;

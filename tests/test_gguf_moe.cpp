@@ -164,8 +164,8 @@ TEST(MoeGgufRefusals, OneLineExit2) {
   const std::string qwen_dense = test::source_dir() + "/tests/golden/logits/tiny-qwen3-moe";  // layer 1 dense
   const std::pair<std::string, std::string> cases[] = {
       {"--in " + qwen_dense + " --gguf-type f16", "dense MLP"},
-      {"--in " + golden("tiny-mixtral8") + " --gguf-type q8_0 --imatrix " + test::source_dir() +
-           "/tests/golden/imatrix/tiny-spm.imatrix.dat",
+      {"--in " + golden("tiny-mixtral8") + " --target-bpw 4.5 --target-loss weighted-error --imatrix " +
+           test::source_dir() + "/tests/golden/imatrix/tiny-spm.imatrix.dat",
        "mixture-of-experts"},
   };
   for (auto& [args, what] : cases) {

@@ -289,8 +289,6 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
         "{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3, gemma2, "
         "gemma3_text, phi3, qwen3_moe, mixtral)",
         ck.path, c.arch);
-  if (c.is_moe() && (opt.importance || opt.packed))
-    user_error("{}: --imatrix / --gptq are not applied to a mixture of experts' GGUF yet", ck.path);
   const TypeRow* trp = find_type_row(opt.gguf_type);
   if (!trp) user_error("--gguf-type: unknown type '{}' ({})", opt.gguf_type, gguf_export_type_names());
   const TypeRow& tr = *trp;
@@ -418,19 +416,42 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
       continue;
     }
     if (!it.parts.empty()) {  // each expert quantized in turn into its slice of the stacked tensor
-      std::vector<Tensor> parts;
-      for (const std::string& p : it.parts) parts.push_back(tensors.at(p));
-      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type, [parts, it] {
-        const size_t n = size_t(it.shape[1] * it.shape[2]), bytes = ggml_nbytes(it.type, n);
+      // An expert's slice as the whole-tensor path makes it: GPTQ's blocks, else the weighted
+      // quantizer with that expert's own importances (llama-quantize also gives each expert its
+      // slice of the imatrix: src/llama-quant.cpp llama_tensor_quantize_impl), else the reference.
+      struct Part {
+        Tensor t;
+        const std::vector<uint8_t>* pre;
+        const float* imp;
+      };
+      std::vector<Part> parts;
+      const size_t n = size_t(it.shape[1] * it.shape[2]), bytes = ggml_nbytes(it.type, n);
+      for (const std::string& p : it.parts) {
+        Part q{tensors.at(p), opt.packed ? opt.packed(p) : nullptr, nullptr};
+        if (q.pre && q.pre->size() != bytes)
+          throw std::logic_error("gguf export: precomputed blocks of " + p + " have the wrong size");
+        if (!q.pre && opt.importance && ggml_type_row(uint32_t(it.type))->block_size > 1)
+          q.imp = opt.importance(p, it.shape[2]);
+        weighted += q.imp != nullptr;
+        parts.push_back(q);
+      }
+      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type, [parts, it, n, bytes] {
         std::vector<uint8_t> out(bytes * parts.size());
         for (size_t e = 0; e < parts.size(); ++e) {
-          Tensor src = materialize(parts[e]);
+          uint8_t* dst = out.data() + e * bytes;
+          if (parts[e].pre) {
+            std::memcpy(dst, parts[e].pre->data(), bytes);
+            continue;
+          }
+          Tensor src = materialize(parts[e].t);
           const std::vector<float> v = to_f32(src);
           release_pages(src);
-          if (it.llama_bytes)
-            ggml_quantize_llama(it.type, v.data(), v.size(), out.data() + e * bytes);
+          if (parts[e].imp)
+            ggml_quantize_weighted(it.type, v.data(), it.shape[1], it.shape[2], parts[e].imp, dst);
+          else if (it.llama_bytes)
+            ggml_quantize_llama(it.type, v.data(), v.size(), dst);
           else
-            ggml_quantize(it.type, v.data(), v.size(), out.data() + e * bytes);
+            ggml_quantize(it.type, v.data(), v.size(), dst);
         }
         return out;
       });
@@ -443,7 +464,8 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     const std::vector<uint8_t>* pre = opt.packed && t.shape.size() == 2 ? opt.packed(it.hf) : nullptr;
     const float* imp = nullptr;
-    if (!pre && opt.importance && t.shape.size() == 2 && block.block_size > 1) {
+    if (!pre && opt.importance && t.shape.size() == 2 &&
+        ggml_type_row(uint32_t(it.type))->block_size > 1) {  // not the F32 router
       // A fused weight's input is its first part's (q_proj's, gate_proj's).
       std::string in_of = it.hf;
       for (auto [f, part] :
