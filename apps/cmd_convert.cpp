@@ -5,6 +5,7 @@
 //                   [--gptq [--act-order] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
 //                   (calibration: calib/weight_calibration.h)
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
+//                   [--vision-bits B]  (a VLM's vision tower quantized too: --format mlx)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
 //                   [--target-bpw B --imatrix STATS --calib TEXT [--sensitivity-chunks N] [--save-plan FILE]
@@ -129,7 +130,7 @@ struct Args {
   int sensitivity_chunks = 4;
   bool force = false, fsync = false, rotate = false;
   uint64_t rotate_seed = 0;
-  int threads = 0;
+  int threads = 0, vision_bits = 0;
   QuantRequest q;
   calib::WeightCalibArgs c;
 };
@@ -477,9 +478,9 @@ int run(const Args& a) {
   // A vision-language model: the layouts whose writers carry its vision tower and names through
   // (formats/vlm.h); the residual-stream rotation would turn the embedding space the projector
   // writes into, and the head stays tied as the VLM's config says.
-  if (ck.multimodal && (a.rotate || a.q.untie || (lname != "hf" && lname != "compressed-tensors")))
+  if (ck.multimodal && (a.rotate || a.q.untie || (lname != "hf" && lname != "compressed-tensors" && lname != "mlx")))
     user_error(
-        "{}: a vision-language model ({}); convert writes it to --format hf or compressed-tensors, without "
+        "{}: a vision-language model ({}); convert writes it to --format hf, compressed-tensors or mlx, without "
         "--rotate or --untie",
         a.in, ck.multimodal->config.value("model_type", "?"));
   // A mixture of experts goes to the layouts that store each expert's projections under their HF
@@ -487,6 +488,10 @@ int run(const Args& a) {
   // switch_mlp; GGUF: run_gguf); bnb is not written yet. --imatrix and --gptq work per expert
   // (calib/expert_prior.h); SmoothQuant and AWQ would fold one scale into the norm that the router
   // and every expert read, which they do not yet.
+  // --vision-bits: mlx_vlm quantizes a vision tower's Linears when the folder holds their scales
+  // (utils.py load_model's class predicate); the other layouts' loaders keep it float.
+  if (a.vision_bits != 0 && (!ck.multimodal || lname != "mlx" || a.q.scheme != "affine"))
+    user_error("--vision-bits: for a vision-language model written with --format mlx --scheme affine");
   if (ck.config.is_moe() && (a.rotate || !ca.smooth.empty() || ca.awq ||
                              (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx")))
     user_error(
@@ -521,8 +526,16 @@ int run(const Args& a) {
   if (planner.active()) {
     QuantPlan plan = planner.plan(ck);
     plan_routers(ck.config, lname, &plan);
+    const SchemeParams text_params = plan.tensors.empty() ? SchemeParams{} : plan.tensors.begin()->second;
     ck = calib::pack_checkpoint(std::move(ck), plan, *layout, calib);
     for (const std::string& line : plan_summary(plan)) std::printf("%s\n", line.c_str());
+    if (a.vision_bits != 0) {
+      SchemeParams vp = text_params;
+      vp.bits = a.vision_bits;
+      validate_scheme(vp, 1, vp.group_size, "--vision-bits");
+      const int n = calib::pack_vision_tower(ck, vp, *layout);
+      std::printf("vision tower: %d weights affine %d-bit group %d\n", n, vp.bits, vp.group_size);
+    }
     if (calib.active()) std::printf("calibration: %s\n", calib.describe().c_str());
   }
   auto t1 = std::chrono::steady_clock::now();
@@ -631,6 +644,8 @@ const Registrar reg(
                     "turn the residual stream by a random orthogonal matrix folded into the weights "
                     "(QuaRot/SpinQuant; norms folded, head untied)");
        sub.add_option("--rotate-seed", a->rotate_seed, "seed of --rotate's matrix")->capture_default_str();
+       sub.add_option("--vision-bits", a->vision_bits,
+                      "a vision-language model's vision tower quantized too at these bits (mlx; default: kept)");
        sub.add_option("--threads", a->threads, "threads (default: all cores)");
        return [a] { return run(*a); };
      }});

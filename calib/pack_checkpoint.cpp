@@ -9,6 +9,7 @@
 
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/quantized.h"
+#include "formats/vlm.h"
 
 namespace qt::calib {
 
@@ -19,13 +20,14 @@ namespace {
 // have.
 class PackJob {
  public:
-  PackJob(std::string name, Tensor source, SchemeParams p, const WeightCalibration& calib, int parts)
+  // `calib` null: plain rounding (a vision tower's weights, which calibration does not see).
+  PackJob(std::string name, Tensor source, SchemeParams p, const WeightCalibration* calib, int parts)
       : name_(std::move(name)), source_(std::move(source)), p_(std::move(p)), calib_(calib), left_(parts) {}
 
   // Part 0: codes, 1: scales, 2: biases.
   Tensor take(int part) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!packed_ && !calib_.active()) {
+    if (!packed_ && (!calib_ || !calib_->active())) {
       packed_ = quantize_tensor(source_, p_, name_);  // chunk by chunk, no fp32 copy of the whole
       release_pages(source_);
       source_ = Tensor{};
@@ -38,7 +40,7 @@ class PackJob {
       w.resize(size_t(rows * cols));
       to_f32_range(source_, 0, w.size(), w.data());
       release_pages(source_);
-      std::optional<PackedTensor> c = calib_.quantize(name_, w.data(), rows, cols, p_);
+      std::optional<PackedTensor> c = calib_->quantize(name_, w.data(), rows, cols, p_);
       packed_ = c ? std::move(*c) : quantize_weights(w.data(), rows, cols, p_, name_);
       if (w.capacity() > (size_t(256) << 20) / sizeof(float)) std::vector<float>().swap(w);
       source_ = Tensor{};  // a deferred source (GGUF) is made once
@@ -55,7 +57,7 @@ class PackJob {
   std::string name_;
   Tensor source_;
   SchemeParams p_;
-  const WeightCalibration& calib_;
+  const WeightCalibration* calib_;
   int left_;
   std::optional<PackedTensor> packed_;
 };
@@ -81,7 +83,7 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     const PackedLayout lay = packed_layout(p, q.rows, q.cols);
     if (!lay.biases) q.biases.clear();
     // Deferred: the weight is quantized when the writer reaches the first of its stored tensors.
-    auto job = std::make_shared<PackJob>(name, t, p, calib, lay.biases ? 3 : 2);
+    auto job = std::make_shared<PackJob>(name, t, p, &calib, lay.biases ? 3 : 2);
     ck.tensors.erase(name);
     auto part = [&](const TensorSpec& spec, int k) {
       return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
@@ -109,6 +111,41 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
                                             : "none";
   ck.quantization = desc;
   return ck;
+}
+
+int pack_vision_tower(Checkpoint& ck, const SchemeParams& p, const OutputLayout& layout) {
+  if (!ck.multimodal) return 0;
+  auto mm = std::make_shared<Multimodal>(*ck.multimodal);
+  nlohmann::json entries = nlohmann::json::object();
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : mm->passthrough) {
+    const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    // The weights mlx's nn.quantize turns into quantized modules: Linear's and Embedding's, whose
+    // rows the group divides (a convolution's kernel is not 2-D; norms are 1-D).
+    if (!weight || t.shape.size() != 2 || !is_float(t.dtype) || t.shape[1] % p.group_size != 0) {
+      out.emplace(name, t);
+      continue;
+    }
+    QuantEntry q = layout.tensor_names(name);
+    q.scheme = p.scheme, q.bits = p.bits, q.group_size = p.group_size, q.dtype = p.dtype;
+    q.rows = t.shape[0], q.cols = t.shape[1];
+    const PackedLayout lay = packed_layout(p, q.rows, q.cols);
+    auto job = std::make_shared<PackJob>(name, t, p, nullptr, lay.biases ? 3 : 2);
+    auto part = [&](const TensorSpec& spec, int k) {
+      return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
+    };
+    out[q.data] = part(lay.data, 0);
+    out[q.scales] = part(lay.scales, 1);
+    if (lay.biases)
+      out[q.biases] = part(*lay.biases, 2);
+    else
+      q.biases.clear();
+    entries[name] = quant_entry_json(q);
+  }
+  mm->passthrough = std::move(out);
+  ck.multimodal = mm;
+  ck.quantization["vision"] = entries;
+  return int(entries.size());
 }
 
 }  // namespace qt::calib

@@ -16,4 +16,11 @@ namespace qt::calib {
 // returned checkpoint's deferred tensors.
 Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLayout& layout, WeightCalibration& calib);
 
+// `convert --vision-bits`: a vision-language model's vision tower and projector (ck.multimodal's
+// passthrough) quantized by `p` (plain rounding, deferred like the rest) where a quantized module
+// can hold them: the 2-D ".weight"s of Linears and Embeddings whose rows p's group divides; the
+// others stay as stored. Their entries go to ck.quantization["vision"] (stored name -> entry) for
+// the writer's config. Returns how many weights it quantized.
+int pack_vision_tower(Checkpoint& ck, const SchemeParams& p, const OutputLayout& layout);
+
 }  // namespace qt::calib

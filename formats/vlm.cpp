@@ -100,6 +100,12 @@ bool starts_with(const std::string& s, const std::string& p) { return s.compare(
 
 bool is_multimodal_config(const json& cfg) { return vlm_row(cfg) != nullptr; }
 
+std::string mlx_vlm_module_name(const std::string& stored) {
+  std::string n = starts_with(stored, "model.") ? stored.substr(6) : stored;
+  if (starts_with(n, "visual.")) n = "vision_tower." + n.substr(7);
+  return n;
+}
+
 std::string unsupported_multimodal(const json& cfg) {
   if (!cfg.is_object() || vlm_row(cfg) || !cfg.contains("vision_config")) return "";
   std::string cls = "?";
@@ -194,8 +200,9 @@ Multimodal split_multimodal(const std::string& dir, const json& cfg, std::map<st
     }
     if (starts_with(name, mm.lm_prefix)) {
       const std::string rest = name.substr(mm.lm_prefix.size());
-      // Under "model." (Qwen2.5-VL's own names) sit the decoder's layers, embedding and norm only.
-      if (starts_with(rest, "layers.") || rest == "embed_tokens.weight" || starts_with(rest, "norm.") ||
+      // Under "model." (Qwen2.5-VL's own names) sit the decoder's layers, embedding (quantized: its
+      // scales and biases too) and norm only.
+      if (starts_with(rest, "layers.") || starts_with(rest, "embed_tokens.") || starts_with(rest, "norm.") ||
           starts_with(rest, "rotary_emb.")) {
         lm.emplace("model." + rest, t);
         continue;

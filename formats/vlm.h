@@ -63,6 +63,12 @@ Multimodal split_multimodal(const std::string& dir, const nlohmann::json& cfg, s
 
 // The output config.json: the VLM's, its dtype keys set to `dtype`, `extra` merged in.
 nlohmann::json multimodal_config_json(const Multimodal& mm, const std::string& dtype, const nlohmann::json& extra);
+// mlx_vlm's module path of a vision-tower or projector module stored as `stored` ("visual.blocks.0.attn.qkv",
+// "model.visual.merger.linear_fc1"): its sanitize (models/qwen2_5_vl/qwen2_5_vl.py,
+// qwen3_vl/qwen3_vl.py) names every family's vision tower "vision_tower" at the top level; Gemma 3's
+// "vision_tower.*" and "multi_modal_projector.*" keep their names. Per-module quantization entries
+// of mlx_vlm's config.json are keyed by these paths.
+std::string mlx_vlm_module_name(const std::string& stored);
 // Copies the source folder's other files (processor, tokenizer, chat template, generation
 // config) byte for byte into `dir`: everything but config.json and the weights.
 void copy_multimodal_side_files(const Multimodal& mm, const std::string& dir);

@@ -161,12 +161,55 @@ TEST(Vlm, InspectNamesTheVisionTower) {
       << log;
 }
 
+// The mlx layout as mlx_vlm loads it: the language model affine 4-bit, the vision tower's Linears at
+// --vision-bits 8. Golden from mlx_vlm.convert on the same weights
+// (scripts/check_mlx_vlm_export.py --golden: mlx_vlm 0.7.10's own folder, its quantized modules
+// and its logits in float32): ours quantizes the same modules (mlx_vlm's paths in our config where
+// the bits differ) and reads back to mlx_vlm's logits.
+TEST(Vlm, ConvertMlxAsMlxVlmDoes) {
+  const json golden = test::read_json(test::source_dir() + "/tests/golden/vlm/mlx_vlm.json");
+  ASSERT_EQ(golden.size(), 2u);
+  for (auto& [name, g] : golden.items()) {
+    const std::string in = tiny(name), out = test::temp_dir("vlm-mlx") + "/out";
+    std::string log;
+    ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + in + " --out " + out +
+                                " --format mlx --scheme affine --bits " + std::to_string(g["bits"].get<int>()) +
+                                " --group-size " + std::to_string(g["group_size"].get<int>()) + " --vision-bits " +
+                                std::to_string(g["vision_bits"].get<int>()),
+                            &log),
+              0)
+        << log;
+    const json cfg = test::read_json(out + "/config.json");
+    const json& q = cfg["quantization"];
+    // Every module mlx_vlm quantized has scales in ours, under its stored name; the vision tower's
+    // (8 bits, not the global 4) are listed under mlx_vlm's paths.
+    const SafetensorsDir st = load_safetensors_dir(out);
+    int scales = 0, vision = 0;
+    for (auto& [t, x] : st.tensors) scales += t.size() > 7 && t.compare(t.size() - 7, 7, ".scales") == 0;
+    for (auto& m : g["quantized_modules"]) {
+      const std::string p = m.get<std::string>();
+      if (p.rfind("vision_tower.", 0) != 0) continue;
+      ++vision;
+      ASSERT_TRUE(q.contains(p)) << name << " " << p << " " << q.dump();
+      EXPECT_EQ(q[p]["bits"], g["vision_bits"]) << p;
+    }
+    EXPECT_GT(vision, 3) << name;
+    EXPECT_EQ(scales, int(g["quantized_modules"].size())) << name;
+    const Checkpoint ck = load_checkpoint(out);
+    ASSERT_TRUE(ck.multimodal);
+    EXPECT_EQ(ck.source_kind, "mlx");
+    const auto ids = g["ids"].get<std::vector<int32_t>>();
+    EXPECT_LT(test::max_abs_diff(our_logits(ck, ids), g["logits"].get<std::vector<float>>()), 1e-4) << name;
+  }
+}
+
 // Layouts that do not carry a vision tower: one error line, exit 2, nothing written.
 TEST(Vlm, RefusesLayoutsWithoutTheVisionTower) {
   const std::string dir = test::temp_dir("vlm-refuse");
   for (const std::string& args :
-       {"--format gguf --out " + dir + "/x.gguf", "--scheme affine --out " + dir + "/mlx",
-        "--scheme int4 --format native --out " + dir + "/n", "--scheme int8 --untie --out " + dir + "/u"}) {
+       {"--format gguf --out " + dir + "/x.gguf", "--scheme int4 --format native --out " + dir + "/n",
+        "--scheme int8 --untie --out " + dir + "/u", "--scheme int8 --vision-bits 8 --out " + dir + "/v",
+        "--scheme affine --format hf --vision-bits 8 --out " + dir + "/v"}) {
     std::string log;
     EXPECT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny("qwen2_5_vl") + " " + args, &log), 2)
         << args << "\n"

@@ -5,6 +5,7 @@
 
 #include "formats/error.h"
 #include "formats/layouts/mlx_moe.h"
+#include "formats/vlm.h"
 
 namespace qt {
 
@@ -45,6 +46,14 @@ void write_mlx_folder(const Checkpoint& ck, const std::string& dir, HfWriteOptio
     if (std::pair{q.bits, q.group_size} != global)
       block[module_of(name)] = {{"group_size", q.group_size}, {"bits", q.bits}, {"mode", "affine"}};
   }
+  // --vision-bits: a vision tower's modules under mlx_vlm's paths where they differ from the global pair.
+  if (ck.quantization.contains("vision"))
+    for (auto& [name, e] : ck.quantization["vision"].items()) {
+      QuantEntry q = parse_quant_entry(e, name);
+      if (std::pair{q.bits, q.group_size} != global)
+        block[mlx_vlm_module_name(module_of(name))] = {
+            {"group_size", q.group_size}, {"bits", q.bits}, {"mode", "affine"}};
+    }
   opt.extra_config["quantization"] = block;
   opt.extra_config["quantization_config"] = block;  // mlx_lm's save_config: "support hf model tree"
   opt.metadata = {{"format", "mlx"}};
