@@ -44,8 +44,10 @@ class GemmLt {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int, int, int, int, int>;  // out, in, n, y_type, ab_type
-  Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type);
+  using Key = std::tuple<int, int, int, int, int, int>;  // out, in, n, y_type, ab_type, align
+  // align: the operands' common address alignment in bytes (256: cuBLASLt's default assumption;
+  // less where a caller passes rows inside a buffer, the experts' slices of the MoE FFN).
+  Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align = 256);
   cublasLtHandle_t h_ = nullptr;
   DeviceBuffer ws_;
   std::map<Key, Plan> plans_;
