@@ -63,14 +63,16 @@ for s in ${STEP//,/ }; do case $s in
     QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda 2>&1 | grep -vE "^\[ RUN|^$|^\[       OK|^kv attention|^Google Test trace" | tail -40
     echo "test_cuda took $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.1f}')") s"
     while [ ! -d /tmp/q30-1 ] && [ ! -f /tmp/q30.ready ]; do sleep 2; done
-    run $Q eval-ppl --device cuda --model /tmp/q30-1 --text $T --chunks 8
+    run $Q eval-ppl --device cuda --model /tmp/q30-1 --text $T --chunks 8; grep -q "^PPL" /tmp/last.txt || { cat /tmp/last.txt | tail -5; exit 1; }
     run $Q eval-ppl --threads 16 --model /tmp/q30-1 --text $T --chunks 8
     QT_CUDA_PROFILE=1 timeout 100 $Q eval-ppl --device cuda --model /tmp/q30-1 --text $T --chunks 64 2>&1 | grep -iE "gemm|moe|swiglu|attention|total|tokens/s" | head -14
     while [ ! -f /tmp/q30.ready ]; do sleep 2; done; tail -1 /tmp/q30.txt; du -sh /tmp/q30; df -h /tmp | tail -1
     for i in 1 2; do
       run $Q eval-ppl --device cuda --model /tmp/q30 --text $T
       t0=$EPOCHREALTIME; timeout 280 python3 $R/scripts/hf_ppl_cuda.py --model /tmp/q30 --text $T --device-map > /tmp/hf.txt 2>&1; rc=$?
-      echo "$(grep -E "^PPL|^eval|^transformers|Error" /tmp/hf.txt | tr '\n' ' ') rc=$rc whole $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.2f}')") s: transformers"; done ;;
+      echo "$(grep -E "^PPL|^eval|^transformers|Error" /tmp/hf.txt | tr '\n' ' ') rc=$rc whole $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.2f}')") s: transformers"; done
+    [ -x $B ] && run $B eval-ppl --device cuda --model /tmp/q30 --text $T  # the baseline build, where the kit has one
+    QT_CUDA_PROFILE=1 timeout 100 $Q eval-ppl --device cuda --model /tmp/q30 --text $T 2>&1 | grep -iE "gemm|moe|swiglu|attention|norm|total|tokens/s" | head -16 ;;
   w8ab)  # W8A8 only, cpu_base / cpu_pre / cpu_new in turn (PAIRS rounds)
     [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
     [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1

@@ -36,8 +36,9 @@ GemmLt::~GemmLt() {
   if (h_) cublasLtDestroy(h_);
 }
 
-GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align) {
-  const Key key{out, in, n, int(y_type), int(ab_type), align};
+GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align,
+                           bool rows) {
+  const Key key{out, in, n, int(y_type), int(ab_type), align, rows};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
@@ -84,6 +85,18 @@ void GemmLt::run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X
   if (accumulate && y_type != CUDA_R_32F) throw std::logic_error("GemmLt: accumulate needs an fp32 output");
   Plan& p = plan(out, in, n, y_type, CUDA_R_16BF, common_alignment(W, X, Y));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  QT_CUBLAS_CHECK(
+      cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
+}
+
+void GemmLt::run_rows(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, float* Y,
+                      cudaStream_t s) {
+  if (n <= 0) return;
+  Plan& p = plan(out, in, (n + 255) / 256 * 256, CUDA_R_32F, CUDA_R_16BF, common_alignment(W, X, Y), true);
+  const uint64_t cols = uint64_t(n);
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  const float alpha = 1.0f, beta = 0.0f;
   QT_CUBLAS_CHECK(
       cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }

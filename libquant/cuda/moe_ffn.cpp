@@ -7,7 +7,7 @@
 //   (token, expert) pairs sorted by expert        (counts, prefix sum, a stable fill: moe.h)
 //   xg = the pairs' rows of xb, gathered          (each expert's rows contiguous)
 //   per expert with rows: gu = xg_e · [gate_e; up_e]ᵀ, then SwiGLU over every row, then
-//   per expert: y_e = h_e · down_eᵀ              (one GEMM each, the dense path's cuBLASLt bf16)
+//   per expert: y_e = h_e · down_eᵀ              (one cuBLASLt bf16 GEMM each, GemmLt::run_rows)
 //   x += Σ_e w_e · y_e per token, experts in ascending order (moe_combine)
 //
 // The host reads back only the E counts and offsets (one small copy per layer) to size each
@@ -63,14 +63,14 @@ void GpuModel::Impl::moe_ffn(const Layer& L, int N) {
   const bf16* wdown = L.wdown.get<bf16>();
   float* y = moe_y.get<float>();
   for (int e = 0; e < E; ++e)
-    gemm->run(wgu + size_t(e) * 2 * FE * H, 2 * FE, H, moe_xg.get<bf16>() + size_t(off[e]) * H, count[e],
-              y + size_t(off[e]) * 2 * FE, CUDA_R_32F, false, stream);
+    gemm->run_rows(wgu + size_t(e) * 2 * FE * H, 2 * FE, H, moe_xg.get<bf16>() + size_t(off[e]) * H, count[e],
+                   y + size_t(off[e]) * 2 * FE, stream);
   prof.mark("gemm experts gate|up", stream);
   swiglu(y, N * K, FE, moe_hb.get<bf16>(), stream);
   prof.mark("swiglu", stream);
   for (int e = 0; e < E; ++e)
-    gemm->run(wdown + size_t(e) * H * FE, H, FE, moe_hb.get<bf16>() + size_t(off[e]) * FE, count[e],
-              y + size_t(off[e]) * H, CUDA_R_32F, false, stream);
+    gemm->run_rows(wdown + size_t(e) * H * FE, H, FE, moe_hb.get<bf16>() + size_t(off[e]) * FE, count[e],
+                   y + size_t(off[e]) * H, stream);
   prof.mark("gemm experts down", stream);
   const bool post_norm = L.ffn_post.bytes() != 0;
   moe_combine(y, N, K, H, moe_sel.get<int32_t>(), moe_w.get<float>(), moe_slot.get<int32_t>(),
