@@ -7,6 +7,9 @@
 //               x += bf16(silu(g)·u) · Wdownᵀ,  g|u = rmsnorm(x) · [Wgate;Wup]ᵀ
 //   logits = rmsnorm(x) · lm_headᵀ over the scored rows only
 //
+// A sparse layer (qwen3_moe, mixtral) replaces the gate|up / down pair by the mixture-of-experts
+// FFN on the same normed rows (moe_ffn.cpp): its router and experts are loaded here, stacked.
+//
 // MLX affine folders (every projection affine, any bits/group): each projection's codes are
 // decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
 // embedding / output head is dequantized once at load (the CPU's dequantize_weights).
