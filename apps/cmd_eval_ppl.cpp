@@ -18,7 +18,6 @@
 #include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "libquant/cpu_features.h"
-#include "apps/cuda_guard.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/eval/ppl_parts.h"
@@ -267,10 +266,9 @@ int run(const Options& o) {
   const std::string text = read_text(o.text);
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
-  if (on_gpu) {
-    refuse_moe_on_cuda(ck);
-    cuda::check_supported(ck);
-  }
+  // What the GPU forward does not run (gpt_oss, quantized mixture-of-experts, some layouts) is
+  // refused here, before tokenizing: one "not on cuda yet" line.
+  if (on_gpu) cuda::check_supported(ck);
   const ModelConfig cfg = ck.config;
   if (on_gpu) {  // the KV cache on the GPU: f16 (the default), or a method cuda runs (libquant/cuda/kv.h)
     const std::string both = o.kvf.kv.empty() ? "f16" : o.kvf.kv;
@@ -306,7 +304,6 @@ int run(const Options& o) {
     if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
     if (on_gpu) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
-      refuse_moe_on_cuda(bk);
       cuda::check_supported(bk);
       e.gpu_base = std::make_unique<cuda::GpuModel>(std::move(bk));
     } else {  // the reference runs in fp32 (from its packed codes, if it is a quantized folder)

@@ -15,7 +15,6 @@
 #include "formats/tokenizer/chat_prompt.h"
 #include "formats/tokenizer/text_stream.h"
 #include "libquant/cpu_features.h"
-#include "apps/cuda_guard.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/eval/generate.h"
 #include "libquant/model/llama.h"
@@ -110,7 +109,6 @@ int run(const Options& o) {
   StepFn step;
   std::string kind;
   if (gpu) {
-    refuse_moe_on_cuda(ck);
     cuda::check_supported(ck);
     gpu_model = std::make_unique<cuda::GpuModel>(std::move(ck));
     step = cuda_step(*gpu_model, history);

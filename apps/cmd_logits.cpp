@@ -11,7 +11,6 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/mapped_file.h"
-#include "apps/cuda_guard.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/model/llama.h"
 #include "libquant/parallel.h"
@@ -47,7 +46,6 @@ int run(const Args& a) {
   std::string kind;
   size_t wbytes = 0;
   if (gpu) {
-    refuse_moe_on_cuda(ck);
     cuda::GpuModel model(std::move(ck));
     V = model.config().vocab;
     logits = cuda::forward_logits(model, ids);

@@ -44,12 +44,35 @@ for s in ${STEP//,/ }; do case $s in
       timeout 120 ${D#*:} generate --device ${D%%:*} --compute bf16 --model /tmp/s135 --prompt "The history of the city" \
         --max-tokens 32 > /tmp/gen-${D%%:*}.txt 2> /tmp/gen-${D%%:*}.err; echo "rc=$? ${D%%:*}: $(tail -2 /tmp/gen-${D%%:*}.err | tr '\n' ' ')"; done
     cmp -s /tmp/gen-cuda.txt /tmp/gen-cpu.txt && echo "generate: the GPU's text equals the CPU's" || { echo "generate: texts differ"; head -c 600 /tmp/gen-cuda.txt; echo; head -c 600 /tmp/gen-cpu.txt; } ;;
-  moe)  # a mixture-of-experts folder (SmolLM2's shape upcycled to 4 experts) is refused on the GPU with one line, exit 2
+  moe)  # a mixture-of-experts folder (SmolLM2's shape upcycled to 4 experts) on the GPU: eval-ppl and generate run (rc=0)
     [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
     $Q convert --in /tmp/s135 --out /tmp/s135-f32 --dtype f32 > /dev/null  # the upcycler reads f32 (numpy has no bf16)
     python3 $R/scripts/make_upcycled_moe.py /tmp/s135-f32 /tmp/s135-moe > /dev/null
     for c in "eval-ppl --text $T --chunks 2" "generate --compute bf16 --prompt Hello --max-tokens 2"; do
       $Q $c --device cuda --model /tmp/s135-moe > /dev/null 2> /tmp/moe.err; echo "rc=$? $(cat /tmp/moe.err | tr '\n' '|') (${c%% *})"; done ;;
+  moegpu)  # mixture-of-experts on the GPU: test_cuda (QT_REQUIRE_GPU=1) while the Qwen3-30B-A3B-shaped
+    # checkpoints are written (MOE_LAYERS layers, default 16, and a 1-layer one); GPU vs CPU PPL on the
+    # 1-layer folder (128 experts, 8 chunks); then the full text in bf16, quanttool --device cuda and
+    # transformers (scripts/hf_ppl_cuda.py) alternated, whole process each
+    NL=${MOE_LAYERS:-16}
+    ( python3 $R/scripts/make_test_checkpoint.py --shape qwen3-30b-a3b --layers 1 --tokenizer-from $K/tok --out /tmp/q30-1 > /dev/null 2>&1
+      python3 $R/scripts/make_test_checkpoint.py --shape qwen3-30b-a3b --layers $NL --tokenizer-from $K/tok --out /tmp/q30 --max-shard-size 4GB > /tmp/q30.txt 2>&1
+      echo done > /tmp/q30.ready ) &
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+    t0=$EPOCHREALTIME
+    QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda 2>&1 | grep -vE "^\[ RUN|^$|^\[       OK|^kv attention|^Google Test trace" | tail -40
+    echo "test_cuda took $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.1f}')") s"
+    while [ ! -d /tmp/q30-1 ] && [ ! -f /tmp/q30.ready ]; do sleep 2; done
+    run $Q eval-ppl --device cuda --model /tmp/q30-1 --text $T --chunks 8; grep -q "^PPL" /tmp/last.txt || { cat /tmp/last.txt | tail -5; exit 1; }
+    run $Q eval-ppl --threads 16 --model /tmp/q30-1 --text $T --chunks 8
+    QT_CUDA_PROFILE=1 timeout 100 $Q eval-ppl --device cuda --model /tmp/q30-1 --text $T --chunks 64 2>&1 | grep -iE "gemm|moe|swiglu|attention|total|tokens/s" | head -14
+    while [ ! -f /tmp/q30.ready ]; do sleep 2; done; tail -1 /tmp/q30.txt; du -sh /tmp/q30; df -h /tmp | tail -1
+    for i in 1 2; do
+      run $Q eval-ppl --device cuda --model /tmp/q30 --text $T
+      t0=$EPOCHREALTIME; timeout 280 python3 $R/scripts/hf_ppl_cuda.py --model /tmp/q30 --text $T --device-map > /tmp/hf.txt 2>&1; rc=$?
+      echo "$(grep -E "^PPL|^eval|^transformers|Error" /tmp/hf.txt | tr '\n' ' ') rc=$rc whole $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.2f}')") s: transformers"; done
+    [ -x $B ] && run $B eval-ppl --device cuda --model /tmp/q30 --text $T  # the baseline build, where the kit has one
+    QT_CUDA_PROFILE=1 timeout 100 $Q eval-ppl --device cuda --model /tmp/q30 --text $T 2>&1 | grep -iE "gemm|moe|swiglu|attention|norm|total|tokens/s" | head -16 ;;
   w8ab)  # W8A8 only, cpu_base / cpu_pre / cpu_new in turn (PAIRS rounds)
     [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
     [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1

@@ -5,6 +5,7 @@ adds one, logits of positions ctx/2 … ctx−2 scoring the next token), --batch
 NLL summed in float64.
 
   python3 scripts/hf_ppl_cuda.py --model HF_DIR --text wiki.test.raw [--ctx 512] [--batch 8] [--chunks N]
+      [--device-map]
 
 Prints the token count, PPL, evaluation tokens/s, load and evaluation seconds, and the seconds
 since the interpreter started (import torch included), so the whole process can be compared.
@@ -26,6 +27,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--chunks", type=int, default=-1)
+    ap.add_argument("--device-map", action="store_true",
+                    help="load straight onto the GPU (device_map='cuda') instead of loading on the CPU, then .cuda()")
     a = ap.parse_args()
     t_import = time.time()
 
@@ -34,7 +37,10 @@ def main():
     ids = tok(text, add_special_tokens=True)["input_ids"]
     bos = tok.bos_token_id
     adds_bos = bos is not None and len(ids) > 0 and ids[0] == bos
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
+    if a.device_map:
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda").eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
     torch.cuda.synchronize()
     t_loaded = time.time()
 
@@ -62,7 +68,7 @@ def main():
     t1 = time.time()
     ev = t1 - t0
     print(f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name(0)}")
+          f"{torch.cuda.get_device_name(0)}, experts {getattr(model.config, '_experts_implementation', None)}")
     print(f"tokens {len(ids)} (BOS per chunk: {adds_bos}), {n_chunks} chunks of {ctx}, batch {a.batch}, "
           f"{count} scored")
     print(f"PPL {math.exp(total / count):.4f}")

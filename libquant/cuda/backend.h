@@ -6,7 +6,8 @@
 // every arch row (formats/arch.h, as the CPU's LlamaModel reads it) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
 // per channel (int8 tensor cores, int32 accumulate, per-token int8 activations; W4A8's int4 codes
 // unpacked to int8 at load), MLX affine and NF4/FP4 weight-only (decoded to bf16 per GEMM), an f16
-// or quantized (kv.h: affine, kivi, turboquant_mse) KV cache with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU, residuals, the output head and
+// or quantized (kv.h: affine, kivi, turboquant_mse) KV cache with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU,
+// the mixture-of-experts FFN of qwen3_moe and mixtral (bf16; moe_ffn.cpp), residuals, the output head and
 // the per-token NLL (log-softmax) — only the forward pass; loading, tokenizing, chunking and the
 // result's accumulation and JSON are the CPU path's own (perplexity.h).
 #pragma once
@@ -36,7 +37,7 @@ DeviceInfo device_info();
 
 // UserError "... not on cuda yet" for a configuration the GPU forward does not run (weights of a
 // scheme it has no kernels for, a mix of dense and quantized projections, W8A8 with post-norms or
-// GeGLU).
+// GeGLU, gpt_oss, a mixture-of-experts folder with quantized weights).
 void check_supported(const Checkpoint& ck);
 
 // The model on the GPU. The constructor uploads every weight (bf16 for the projections and the

@@ -4,6 +4,7 @@
 #include "formats/error.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/cuda/check.h"
+#include "libquant/cuda/moe.h"
 #include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {
@@ -73,6 +74,19 @@ void check_supported(const Checkpoint& ck) {
           name));
     any_q = true;
     any_int8 = any_int8 || (int8_pc && proj);
+  }
+  if (c.is_moe()) {  // the MoE FFN runs in bf16 (moe_ffn.cpp)
+    if (a.moe->gpt_oss)
+      refuse("gpt_oss (attention sinks, YaRN RoPE, biased router and experts, clamped SwiGLU; it runs on the CPU)");
+    if (any_q)
+      refuse(
+          fmt::format("{} with quantized weights (cuda runs mixture-of-experts folders in f32/bf16/f16; the "
+                      "quantized ones run on the CPU)",
+                      c.arch));
+    if (c.n_experts > kMoeMaxExperts || c.n_experts_per_tok < 1 || c.n_experts_per_tok > kMoeMaxTopK ||
+        c.n_experts_per_tok > c.n_experts)
+      refuse(fmt::format("{} experts, {} per token (cuda routes up to {} experts, {} per token)", c.n_experts,
+                         c.n_experts_per_tok, kMoeMaxExperts, kMoeMaxTopK));
   }
   if (any_q && any_dense) refuse("mixed dense and W8A8 projections");
   // The W8A8 block quantizes the activations inside the pre-norms and SwiGLU (int8_ops.h).

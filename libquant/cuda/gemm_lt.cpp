@@ -1,6 +1,7 @@
 #include "libquant/cuda/gemm_lt.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -10,7 +11,15 @@ namespace qt::cuda {
 
 namespace {
 constexpr size_t kWorkspace = size_t(64) << 20;  // cuBLASLt's recommendation for Hopper is 32 MiB+
+
+// The largest power of two up to 256 that divides every address.
+int common_alignment(const void* a, const void* b, const void* c) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(c);
+  int al = 256;
+  while (al > 1 && x % uintptr_t(al)) al /= 2;
+  return al;
 }
+}  // namespace
 
 GemmLt::GemmLt() {
   QT_CUBLAS_CHECK(cublasLtCreate(&h_));
@@ -27,8 +36,9 @@ GemmLt::~GemmLt() {
   if (h_) cublasLtDestroy(h_);
 }
 
-GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type) {
-  const Key key{out, in, n, int(y_type), int(ab_type)};
+GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align,
+                           bool rows) {
+  const Key key{out, in, n, int(y_type), int(ab_type), align, rows};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
@@ -49,6 +59,12 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   const size_t ws = ws_.bytes();
   QT_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  if (align < 256) {  // the heuristic otherwise assumes 256-byte aligned operands
+    const uint32_t al = uint32_t(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      QT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+  }
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
   QT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
@@ -67,8 +83,20 @@ void GemmLt::run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X
                  bool accumulate, cudaStream_t s) {
   if (n <= 0) return;
   if (accumulate && y_type != CUDA_R_32F) throw std::logic_error("GemmLt: accumulate needs an fp32 output");
-  Plan& p = plan(out, in, n, y_type, CUDA_R_16BF);
+  Plan& p = plan(out, in, n, y_type, CUDA_R_16BF, common_alignment(W, X, Y));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  QT_CUBLAS_CHECK(
+      cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
+}
+
+void GemmLt::run_rows(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, float* Y,
+                      cudaStream_t s) {
+  if (n <= 0) return;
+  Plan& p = plan(out, in, (n + 255) / 256 * 256, CUDA_R_32F, CUDA_R_16BF, common_alignment(W, X, Y), true);
+  const uint64_t cols = uint64_t(n);
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  const float alpha = 1.0f, beta = 0.0f;
   QT_CUBLAS_CHECK(
       cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }

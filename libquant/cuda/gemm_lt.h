@@ -26,6 +26,11 @@ class GemmLt {
   GemmLt& operator=(const GemmLt&) = delete;
   void run(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, cudaDataType_t y_type,
            bool accumulate, cudaStream_t s);
+  // As run (fp32 Y, no accumulate) for a row count that changes from call to call (an expert's
+  // rows in the MoE FFN): the algorithm is the heuristic's for n rounded up to a multiple of 256,
+  // one plan per rounded size, run at n itself (the layouts' column count set per call). A plan per
+  // exact n would ask the heuristic (about a millisecond) for nearly every expert of every batch.
+  void run_rows(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, float* Y, cudaStream_t s);
   // W8A8: int8 W and X, exact int32 Y [n, out] (int8 tensor cores; in a multiple of 4).
   void run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, int32_t* Y, cudaStream_t s);
   // FP8: E4M3 W and X (bytes), fp32 Y [n, out] = the unscaled sums (out and in multiples of 16).
@@ -44,8 +49,11 @@ class GemmLt {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int, int, int, int, int>;  // out, in, n, y_type, ab_type
-  Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type);
+  using Key = std::tuple<int, int, int, int, int, int, bool>;  // out, in, n, y_type, ab_type, align, rows
+  // align: the operands' common address alignment in bytes (256: cuBLASLt's default assumption;
+  // less where a caller passes rows inside a buffer, the experts' slices of the MoE FFN).
+  // rows: a run_rows plan (its layouts' column count changes per call; kept apart from run's).
+  Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align = 256, bool rows = false);
   cublasLtHandle_t h_ = nullptr;
   DeviceBuffer ws_;
   std::map<Key, Plan> plans_;

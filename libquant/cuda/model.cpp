@@ -7,6 +7,9 @@
 //               x += bf16(silu(g)·u) · Wdownᵀ,  g|u = rmsnorm(x) · [Wgate;Wup]ᵀ
 //   logits = rmsnorm(x) · lm_headᵀ over the scored rows only
 //
+// A sparse layer (qwen3_moe, mixtral) replaces the gate|up / down pair by the mixture-of-experts
+// FFN on the same normed rows (moe_ffn.cpp): its router and experts are loaded here, stacked.
+//
 // MLX affine folders (every projection affine, any bits/group): each projection's codes are
 // decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
 // embedding / output head is dequantized once at load (the CPU's dequantize_weights).
@@ -333,6 +336,22 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
     L.wqkv =
         stacked({{t.q.weight, t.q.out}, {t.k.weight, t.k.out}, {t.v.weight, t.v.out}}, H, &L.sqkv, &L.aqkv, &L.nqkv);
     L.wo = stacked({{t.o.weight, t.o.out}}, t.o.in, &L.so, &L.ao, &L.no);
+    if (c.is_moe_layer(i)) {  // the router and the experts, stacked (check_supported: bf16 only)
+      const MoeNames& m = *desc->moe;
+      const int64_t FE = c.moe_intermediate;
+      std::vector<std::pair<std::string, int64_t>> gu, dn;
+      for (int e = 0; e < c.n_experts; ++e) {
+        const std::string x = t.prefix + m.experts + "." + std::to_string(e) + ".";
+        gu.push_back({x + m.gate + ".weight", FE});
+        gu.push_back({x + m.up + ".weight", FE});
+        dn.push_back({x + m.down + ".weight", H});
+      }
+      L.router = stacked({{t.prefix + m.router + ".weight", c.n_experts}}, H, nullptr, nullptr, nullptr);
+      L.wgu = stacked(gu, H, nullptr, nullptr, nullptr);
+      L.wdown = stacked(dn, FE, nullptr, nullptr, nullptr);
+      continue;
+    }
+    dense_ffn = true;
     L.wgu = stacked({{t.gate.weight, t.gate.out}, {t.up.weight, t.up.out}}, H, &L.sgu, &L.agu, &L.ngu);
     L.wdown = stacked({{t.down.weight, t.down.out}}, t.down.in, &L.sdown, &L.adown, &L.ndown);
   }
@@ -347,7 +366,7 @@ GpuModel::Impl::~Impl() {
 }
 
 size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
-  const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = cfg.intermediate;
+  const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = dense_ffn ? cfg.intermediate : 0;
   size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 + F * 2);
   b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
                                 kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
@@ -358,7 +377,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
-  return b;
+  return b + moe_scratch_bytes(N);
 }
 
 void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
@@ -366,7 +385,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   const ModelConfig& c = cfg;
   chunks = std::max(chunks, T_ == T ? max_chunks : 0);
   rows = std::max(rows, head_rows);
-  const size_t N = size_t(chunks) * T_, H = c.hidden, F = c.intermediate;
+  const size_t N = size_t(chunks) * T_, H = c.hidden, F = dense_ffn ? c.intermediate : 0;
   if (T_ != T) {
     auto upload_table = [&](ops::RopeTable rope, DeviceBuffer& cos_b, DeviceBuffer& sin_b) {
       rope.ensure(T_);
@@ -406,6 +425,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     sxb.resize(N * 4);
     acc.resize(N * std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   }
+  moe_reserve(N);
   if (kvq) {
     kvq->reserve(chunks, T_, c.n_heads, c.n_kv_heads);
     const __half *qh = q.get<__half>(), *kh = k.get<__half>(), *vh = v.get<__half>();
@@ -484,6 +504,10 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     out_proj(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, L.attn_post);
     prof.mark("gemm o", stream);
     pre_norm(L.ffn_norm, N);
+    if (L.router.bytes()) {
+      moe_ffn(L, N);
+      continue;
+    }
     gemm->run(weight(L.wgu, L.agu, L.ngu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
     prof.mark("gemm gate|up", stream);
     swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream, desc->act == Activation::GeluTanh);

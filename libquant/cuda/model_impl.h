@@ -30,6 +30,10 @@ struct GpuModel::Impl {
     DeviceBuffer wo;              // bf16 [H, Q]
     DeviceBuffer wgu;             // bf16 [2F, H]: gate_proj, up_proj rows
     DeviceBuffer wdown;           // bf16 [H, F]
+    // A sparse layer (ModelConfig::is_moe_layer): the router, bf16 [E, H]; then wgu holds every
+    // expert's gate and up rows, bf16 [E·2F', H] (expert e's at rows e·2F'), and wdown every
+    // expert's down rows, bf16 [E·H, F'] (F' = moe_intermediate).
+    DeviceBuffer router;
     // W8A8 (q8): the same matrices as int8 codes (fp8: E4M3 codes), and their per-output-channel
     // scales (fp32).
     DeviceBuffer sqkv, so, sgu, sdown;
@@ -60,6 +64,7 @@ struct GpuModel::Impl {
   std::string affine_desc;  // "affine4-g64", "nf4-b64"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
+  bool dense_ffn = false;  // some layer has a dense MLP (sizes gu, hb)
 
   cudaStream_t stream = nullptr;
   std::unique_ptr<GemmLt> gemm;
@@ -74,6 +79,11 @@ struct GpuModel::Impl {
   DeviceBuffer post;                    // fp32 [N, H]: a sublayer's output before its post-norm
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
   DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
+  // MoE: router logits [N, E]; per (token, pick) the expert, weight and row in the expert-sorted
+  // order [N·K]; counts and offsets [E | E + 1]; the gathered rows (bf16 [N·K, H]), the experts'
+  // gate|up sums then down outputs (fp32, [N·K, max(2F', H)]), SwiGLU's rows (bf16 [N·K, F']).
+  DeviceBuffer moe_logits, moe_sel, moe_w, moe_slot, moe_cnt, moe_xg, moe_y, moe_hb;
+  std::vector<int32_t> moe_host;  // counts and offsets read back per layer
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
   int head_rows = 0;
   DeviceBuffer hs, logits, target, nll;
@@ -94,6 +104,10 @@ struct GpuModel::Impl {
   void pre_norm(const DeviceBuffer& w, int N);
   // qkv (fp32, after the GEMM) into RoPE'd f16 q, k, v: biases, q/k norms, the layer's RoPE table.
   void qkv_to_heads(const Layer& L, int N);
+  // A sparse layer's FFN on xb (the normed rows, moe_ffn.cpp), added to x (or through its post-norm).
+  void moe_ffn(const Layer& L, int N);
+  size_t moe_scratch_bytes(size_t N) const;
+  void moe_reserve(size_t N);
   // y = A · Wᵀ added to x, or (post-norm) x += post_w · rmsnorm(A · Wᵀ).
   void out_proj(const bf16* W, int out, int in, const bf16* A, int N, const DeviceBuffer& post_w);
   // Whether the W8A8 block runs a layer's q|k|v epilogue fused into RoPE (no bias, no q/k norm, RoPE).
