@@ -501,9 +501,6 @@ int run(const Args& a) {
   if (ck.config.is_moe() && lname == "mlx" && !ck.config.desc().moe->mlx_switch_mlp)
     user_error("{}: {} has no mlx_lm layout here; convert writes it to --format hf, compressed-tensors or native", a.in,
                ck.config.arch);
-  // gpt_oss's biased experts and sinks have not been through the calibration tests yet.
-  if (ck.config.is_moe() && ck.config.desc().moe->gpt_oss && calib.active())
-    user_error("{}: --imatrix / --gptq are not tested on gpt_oss yet; quantize it without them", a.in);
   if (a.rotate) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
     calib::rotate_residual(ck, a.rotate_seed);

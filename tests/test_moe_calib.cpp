@@ -1,7 +1,8 @@
-// Calibration per expert of a mixture of experts, against transformers: for the tiny qwen3_moe
-// and mixtral models, tests/golden/make_moe_calib_golden.py hooks each sparse layer's experts in
-// transformers and records, per expert, the tokens the router sent it and the Gram matrices of its
-// gate/up input (the normed hidden states) and its down input, over the golden's 16 tokens.
+// Calibration per expert of a mixture of experts, against transformers: for the tiny qwen3_moe,
+// mixtral and gpt_oss (biased experts, clamped SwiGLU) models, tests/golden/make_moe_calib_golden.py
+// hooks each sparse layer's experts in transformers and records, per expert, the tokens the router
+// sent it and the Gram matrices of its gate/up input (the normed hidden states) and its down input,
+// over the golden's 16 tokens.
 // act-stats (importance) and the GPTQ pass (Hessians) must see exactly those tokens and sums, plus
 // the stated prior of calib/expert_prior.h — one tiny-mixtral expert receives no token at all, and
 // gets the layer's expert average rather than nothing (plain rounding).
@@ -155,7 +156,7 @@ TEST_P(MoeCalib, GptqHessiansPerExpertMatchTransformers) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, MoeCalib, ::testing::Values("qwen3-moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Archs, MoeCalib, ::testing::Values("qwen3-moe", "mixtral", "gpt-oss"));
 
 }  // namespace
 }  // namespace qt
