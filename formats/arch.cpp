@@ -22,9 +22,10 @@ constexpr MoeNames kQwen3Moe{"mlp.gate", "mlp.experts",    "gate_proj", "up_proj
 constexpr MoeNames kMixtral{
     "block_sparse_moe.gate", "block_sparse_moe.experts", "w1", "w3", "w2", true, "block_sparse_moe.switch_mlp", 0, 0};
 // gpt_oss: mlp.router (weight and bias) and, once split at load, mlp.experts.E.<proj> with biases;
-// not written to mlx (no switch_mlp name here).
+// mlx_lm stacks them as mlp.experts.<proj>.{weight,scales,biases,bias} and quantizes the router at
+// 8 bits, group 64 (models/gpt_oss.py sanitize and quant_predicate).
 constexpr MoeNames kGptOss{"mlp.router", "mlp.experts", "gate_proj", "up_proj", "down_proj",
-                           false,        nullptr,       0,           0,         true};
+                           false,        "mlp.experts", 8,           64,        true};
 
 using A = Activation;
 using Q = QkNorm;

@@ -4,6 +4,8 @@
 // sliding / full layers (the tokens reach past the window), YaRN RoPE; the same model with its
 // experts stored as MXFP4 (the released checkpoints' form), dequantized at load.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/gpt_oss_experts.h"
+#include "formats/safetensors.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/kv/key_center.h"
 #include "libquant/kv/spec.h"
@@ -105,7 +108,7 @@ TEST(GptOss, Perplexity) {
 }
 
 // convert --format hf fuses the experts back into transformers' names (bf16 and MXFP4 sources):
-// the folder reads back to the same logits; bitsandbytes, GGUF and mlx are refused with one line.
+// the folder reads back to the same logits; bitsandbytes and GGUF are refused with one line.
 TEST(GptOss, ConvertHfRoundTripAndRefusals) {
   const std::string tmp = test::temp_dir("gpt_oss");
   std::string log;
@@ -122,7 +125,7 @@ TEST(GptOss, ConvertHfRoundTripAndRefusals) {
     EXPECT_EQ(ck.tensors.size(), g.ck.tensors.size());
     EXPECT_LT(max_abs_diff(logits(ck, g.ids, "f32", false), g.logits), 1e-4);
   }
-  for (const char* args : {"--scheme nf4", "--format gguf --gguf-type f16", "--format mlx"}) {
+  for (const char* args : {"--scheme nf4", "--format gguf --gguf-type f16"}) {
     SCOPED_TRACE(args);
     const std::string out = tmp + "/refused" + (std::string(args).find("gguf") != std::string::npos ? ".gguf" : "");
     EXPECT_EQ(
@@ -165,6 +168,43 @@ TEST(GptOss, QuantizedKeepsRoutersFloat) {
     std::printf("tiny-gpt-oss %s max |dlogit| %.3g\n", args, d);
     EXPECT_LT(d, 8.0);
   }
+}
+
+// The mlx layout as mlx_lm's GptOss model stores it (experts stacked as mlp.experts.<proj> with their
+// biases, the router at 8 bits / group 64 where the hidden size takes it). Golden: what mlx_lm itself
+// computes from our folder (tests/golden/make_gpt_oss_mlx_golden.py: mlx_lm.utils.load_model, the
+// quantized modules as mx.dequantize gives them, float32): our engine reads the folder to the same
+// logits, and mlx_lm built a quantized module for each one we quantized. YaRN's "truncate" is set
+// true in both: mlx_lm always truncates (the script says where).
+TEST(GptOss, MlxAsMlxLmReadsIt) {
+  const json want = test::read_json(tiny("gpt-oss") + "/mlx_lm_affine4_g32.json");
+  const std::string dir = test::temp_dir("gpt_oss_mlx"), src = dir + "/src", out = dir + "/mlx";
+  std::filesystem::copy(tiny("gpt-oss"), src);
+  json cfg = test::read_json(src + "/config.json");
+  cfg["rope_parameters"]["truncate"] = true;
+  std::ofstream(src + "/config.json") << cfg.dump(2);
+  std::string log;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + src + " --out " + out +
+                              " --format mlx --scheme affine --bits 4 --group-size 32",
+                          &log),
+            0)
+      << log;
+  const SafetensorsDir st = load_safetensors_dir(out);
+  int scales = 0;
+  for (auto& [name, t] : st.tensors) scales += name.size() > 7 && name.compare(name.size() - 7, 7, ".scales") == 0;
+  EXPECT_EQ(scales, int(want["quantized_modules"].size()));
+  EXPECT_TRUE(st.tensors.count("model.layers.0.mlp.experts.gate_proj.bias"));
+  EXPECT_EQ(st.tensors.at("model.layers.0.mlp.experts.gate_proj.scales").shape[0], 4);
+  Checkpoint ck = load_checkpoint(out);
+  EXPECT_EQ(ck.source_kind, "mlx");
+  EXPECT_TRUE(ck.has("model.layers.0.mlp.experts.3.gate_proj.bias"));
+  const auto ids = want["ids"].get<std::vector<int32_t>>();
+  LlamaModel m(ck, checkpoint_linear_factory(ck, {}));
+  const int n = int(ids.size());
+  auto cache = m.make_cache(n);
+  std::vector<float> got(size_t(n) * ck.config.vocab);
+  m.forward(ids.data(), n, 0, *cache, 0, n, got.data());
+  EXPECT_LT(max_abs_diff(got, want["logits"].get<std::vector<float>>()), 1e-4);
 }
 
 TEST(GptOss, KeyCenteringRefused) {

@@ -18,7 +18,8 @@ struct MlxProjRow {
 };
 constexpr MlxProjRow kMlxProjs[] = {
     {&MoeNames::gate, "gate_proj"}, {&MoeNames::up, "up_proj"}, {&MoeNames::down, "down_proj"}};
-constexpr const char* kMlxParts[] = {".weight", ".scales", ".biases"};
+// ".bias": gpt_oss's experts carry one (SwitchLinear(bias=True)).
+constexpr const char* kMlxParts[] = {".weight", ".scales", ".biases", ".bias"};
 
 std::string expert_module(const ModelConfig& c, int layer, int e, const MlxProjRow& p) {
   const MoeNames& m = *c.desc().moe;
