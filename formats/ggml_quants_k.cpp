@@ -274,8 +274,8 @@ float make_qx(int n, int nmax, const float* x, int8_t* L, const float* qw) {
 // A Q4_K / Q5_K super-block from its 6-bit sub-block scales ls and mins lm under the super-scales
 // d and dmin (stored fp16): the codes of x against the stored values, packed; a sub-block whose
 // stored scale is 0 keeps its codes from the search (L), as ggml's do.
-void qk_store(const float* x, int nmax, const uint8_t* ls, const uint8_t* lm, float d_block, float m_block,
-              uint8_t* L, uint8_t* y) {
+void qk_store(const float* x, int nmax, const uint8_t* ls, const uint8_t* lm, float d_block, float m_block, uint8_t* L,
+              uint8_t* y) {
   uint8_t sc[12] = {};
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {

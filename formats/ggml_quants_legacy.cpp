@@ -368,8 +368,8 @@ void weighted_block(GgmlType t, const float* x, const float* w, float sigma2, ui
 
 }  // namespace
 
-float make_qkx3(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                       uint8_t* Laux, float rmin, float rdelta, int nstep) {
+float make_qkx3(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
+                float rmin, float rdelta, int nstep) {
   float min = x[0], max = x[0];
   float sum_w = weights[0], sum_x = sum_w * x[0];
   for (int i = 1; i < n; ++i) {
