@@ -103,17 +103,21 @@ GGUF = [("Q2_K", 82.41, "gguf-gptq/kld64_xao_q2_k_mix.txt", "gguf-gptq/kld64_lq_
         ("IQ4_XS", 84.98, "gguf-gptq/kld64_xao_iq4_xs_mix.txt", "gguf-gptq/kld64_lq_iq4_xs_mix.txt"),
         ("Q4_K_M", 98.87, "gguf-gptq/kld64_xao_q4_k_m.txt", "gguf-gptq/kld64_lq_q4_k_m.txt"),
         ("target 4.5 / IQ4_NL", 72.27, "gguf-target/kld64_tb45k.txt", "gguf-target/kld64_im_lq_IQ4_NL.txt")]
+# Ours alone (no llama.cpp file of that size): convert --rotate, then the GGUF GPTQ recipe on the
+# rotated model; its untied head is one more Q4_0 tensor (49152 × 576: 15.19 MiB).
+GGUF_ALONE = [("Q4_0 --rotate", 72.27 + 15.19, "gguf-rotate/kld64_rxao_q4_0.txt")]
 N_PARAMS = 134515008  # SmolLM2-135M
 
 
 def gguf_points():
-    """[(label, bpw, KLD ours, KLD llama.cpp's)] from the GGUF statistics files."""
+    """[(label, bpw, KLD ours, KLD llama.cpp's)], [(label, bpw, KLD ours)] from the GGUF statistics files."""
     def kld(rel):
         for line in open(os.path.join(ROOT, "results", rel)):
             if line.startswith("Mean    KLD:"):
                 return float(line.split()[2])
         raise ValueError(rel + ": no Mean KLD line")
-    return [(n, mib * 2**20 * 8 / N_PARAMS, kld(o), kld(l)) for n, mib, o, l in GGUF]
+    return ([(n, mib * 2**20 * 8 / N_PARAMS, kld(o), kld(l)) for n, mib, o, l in GGUF],
+            [(n, mib * 2**20 * 8 / N_PARAMS, kld(o)) for n, mib, o in GGUF_ALONE])
 
 
 def load():
@@ -141,7 +145,10 @@ def table(rows):
               f"{r['bpw']:.3f} | {r['convert_s']:.0f} | `{r['flags']}`{' — ' + note if note else ''} |")
     for n, b, k in LLAMA:
         print(f"| llama.cpp {n} | llama-quantize | | {k} | | {b} | | |")
-    for n, b, ko, kl in gguf_points():
+    pairs, alone = gguf_points()
+    for n, b, k in alone:
+        print(f"| GGUF {n} | quanttool GGUF | | {k:.5f} | | {b:.3f} | | |")
+    for n, b, ko, kl in pairs:
         print(f"| GGUF {n} | quanttool GGUF / llama-quantize | | {ko:.5f} / {kl:.5f} | | {b:.3f} | | |")
 
 
@@ -162,7 +169,7 @@ def plot(rows, path):
     ax.scatter([b for _, b, _ in LLAMA], [k for _, _, k in LLAMA], marker="x", s=60, color="k", label="llama.cpp")
     for n, b, k in LLAMA:
         ax.annotate(n, (b, k), fontsize=7, xytext=(4, -9), textcoords="offset points")
-    g = gguf_points()
+    g, alone = gguf_points()
     ax.scatter([b for _, b, _, _ in g], [k for _, _, k, _ in g], marker="D", s=55, facecolors="none",
                edgecolors="darkmagenta", linewidths=1.8, label="quanttool GGUF (GPTQ+act-order+imatrix; llama-perplexity)")
     ax.scatter([b for _, b, _, _ in g], [k for _, _, _, k in g], marker="+", s=110, color="darkmagenta",
@@ -176,6 +183,10 @@ def plot(rows, path):
                 edgecolors="darkmagenta", linewidths=1.8, label="quanttool convert --format gguf")
     ax2.scatter([b for _, b, _, _ in g], [k for _, _, _, k in g], marker="+", s=110, color="k",
                 label="llama-quantize --imatrix")
+    ax2.scatter([b for _, b, _ in alone], [k for _, _, k in alone], marker="h", s=60, color="darkmagenta",
+                label="quanttool --rotate, then the same (untied head)")
+    for n, b, k in alone:
+        ax2.annotate(n, (b, k), fontsize=8, color="darkmagenta", xytext=(5, -3), textcoords="offset points")
     ax2.set_yscale("log")
     ax2.set_xlabel("bits per weight (tensor bytes)")
     ax2.set_title("GGUF: quanttool vs llama.cpp, same types and size", fontsize=10)
