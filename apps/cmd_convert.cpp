@@ -8,6 +8,8 @@
 //                   [--vision-bits B]  (a VLM's vision tower quantized too: --format mlx)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
+//                   [--rotate [--rotate-seed N]]  (not with --imatrix / --target-bpw: act-stats of the
+//                    rotated model are taken on its own rotated GGUF, kRotateImatrix below)
 //                   [--target-bpw B --imatrix STATS --calib TEXT [--sensitivity-chunks N] [--save-plan FILE]
 //                    [--target-loss kld|weighted-error] [--target-types T,T,...]
 //                    [--measurements FILE]]
@@ -304,6 +306,13 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
   return type_name;
 }
 
+// Act-stats (--imatrix, --smooth, --target-bpw's importances) are per channel of the model they were
+// taken on; the rotation mixes every residual channel, so stats of the unrotated model do not apply.
+constexpr const char* kRotateImatrix =
+    "--rotate: act-stats are per channel of the unrotated model; write the rotated model first (convert --rotate, "
+    "no --scheme; --format gguf --gguf-type f32), take act-stats on it (calibrate --method act-stats), then quantize "
+    "that with --imatrix";
+
 // --format gguf: one .gguf file at --out (docs/gguf.md). Its own path through run():
 // the output is a file, not a folder, and the quantization is ggml's, chosen by --gguf-type.
 int run_gguf(const Args& a) {
@@ -315,9 +324,10 @@ int run_gguf(const Args& a) {
       a.q.strict || a.q.untie)
     user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
-  if (!a.c.smooth.empty() || a.c.awq || a.rotate)
-    user_error("--smooth, --awq, --rotate: not supported with --format gguf yet");
+  if (!a.c.smooth.empty() || a.c.awq) user_error("--smooth, --awq: not supported with --format gguf yet");
   const bool target = !std::isnan(a.target_bpw);
+  if (a.rotate && (!a.c.imatrix.empty() || target)) user_error("{}", kRotateImatrix);
+  if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
   if (target) {
     if (!(a.target_bpw > 0)) user_error("--target-bpw: must be a positive number of bits per weight");
     if (a.c.imatrix.empty()) user_error("--target-bpw: needs --imatrix STATS (the importances it weighs errors by)");
@@ -373,6 +383,12 @@ int run_gguf(const Args& a) {
         "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
         "compressed-tensors)",
         a.in);
+  if (a.rotate && ck.config.is_moe())
+    user_error("{}: {} is a mixture-of-experts model; --rotate is not folded into its experts", a.in, ck.config.arch);
+  if (a.rotate) {  // before the head's tie and the weights are read: the GGUF holds the rotated model
+    for (auto& [name, t] : ck.tensors) t = materialize(t);
+    calib::rotate_residual(ck, a.rotate_seed);
+  }
   if (ck.config.is_moe() && target)
     user_error("{}: {} is a mixture-of-experts model; --target-bpw does not plan its experts yet", a.in,
                ck.config.arch);
@@ -452,10 +468,7 @@ int run(const Args& a) {
     }
     if (pos == 0 || pos != a.alpha.size()) user_error("--alpha: '{}' is neither a number nor auto", a.alpha);
   }
-  if (a.rotate && (!ca.smooth.empty() || !ca.imatrix.empty() || ca.awq))
-    user_error(
-        "--rotate: act-stats are per channel of the unrotated model; write the rotated model first "
-        "(convert --rotate, no --scheme), take act-stats on it, then quantize that");
+  if (a.rotate && (!ca.smooth.empty() || !ca.imatrix.empty() || ca.awq)) user_error("{}", kRotateImatrix);
   if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
   calib::WeightCalibration calib(ca);
   if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq, --awq: need --scheme");

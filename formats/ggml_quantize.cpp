@@ -47,6 +47,20 @@ void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64
   }
   const size_t bytes = size_t(row.type_size);
   const int64_t bs = row.block_size, per_row = cols / bs, nb = rows * per_row;
+  if (type == GgmlType::Q4_1 || type == GgmlType::Q5_1) {
+    // Each block also needs its row's mean x² (σ² of llama.cpp's quantize_row_q5_1_impl, summed in
+    // its order).
+#pragma omp parallel for schedule(static) if (nb * bs > 1024 * 32)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = src + r * cols;
+      float s = 0;
+      for (int64_t j = 0; j < cols; ++j) s += x[j] * x[j];
+      const float sigma2 = s / float(cols);
+      for (int64_t b = 0; b < per_row; ++b)
+        ggml::quantize_legacy_in_row(type, x + b * bs, imp + b * bs, sigma2, dst + size_t(r * per_row + b) * bytes);
+    }
+    return;
+  }
   // One block per call: a block's importances are those of its columns (b % per_row).
 #pragma omp parallel for schedule(static) if (nb * bs > 1024 * 32)
   for (int64_t b = 0; b < nb; ++b)

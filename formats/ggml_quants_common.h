@@ -18,6 +18,10 @@ namespace qt::ggml {
 // ggml_blocks.cpp runs them over the blocks of a tensor.
 void dequantize_legacy(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_legacy(GgmlType t, const float* x, const float* imp, uint8_t* y);
+// quantize_legacy with imp, for a block of a row whose mean x² is sigma2: llama-quantize's Q4_1 /
+// Q5_1 imatrix rule, one of those types' candidates, weighs by the row's spread (quantize_legacy
+// uses the block's own).
+void quantize_legacy_in_row(GgmlType t, const float* x, const float* imp, float sigma2, uint8_t* y);
 void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y);
 void dequantize_iq4_nl(GgmlType t, const uint8_t* src, float* dst, size_t nb);
@@ -25,6 +29,15 @@ void quantize_iq4_nl(GgmlType t, const float* x, const float* imp, uint8_t* y);
 // IQ4_NL as llama-quantize writes it (ggml-quants.c quantize_iq4_nl without an imatrix), where
 // its bytes are wanted: the fallback of a 256-block type inside a llama.cpp mix (ggml_quantize.h).
 void quantize_iq4_nl_llama(const float* x, uint8_t* y);
+
+// llama.cpp's make_qkx3_quants (ggml-quants.c), restated for the calls its imatrix paths make
+// (weights given, squared error; quantize_row_q4_1_impl, _q5_1_impl, _q4_K_impl, _q5_K_impl): the
+// minimum is clamped to at most 0, the min-max grid is tried first, then nstep + 1 iscales
+// (rmin + rdelta·is + nmax) / (max − min), each refit by weighted least squares of (scale, min)
+// (min > 0 refit with min 0), the least weighted error kept. Returns the scale, *the_min = −min;
+// L the codes 0..nmax.
+float make_qkx3(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
+                float rmin, float rdelta, int nstep);
 
 // pack_codes_F: the codes L (one per element of the block, unsigned as ggml_quantize.h's
 // GgmlCodeRange says) written into block y, its scale fields left as they are: the packing half

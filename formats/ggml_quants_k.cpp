@@ -154,8 +154,9 @@ void deq_q6_k(const uint8_t* src, float* dst, size_t nb) {
 // --imatrix: each super-block is quantized twice, by the reference rule and by the same rule with
 // every per-element search weight multiplied by the element's channel importance (Q6_K: importance
 // * sqrt(sigma^2 + x^2), sigma^2 = 2 * mean x^2, as llama.cpp's imatrix path weighs; Q3_K:
-// importance * x^2); the one with the smaller importance-weighted squared error of the stored bytes
-// is kept, so never worse than RTN.
+// importance * x^2); Q3_K, Q4_K and Q5_K also try llama-quantize's own --imatrix block (its
+// quantize_row_q*_K_impl restated: the same bytes given the same importances); the one with the
+// smallest importance-weighted squared error of the stored bytes is kept, so never worse than RTN.
 
 // make_qkx2_quants: affine fit of n values to codes 0..nmax; returns the scale, *the_min = -min.
 float make_qkx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
@@ -270,6 +271,37 @@ float make_qx(int n, int nmax, const float* x, int8_t* L, const float* qw) {
   return scale;
 }
 
+// A Q4_K / Q5_K super-block from its 6-bit sub-block scales ls and mins lm under the super-scales
+// d and dmin (stored fp16): the codes of x against the stored values, packed; a sub-block whose
+// stored scale is 0 keeps its codes from the search (L), as ggml's do.
+void qk_store(const float* x, int nmax, const uint8_t* ls, const uint8_t* lm, float d_block, float m_block, uint8_t* L,
+              uint8_t* y) {
+  uint8_t sc[12] = {};
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      sc[j] = ls[j], sc[j + 4] = lm[j];
+    } else {
+      sc[j + 4] = uint8_t((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+      sc[j - 4] |= uint8_t((ls[j] >> 4) << 6);
+      sc[j] |= uint8_t((lm[j] >> 4) << 6);
+    }
+  }
+  put_f16(y, d_block);
+  put_f16(y + 2, m_block);
+  std::memcpy(y + 4, sc, 12);
+  const float d16 = f16_to_f32(f32_to_f16(d_block)), m16 = f16_to_f32(f32_to_f16(m_block));
+  for (int j = 0; j < 8; ++j) {
+    const float d = d16 * float(ls[j]);
+    if (d == 0.0f) continue;
+    const float dm = m16 * float(lm[j]);
+    for (int ii = 0; ii < 32; ++ii) {
+      const int l = nearest_int((x[32 * j + ii] + dm) / d);
+      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
+    }
+  }
+  pack_codes_k(nmax == 15 ? GgmlType::Q4_K : GgmlType::Q5_K, L, y);
+}
+
 // Q4_K (nmax 15) and Q5_K (nmax 31); imp: per-element importance or null (the reference rule).
 void qk_affine(const float* x, const float* imp, int nmax, uint8_t* y) {
   uint8_t L[QK_K], Laux[32];
@@ -288,39 +320,14 @@ void qk_affine(const float* x, const float* imp, int nmax, uint8_t* y) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
-  uint8_t sc[12] = {};
+  uint8_t ls[8], lm[8];
   const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
   const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
   for (int j = 0; j < 8; ++j) {
-    const uint8_t ls = std::min<uint8_t>(63, uint8_t(nearest_int(inv_scale * scales[j])));
-    const uint8_t lm = std::min<uint8_t>(63, uint8_t(nearest_int(inv_min * mins[j])));
-    if (j < 4) {
-      sc[j] = ls, sc[j + 4] = lm;
-    } else {
-      sc[j + 4] = uint8_t((ls & 0xF) | ((lm & 0xF) << 4));
-      sc[j - 4] |= uint8_t((ls >> 4) << 6);
-      sc[j] |= uint8_t((lm >> 4) << 6);
-    }
+    ls[j] = std::min<uint8_t>(63, uint8_t(nearest_int(inv_scale * scales[j])));
+    lm[j] = std::min<uint8_t>(63, uint8_t(nearest_int(inv_min * mins[j])));
   }
-  put_f16(y, max_scale / 63.0f);
-  put_f16(y + 2, max_min / 63.0f);
-  std::memcpy(y + 4, sc, 12);
-  const float d16 = f16_to_f32(f32_to_f16(max_scale / 63.0f)), m16 = f16_to_f32(f32_to_f16(max_min / 63.0f));
-  for (int j = 0; j < 8; ++j) {
-    uint8_t s, m;
-    if (j < 4)
-      s = sc[j] & 63, m = sc[j + 4] & 63;
-    else
-      s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4)), m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-    const float d = d16 * float(s);
-    if (d == 0.0f) continue;
-    const float dm = m16 * float(m);
-    for (int ii = 0; ii < 32; ++ii) {
-      const int l = nearest_int((x[32 * j + ii] + dm) / d);
-      L[32 * j + ii] = uint8_t(std::max(0, std::min(nmax, l)));
-    }
-  }
-  pack_codes_k(nmax == 15 ? GgmlType::Q4_K : GgmlType::Q5_K, L, y);
+  qk_store(x, nmax, ls, lm, max_scale / 63.0f, max_min / 63.0f, L, y);
 }
 
 void q6_k_impl(const float* x, const float* imp, uint8_t* y) {
@@ -519,6 +526,88 @@ void q3_k_llama_imatrix(const float* x, const float* imp, uint8_t* y) {
   q3_k_store(x, Ls, d_block, L, y);
 }
 
+// make_qp_quants (ggml-quants.c): n non-negative values x on codes 0..nmax under one scale, weighted
+// by quant_weights: max/nmax and 8 nearby grids, the best refined by moving single codes while the
+// weighted fit improves (5 passes at most). Returns the scale.
+float make_qp(int n, int nmax, const float* x, uint8_t* L, const float* quant_weights) {
+  float max = 0;
+  for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+  if (max < 1e-15f) {  // GROUP_MAX_EPS: all zero
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.f;
+  }
+  float iscale = nmax / max;
+  for (int i = 0; i < n; ++i) L[i] = uint8_t(nearest_int(iscale * x[i]));
+  const float scale = 1 / iscale;
+  float best_mse = 0;
+  for (int i = 0; i < n; ++i) {
+    const float diff = x[i] - scale * L[i];
+    best_mse += quant_weights[i] * diff * diff;
+  }
+  for (int is = -4; is <= 4; ++is) {
+    if (is == 0) continue;
+    const float iscale_is = (0.1f * is + nmax) / max, scale_is = 1 / iscale_is;
+    float mse = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
+      const float diff = x[i] - scale_is * l;
+      mse += quant_weights[i] * diff * diff;
+    }
+    if (mse < best_mse) best_mse = mse, iscale = iscale_is;
+  }
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::min(nmax, nearest_int(iscale * x[i]));
+    L[i] = uint8_t(l);
+    const float w = quant_weights[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = quant_weights[i];
+      float slx = sumlx - w * x[i] * L[i];
+      float sl2 = suml2 - w * L[i] * L[i];
+      if (slx > 0 && sl2 > 0) {
+        const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
+        if (new_l != L[i]) {
+          slx += w * x[i] * new_l;
+          sl2 += w * new_l * new_l;
+          if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = uint8_t(new_l), sumlx = slx, suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Q4_K / Q5_K as llama-quantize --imatrix makes them (ggml-quants.c quantize_row_q4_K_impl /
+// _q5_K_impl): each sub-block of 32 by make_qkx3_quants with weights imp·sqrt(σ² + x²), σ² =
+// 2·mean x² over the super-block; the 8 scales and the 8 mins each fit by make_qp_quants (6 bits)
+// weighted by their sub-blocks' summed weights.
+void qk_llama_imatrix(const float* x, const float* imp, int nmax, uint8_t* y) {
+  uint8_t L[QK_K], Laux[32], Ls[8], Lm[8];
+  float scales[8], mins[8], sw[8], weights[32];
+  float sum_x2 = 0;
+  for (int l = 0; l < QK_K; ++l) sum_x2 += x[l] * x[l];
+  const float sigma2 = 2 * sum_x2 / QK_K;
+  for (int j = 0; j < 8; ++j) {
+    for (int l = 0; l < 32; ++l) weights[l] = imp[32 * j + l] * std::sqrt(sigma2 + x[32 * j + l] * x[32 * j + l]);
+    float sumw = 0;
+    for (int l = 0; l < 32; ++l) sumw += weights[l];
+    sw[j] = sumw;
+    scales[j] = make_qkx3(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36);
+  }
+  const float d_block = make_qp(8, 63, scales, Ls, sw), m_block = make_qp(8, 63, mins, Lm, sw);
+  for (int j = 0; j < 8; ++j) Ls[j] = std::min<uint8_t>(63, Ls[j]), Lm[j] = std::min<uint8_t>(63, Lm[j]);
+  qk_store(x, nmax, Ls, Lm, d_block, m_block, L, y);
+}
+
 // One super-block of type t: the reference rule when imp is null, else the importance-weighted
 // search.
 void kblock(GgmlType t, const float* x, const float* imp, uint8_t* y) {
@@ -616,9 +705,9 @@ void pack_codes_k(GgmlType t, const uint8_t* L, uint8_t* y) {
 
 void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 
-// With imp: the reference block and the importance-weighted search's (Q3_K: and llama-quantize's
-// --imatrix block, whose weighted error on SmolLM2's ffn_down is below our search's); the smallest
-// importance-weighted error of the stored bytes wins.
+// With imp: the reference block and the importance-weighted search's (Q3_K, Q4_K, Q5_K: and
+// llama-quantize's --imatrix block, whose weighted error on SmolLM2's ffn_down is below our
+// search's); the smallest importance-weighted error of the stored bytes wins.
 void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y) {
   kblock(t, x, nullptr, y);
   if (!imp) return;
@@ -635,6 +724,9 @@ void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y) {
   if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
   if (t == GgmlType::Q3_K) {  // llama-quantize's own --imatrix block is a candidate too
     q3_k_llama_imatrix(x, imp, cand);
+    if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
+  } else if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) {  // and here
+    qk_llama_imatrix(x, imp, t == GgmlType::Q4_K ? 15 : 31, cand);
     if (err(cand) < err(y)) std::memcpy(y, cand, row.bytes);
   }
 }

@@ -202,9 +202,11 @@ const LegacyRow& row_of(GgmlType t) {
 //     nearest and then refit by weighted least squares (d = sum w x q / sum w q^2) and re-coded;
 //   affine (q4_1, q5_1): d = (max - min) / (n + delta), m = min, delta in {-1, -0.9, ..., +1}
 //     (llama.cpp make_qkx2_quants' grid), each refit by weighted least squares of (d, m) given its
-//     codes and re-coded.
-// Not byte-compatible with llama-quantize --imatrix (its search differs); the output is an
-// ordinary block of the type.
+//     codes and re-coded; and llama-quantize's own --imatrix block (quantize_row_q4_1_impl /
+//     _q5_1_impl restated: make_qkx3 with weights imp·√(σ² + x²), σ² the row's mean x²; its bytes
+//     given the same importances).
+// So not llama-quantize --imatrix's bytes where our candidates win; the output is an ordinary
+// block of the type.
 
 struct SymSpec {
   int lo, hi;  // code range
@@ -266,6 +268,20 @@ void aff_pack(float d, float m, int bits, const int* q, uint8_t* y) {
   pack_codes_legacy(bits == 4 ? GgmlType::Q4_1 : GgmlType::Q5_1, u, y);
 }
 
+// llama-quantize's Q4_1 / Q5_1 block with an imatrix (quantize_row_q4_1_impl / _q5_1_impl): weights
+// imp_j·√(σ² + x_j²), σ² the mean x² over the block's row (sigma2).
+void affine_llama_block(GgmlType t, const float* x, const float* imp, float sigma2, uint8_t* y) {
+  const int nmax = t == GgmlType::Q4_1 ? 15 : 31;
+  float weight[QK];
+  uint8_t L[QK], Laux[QK];
+  for (int j = 0; j < QK; ++j) weight[j] = imp[j] * std::sqrt(sigma2 + x[j] * x[j]);
+  float mn;
+  const float d = make_qkx3(QK, nmax, x, weight, L, &mn, Laux, -0.9f, 0.05f, 36);
+  put_f16(y, d);
+  put_f16(y + 2, -mn);
+  pack_codes_legacy(t, L, y);
+}
+
 double block_error(const LegacyRow& row, const uint8_t* y, const float* x, const float* w) {
   float v[QK];
   row.deq(y, v, 1);
@@ -274,7 +290,7 @@ double block_error(const LegacyRow& row, const uint8_t* y, const float* x, const
   return e;
 }
 
-void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
+void weighted_block(GgmlType t, const float* x, const float* w, float sigma2, uint8_t* y) {
   const LegacyRow& row = row_of(t);
   row.quant(x, y);  // the reference block
   double best = block_error(row, y, x, w);
@@ -313,6 +329,9 @@ void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
       aff_codes(x, w, bd, bm, nmax, q);
       aff_pack(bd, bm, bits, q, y);
     }
+    uint8_t ly[24];  // llama-quantize's own --imatrix block is a candidate too
+    affine_llama_block(t, x, w, sigma2, ly);
+    if (block_error(row, ly, x, w) < best) std::memcpy(y, ly, size_t(row.bytes));
     return;
   }
   const SymSpec sp = t == GgmlType::Q8_0   ? SymSpec{-127, 127, 0, 8}
@@ -349,6 +368,68 @@ void weighted_block(GgmlType t, const float* x, const float* w, uint8_t* y) {
 
 }  // namespace
 
+float make_qkx3(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
+                float rmin, float rdelta, int nstep) {
+  float min = x[0], max = x[0];
+  float sum_w = weights[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    const float w = weights[i];
+    sum_w += w;
+    sum_x += w * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max <= min) {
+    std::memset(L, 0, size_t(n));
+    *the_min = -min;
+    return 0.f;
+  }
+  float iscale = nmax / (max - min);
+  float scale = 1 / iscale;
+  float best_mad = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = nearest_int(iscale * (x[i] - min));
+    L[i] = uint8_t(std::max(0, std::min(nmax, l)));
+    const float diff = scale * L[i] + min - x[i];
+    best_mad += weights[i] * (diff * diff);
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * is + nmax) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - min))));
+      Laux[i] = uint8_t(l);
+      const float w = weights[i];
+      sum_l += w * l;
+      sum_l2 += w * l * l;
+      sum_xl += w * l * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float mad = 0;
+      for (int i = 0; i < n; ++i) {
+        const float diff = this_scale * Laux[i] + this_min - x[i];
+        mad += weights[i] * (diff * diff);
+      }
+      if (mad < best_mad) {
+        std::memcpy(L, Laux, size_t(n));
+        best_mad = mad;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
 void pack_codes_legacy(GgmlType t, const uint8_t* L, uint8_t* y) {
   switch (t) {
     case GgmlType::Q8_0:
@@ -368,10 +449,14 @@ void pack_codes_legacy(GgmlType t, const uint8_t* L, uint8_t* y) {
 void dequantize_legacy(GgmlType t, const uint8_t* src, float* dst, size_t nb) { row_of(t).deq(src, dst, nb); }
 
 void quantize_legacy(GgmlType t, const float* x, const float* imp, uint8_t* y) {
-  if (imp)
-    weighted_block(t, x, imp, y);
-  else
-    row_of(t).quant(x, y);
+  if (!imp) return row_of(t).quant(x, y);
+  float s = 0;
+  for (int j = 0; j < QK; ++j) s += x[j] * x[j];
+  weighted_block(t, x, imp, s / QK, y);
+}
+
+void quantize_legacy_in_row(GgmlType t, const float* x, const float* imp, float sigma2, uint8_t* y) {
+  weighted_block(t, x, imp, sigma2, y);
 }
 
 }  // namespace qt::ggml

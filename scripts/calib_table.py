@@ -2,7 +2,8 @@
 """The calibrated-quantization table and plot of results/calib.md, from results/calib/*.json
 (made by scripts/device_calib_table.sh: 64 chunks of wiki.test.raw, KLD against the SmolLM2 Q4_1
 GGUF). Prints a Markdown table; with --plot FILE (matplotlib) draws KLD (log) against bits per
-weight for our rows by method beside llama.cpp's types.
+weight for our rows by method beside llama.cpp's types, and our GGUF files beside llama-quantize's
+(the GGUF list below).
 
   python3 scripts/calib_table.py                       # the table
   python3 scripts/calib_table.py --plot results/calib/kld_vs_bpw.png
@@ -90,6 +91,34 @@ NOTES = {
 LLAMA = [("Q8_0", 8.51, 0.0039), ("Q5_0", 6.14, 0.0796), ("Q4_0", 5.36, 0.289), ("Q4_0 + imatrix", 5.36, 0.175),
          ("IQ4_NL + imatrix", 5.35, 0.097), ("Q4_K_S + imatrix", 5.96, 0.038), ("Q3_K_M + imatrix", 5.46, 0.090)]
 
+# GGUF files, ours and llama.cpp's at the same tensor types and sizes (results/gguf.md, "Calibrated
+# rounding" and "--target-bpw"): (label, MiB of tensors as llama-quantize prints, ours, llama.cpp's),
+# each a llama-perplexity statistics file under results/ (64 chunks, KLD against the F32 GGUF).
+# Ours: convert --format gguf --gptq --act-order --imatrix S (target: --target-bpw 4.5); llama.cpp's:
+# llama-quantize --imatrix of llama-imatrix --chunks 64. Target 4.5 is set against llama.cpp's
+# --pure IQ4_NL of the same size.
+GGUF = [("Q2_K", 82.41, "gguf-gptq/kld64_xao_q2_k_mix.txt", "gguf-gptq/kld64_lq_q2_k_mix.txt"),
+        ("Q3_K_M", 87.48, "gguf-gptq/kld64_xao_q3_k_m.txt", "gguf-gptq/kld64_lq_q3_k_m.txt"),
+        ("Q4_0", 72.27, "gguf-gptq/kld64_xao_q4_0.txt", "gguf-gptq/kld64_lq_q4_0.txt"),
+        ("IQ4_XS", 84.98, "gguf-gptq/kld64_xao_iq4_xs_mix.txt", "gguf-gptq/kld64_lq_iq4_xs_mix.txt"),
+        ("Q4_K_M", 98.87, "gguf-gptq/kld64_xao_q4_k_m.txt", "gguf-gptq/kld64_lq_q4_k_m.txt"),
+        ("target 4.5 / IQ4_NL", 72.27, "gguf-target/kld64_tb45k.txt", "gguf-target/kld64_im_lq_IQ4_NL.txt")]
+# Ours alone (no llama.cpp file of that size): convert --rotate, then the GGUF GPTQ recipe on the
+# rotated model; its untied head is one more Q4_0 tensor (49152 × 576: 15.19 MiB).
+GGUF_ALONE = [("Q4_0 --rotate", 72.27 + 15.19, "gguf-rotate/kld64_rxao_q4_0.txt")]
+N_PARAMS = 134515008  # SmolLM2-135M
+
+
+def gguf_points():
+    """[(label, bpw, KLD ours, KLD llama.cpp's)], [(label, bpw, KLD ours)] from the GGUF statistics files."""
+    def kld(rel):
+        for line in open(os.path.join(ROOT, "results", rel)):
+            if line.startswith("Mean    KLD:"):
+                return float(line.split()[2])
+        raise ValueError(rel + ": no Mean KLD line")
+    return ([(n, mib * 2**20 * 8 / N_PARAMS, kld(o), kld(l)) for n, mib, o, l in GGUF],
+            [(n, mib * 2**20 * 8 / N_PARAMS, kld(o)) for n, mib, o in GGUF_ALONE])
+
 
 def load():
     rows = []
@@ -116,13 +145,18 @@ def table(rows):
               f"{r['bpw']:.3f} | {r['convert_s']:.0f} | `{r['flags']}`{' — ' + note if note else ''} |")
     for n, b, k in LLAMA:
         print(f"| llama.cpp {n} | llama-quantize | | {k} | | {b} | | |")
+    pairs, alone = gguf_points()
+    for n, b, k in alone:
+        print(f"| GGUF {n} | quanttool GGUF | | {k:.5f} | | {b:.3f} | | |")
+    for n, b, ko, kl in pairs:
+        print(f"| GGUF {n} | quanttool GGUF / llama-quantize | | {ko:.5f} / {kl:.5f} | | {b:.3f} | | |")
 
 
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [3, 2]})
     marks = {"RTN": "o", "imatrix": "s", "GPTQ": "^", "GPTQ+imatrix": "D", "SmoothQuant": "v",
              "SmoothQuant auto": "<", "SmoothQuant auto+GPTQ": ">", "AWQ": "P", "AWQ+GPTQ+imatrix": "*",
              "Rotation+GPTQ+imatrix": "h", "Rotation+SmoothQuant auto+GPTQ": "H"}
@@ -135,12 +169,35 @@ def plot(rows, path):
     ax.scatter([b for _, b, _ in LLAMA], [k for _, _, k in LLAMA], marker="x", s=60, color="k", label="llama.cpp")
     for n, b, k in LLAMA:
         ax.annotate(n, (b, k), fontsize=7, xytext=(4, -9), textcoords="offset points")
+    g, alone = gguf_points()
+    ax.scatter([b for _, b, _, _ in g], [k for _, _, k, _ in g], marker="D", s=55, facecolors="none",
+               edgecolors="darkmagenta", linewidths=1.8, label="quanttool GGUF (GPTQ+act-order+imatrix; llama-perplexity)")
+    ax.scatter([b for _, b, _, _ in g], [k for _, _, _, k in g], marker="+", s=110, color="darkmagenta",
+               label="llama.cpp GGUF (llama-quantize+imatrix), same types and size")
+    # The GGUF pairs again, alone: ours above llama-quantize's at each type's size.
+    for n, b, ko, kl in g:
+        ax2.plot([b, b], [ko, kl], color="darkmagenta", alpha=0.5, linewidth=1.2)
+        ax2.annotate(f"{n}: {ko / kl:.2f}x", (b, ko), fontsize=8, color="darkmagenta", xytext=(5, -3),
+                     textcoords="offset points")
+    ax2.scatter([b for _, b, _, _ in g], [k for _, _, k, _ in g], marker="D", s=55, facecolors="none",
+                edgecolors="darkmagenta", linewidths=1.8, label="quanttool convert --format gguf")
+    ax2.scatter([b for _, b, _, _ in g], [k for _, _, _, k in g], marker="+", s=110, color="k",
+                label="llama-quantize --imatrix")
+    ax2.scatter([b for _, b, _ in alone], [k for _, _, k in alone], marker="h", s=60, color="darkmagenta",
+                label="quanttool --rotate, then the same (untied head)")
+    for n, b, k in alone:
+        ax2.annotate(n, (b, k), fontsize=8, color="darkmagenta", xytext=(5, -3), textcoords="offset points")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("bits per weight (tensor bytes)")
+    ax2.set_title("GGUF: quanttool vs llama.cpp, same types and size", fontsize=10)
+    ax2.grid(True, which="both", alpha=0.3)
+    ax2.legend(fontsize=8, loc="lower left")
     ax.set_yscale("log")
     ax.set_xlabel("bits per weight (every stored byte)")
     ax.set_ylabel("KLD vs unquantized (64 chunks, wiki.test.raw)")
     ax.set_title("SmolLM2-135M-Instruct: weight quantization, KLD against size")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower center", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

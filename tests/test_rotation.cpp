@@ -1,5 +1,6 @@
 // convert --rotate (calib/rotation.h): the matrix is orthogonal and fixed by its seed; the rotated
-// SmolLM2 computes the unrotated model's logits (the reference) up to fp32 rounding; the CLI
+// SmolLM2 computes the unrotated model's logits (the reference) up to fp32 rounding, and so does a
+// rotated tiny model written to GGUF and read back; the CLI
 // writes a loadable folder with the same perplexity, int4 per-channel weights lose less on it
 // than on the unrotated model, and bad flag combinations exit 2 with one line.
 #include <algorithm>
@@ -82,6 +83,37 @@ TEST(Rotation, RotatedModelComputesTheSameLogits) {
   EXPECT_LT(max_abs_diff(got, ref), 2e-3);
 }
 
+// convert --rotate --format gguf: the GGUF llama.cpp reads (norm weights ones, output.weight
+// written beside the embedding, the tie broken) computes the source's logits when read back.
+TEST(Rotation, RotatedGgufComputesTheSameLogits) {
+  const std::string dir = test::temp_dir("rotate-gguf"), bin = test::quanttool_bin();
+  for (const char* name : {"falcon3", "qwen2"}) {
+    const Checkpoint src = load_checkpoint(test::tiny_dir(name));
+    const std::vector<int32_t> ids = test::read_json(test::tiny_dir(name) + "/logits.json")["ids"];
+    const std::string out = dir + "/" + name + ".gguf";
+    std::string log;
+    ASSERT_EQ(test::run_cmd(bin + " convert --in " + test::tiny_dir(name) + " --out " + out +
+                                " --format gguf --gguf-type f32 --rotate --rotate-seed 5 --force",
+                            &log),
+              0)
+        << log;
+    const Checkpoint rot = load_checkpoint(out);
+    EXPECT_FALSE(rot.config.tie_word_embeddings) << name;
+    ASSERT_TRUE(rot.has("lm_head.weight")) << name;
+    const std::vector<float> g0 = to_f32(rot.get("model.layers.0.input_layernorm.weight"));
+    EXPECT_TRUE(std::all_of(g0.begin(), g0.end(), [](float x) { return x == 1.0f; })) << name;
+    const int n = int(ids.size());
+    const std::vector<float> ref = test::fp32_logits(src, ids, n), got = test::fp32_logits(rot, ids, n);
+    EXPECT_GT(max_abs_diff(to_f32(rot.get("model.embed_tokens.weight")), to_f32(src.get("model.embed_tokens.weight"))),
+              1e-3)
+        << name;
+    double scale = 0;
+    for (float v : ref) scale = std::max(scale, double(std::abs(v)));
+    std::printf("%s: max |logit difference| %.3g (max |logit| %.3g)\n", name, max_abs_diff(got, ref), scale);
+    EXPECT_LT(max_abs_diff(got, ref), 1e-5 * scale + 1e-6) << name;
+  }
+}
+
 std::string json_field(const std::string& path, const std::string& key) {
   std::ifstream f(path);
   const std::string j((std::istreambuf_iterator<char>(f)), {});
@@ -136,7 +168,7 @@ TEST(RotationCli, SamePerplexityAndInt4LosesLessOnTheRotatedModel) {
       " --rotate --scheme int4 --group-size 0 --imatrix " + dir + "/x.safetensors",  // stats of the unrotated model
       " --rotate --scheme int8 --group-size 0 --smooth " + dir + "/x.safetensors",
       " --rotate-seed 3",  // needs --rotate
-      " --rotate --format gguf",
+      " --rotate --format gguf --gguf-type q4_k_m --imatrix " + dir + "/x.safetensors",
   };
   for (const std::string& b : bad) {
     const std::string o = dir + "/bad";
