@@ -4,6 +4,8 @@
 //                   [--imatrix STATS] [--smooth STATS [--alpha A|auto]] [--awq [--no-clip]]
 //                   [--gptq [--act-order] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
 //                   (calibration: calib/weight_calibration.h)
+//                   [--target-bpw B ...]  (--format mlx --scheme affine: per-weight bits and group
+//                    chosen for a size, the --target-bpw flags below; calib/mlx_target.h)
 //                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
 //                   [--vision-bits B]  (a VLM's vision tower quantized too: --format mlx)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
@@ -34,11 +36,14 @@
 #include <optional>
 #include <regex>
 
+#include <fmt/ranges.h>
+
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
 #include "calib/act_stats_io.h"
 #include "calib/gguf_target.h"
+#include "calib/mlx_target.h"
 #include "calib/gptq_ggml.h"
 #include "calib/llama_imatrix.h"
 #include "calib/pack_checkpoint.h"
@@ -201,39 +206,54 @@ std::vector<GgufTypeOverride> parse_tensor_types(const std::vector<std::string>&
   return out;
 }
 
-// --target-bpw: each 2-D weight's type measured and chosen (calib/gguf_target.h), the plan
-// printed, saved as --tensor-type lines (default OUT.tensor-types) and set as opt's overrides.
-// Returns the --gguf-type the file is labelled with: the one given, else the plan's main type.
-std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt);
-
-// --target-bpw's measurements (calib/gguf_target.h): with --calib the model is run, so the
-// tensors are made up front.
-std::vector<calib::GgufTargetWeight> measure_target(const Args& a, Checkpoint& ck, const GgufExportOptions& opt,
-                                                    const std::vector<std::string>& names) {
-  calib::GgufTargetOptions to;
-  to.importance = opt.importance;
-  to.progress = true;
-  if (a.target_loss == "kld") {
-    if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
-    for (auto& [name, t] : ck.tensors) t = materialize(t);  // the model is run
-    MappedFile mf = map_file(a.c.calib_text);
-    to.tokens = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
-    to.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
-    to.chunks = a.sensitivity_chunks;
-    to.ctx = a.c.calib_ctx;
+// --target-bpw's own flags, checked before anything is read (`need_imatrix`: GGUF weighs its
+// errors by the importances and refuses without). Whether --target-bpw is given.
+bool check_target_flags(const Args& a, bool need_imatrix) {
+  if (std::isnan(a.target_bpw)) {
+    if (!a.save_plan.empty() || !a.measurements.empty() || a.target_loss != "kld" || !a.target_types.empty())
+      user_error("--save-plan, --measurements, --target-loss, --target-types: need --target-bpw");
+    return false;
   }
-  return calib::measure_gguf_target(ck, names, to);
+  if (!(a.target_bpw > 0)) user_error("--target-bpw: must be a positive number of bits per weight");
+  if (need_imatrix && a.c.imatrix.empty())
+    user_error("--target-bpw: needs --imatrix STATS (the importances it weighs errors by)");
+  if (a.sensitivity_chunks <= 0) user_error("--sensitivity-chunks: must be positive");
+  if (a.target_loss != "kld" && a.target_loss != "weighted-error")
+    user_error("--target-loss: '{}' is neither kld nor weighted-error", a.target_loss);
+  if (a.target_loss == "kld" && a.c.calib_text.empty())
+    user_error(
+        "--target-bpw: needs --calib TEXT (wiki.valid.tokens.txt) to measure each weight's sensitivity "
+        "(or --target-loss weighted-error)");
+  if (a.target_loss == "weighted-error" && !a.c.calib_text.empty() && !a.c.gptq)
+    user_error("--calib: not read with --target-loss weighted-error");
+  if (!a.c.calib_text.empty() && !a.c.gptq) {  // read for the sensitivities alone
+    if (!fs::is_regular_file(a.c.calib_text)) user_error("--calib {}: no such file", a.c.calib_text);
+    if (fs::path(a.c.calib_text).filename().string().find("test") != std::string::npos)
+      user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.c.calib_text);
+  }
+  return true;
 }
 
-std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt) {
-  std::vector<std::string> names;
-  for (auto& [hf, type] : gguf_weight_types(ck, *opt)) names.push_back(hf);
-  // What the measurements were taken with: a --measurements file must say the same.
-  const nlohmann::json source = {{"imatrix", fs::path(a.c.imatrix).filename().string()},
-                                 {"calib", a.target_loss == "kld" ? fs::path(a.c.calib_text).filename().string() : ""},
-                                 {"chunks", a.target_loss == "kld" ? a.sensitivity_chunks : 0}};
+// The calibration flags as WeightCalibration checks and runs them: --target-bpw reads --calib for
+// its sensitivities without --gptq (check_target_flags checked it).
+calib::WeightCalibArgs target_calib_args(const Args& a) {
+  calib::WeightCalibArgs ca = a.c;
+  if (!std::isnan(a.target_bpw) && !ca.gptq) ca.calib_text.clear();
+  return ca;
+}
+
+// --target-bpw (calib/target_bpw.h): each weight's candidate measured (or read from
+// --measurements) and chosen, the plan printed. `source`: what the measurements depend on, which
+// a --measurements file must match.
+calib::TargetPlan choose_target_plan(const Args& a, Checkpoint& ck, const std::vector<std::string>& names,
+                                     const calib::TargetCandidates& cands,
+                                     std::function<const float*(const std::string&, int64_t)> importance,
+                                     nlohmann::json source) {
+  source["imatrix"] = fs::path(a.c.imatrix).filename().string();
+  source["calib"] = a.target_loss == "kld" ? fs::path(a.c.calib_text).filename().string() : "";
+  source["chunks"] = a.target_loss == "kld" ? a.sensitivity_chunks : 0;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<calib::GgufTargetWeight> measured;
+  std::vector<calib::TargetWeight> measured;
   if (!a.measurements.empty() && fs::exists(a.measurements)) {
     nlohmann::json j;
     try {
@@ -244,42 +264,52 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
     if (j.value("source", nlohmann::json()) != source)
       user_error("--measurements {}: taken with {}, this run gives {}", a.measurements,
                  j.value("source", nlohmann::json()).dump(), source.dump());
-    measured = calib::gguf_target_from_json(j, names, "--measurements " + a.measurements);
+    measured = calib::target_from_json(j, names, cands, "--measurements " + a.measurements);
   } else {
-    measured = measure_target(a, ck, *opt, names);
+    calib::TargetOptions to;
+    to.importance = std::move(importance);
+    to.progress = true;
+    if (a.target_loss == "kld") {  // the model is run, so the tensors are made up front
+      if (!ck.tokenizer) user_error("--calib: {} has no tokenizer to read the calibration text with", ck.path);
+      for (auto& [name, t] : ck.tensors) t = materialize(t);
+      MappedFile mf = map_file(a.c.calib_text);
+      to.tokens = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), mf.size), true);
+      to.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
+      to.chunks = a.sensitivity_chunks;
+      to.ctx = a.c.calib_ctx;
+    }
+    measured = calib::measure_target(ck, names, cands, to);
     if (!a.measurements.empty()) {
-      nlohmann::json j = calib::gguf_target_to_json(measured);
+      nlohmann::json j = calib::target_to_json(measured);
       j["source"] = source;
       std::ofstream f(a.measurements);
       f << j.dump() << "\n";
       if (!f.flush()) user_error("--measurements {}: cannot write", a.measurements);
     }
   }
-  std::vector<GgmlType> allowed;
+  std::vector<std::string> allowed;
   for (const std::string& n : a.target_types) {
-    std::string up = n;
-    std::transform(up.begin(), up.end(), up.begin(), [](unsigned char ch) { return char(std::toupper(ch)); });
-    const GgmlTypeRow* row = ggml_type_row_by_name(up);
-    const auto& cand = calib::gguf_target_types();
-    if (!row || std::find(cand.begin(), cand.end(), row->type) == cand.end())
-      user_error(
-          "--target-types: '{}' is not a candidate (q4_0, iq4_nl, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, iq4_xs, q4_k, "
-          "q5_k, q6_k)",
-          n);
-    allowed.push_back(row->type);
+    auto it = std::find_if(cands.names.begin(), cands.names.end(), [&n](const std::string& c) {
+      return std::equal(c.begin(), c.end(), n.begin(), n.end(), [](char x, char y) {
+        return std::tolower((unsigned char)x) == std::tolower((unsigned char)y);
+      });
+    });
+    if (it == cands.names.end())
+      user_error("--target-types: '{}' is not a candidate ({})", n, fmt::join(cands.names, ", "));
+    allowed.push_back(*it);
   }
-  const calib::GgufTargetPlan plan = calib::choose_gguf_target(std::move(measured), a.target_bpw, allowed);
+  const calib::TargetPlan plan = calib::choose_target(std::move(measured), a.target_bpw, allowed);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::vector<const calib::GgufTargetWeight*> order;
+  std::vector<const calib::TargetWeight*> order;
   for (auto& w : plan.weights) order.push_back(&w);
-  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->gguf < y->gguf; });
+  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->label < y->label; });
   std::map<std::string, int> counts;
   for (auto* w : order) {
     const size_t k = size_t(w->pick);
-    const char* tn = ggml_type_row(uint32_t(w->types[k]))->name;
+    const std::string& tn = w->cands[k];
     ++counts[tn];
-    std::printf("  %-28s %-7s %10llu bytes  %6.3f bpw  est. loss %.3e\n", w->gguf.c_str(), tn,
+    std::printf("  %-28s %-7s %10llu bytes  %6.3f bpw  est. loss %.3e\n", w->label.c_str(), tn.c_str(),
                 (unsigned long long)w->bytes[k], 8.0 * double(w->bytes[k]) / double(w->rows * w->cols),
                 w->sensitivity * w->err[k]);
   }
@@ -288,6 +318,17 @@ std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* op
   std::printf("target-bpw %g (%s, %.0f s): %s; %llu bytes of 2-D weights, %.4f bpw; estimated loss %.4g\n",
               a.target_bpw, a.target_loss == "kld" ? "KLD-scaled weighted error" : "weighted error", secs,
               mixed.c_str(), (unsigned long long)plan.bytes, plan.bpw(), plan.loss);
+  return plan;
+}
+
+// --format gguf --target-bpw: the plan saved as --tensor-type lines (default OUT.tensor-types)
+// and set as opt's overrides. Returns the --gguf-type the file is labelled with: the one given,
+// else the plan's main type.
+std::string plan_target_bpw(const Args& a, Checkpoint& ck, GgufExportOptions* opt) {
+  std::vector<std::string> names;
+  for (auto& [hf, type] : gguf_weight_types(ck, *opt)) names.push_back(hf);
+  const calib::TargetPlan plan =
+      choose_target_plan(a, ck, names, calib::gguf_target_candidates(ck), opt->importance, nlohmann::json::object());
 
   const std::vector<std::string> lines = calib::gguf_target_recipe(plan);
   const std::string type_name = a.gguf_type.empty() ? calib::gguf_target_main_type(plan) : a.gguf_type;
@@ -325,26 +366,11 @@ int run_gguf(const Args& a) {
     user_error("--bits, --group-size, --recipe, ...: not used by --format gguf (choose the type with --gguf-type)");
   if (!a.dtype.empty()) user_error("--dtype: not used by --format gguf (use --gguf-type f32|f16|bf16)");
   if (!a.c.smooth.empty() || a.c.awq) user_error("--smooth, --awq: not supported with --format gguf yet");
-  const bool target = !std::isnan(a.target_bpw);
+  if (!std::isnan(a.target_bpw) && !a.tensor_types.empty())
+    user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
+  const bool target = check_target_flags(a, true);
   if (a.rotate && (!a.c.imatrix.empty() || target)) user_error("{}", kRotateImatrix);
   if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
-  if (target) {
-    if (!(a.target_bpw > 0)) user_error("--target-bpw: must be a positive number of bits per weight");
-    if (a.c.imatrix.empty()) user_error("--target-bpw: needs --imatrix STATS (the importances it weighs errors by)");
-    if (!a.tensor_types.empty())
-      user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
-    if (a.sensitivity_chunks <= 0) user_error("--sensitivity-chunks: must be positive");
-    if (a.target_loss != "kld" && a.target_loss != "weighted-error")
-      user_error("--target-loss: '{}' is neither kld nor weighted-error", a.target_loss);
-    if (a.target_loss == "kld" && a.c.calib_text.empty())
-      user_error(
-          "--target-bpw: needs --calib TEXT (wiki.valid.tokens.txt) to measure each weight's sensitivity "
-          "(or --target-loss weighted-error)");
-    if (a.target_loss == "weighted-error" && !a.c.calib_text.empty() && !a.c.gptq)
-      user_error("--calib: not read with --target-loss weighted-error");
-  } else if (!a.save_plan.empty() || !a.measurements.empty() || a.target_loss != "kld" || !a.target_types.empty()) {
-    user_error("--save-plan, --measurements, --target-loss, --target-types: need --target-bpw");
-  }
   // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
   std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
@@ -355,14 +381,7 @@ int run_gguf(const Args& a) {
                type_name);
   // The calibration flags' own checks (--calib given and not the test text, --act-order with --gptq);
   // --target-bpw reads --calib for its sensitivities without --gptq.
-  calib::WeightCalibArgs ca = a.c;
-  if (target && !ca.gptq) ca.calib_text.clear();
-  const calib::WeightCalibration checks(ca);
-  if (target && !a.c.calib_text.empty() && !a.c.gptq) {
-    if (!fs::is_regular_file(a.c.calib_text)) user_error("--calib {}: no such file", a.c.calib_text);
-    if (fs::path(a.c.calib_text).filename().string().find("test") != std::string::npos)
-      user_error("--calib {}: that is test text; calibrate on wiki.valid.tokens.txt", a.c.calib_text);
-  }
+  const calib::WeightCalibration checks(target_calib_args(a));
   set_threads(a.threads);
 
   fs::path out = fs::absolute(a.out).lexically_normal();
@@ -441,12 +460,61 @@ int run_gguf(const Args& a) {
   return 0;
 }
 
+// --dtype's name for d (kDTypes' key).
+std::string dtype_flag(DType d) {
+  for (auto& [name, v] : kDTypes)
+    if (v == d) return name;
+  return dtype_name(d);
+}
+
+// --format mlx --target-bpw: the weights the scheme would quantize measured at every affine bits
+// and group (calib/mlx_target.h), the plan saved as a --recipe file (default OUT.recipe.json)
+// and returned as the planner that applies it.
+QuantPlanner plan_mlx_target(const Args& a, Checkpoint& ck, const calib::WeightCalibration& calib,
+                             const OutputLayout& layout, DType dtype) {
+  QuantRequest all = a.q;
+  all.group = 32;  // every weight some candidate fits: the smallest group divides the most rows
+  QuantPlanner base(all, layout, QT_SOURCE_DIR);
+  base.set_dtype(dtype);
+  std::vector<std::string> names;
+  for (auto& [name, p] : base.plan(ck).tensors) names.push_back(name);
+  std::function<const float*(const std::string&, int64_t)> importance;
+  if (!a.c.imatrix.empty()) {
+    auto stats = std::make_shared<calib::ActStats>(calib::load_act_stats(a.c.imatrix));
+    importance = [stats, tied = head_is_embedding(ck)](const std::string& name, int64_t cols) -> const float* {
+      const calib::ChannelStats* st = stats->find(name, tied);
+      return st && int64_t(st->sqmean.size()) == cols ? st->sqmean.data() : nullptr;
+    };
+  }
+  const calib::TargetPlan plan = choose_target_plan(a, ck, names, calib::mlx_target_candidates(calib, dtype),
+                                                    importance, {{"format", "mlx"}, {"dtype", dtype_flag(dtype)}});
+  const std::string path = a.save_plan.empty() ? a.out + ".recipe.json" : a.save_plan;
+  std::string again = "convert --format mlx --scheme affine --dtype " + dtype_flag(dtype) + " --recipe " + path +
+                      (a.c.imatrix.empty() ? "" : " --imatrix " + a.c.imatrix);
+  if (a.c.gptq)
+    again += " --gptq --calib " + a.c.calib_text + " --calib-chunks " + std::to_string(a.c.calib_chunks) +
+             (a.c.act_order ? " --act-order" : "");
+  const std::string comment =
+      fmt::format("convert --target-bpw {}: {:.4f} bpw over the 2-D weights, {} bytes; re-apply: {}", a.target_bpw,
+                  plan.bpw(), plan.bytes, again);
+  {
+    std::ofstream f(path);
+    f << calib::mlx_target_recipe(plan, comment);
+    if (!f.flush()) user_error("--save-plan {}: cannot write", path);
+  }
+  std::printf("plan saved to %s (re-apply: %s)\n", path.c_str(), again.c_str());
+  QuantRequest r = a.q;
+  r.recipe = path;
+  QuantPlanner planner(r, layout, QT_SOURCE_DIR);
+  planner.set_dtype(dtype);
+  return planner;
+}
+
 int run(const Args& a) {
   set_durable_writes(a.fsync);
   if (a.format == "gguf") return run_gguf(a);
   if (!a.gguf_type.empty()) user_error("--gguf-type: needs --format gguf");
   if (!a.tensor_types.empty()) user_error("--tensor-type: needs --format gguf");
-  if (!std::isnan(a.target_bpw) || !a.save_plan.empty()) user_error("--target-bpw: needs --format gguf");
   auto t0 = std::chrono::steady_clock::now();
   set_threads(a.threads);
   HfWriteOptions opt;
@@ -456,7 +524,16 @@ int run(const Args& a) {
   const OutputLayout* layout = find_output_layout(format);
   if (!layout) user_error("--format: unknown output layout '{}' ({}, gguf)", format, output_layout_names());
   QuantPlanner planner(a.q, *layout, QT_SOURCE_DIR);
-  calib::WeightCalibArgs ca = a.c;
+  const bool target = check_target_flags(a, false);
+  if (target && (std::string(layout->name) != "mlx" || a.q.scheme != "affine"))
+    user_error("--target-bpw: needs --format gguf, or --format mlx --scheme affine");
+  if (target &&
+      (!a.q.recipe.empty() || a.q.bits >= 0 || a.q.group >= 0 || a.q.embedding_bits >= 0 || a.q.lm_head_bits >= 0))
+    user_error(
+        "--target-bpw, --recipe / --bits / --group-size: give one (the plan sets every weight's bits and group)");
+  if (target && (!a.c.smooth.empty() || a.c.awq || a.rotate))
+    user_error("--target-bpw: --smooth, --awq and --rotate are not supported with it yet");
+  calib::WeightCalibArgs ca = target_calib_args(a);
   if (a.alpha == "auto") {
     ca.alpha_auto = true;
   } else if (!a.alpha.empty()) {
@@ -533,6 +610,11 @@ int run(const Args& a) {
   if (calib.active())
     for (auto& [name, t] : ck.tensors) t = materialize(t);
   calib.prepare(ck);
+  if (target) {
+    if (ck.config.is_moe() || ck.config.desc().fused_proj)
+      user_error("--target-bpw: {} ({}) has experts or fused projections; not supported yet", a.in, ck.config.arch);
+    planner = plan_mlx_target(a, ck, calib, *layout, opt.dtype);
+  }
   if (planner.active()) {
     QuantPlan plan = planner.plan(ck);
     plan_routers(ck.config, lname, &plan);
@@ -606,10 +688,14 @@ const Registrar reg(
                       "as llama-quantize --tensor-type)")
            ->take_all()
            ->allow_extra_args(false);
-       sub.add_option("--target-bpw", a->target_bpw,
-                      "--format gguf: choose each weight's type to meet B bits per weight (2-D weights) at the least "
-                      "estimated loss; needs --imatrix, --calib TEXT measures each weight's sensitivity");
-       sub.add_option("--save-plan", a->save_plan, "--target-bpw: where to write the plan (default OUT.tensor-types)");
+       sub.add_option(
+           "--target-bpw", a->target_bpw,
+           "--format gguf, or mlx --scheme affine: choose each weight's type (mlx: bits and group) to meet B "
+           "bits per weight (2-D weights) at the least estimated loss; --calib TEXT measures each weight's "
+           "sensitivity (gguf: needs --imatrix)");
+       sub.add_option(
+           "--save-plan", a->save_plan,
+           "--target-bpw: where to write the plan (default OUT.tensor-types; mlx: OUT.recipe.json, a --recipe file)");
        sub.add_option("--target-loss", a->target_loss,
                       "--target-bpw: kld (each weight's error scaled by its measured KLD sensitivity; needs --calib) "
                       "or weighted-error (the importance-weighted error alone)")

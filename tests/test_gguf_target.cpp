@@ -108,7 +108,7 @@ TEST(GgufTarget, SensitivityIsTheKldOfThatWeightAlone) {
   std::vector<int32_t> ids(size_t(2 * ctx));
   std::mt19937 rng(5);
   for (auto& t : ids) t = int32_t(rng() % uint32_t(ck.config.vocab));
-  calib::GgufTargetOptions o;
+  calib::TargetOptions o;
   o.tokens = ids, o.ctx = ctx, o.chunks = 2;
   std::map<std::string, std::vector<float>> imp;
   o.importance = [&](const std::string& name, int64_t cols) -> const float* {
@@ -121,10 +121,11 @@ TEST(GgufTarget, SensitivityIsTheKldOfThatWeightAlone) {
   };
   const std::vector<std::string> names = {"model.layers.1.self_attn.v_proj.weight",
                                           "model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight"};
-  const calib::GgufTargetPlan plan = calib::choose_gguf_target(calib::measure_gguf_target(ck, names, o), 6.0);
+  const calib::TargetPlan plan =
+      calib::choose_target(calib::measure_target(ck, names, calib::gguf_target_candidates(ck), o), 6.0);
   ASSERT_EQ(plan.weights.size(), names.size());
-  for (const calib::GgufTargetWeight& w : plan.weights) {
-    ASSERT_EQ(w.types[0], GgmlType::Q4_0);
+  for (const calib::TargetWeight& w : plan.weights) {
+    ASSERT_EQ(w.cands[0], "Q4_0");
     const double probe = w.sensitivity * w.err[0];
     const Tensor& t = ck.get(w.hf);
     const std::vector<float> v = to_f32(materialize(t));
