@@ -35,8 +35,8 @@ namespace cmd_eval_ppl {
 using nlohmann::json;
 
 struct Options {
-  std::string model, text, method = "llama", compute, weight_act, device = "cpu", kernel, json_path, kl_base, kl_base_kv = "f32",
-                           kl_base_cache;
+  std::string model, text, method = "llama", compute, weight_act, device = "cpu", kernel, json_path, kl_base,
+                           kl_base_kv = "f32", kl_base_cache;
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0, chunk_parallel = 0;
   KvFlags kvf;
   bool running = false, token_stats = false, kv_stats = false;

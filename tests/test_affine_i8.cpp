@@ -38,7 +38,7 @@ std::vector<float> tokens(int64_t m, int64_t k, uint32_t seed) {
   for (int64_t i = 0; i < m * k; i += 37) x[size_t(i)] *= 20.0f;
   if (k >= 64)
     for (int64_t j = 32; j < 64; ++j) x[size_t(j)] = 0.0f;  // token 0's second group of 32: all zero
-  if (m > 1) {  // token 1: 127 and values on half steps
+  if (m > 1) {                                              // token 1: 127 and values on half steps
     for (int64_t j = 0; j < k; ++j) x[size_t(k + j)] = j == 0 ? 127.0f : float(j % 9) - 4.5f;
   }
   return x;
@@ -121,8 +121,8 @@ TEST_P(AffineI8Levels, GemmIsTheSpecBitForBit) {
 TEST_P(AffineI8Levels, LinearRunsItOnRequest) {
   const int64_t n = 45, k = 256;
   for (auto dt : {qt::DType::F32, qt::DType::BF16}) {
-    PackedTensor pt = qt::quantize_weights(randn(size_t(n * k), 7, 0.05f).data(), n, k,
-                                           scheme_params("affine", 4, 64, dt));
+    PackedTensor pt =
+        qt::quantize_weights(randn(size_t(n * k), 7, 0.05f).data(), n, k, scheme_params("affine", 4, 64, dt));
     const auto sc = qt::to_f32(pt.scales), bi = qt::to_f32(pt.biases);
     const auto w = qt::kernels::pack_affine_i8(pt.data.data, sc.data(), bi.data(), n, k, 64);
     for (auto act : {qt::WeightAct::Int8Group, qt::WeightAct::Int8Token}) {
@@ -171,9 +171,9 @@ TEST(AffineI8, SmallModelPplCloseToTheDefaultPath) {
       << out;
   const std::string args = " eval-ppl --model " + q4 + " --text " + text + " --ctx 128 --chunks 3 --threads 2";
   ASSERT_EQ(qt::test::run_cmd(bin + args + " --json " + dir + "/base.json", &out), 0) << out;
-  ASSERT_EQ(qt::test::run_cmd(bin + args + " --weight-act int8 --kl-base-model " + q4 + " --json " + dir + "/a8.json",
-                              &out),
-            0)
+  ASSERT_EQ(
+      qt::test::run_cmd(bin + args + " --weight-act int8 --kl-base-model " + q4 + " --json " + dir + "/a8.json", &out),
+      0)
       << out;
   const auto base = read(dir + "/base.json"), a8 = read(dir + "/a8.json");
   EXPECT_EQ(a8["compute"], "affine4-g64-a8");

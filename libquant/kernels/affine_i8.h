@@ -22,7 +22,7 @@ namespace qt::kernels {
 // 8o + 4 + j (high nibble) — each nibble plane is one VPDPBUSD operand (4 consecutive k of 16 rows).
 struct AffineI8 {
   int64_t n = 0, k = 0, g = 0, ng = 0, n_panels = 0;
-  UninitVector<uint8_t> panels;     // [n_panels][k/8][64]
+  UninitVector<uint8_t> panels;       // [n_panels][k/8][64]
   std::vector<float> scales, biases;  // [n_panels][ng][16] (rows past n: 0)
   size_t bytes() const { return panels.size() + (scales.size() + biases.size()) * 4; }
 };
@@ -40,9 +40,8 @@ void quantize_token_i8_ref(const float* x, int64_t k, int64_t g, bool per_token,
 void quantize_token_i8(const float* x, int64_t k, int64_t g, bool per_token, int8_t* q, float* d, float* bx);
 
 // The scalar spec of the GEMM from the MLX codes and quantized tokens (q [m, k], d and bx [m, k/g]).
-void affine_i8_gemm_ref(const uint8_t* codes, const float* scales, const float* biases, int64_t n, int64_t k,
-                        int64_t g, const int8_t* q, const float* d, const float* bx, int64_t m, const float* bias,
-                        float* y);
+void affine_i8_gemm_ref(const uint8_t* codes, const float* scales, const float* biases, int64_t n, int64_t k, int64_t g,
+                        const int8_t* q, const float* d, const float* bx, int64_t m, const float* bias, float* y);
 
 // y[m, n] = x[m, k]·Wᵀ (+ bias) through the kernel level's tiles (AVX-512 VNNI, AVX2; scalar: the
 // spec on the packed codes), tokens quantized first; OpenMP over tiles. The same bits as
@@ -52,13 +51,13 @@ void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token
 namespace i8 {  // between the driver (affine_i8_gemm.cpp) and the tiles (affine_i8_vnni.cpp, affine_i8_avx2.cpp)
 struct TileArgs {
   const AffineI8* w;
-  int64_t p0;              // first panel
-  const int8_t* a;         // R token rows of x̃, stride k
-  const float *d, *bx;     // [R][ng]
-  const float* bias;       // at panel p0's first row, or null
-  float* y;                // at (first token, panel p0's first row), stride ldy
+  int64_t p0;           // first panel
+  const int8_t* a;      // R token rows of x̃, stride k
+  const float *d, *bx;  // [R][ng]
+  const float* bias;    // at panel p0's first row, or null
+  float* y;             // at (first token, panel p0's first row), stride ldy
   int64_t ldy;
-  int last_cols;           // rows of the tile's last panel that exist (1..16)
+  int last_cols;  // rows of the tile's last panel that exist (1..16)
 };
 struct Isa {
   int mr, np;  // token rows and panels per tile

@@ -51,8 +51,8 @@ QT_AVX2 void tile_rows(const TileArgs& t) {
                    bv = _mm256_loadu_ps(w.biases.data() + off + 8 * h);
       for (int r = 0; r < R; ++r) {
         __m256 s = _mm256_fmadd_ps(bv, _mm256_set1_ps(t.bx[r * ng + gi]), sum[r][h]);
-        sum[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), _mm256_mul_ps(sv, _mm256_set1_ps(t.d[r * ng + gi])),
-                                    s);
+        sum[r][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), _mm256_mul_ps(sv, _mm256_set1_ps(t.d[r * ng + gi])), s);
       }
     }
   }
@@ -100,8 +100,8 @@ QT_AVX2 void quantize(const float* x, int64_t k, int64_t g, bool per_token, int8
     const __m256 vinv = _mm256_set1_ps(inv);
     __m256i sum = _mm256_setzero_si256();
     for (int64_t j = g0; j < g0 + g; j += 8) {  // g is a multiple of 8
-      const __m256i v = _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vinv)),
-                                         _mm256_set1_epi32(-127));
+      const __m256i v =
+          _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vinv)), _mm256_set1_epi32(-127));
       const __m256i c = _mm256_min_epi32(v, _mm256_set1_epi32(127));
       sum = _mm256_add_epi32(sum, c);
       alignas(32) int32_t lanes[8];

@@ -99,9 +99,8 @@ void quantize_token_i8(const float* x, int64_t k, int64_t g, bool per_token, int
   quantize_token_i8_ref(x, k, g, per_token, q, d, bx);
 }
 
-void affine_i8_gemm_ref(const uint8_t* codes, const float* scales, const float* biases, int64_t n, int64_t k,
-                        int64_t g, const int8_t* q, const float* d, const float* bx, int64_t m, const float* bias,
-                        float* y) {
+void affine_i8_gemm_ref(const uint8_t* codes, const float* scales, const float* biases, int64_t n, int64_t k, int64_t g,
+                        const int8_t* q, const float* d, const float* bx, int64_t m, const float* bias, float* y) {
   const int64_t ng = k / g;
 #pragma omp parallel for schedule(dynamic, 16) if (m * n * k > (1 << 18))
   for (int64_t r = 0; r < n; ++r) {

@@ -116,8 +116,8 @@ QT_VNNI void quantize(const float* x, int64_t k, int64_t g, bool per_token, int8
     __m512i sum = _mm512_setzero_si512();
     int64_t j = g0;
     for (; j + 16 <= g0 + g; j += 16) {
-      const __m512i v = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), vinv)),
-                                         _mm512_set1_epi32(-127));
+      const __m512i v =
+          _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), vinv)), _mm512_set1_epi32(-127));
       const __m128i b = _mm512_cvtsepi32_epi8(v);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), b);
       sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(b));

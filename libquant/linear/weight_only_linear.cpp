@@ -216,10 +216,9 @@ class WeightOnlyLinear final : public Linear {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
       }
-      if (opt.weight_act != WeightAct::Default &&
-          kernels::affine_i8_supports(bits_, k_, w_.params.group_size)) {
-        i8_ = std::make_unique<kernels::AffineI8>(kernels::pack_affine_i8(
-            w_.data.data, scales_.data(), biases_.data(), n_, k_, w_.params.group_size));
+      if (opt.weight_act != WeightAct::Default && kernels::affine_i8_supports(bits_, k_, w_.params.group_size)) {
+        i8_ = std::make_unique<kernels::AffineI8>(
+            kernels::pack_affine_i8(w_.data.data, scales_.data(), biases_.data(), n_, k_, w_.params.group_size));
         i8_per_token_ = opt.weight_act == WeightAct::Int8Token;
       }
     } else {
@@ -260,7 +259,7 @@ class WeightOnlyLinear final : public Linear {
   int64_t out_features() const override { return n_; }
   size_t weight_bytes() const override { return w_.bytes(); }
   std::string kind() const override {
-    const std::string c = i8_                                                  ? (i8_per_token_ ? "-a8-token" : "-a8")
+    const std::string c = i8_ ? (i8_per_token_ ? "-a8-token" : "-a8")
                           : compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? "-bf16"
                                                                                     : "";
     if (affine_) return "affine" + std::to_string(bits_) + "-g" + std::to_string(w_.params.group_size) + c;
