@@ -34,8 +34,8 @@ namespace cmd_eval_ppl {
 using nlohmann::json;
 
 struct Options {
-  std::string model, text, method = "llama", compute, device = "cpu", kernel, json_path, kl_base, kl_base_kv = "f32",
-                           kl_base_cache;
+  std::string model, text, method = "llama", compute, weight_act, device = "cpu", kernel, json_path, kl_base,
+                           kl_base_kv = "f32", kl_base_cache;
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0, chunk_parallel = 0;
   KvFlags kvf;
   bool running = false, token_stats = false, kv_stats = false;
@@ -203,6 +203,7 @@ void check_cuda_flags(const Options& o) {
   auto not_yet = [](const std::string& what) { user_error("{}: not on cuda yet", what); };
   if (!o.compute.empty() && o.compute != "bf16") not_yet("--compute " + o.compute + " (cuda computes in bf16)");
   if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
+  if (!o.weight_act.empty()) not_yet("--weight-act");
   if (o.kl_base_kv != "f32" && o.kl_base_kv != "f16")
     not_yet("--kl-base-kv " + o.kl_base_kv + " (cuda keeps f16 caches)");
   if (!o.kvf.recipe.empty()) not_yet("--kv-recipe");
@@ -320,6 +321,8 @@ int run(const Options& o) {
   } else {
     PackedLinearOptions lo;
     lo.compute = compute;
+    if (o.weight_act == "int8") lo.weight_act = WeightAct::Int8Group;
+    if (o.weight_act == "int8-token") lo.weight_act = WeightAct::Int8Token;
     // Quantized folders compute from their packed codes; releases ck's tensors as it goes.
     e.cpu = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
     e.scorer = make_cpu_scorer(*e.cpu, e.cpu_base.get());
@@ -439,6 +442,10 @@ const Registrar reg{
        sub.add_option("--batch", o->batch, "cuda: chunks per forward (default: as many as fit, up to 32768 tokens)");
        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
            ->check(CLI::IsMember({"f32", "bf16"}));
+       sub.add_option("--weight-act", o->weight_act,
+                      "cpu, affine 4-bit layers: int8 (tokens to int8 per weight group, llama.cpp's Q4_1 x Q8_1 "
+                      "arithmetic) or int8-token (one int8 step per token); default: fp32 tokens (int16 per group)")
+           ->check(CLI::IsMember({"int8", "int8-token"}));
        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
        add_kv_flags(sub, o->kvf);
        sub.add_flag("--kv-stats", o->kv_stats,

@@ -9,7 +9,8 @@
 //                         values for the dense GEMM microkernels, scales after the dot products —
 //                         libquant/linear/fp8_linear.cpp, make_fp8_linear
 //   affine, nf4, fp4      weight-only: one panel of rows decoded to fp32 (or bf16) at a time and
-//                         fed to the dense GEMM microkernels, fp32 activations —
+//                         fed to the dense GEMM microkernels, fp32 activations (affine 4-bit on
+//                         request: int8 activations, kernels/affine_i8.h) —
 //                         libquant/linear/weight_only_linear.cpp, make_weight_only_linear
 // The scalar spec for both is reference_gemm (libquant/schemes/scheme.h).
 #pragma once
@@ -20,6 +21,8 @@
 
 namespace qt {
 
+enum class WeightAct { Default, Int8Group, Int8Token };
+
 struct PackedLinearOptions {
   // Weight-only schemes: the arithmetic after decoding the codes (BF16: decoded weights and
   // activations rounded to bf16, fp32 accumulation, where the CPU has AVX512-BF16).
@@ -29,6 +32,10 @@ struct PackedLinearOptions {
   // Affine 4/8-bit with fp32 scales: Default rounds the tokens per group to int16 for the integer
   // kernels (affine_gemv.h, affine_i16_gemm.h); None keeps them fp32 (decoded fp32 panels).
   ActMode act = ActMode::Default;
+  // Affine 4-bit weights only (other layers ignore it): Int8Group / Int8Token quantize the tokens to
+  // int8 per weight group / per token for the Q4_1 × Q8_1 kernels (kernels/affine_i8.h), at every
+  // batch size; Default runs them as `act` says.
+  WeightAct weight_act = WeightAct::Default;
 };
 
 // Dispatches on the kernel family of w's scheme row (its kernel_form first, if any). `bias` (out_features floats) may be null. UserError when the

@@ -10,7 +10,9 @@
 // reference in fp32 rounding as well as in order; affine's also rounds the token per group to
 // int16 (within 2^-16 of the group's largest value). Where batches would run fp32 panels, 4-/8-bit
 // affine weights with fp32 scales run the same integer form as a GEMM (kernels/affine_i16_gemm.h)
-// instead.
+// instead. On request (PackedLinearOptions::weight_act), 4-bit affine weights of any scale
+// dtype run every batch through int8 tokens instead (kernels/affine_i8.h: the codes repacked once
+// at load, s·q + b never rounded to the dtype).
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #include <omp.h>
@@ -23,6 +25,7 @@
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/affine_gemv.h"
 #include "libquant/kernels/affine_i16_gemm.h"
+#include "libquant/kernels/affine_i8.h"
 #include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
@@ -213,6 +216,11 @@ class WeightOnlyLinear final : public Linear {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
       }
+      if (opt.weight_act != WeightAct::Default && kernels::affine_i8_supports(bits_, k_, w_.params.group_size)) {
+        i8_ = std::make_unique<kernels::AffineI8>(
+            kernels::pack_affine_i8(w_.data.data, scales_.data(), biases_.data(), n_, k_, w_.params.group_size));
+        i8_per_token_ = opt.weight_act == WeightAct::Int8Token;
+      }
     } else {
       const float* t = bnb_code_table(w_.params.scheme).data();
       std::copy(t, t + 16, table_);
@@ -231,7 +239,9 @@ class WeightOnlyLinear final : public Linear {
 
   void forward(const float* x, int64_t m, float* y) const override {
     if (m <= 0) return;
-    if (!fam_ || m < 4) {
+    if (i8_) {
+      kernels::affine_i8_gemm(*i8_, x, m, i8_per_token_, bias_.empty() ? nullptr : bias_.data(), y);
+    } else if (!fam_ || m < 4) {
       forward_rows(x, m, y);
     } else if (affine_ && int16_act_ && fam_->a_bytes == 4 && w_.params.dtype == DType::F32 &&
                kernels::affine_i16_gemm_supported(bits_, k_, w_.params.group_size)) {
@@ -249,7 +259,9 @@ class WeightOnlyLinear final : public Linear {
   int64_t out_features() const override { return n_; }
   size_t weight_bytes() const override { return w_.bytes(); }
   std::string kind() const override {
-    const std::string c = compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? "-bf16" : "";
+    const std::string c = i8_ ? (i8_per_token_ ? "-a8-token" : "-a8")
+                          : compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? "-bf16"
+                                                                                    : "";
     if (affine_) return "affine" + std::to_string(bits_) + "-g" + std::to_string(w_.params.group_size) + c;
     return w_.params.scheme + "-b" + std::to_string(w_.params.group_size) + c;
   }
@@ -443,6 +455,8 @@ class WeightOnlyLinear final : public Linear {
   int bits_ = 4;
   int64_t groups_ = 1;
   std::vector<float> scales_, biases_, bias_;
+  std::unique_ptr<kernels::AffineI8> i8_;  // affine 4-bit with int8 tokens (weight_act), or null
+  bool i8_per_token_ = false;
   float table_[16] = {};
 };
 
