@@ -4,10 +4,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "formats/layouts/compressed_tensors.h"
+#include "formats/layouts/ct_fp4.h"
 #include "formats/layouts/quantized.h"
 
 namespace qt::calib {
@@ -86,6 +88,7 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     auto part = [&](const TensorSpec& spec, int k) {
       return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
     };
+    if (std::string_view(layout.name) == "compressed-tensors" && ct_fp4_format(q.scheme)) ct_fp4_names(q, name);
     if (ct_pack_quantized(q.scheme)) {  // int32 codes beside the weight's shape
       q.data = module_of(name) + ".weight_packed";
       std::vector<uint8_t> shape(16);
