@@ -247,8 +247,8 @@ TEST(ConvertQuant, CompressedTensorsFp4IsThePackagesPreset) {
     SCOPED_TRACE(row);
     const std::string out = tmp + "/" + row;
     std::string log;
-    ASSERT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme " + row + " --dtype bf16", &log),
-              0)
+    ASSERT_EQ(
+        qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme " + row + " --dtype bf16", &log), 0)
         << log;
     EXPECT_EQ(read_json(out + "/config.json")["quantization_config"],
               read_json(test::source_dir() + "/tests/golden/quant_export/ct_" + preset + "_config.json"));

@@ -159,7 +159,8 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
   const CtFormat* ct = nullptr;
   for (const CtFormat& f : kCtFormats)
     if (format == f.format) ct = &f;
-  if (!ct && (format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized")) return ct_fp4_describe(dir, q, stored);
+  if (!ct && (format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized"))
+    return ct_fp4_describe(dir, q, stored);
   if (!ct)
     user_error(
         "{}/config.json: compressed-tensors format '{}' is not supported (int-quantized, pack-quantized, "

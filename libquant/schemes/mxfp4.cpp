@@ -80,7 +80,9 @@ GroupParams mxfp4_fit_rtn(const float* v, int64_t n, const SchemeParams& p) {
   return {mx_scale(mx_exponent(span_absmax(v, n), p.dtype), p.dtype), 0.0f};
 }
 // A searched scale as stored: the power of two at or below it (compress_mx_scale's floor).
-GroupParams mxfp4_store(const GroupParams& g, const SchemeParams& p) { return {mx_scale(mx_byte(g.scale), p.dtype), 0.0f}; }
+GroupParams mxfp4_store(const GroupParams& g, const SchemeParams& p) {
+  return {mx_scale(mx_byte(g.scale), p.dtype), 0.0f};
+}
 uint8_t mxfp4_scale_byte(const GroupParams& g, const SchemeParams&) { return mx_byte(g.scale); }
 int mxfp4_code(float x, const GroupParams& g, const SchemeParams& p) {
   return e2m1_code_clamped(round_to(p.dtype, x / g.scale));
@@ -153,8 +155,8 @@ const Scheme kMxfp4 = mxfp4_row("mxfp4",
                                 "MXFP4 (compressed-tensors MXFP4A16): E2M1, an E8M0 (power of two) scale per 32 "
                                 "columns; weight-only",
                                 nullptr);
-const Scheme kMxfp4A4 = mxfp4_row("mxfp4_a4", "MXFP4 weights as mxfp4, activations E2M1 per 32 (compressed-tensors MXFP4)",
-                                  round_activations_mxfp4);
+const Scheme kMxfp4A4 = mxfp4_row(
+    "mxfp4_a4", "MXFP4 weights as mxfp4, activations E2M1 per 32 (compressed-tensors MXFP4)", round_activations_mxfp4);
 
 }  // namespace schemes_detail
 }  // namespace qt

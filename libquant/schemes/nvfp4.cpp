@@ -43,7 +43,9 @@ float e4m3_scale(float v) {
 }
 
 // The effective scale of a group of n values (T-rounded) under global scale gs.
-float group_scale(float amax, float gs, DType T) { return e4m3_scale(gs * schemes_detail::round_to(T, amax / 6.0f)) / gs; }
+float group_scale(float amax, float gs, DType T) {
+  return e4m3_scale(gs * schemes_detail::round_to(T, amax / 6.0f)) / gs;
+}
 
 }  // namespace
 

@@ -34,7 +34,8 @@ double PackedTensor::bits_per_weight() const {
 }
 
 const std::vector<Scheme>& scheme_table() {
-  static const std::vector<Scheme> table = {kAffine, kInt8, kInt8Ct, kInt4, kInt4Ct, kNf4, kFp4, kFp8, kNvfp4, kNvfp4A4, kMxfp4, kMxfp4A4};
+  static const std::vector<Scheme> table = {kAffine, kInt8, kInt8Ct, kInt4,    kInt4Ct, kNf4,
+                                            kFp4,    kFp8,  kNvfp4,  kNvfp4A4, kMxfp4,  kMxfp4A4};
   return table;
 }
 
