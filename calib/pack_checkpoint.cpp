@@ -67,7 +67,7 @@ class PackJob {
 Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLayout& layout, WeightCalibration& calib) {
   if (calib.active()) calib.run(ck, plan.tensors);
   nlohmann::json desc = {{"format", layout.name}, {"tensors", nlohmann::json::object()}, {"skipped", plan.skipped}};
-  bool int8_act = false, fp8_act = false;
+  bool int8_act = false, fp8_act = false, e2m1_act = false;
   for (auto& [name, p] : plan.tensors) {
     const Tensor& t = ck.tensors.at(name);
     QuantEntry q = layout.tensor_names(name);
@@ -80,6 +80,7 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     const Scheme& row = find_scheme(p.scheme);
     int8_act |= row.int8_activations();
     fp8_act |= row.kernel == KernelFamily::Fp8PerToken;
+    e2m1_act |= row.round_activations != nullptr;
     const PackedLayout lay = packed_layout(p, q.rows, q.cols);
     if (!lay.biases) q.biases.clear();
     // Deferred: the weight is quantized when the writer reaches the first of its stored tensors.
@@ -106,10 +107,11 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     desc["tensors"][name] = quant_entry_json(q);
   }
   // Whether any weight's kernels quantize activations (the native layout records it).
-  desc["activations"] = int8_act && fp8_act ? "int8/fp8-per-token-dynamic"
-                        : int8_act          ? "int8-per-token-dynamic"
-                        : fp8_act           ? "fp8-per-token-dynamic"
-                                            : "none";
+  desc["activations"] = e2m1_act              ? "e2m1-per-group-dynamic"
+                        : int8_act && fp8_act ? "int8/fp8-per-token-dynamic"
+                        : int8_act            ? "int8-per-token-dynamic"
+                        : fp8_act             ? "fp8-per-token-dynamic"
+                                              : "none";
   ck.quantization = desc;
   return ck;
 }
