@@ -159,8 +159,9 @@ struct SchemeRounder : GptqRounder {
 
 }  // namespace
 
-PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
+PackedTensor gptq_quantize(const SchemeGrid& unbound, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
                            const GptqOptions& opt, double* loss) {
+  const SchemeGrid grid = unbound.for_weight(w, rows, cols);  // the global scale of the weight before any update
   std::string why;
   if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
   SchemeRounder rd(grid, h, opt.weighted_groups, rows, cols);

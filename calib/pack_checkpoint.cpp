@@ -4,10 +4,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "formats/layouts/compressed_tensors.h"
+#include "formats/layouts/ct_fp4.h"
 #include "formats/layouts/quantized.h"
 #include "formats/vlm.h"
 
@@ -67,7 +69,7 @@ class PackJob {
 Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLayout& layout, WeightCalibration& calib) {
   if (calib.active()) calib.run(ck, plan.tensors);
   nlohmann::json desc = {{"format", layout.name}, {"tensors", nlohmann::json::object()}, {"skipped", plan.skipped}};
-  bool int8_act = false, fp8_act = false;
+  bool int8_act = false, fp8_act = false, e2m1_act = false;
   for (auto& [name, p] : plan.tensors) {
     const Tensor& t = ck.tensors.at(name);
     QuantEntry q = layout.tensor_names(name);
@@ -80,6 +82,7 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     const Scheme& row = find_scheme(p.scheme);
     int8_act |= row.int8_activations();
     fp8_act |= row.kernel == KernelFamily::Fp8PerToken;
+    e2m1_act |= row.round_activations != nullptr;
     const PackedLayout lay = packed_layout(p, q.rows, q.cols);
     if (!lay.biases) q.biases.clear();
     // Deferred: the weight is quantized when the writer reaches the first of its stored tensors.
@@ -88,6 +91,7 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     auto part = [&](const TensorSpec& spec, int k) {
       return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
     };
+    if (std::string_view(layout.name) == "compressed-tensors" && ct_fp4_format(q.scheme)) ct_fp4_names(q, name);
     if (ct_pack_quantized(q.scheme)) {  // int32 codes beside the weight's shape
       q.data = module_of(name) + ".weight_packed";
       std::vector<uint8_t> shape(16);
@@ -105,10 +109,11 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
     desc["tensors"][name] = quant_entry_json(q);
   }
   // Whether any weight's kernels quantize activations (the native layout records it).
-  desc["activations"] = int8_act && fp8_act ? "int8/fp8-per-token-dynamic"
-                        : int8_act          ? "int8-per-token-dynamic"
-                        : fp8_act           ? "fp8-per-token-dynamic"
-                                            : "none";
+  desc["activations"] = e2m1_act              ? "e2m1-per-group-dynamic"
+                        : int8_act && fp8_act ? "int8/fp8-per-token-dynamic"
+                        : int8_act            ? "int8-per-token-dynamic"
+                        : fp8_act             ? "fp8-per-token-dynamic"
+                                              : "none";
   ck.quantization = desc;
   return ck;
 }

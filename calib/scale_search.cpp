@@ -11,7 +11,8 @@
 
 namespace qt::calib {
 
-void fake_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, float* out) {
+void fake_quantize(const SchemeGrid& unbound, const float* w, int64_t rows, int64_t cols, float* out) {
+  const SchemeGrid grid = unbound.for_weight(w, rows, cols);
   const int64_t gl = grid.group_len(cols);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
@@ -111,8 +112,9 @@ ScaleSearchResult search_scales(const float* X, int64_t n, int64_t cols, const s
   return best;
 }
 
-std::vector<float> clip_search(const SchemeGrid& grid, float* w, int64_t rows, int64_t cols, const float* X, int64_t n,
-                               int n_grid, double max_shrink, int64_t n_sample) {
+std::vector<float> clip_search(const SchemeGrid& unbound, float* w, int64_t rows, int64_t cols, const float* X,
+                               int64_t n, int n_grid, double max_shrink, int64_t n_sample) {
+  const SchemeGrid grid = unbound.for_weight(w, rows, cols);  // the unclipped weight's global scale
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t gl = grid.group_len(cols), ng = cols / gl;
   // The reference's sub-sample: every step-th token, step = n / n_sample.

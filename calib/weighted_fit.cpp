@@ -153,7 +153,9 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
   return best;
 }
 
-PackedTensor quantize_weighted(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const float* imp) {
+PackedTensor quantize_weighted(const SchemeGrid& unbound, const float* w, int64_t rows, int64_t cols,
+                               const float* imp) {
+  const SchemeGrid grid = unbound.for_weight(w, rows, cols);
   std::string why;
   if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
   const int64_t gl = grid.group_len(cols), ng = cols / gl;

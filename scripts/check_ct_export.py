@@ -5,12 +5,15 @@
 
 1. config.json's quantization_config must validate as the package's QuantizationConfig, with
    format "int-quantized" (W8A8), "pack-quantized" (W4A16, `--scheme int4_ct`) or
-   "float-quantized" (FP8_DYNAMIC, `--scheme fp8`); every quantized module is decompressed by the
+   "float-quantized" (FP8_DYNAMIC, `--scheme fp8`), "nvfp4-pack-quantized" (NVFP4A16 / NVFP4,
+   `--scheme nvfp4` / `nvfp4_a4`) or "mxfp4-pack-quantized" (MXFP4A16 / MXFP4, `--scheme mxfp4` /
+   `mxfp4_a4`); every quantized module is decompressed by the
    package's own compressor for that format (NaiveQuantizationCompressor /
    PackedQuantizationCompressor / FloatQuantizationCompressor.decompress).
 2. --source (an unquantized HF folder of the same weights, `quanttool convert --format hf
    --dtype bf16`): for every module the package computes scale = calculate_qparams(min, max)
-   over the scheme's groups and compresses the source weight; our stored int8 / fp8 weight and
+   over the scheme's groups (NVFP4: under generate_gparam's global scale of the whole weight, as
+   llm-compressor's observer computes it) and compresses the source weight; our stored int8 / fp8 weight and
    weight_scale must equal it exactly, and so must the decompressed weights.
 3. --ours FILE (`quanttool logits --model OUT_DIR --out FILE`: raw fp32 [N, vocab], ids in
    FILE.ids, one per line): transformers loads OUT_DIR (decompressing it through the package) and
@@ -40,15 +43,21 @@ def main():
     a = ap.parse_args()
     from compressed_tensors.compressors.naive_quantized.base import (FloatQuantizationCompressor,
                                                                      NaiveQuantizationCompressor)
+    from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization.utils.helpers import generate_gparam
     from compressed_tensors.quantization import QuantizationConfig
     from compressed_tensors.quantization.utils.helpers import calculate_qparams
 
     cfg = json.loads((Path(a.model) / "config.json").read_text())
     qc = QuantizationConfig.model_validate(cfg["quantization_config"])
-    assert qc.format in ("int-quantized", "pack-quantized", "float-quantized"), qc.format
+    assert qc.format in ("int-quantized", "pack-quantized", "float-quantized", "nvfp4-pack-quantized",
+                         "mxfp4-pack-quantized"), qc.format
     packed = qc.format == "pack-quantized"
-    C = (PackedQuantizationCompressor if packed else
+    fp4 = qc.format in ("nvfp4-pack-quantized", "mxfp4-pack-quantized")
+    nv = qc.format == "nvfp4-pack-quantized"
+    C = (NVFP4PackedCompressor if nv else MXFP4PackedCompressor if fp4 else PackedQuantizationCompressor if packed else
          FloatQuantizationCompressor if qc.format == "float-quantized" else NaiveQuantizationCompressor)
     scheme = next(iter(qc.config_groups.values()))
     acts = scheme.input_activations
@@ -60,7 +69,11 @@ def main():
     n = bad = 0
     for name in sorted(k for k in stored if k.endswith(".weight_scale")):
         m = name[: -len(".weight_scale")]
-        if packed:
+        if fp4:
+            sd = {"weight_packed": stored[m + ".weight_packed"], "weight_scale": stored[name]}
+            if nv:
+                sd["weight_global_scale"] = stored[m + ".weight_global_scale"]
+        elif packed:
             sd = {"weight_packed": stored[m + ".weight_packed"], "weight_scale": stored[name],
                   "weight_shape": stored[m + ".weight_shape"]}
         else:
@@ -77,13 +90,18 @@ def main():
             mn, mx = wg.amin(-1), wg.amax(-1)
         else:
             mn, mx = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
-        scale, zp = calculate_qparams(mn, mx, scheme.weights)
-        ref = C.compress({"weight": w, "weight_scale": scale, "weight_zero_point": zp}, scheme)
+        gs = generate_gparam(w.amin(), w.amax()) if nv else None
+        scale, zp = calculate_qparams(mn, mx, scheme.weights, global_scale=gs)
+        ref_in = {"weight": w, "weight_scale": scale.to(w.dtype) if nv else scale, "weight_zero_point": zp}
+        if nv:
+            ref_in["weight_global_scale"] = gs
+        ref = C.compress(ref_in, scheme)
         ref_deq = C.decompress(dict(ref), scheme)["weight"]
-        codes = "weight_packed" if packed else "weight"
+        codes = "weight_packed" if packed or fp4 else "weight"
         raw = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t  # fp8 has no eq
-        same = (torch.equal(raw(ref[codes]), raw(sd[codes])) and torch.equal(ref["weight_scale"], sd["weight_scale"])
-                and torch.equal(ref_deq, deq))
+        same = (torch.equal(raw(ref[codes]), raw(sd[codes])) and
+                torch.equal(raw(ref["weight_scale"]), raw(sd["weight_scale"])) and torch.equal(ref_deq, deq) and
+                (not nv or torch.equal(ref["weight_global_scale"], sd["weight_global_scale"])))
         if not same:
             bad += 1
             d = (ref_deq.float() - deq.float()).abs().max().item()

@@ -235,6 +235,38 @@ TEST(ConvertQuant, CompressedTensorsFp8IsFloatQuantized) {
   }
 }
 
+// NVFP4 / MXFP4 (`--scheme nvfp4`, `nvfp4_a4`, `mxfp4`, `mxfp4_a4`): the package's nvfp4- / mxfp4-
+// pack-quantized layout with its own preset config (goldens from the package), weight_packed U8
+// [out, in/2], E4M3 or E8M0 weight_scale, NVFP4's F32 weight_global_scale; read back to the bytes
+// quantize_weights gives (the package's compressor gives those: tests/test_fp4_ct.cpp).
+TEST(ConvertQuant, CompressedTensorsFp4IsThePackagesPreset) {
+  const std::string tmp = test::temp_dir("cvq_fp4");
+  const std::pair<const char*, const char*> rows[] = {
+      {"nvfp4", "nvfp4a16"}, {"nvfp4_a4", "nvfp4"}, {"mxfp4", "mxfp4a16"}, {"mxfp4_a4", "mxfp4"}};
+  for (auto [row, preset] : rows) {
+    SCOPED_TRACE(row);
+    const std::string out = tmp + "/" + row;
+    std::string log;
+    ASSERT_EQ(
+        qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme " + row + " --dtype bf16", &log), 0)
+        << log;
+    EXPECT_EQ(read_json(out + "/config.json")["quantization_config"],
+              read_json(test::source_dir() + "/tests/golden/quant_export/ct_" + preset + "_config.json"));
+    SafetensorsDir st = load_safetensors_dir(out);
+    const std::string m = "model.layers.1.mlp.down_proj";
+    const bool nv = std::string(row).rfind("nvfp4", 0) == 0;
+    EXPECT_FALSE(st.tensors.count(m + ".weight"));
+    EXPECT_EQ(st.tensors.at(m + ".weight_packed").dtype, DType::U8);
+    EXPECT_EQ(st.tensors.at(m + ".weight_packed").shape, (std::vector<int64_t>{32, 32}));
+    EXPECT_EQ(st.tensors.at(m + ".weight_scale").dtype, nv ? DType::F8_E4M3 : DType::U8);
+    EXPECT_EQ(st.tensors.at(m + ".weight_scale").shape, (std::vector<int64_t>{32, nv ? 4 : 2}));
+    EXPECT_EQ(st.tensors.count(m + ".weight_global_scale"), nv ? 1u : 0u);
+    if (nv) EXPECT_EQ(st.tensors.at(m + ".weight_global_scale").dtype, DType::F32);
+    EXPECT_EQ(load_checkpoint(out).source_kind, "compressed-tensors");
+    expect_round_trip(tiny("tiny-llama3"), out, 14);
+  }
+}
+
 TEST(ConvertQuant, GroupThatDoesNotFitIsLeftUnquantized) {
   // tiny-llama3: hidden 32, intermediate 64. Group 64 fits only down_proj's 64-wide rows.
   const std::string tmp = test::temp_dir("cvq_skip"), out = tmp + "/m";

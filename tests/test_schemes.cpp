@@ -274,7 +274,8 @@ TEST(Schemes, TableRowsAreConsistent) {
     std::string why;
     EXPECT_TRUE(qt::scheme_fits(p, 64, 256, &why)) << s.name << ": " << why;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4", "fp8"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4", "fp8",
+                                             "nvfp4", "nvfp4_a4", "mxfp4", "mxfp4_a4"}));
 }
 
 TEST(Schemes, BitsPerWeight) {
@@ -288,6 +289,9 @@ TEST(Schemes, BitsPerWeight) {
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("nf4", 4, 64, DType::F32), 8, 256), 4.5);
   // SmolLM2's 576-wide rows with bnb blocksize 128: 4.5 blocks per row, flat blocks.
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("fp4", 4, 128, DType::F32), 2, 576), 4.25);
+  // NVFP4: an E4M3 byte per 16 and one fp32 global scale; MXFP4: an E8M0 byte per 32.
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("nvfp4", 4, 16, DType::BF16), 8, 256), 4.5 + 32.0 / 2048);
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("mxfp4", 4, 32, DType::BF16), 8, 256), 4.25);
 }
 
 // A UserError whose message contains every piece of `parts`.

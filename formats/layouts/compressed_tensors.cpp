@@ -1,6 +1,7 @@
 #include "formats/layouts/compressed_tensors.h"
 
 #include "formats/error.h"
+#include "formats/layouts/ct_fp4.h"
 
 namespace qt {
 
@@ -31,6 +32,40 @@ const CtFormat* ct_format_of_row(const std::string& row) {
   return nullptr;
 }
 
+// An nvfp4- / mxfp4-pack-quantized folder: one config group whose args are exactly a preset's.
+json ct_fp4_describe(const std::string& dir, const json& q, const std::map<std::string, Tensor>& stored) {
+  const std::string format = q.value("format", "");
+  if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)
+    user_error("{}/config.json: expected one compressed-tensors config group", dir);
+  const std::string row = ct_fp4_row(format, q["config_groups"].begin().value());
+  if (row.empty())
+    user_error("{}/config.json: {} is supported with the NVFP4A16 / NVFP4 / MXFP4A16 / MXFP4 presets' args only", dir,
+               format);
+  json tensors = json::object();
+  const std::string kSuffix = ".weight_packed";
+  for (auto& [name, t] : stored) {
+    if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+      continue;
+    const std::string module = name.substr(0, name.size() - kSuffix.size());
+    QuantEntry e;
+    e.scheme = row;
+    ct_fp4_names(e, module + ".weight");
+    for (const std::string& n : {e.scales, e.biases})
+      if (!n.empty() && !stored.count(n)) user_error("{}: {} has no {}", dir, name, n);
+    if (t.shape.size() != 2) user_error("{}: {} is not 2-D", dir, name);
+    e.bits = 4;
+    e.group_size = row.rfind("nvfp4", 0) == 0 ? 16 : 32;
+    e.dtype = DType::BF16;  // what the package's decompress gives
+    e.rows = t.shape[0];
+    e.cols = t.shape[1] * 2;
+    tensors[module + ".weight"] = quant_entry_json(e);
+  }
+  json skipped = json::object();
+  for (auto& m : q.value("ignore", json::array()))
+    if (m.is_string()) skipped[m.get<std::string>() + ".weight"] = "in the config's ignore list";
+  return {{"format", "compressed-tensors"}, {"tensors", tensors}, {"skipped", skipped}, {"companions", json::array()}};
+}
+
 }  // namespace
 
 bool ct_pack_quantized(const std::string& row) {
@@ -52,9 +87,11 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
   for (auto& [name, e] : ck.quantization.at("tensors").items()) {
     QuantEntry q = parse_quant_entry(e, name);
     ct = ct_format_of_row(q.scheme);
-    if (!ct)
-      user_error("{}: compressed-tensors stores int8 (W8A8), int4_ct (W4A16) or fp8 (FP8_DYNAMIC) weights here, not {}",
-                 name, q.scheme);
+    if (!ct && !ct_fp4_format(q.scheme))
+      user_error(
+          "{}: compressed-tensors stores int8 (W8A8), int4_ct (W4A16), fp8 (FP8_DYNAMIC), nvfp4 / nvfp4_a4 (NVFP4A16 / "
+          "NVFP4) or mxfp4 / mxfp4_a4 (MXFP4A16 / MXFP4) weights here, not {}",
+          name, q.scheme);
     if (!scheme.empty() && q.scheme != scheme)
       user_error("{}: compressed-tensors' single config group needs one scheme ({} and {})", name, scheme, q.scheme);
     if (group >= 0 && q.group_size != group)
@@ -63,8 +100,10 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
     scheme = q.scheme;
     group = q.group_size;
     opt.keep_dtype.insert(q.scales);
+    if (!q.biases.empty()) opt.keep_dtype.insert(q.biases);  // nvfp4's FP32 global scale
   }
-  if (!ct) user_error("{}: no quantized weight to write as compressed-tensors", dir);
+  const char* fp4 = ct_fp4_format(scheme);
+  if (!ct && !fp4) user_error("{}: no quantized weight to write as compressed-tensors", dir);
   // Linear modules left unquantized (never the embedding: the preset targets Linear only).
   json ignore = json::array({"lm_head"});  // as the preset's recipe says, tied or not
   for (auto& [name, t] : ck.tensors)
@@ -76,14 +115,21 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
   // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
   // activations unquantized). FP8_DYNAMIC: float-quantized, per-channel E4M3 weights, per-token
   // dynamic E4M3 activations.
-  json weights = {{"num_bits", ct->bits},
-                  {"type", ct->type},
-                  {"symmetric", true},
-                  {"group_size", group > 0 ? json(group) : json(nullptr)},
-                  {"strategy", group > 0 ? "group" : "channel"},
-                  {"dynamic", false}};
-  json acts = !ct->act_type ? json(nullptr) : json{{"num_bits", 8},         {"type", ct->act_type}, {"symmetric", true},
-                                                   {"group_size", nullptr}, {"strategy", "token"},  {"dynamic", true}};
+  json weights, acts;
+  if (fp4) {  // the NVFP4A16 / NVFP4 / MXFP4A16 / MXFP4 presets' args
+    weights = ct_fp4_weights(scheme);
+    acts = ct_fp4_activations(scheme);
+  } else {
+    weights = {{"num_bits", ct->bits},
+               {"type", ct->type},
+               {"symmetric", true},
+               {"group_size", group > 0 ? json(group) : json(nullptr)},
+               {"strategy", group > 0 ? "group" : "channel"},
+               {"dynamic", false}};
+    if (ct->act_type)
+      acts = {{"num_bits", 8},         {"type", ct->act_type}, {"symmetric", true},
+              {"group_size", nullptr}, {"strategy", "token"},  {"dynamic", true}};
+  }
   opt.extra_config["quantization_config"] = {{"config_groups",
                                               {{"group_0",
                                                 {{"targets", {"Linear"}},
@@ -93,7 +139,7 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
                                                  {"format", nullptr}}}}},
                                              {"quant_method", "compressed-tensors"},
                                              {"kv_cache_scheme", nullptr},
-                                             {"format", ct->format},
+                                             {"format", fp4 ? fp4 : ct->format},
                                              {"quantization_status", "compressed"},
                                              {"global_compression_ratio", nullptr},
                                              {"ignore", ignore},
@@ -113,10 +159,12 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
   const CtFormat* ct = nullptr;
   for (const CtFormat& f : kCtFormats)
     if (format == f.format) ct = &f;
+  if (!ct && (format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized"))
+    return ct_fp4_describe(dir, q, stored);
   if (!ct)
     user_error(
         "{}/config.json: compressed-tensors format '{}' is not supported (int-quantized, pack-quantized, "
-        "float-quantized)",
+        "float-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized)",
         dir, q.value("format", "?"));
   const bool packed = ct->packed;
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)

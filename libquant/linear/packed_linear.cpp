@@ -26,6 +26,7 @@ std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias, co
     case KernelFamily::Affine:
     case KernelFamily::CodeBook4: return make_weight_only_linear(std::move(w), bias, opt);
     case KernelFamily::Fp8PerToken: return make_fp8_linear(std::move(w), bias, opt);
+    case KernelFamily::Dequantized: return make_dequantized_linear(std::move(w), bias, opt);
   }
   user_error("no packed kernel for scheme '{}'", row.name);
 }

@@ -12,6 +12,9 @@
 //                         fed to the dense GEMM microkernels, fp32 activations (affine 4-bit on
 //                         request: int8 activations, kernels/affine_i8.h) —
 //                         libquant/linear/weight_only_linear.cpp, make_weight_only_linear
+//   nvfp4, mxfp4 (+ _a4)  decoded once to dequantize_weights' values for the dense GEMM; the _a4
+//                         rows round activations first — libquant/linear/dequantized_linear.cpp,
+//                         make_dequantized_linear
 // The scalar spec for both is reference_gemm (libquant/schemes/scheme.h).
 #pragma once
 #include <memory>
@@ -46,5 +49,6 @@ std::unique_ptr<Linear> make_packed_linear(PackedTensor w, const float* bias, co
 std::unique_ptr<Linear> make_int_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
 std::unique_ptr<Linear> make_weight_only_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
 std::unique_ptr<Linear> make_fp8_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
+std::unique_ptr<Linear> make_dequantized_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt);
 
 }  // namespace qt

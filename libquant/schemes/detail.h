@@ -25,6 +25,10 @@ extern const Scheme kInt4Ct;
 extern const Scheme kNf4;
 extern const Scheme kFp4;
 extern const Scheme kFp8;
+extern const Scheme kNvfp4;
+extern const Scheme kNvfp4A4;
+extern const Scheme kMxfp4;
+extern const Scheme kMxfp4A4;
 
 // max |v[i]| over n values (0 for n = 0); vectorized (an AVX2 clone), exact in any order.
 float span_absmax(const float* v, int64_t n);

@@ -4,6 +4,7 @@
 #include "libquant/schemes/grid.h"
 
 #include <optional>
+#include <stdexcept>
 
 #include "formats/error.h"
 #include "libquant/schemes/detail.h"
@@ -33,7 +34,14 @@ bool SchemeGrid::fits(int64_t rows, int64_t cols, std::string* why) const {
   return true;
 }
 
+SchemeGrid SchemeGrid::for_weight(const float* w, int64_t rows, int64_t cols) const {
+  SchemeGrid g = *this;
+  if (row_->tensor_scale) g.p_.global_scale = row_->tensor_scale(w, rows * cols, p_);
+  return g;
+}
+
 GroupParams SchemeGrid::stored(const GroupParams& g) const {
+  if (rule_->store) return rule_->store(g, p_);
   return {round_to(scale_dtype_, g.scale), rule_->kind == GridKind::Affine ? round_to(bias_dtype_, g.bias) : 0.0f};
 }
 
@@ -52,12 +60,22 @@ PackedTensor SchemeGrid::pack(const int16_t* codes, const GroupParams* params, i
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < ng; ++g) {
+      if (rule_->scale_byte) {  // E4M3 / E8M0 scales; a tensor-level scale as the biases
+        scales.as<uint8_t>()[r * ng + g] = rule_->scale_byte(params[r * ng + g], p_);
+        continue;
+      }
       scales.store_float(size_t(r * ng + g), params[r * ng + g].scale);
       if (biases) biases->store_float(size_t(r * ng + g), params[r * ng + g].bias);
     }
     rule_->pack_row(codes + r * cols, cols, p_, out + size_t(r) * row_bytes);
   }
-  return finish_packed(p_, rows, cols, data, scales, biases ? &*biases : nullptr);
+  if (rule_->scale_byte && biases) {
+    if (p_.global_scale <= 0.0f) throw std::logic_error("SchemeGrid::pack: the grid was not bound to its weight");
+    biases->as<float>()[0] = p_.global_scale;
+  }
+  SchemeParams kept = p_;
+  kept.global_scale = 0.0f;  // the packed tensor stores it
+  return finish_packed(kept, rows, cols, data, scales, biases ? &*biases : nullptr);
 }
 
 }  // namespace qt

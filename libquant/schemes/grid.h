@@ -12,6 +12,9 @@
 //   int8_ct   q in −128..127,    value = q·scale (in the dtype)
 //   int4      q in −8..7 (stored u = q + 8), value = q·scale
 //   nf4/fp4   q a table index,   value = table[q]·scale (scale = the block's absmax)
+//   nvfp4     q an E2M1 code,    value = bf16(e2m1[q]·scale), scale = E4M3 / the tensor's global
+//             scale (fixed per weight first: for_weight)
+//   mxfp4     q an E2M1 code,    value = bf16(e2m1[q]·scale), scale a power of two (E8M0)
 // Groups run along a row (group_size consecutive columns; 0 = the whole row). nf4/fp4 blocks run
 // over the flattened tensor, so they are row groups only when the block size divides the row
 // (fits() says so; calibrated quantizers need that).
@@ -28,6 +31,10 @@ class SchemeGrid {
   explicit SchemeGrid(const SchemeParams& p);  // UserError for an unknown scheme
 
   const SchemeParams& params() const { return p_; }
+  // This grid for one weight w [rows, cols]: rows with a tensor-level scale (nvfp4's global
+  // scale) get it from w, as quantize_weights would; other rows are returned as they are. Fit,
+  // code and pack a weight through the grid for_weight returned for it.
+  SchemeGrid for_weight(const float* w, int64_t rows, int64_t cols) const;
   // Columns per group for a row of `cols` (group_size, or cols when group_size is 0).
   int64_t group_len(int64_t cols) const;
   // Whether groups of a [rows, cols] weight are whole runs of one row (always, except nf4/fp4

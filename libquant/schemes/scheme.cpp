@@ -34,7 +34,8 @@ double PackedTensor::bits_per_weight() const {
 }
 
 const std::vector<Scheme>& scheme_table() {
-  static const std::vector<Scheme> table = {kAffine, kInt8, kInt8Ct, kInt4, kInt4Ct, kNf4, kFp4, kFp8};
+  static const std::vector<Scheme> table = {kAffine, kInt8, kInt8Ct, kInt4,    kInt4Ct, kNf4,
+                                            kFp4,    kFp8,  kNvfp4,  kNvfp4A4, kMxfp4,  kMxfp4A4};
   return table;
 }
 
@@ -212,6 +213,14 @@ PackedTensor quantize_tensor(const Tensor& source, const SchemeParams& p, std::s
   validate_scheme(p, rows, cols, what);
   const Tensor src = source.deferred() ? materialize(source) : source;  // a GGUF tensor is made once
   const Scheme& s = find_scheme(p.scheme);
+  if (s.tensor_scale && p.global_scale <= 0.0f) {  // a scale of the whole tensor before any chunk
+    SchemeParams q = p;
+    const std::vector<float> all = to_f32(src);
+    q.global_scale = s.tensor_scale(all.data(), rows * cols, p);
+    PackedTensor t = quantize_rows(all.data(), rows, cols, q, what, 0);
+    t.params = p;
+    return t;
+  }
   // Rows per chunk: about 64 K values (256 KB of fp32, which stays in L2 from widening to
   // quantizing), a whole number of blocks where blocks run over the flattened tensor, so that every
   // chunk but the last packs to the same number of bytes and the last holds any partial block.

@@ -18,6 +18,12 @@
 //   fp8      FP8 E4M3 weights as compressed-tensors computes them (llm-compressor's FP8_DYNAMIC
 //            preset; docs/spec/compressed-tensors.md §FP8): s = absmax/448 in the weights' dtype per
 //            output channel; activations rounded to E4M3 per token (dynamic).
+//   nvfp4    NVFP4 as compressed-tensors computes it (its NVFP4A16 preset, nvfp4-pack-quantized):
+//            E2M1 codes, one E4M3 scale per 16 columns, one FP32 global scale per tensor
+//            (448·6/absmax); weight-only. nvfp4_a4: the same weights with the NVFP4 preset's
+//            activations (E2M1 per 16 with E4M3 scales; nvfp4.cpp says which global scale).
+//   mxfp4    MXFP4 (the MXFP4A16 preset, mxfp4-pack-quantized): E2M1 codes, one E8M0 (power of
+//            two) scale per 32 columns; weight-only. mxfp4_a4: activations E2M1 per 32 (MXFP4).
 // Each row also says which kernels run it, its grid (the rounding its quantize and the calibrated
 // quantizers share: grid.h), the output layouts that store it and the nearest GGUF type.
 //
@@ -48,6 +54,9 @@ struct SchemeParams {
   // int8_ct) they get this dtype; dequantized values are rounded to it where the library's
   // dequantize returns that dtype (affine, int8_ct, nf4/fp4).
   DType dtype = DType::F32;
+  // nvfp4: the tensor's FP32 global scale (0: quantize computes it from the weight's absmax, as
+  // llm-compressor does; a calibrated quantizer fixes it first, SchemeGrid::for_weight).
+  float global_scale = 0.0f;
 };
 
 // Dtype and shape of one stored tensor.
@@ -74,9 +83,13 @@ struct TensorSpec {
 //            padded with code 0; scales (bitsandbytes' absmax) F32 [ceil(n/group)]
 //   fp8      data F8_E4M3 [rows, cols] (e4m3.h); scales dtype [rows, 1] (compressed-tensors'
 //            weight_scale)
+//   nvfp4    data U8 [rows, cols/2], code of column 2i in the low nibble (compressed-tensors'
+//            weight_packed); scales F8_E4M3 [rows, cols/16] (weight_scale); biases F32 [1]: the
+//            global scale (weight_global_scale)
+//   mxfp4    data U8 [rows, cols/2] as nvfp4; scales U8 [rows, cols/32]: E8M0 biased exponents
 struct PackedLayout {
   TensorSpec data, scales;
-  std::optional<TensorSpec> biases;  // affine only
+  std::optional<TensorSpec> biases;  // affine; nvfp4's global scale
 };
 
 struct PackedTensor {
@@ -112,6 +125,8 @@ enum class KernelFamily {
   CodeBook4,     // weight-only: value = table[code]·absmax, blocks over the flattened tensor
   Fp8PerToken,   // FP8: E4M3 codes times activations rounded to E4M3 per token, the scales applied
                  // after the dot product
+  Dequantized,   // FP4 (nvfp4, mxfp4): the weights decoded once (dequantize_weights) for the dense
+                 // GEMM; activations rounded first where the row has round_activations
 };
 
 // How a row's codes relate to values.
@@ -119,8 +134,8 @@ enum class GridKind {
   Affine,     // q in [0, 2^bits − 1], value = q·scale + bias
   Symmetric,  // q in [qmin, qmax], value = q·scale; the RTN scale is absmax / top
   Table,      // q in [0, 15] indexes a 16-value code book, value = table[q]·scale; RTN scale = absmax
-  Float,      // q in [0, 255] is a minifloat's byte (E4M3), value = its float value·scale; RTN
-              // scale = absmax / top (the format's largest finite value)
+  Float,      // q is a minifloat's code (E4M3 byte, E2M1 nibble), value = its float value·scale;
+              // RTN scale = absmax / top (the format's largest finite value)
 };
 
 // A row's per-group rule as separate steps, for quantizers that choose the parameters themselves
@@ -140,6 +155,10 @@ struct GridRule {
   float (*value)(int q, const GroupParams& g, const SchemeParams& p);
   // The codes of one row of a weight into that row's bytes of the packed data.
   void (*pack_row)(const int16_t* q, int64_t cols, const SchemeParams& p, uint8_t* dst);
+  // Rows whose scales are not a float dtype (nvfp4: E4M3 of scale·global; mxfp4: E8M0): the
+  // parameters as stored (rounded to what the byte holds) and that byte. nullptr: round_to.
+  GroupParams (*store)(const GroupParams& g, const SchemeParams& p) = nullptr;
+  uint8_t (*scale_byte)(const GroupParams& g, const SchemeParams& p) = nullptr;
 };
 
 // A layout that stores a row (the output layouts of convert: formats/layouts), and the row it is
@@ -180,12 +199,20 @@ struct Scheme {
   PackedTensor (*quantize)(const float* w, int64_t rows, int64_t cols, const SchemeParams& p);
   // out: rows*cols floats, row-major.
   void (*dequantize)(const PackedTensor& t, float* out);
+  // nvfp4: the tensor-level scale of a whole weight (n values, rounded to p.dtype), which every
+  // group's scale depends on. nullptr: none.
+  float (*tensor_scale)(const float* w, int64_t n, const SchemeParams& p) = nullptr;
+  // Dequantized rows with quantized activations (nvfp4_a4, mxfp4_a4): x [n_tokens, k] replaced by
+  // its fake-quantized values, as compressed-tensors' forward rounds a Linear's input.
+  void (*round_activations)(float* x, int64_t n_tokens, int64_t k) = nullptr;
 
   // W8A8 / W4A8: reference_gemm quantizes activations to int8 by default.
   bool int8_activations() const { return kernel == KernelFamily::Int8PerToken; }
   // Its kernels quantize activations per token (int8 or FP8): calibration that searches scales
   // measures the Linear itself rather than fake-quantized weights.
-  bool quantizes_activations() const { return int8_activations() || kernel == KernelFamily::Fp8PerToken; }
+  bool quantizes_activations() const {
+    return int8_activations() || kernel == KernelFamily::Fp8PerToken || round_activations != nullptr;
+  }
 };
 
 // The table, in the order above.
@@ -254,6 +281,11 @@ void quantize_activations_int8(const float* x, int64_t n_tokens, int64_t k, int8
 void quantize_activations_fp8(const float* x, int64_t n_tokens, int64_t k, float* q, float* scales);
 // One token of the above: its values into q, its scale returned.
 float quantize_token_fp8(const float* x, int64_t k, float* q);
+
+// The nvfp4_a4 / mxfp4_a4 rows' activations, in place: each row of x [n_tokens, k] fake-quantized
+// as compressed-tensors' forward does (nvfp4.cpp, mxfp4.cpp say how), k a multiple of the group.
+void round_activations_nvfp4(float* x, int64_t n_tokens, int64_t k);
+void round_activations_mxfp4(float* x, int64_t n_tokens, int64_t k);
 
 // int4_ct (compressed-tensors W4A16) as the affine 4-bit weight its kernels run (its row's
 // kernel_form): the same codes (shared), fp32 scales s and biases −8·s.

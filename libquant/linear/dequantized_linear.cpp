@@ -1,0 +1,56 @@
+// The FP4 Linears (nvfp4, mxfp4 and their _a4 rows): the weights decoded once to exactly
+// dequantize_weights' values and run through the dense GEMM (make_dense_linear) — the CPU
+// emulation of what an FP4 tensor core computes from the same codes, up to summation order.
+// Rows with quantized activations round each Linear input first (the row's round_activations,
+// as compressed-tensors' fake quantization rounds a Linear's input), then multiply.
+#include <vector>
+
+#include "formats/error.h"
+#include "libquant/linear/packed_linear.h"
+
+namespace qt {
+namespace {
+
+class DequantizedLinear final : public Linear {
+ public:
+  DequantizedLinear(const PackedTensor& w, const float* bias, const PackedLinearOptions& opt)
+      : n_(w.rows), k_(w.cols), bytes_(w.bytes()), scheme_(w.params.scheme), deq_(dequantize_weights(w)) {
+    const Scheme& row = find_scheme(w.params.scheme);
+    if (opt.act != ActMode::None) round_ = row.round_activations;
+    if (round_ && k_ % w.params.group_size != 0)
+      user_error("{}: activation groups of {} do not divide the input width {}", scheme_, w.params.group_size, k_);
+    dense_ = make_dense_linear(deq_.data(), n_, k_, bias, opt.compute);
+  }
+
+  void forward(const float* x, int64_t m, float* y) const override {
+    if (!round_) return dense_->forward(x, m, y);
+    thread_local std::vector<float> xq;
+    xq.assign(x, x + m * k_);
+    round_(xq.data(), m, k_);
+    dense_->forward(xq.data(), m, y);
+  }
+  void dequantize_row(int64_t r, float* out) const override {
+    if (r < 0 || r >= n_) user_error("row {} outside a weight of {} rows", r, n_);
+    std::copy(deq_.begin() + r * k_, deq_.begin() + (r + 1) * k_, out);
+  }
+  int64_t in_features() const override { return k_; }
+  int64_t out_features() const override { return n_; }
+  size_t weight_bytes() const override { return bytes_; }
+  std::string kind() const override { return scheme_ + "-" + dense_->kind(); }
+
+ private:
+  int64_t n_, k_;
+  size_t bytes_;
+  std::string scheme_;
+  std::vector<float> deq_;  // the decoded weight, kept for dequantize_row (a tied output head)
+  void (*round_)(float*, int64_t, int64_t) = nullptr;
+  std::unique_ptr<Linear> dense_;
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_dequantized_linear(PackedTensor w, const float* bias, const PackedLinearOptions& opt) {
+  return std::make_unique<DequantizedLinear>(w, bias, opt);
+}
+
+}  // namespace qt
