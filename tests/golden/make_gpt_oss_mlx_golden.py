@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What mlx_lm computes from our mlx folder of the tiny gpt_oss model (tests/test_gpt_oss.cpp).
 
-  QUANTTOOL=build/quanttool /work/venv-mlx/bin/python tests/golden/make_gpt_oss_mlx_golden.py
+  QUANTTOOL=build/quanttool python3 tests/golden/make_gpt_oss_mlx_golden.py
       (mlx, mlx_lm; writes tests/golden/logits/tiny-gpt-oss/mlx_lm_affine4_g32.json)
 
 `quanttool convert --format mlx --scheme affine --bits 4 --group-size 32` of tests/golden/logits/
