@@ -23,6 +23,12 @@ from transformers import AutoModelForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+
+def g9(v):
+    """9 significant digits (a float32's worth; the tests compare to 1e-5 of the largest entry):
+    the file stays under 1 MiB."""
+    return float("%.9g" % float(v))
+
 for name in ("qwen3-moe", "mixtral", "gpt-oss"):
     src = os.path.join(HERE, "logits", "tiny-" + name)
     ids = torch.tensor(json.load(open(os.path.join(src, "logits.json")))["ids"])
@@ -45,8 +51,8 @@ for name in ("qwen3-moe", "mixtral", "gpt-oss"):
                     d = mod.act_fn(gate) * up
                 experts.append({
                     "tokens": int(tok.numel()),
-                    "gram_in": [float(v) for v in (xe.T.double() @ xe.double()).reshape(-1)],
-                    "gram_down": [float(v) for v in (d.T.double() @ d.double()).reshape(-1)],
+                    "gram_in": [g9(v) for v in (xe.T.double() @ xe.double()).reshape(-1)],
+                    "gram_down": [g9(v) for v in (d.T.double() @ d.double()).reshape(-1)],
                     "absmax_in": [float(v) for v in (xe.abs().amax(dim=0) if len(tok) else torch.zeros(x.shape[1]))],
                 })
             layers[layer] = experts
