@@ -279,6 +279,18 @@ void write_gguf_file(const Checkpoint& ck, const std::string& path, const GgufEx
 
 namespace {
 
+// One weight (or one expert's slice) [rows, cols] into `dst`: with importances the weighted search,
+// where llama.cpp's own bytes are wanted its rule (IQ4_XS's IQ4_NL fallback), else the reference.
+void quantize_weight(GgmlType type, const std::vector<float>& v, int64_t rows, int64_t cols, const float* imp,
+                     bool llama_bytes, uint8_t* dst) {
+  if (imp)
+    ggml_quantize_weighted(type, v.data(), rows, cols, imp, dst);
+  else if (llama_bytes)
+    ggml_quantize_llama(type, v.data(), v.size(), dst);
+  else
+    ggml_quantize(type, v.data(), v.size(), dst);
+}
+
 // types_only: stop once every tensor's type is known and report them there, writing nothing.
 void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportOptions& opt,
                 std::map<std::string, GgmlType>* types_only) {
@@ -446,12 +458,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
           Tensor src = materialize(parts[e].t);
           const std::vector<float> v = to_f32(src);
           release_pages(src);
-          if (parts[e].imp)
-            ggml_quantize_weighted(it.type, v.data(), it.shape[1], it.shape[2], parts[e].imp, dst);
-          else if (it.llama_bytes)
-            ggml_quantize_llama(it.type, v.data(), v.size(), dst);
-          else
-            ggml_quantize(it.type, v.data(), v.size(), dst);
+          quantize_weight(it.type, v, it.shape[1], it.shape[2], parts[e].imp, it.llama_bytes, dst);
         }
         return out;
       });
@@ -496,12 +503,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
       if (plus_one)
         for (float& x : v) x += 1.0f;
       std::vector<uint8_t> out(ggml_nbytes(it.type, v.size()));
-      if (imp)
-        ggml_quantize_weighted(it.type, v.data(), t.shape[0], t.shape[1], imp, out.data());
-      else if (it.llama_bytes)
-        ggml_quantize_llama(it.type, v.data(), v.size(), out.data());
-      else
-        ggml_quantize(it.type, v.data(), v.size(), out.data());
+      quantize_weight(it.type, v, t.shape[0], t.shape.size() == 2 ? t.shape[1] : 1, imp, it.llama_bytes, out.data());
       return out;
     });
   }
