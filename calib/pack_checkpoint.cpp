@@ -64,6 +64,42 @@ class PackJob {
   std::optional<PackedTensor> packed_;
 };
 
+// One weight staged for the writer: its stored tensors (codes, scales, biases and what the layout adds)
+// put into `into` as deferred tensors sharing one PackJob, so the weight is quantized when the writer
+// reaches the first of them. `calib` null: plain rounding. Returns the weight's entry.
+QuantEntry stage_weight(const std::string& name, const Tensor& t, const SchemeParams& p, const OutputLayout& layout,
+                        const WeightCalibration* calib, std::map<std::string, Tensor>& into) {
+  QuantEntry q = layout.tensor_names(name);
+  q.scheme = p.scheme;
+  q.bits = p.bits;
+  q.group_size = p.group_size;
+  q.dtype = p.dtype;
+  q.rows = t.shape[0];
+  q.cols = t.shape[1];
+  const PackedLayout lay = packed_layout(p, q.rows, q.cols);
+  if (!lay.biases) q.biases.clear();
+  auto job = std::make_shared<PackJob>(name, t, p, calib, lay.biases ? 3 : 2);
+  auto part = [&](const TensorSpec& spec, int k) {
+    return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
+  };
+  if (std::string_view(layout.name) == "compressed-tensors" && ct_fp4_format(q.scheme)) ct_fp4_names(q, name);
+  if (ct_pack_quantized(q.scheme)) {  // int32 codes beside the weight's shape
+    q.data = module_of(name) + ".weight_packed";
+    std::vector<uint8_t> shape(16);
+    const int64_t dims[2] = {q.rows, q.cols};
+    std::memcpy(shape.data(), dims, 16);
+    into[module_of(name) + ".weight_shape"] = Tensor::owned_bytes(DType::I64, {2}, std::move(shape));
+  }
+  into[q.data] = part(lay.data, 0);
+  into[q.scales] = part(lay.scales, 1);
+  if (lay.biases) into[q.biases] = part(*lay.biases, 2);
+  if (layout.code_table_suffix) {
+    const auto table = bnb_code_table(q.scheme);
+    into[q.data + layout.code_table_suffix] = Tensor::from_f32({table.begin(), table.end()}, {16});
+  }
+  return q;
+}
+
 }  // namespace
 
 Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLayout& layout, WeightCalibration& calib) {
@@ -71,42 +107,13 @@ Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLay
   nlohmann::json desc = {{"format", layout.name}, {"tensors", nlohmann::json::object()}, {"skipped", plan.skipped}};
   bool int8_act = false, fp8_act = false, e2m1_act = false;
   for (auto& [name, p] : plan.tensors) {
-    const Tensor& t = ck.tensors.at(name);
-    QuantEntry q = layout.tensor_names(name);
-    q.scheme = p.scheme;
-    q.bits = p.bits;
-    q.group_size = p.group_size;
-    q.dtype = p.dtype;
-    q.rows = t.shape[0];
-    q.cols = t.shape[1];
     const Scheme& row = find_scheme(p.scheme);
     int8_act |= row.int8_activations();
     fp8_act |= row.kernel == KernelFamily::Fp8PerToken;
     e2m1_act |= row.round_activations != nullptr;
-    const PackedLayout lay = packed_layout(p, q.rows, q.cols);
-    if (!lay.biases) q.biases.clear();
-    // Deferred: the weight is quantized when the writer reaches the first of its stored tensors.
-    auto job = std::make_shared<PackJob>(name, t, p, &calib, lay.biases ? 3 : 2);
+    const Tensor t = ck.tensors.at(name);
     ck.tensors.erase(name);
-    auto part = [&](const TensorSpec& spec, int k) {
-      return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
-    };
-    if (std::string_view(layout.name) == "compressed-tensors" && ct_fp4_format(q.scheme)) ct_fp4_names(q, name);
-    if (ct_pack_quantized(q.scheme)) {  // int32 codes beside the weight's shape
-      q.data = module_of(name) + ".weight_packed";
-      std::vector<uint8_t> shape(16);
-      const int64_t dims[2] = {q.rows, q.cols};
-      std::memcpy(shape.data(), dims, 16);
-      ck.tensors[module_of(name) + ".weight_shape"] = Tensor::owned_bytes(DType::I64, {2}, std::move(shape));
-    }
-    ck.tensors[q.data] = part(lay.data, 0);
-    ck.tensors[q.scales] = part(lay.scales, 1);
-    if (lay.biases) ck.tensors[q.biases] = part(*lay.biases, 2);
-    if (layout.code_table_suffix) {
-      const auto table = bnb_code_table(q.scheme);
-      ck.tensors[q.data + layout.code_table_suffix] = Tensor::from_f32({table.begin(), table.end()}, {16});
-    }
-    desc["tensors"][name] = quant_entry_json(q);
+    desc["tensors"][name] = quant_entry_json(stage_weight(name, t, p, layout, &calib, ck.tensors));
   }
   // Whether any weight's kernels quantize activations (the native layout records it).
   desc["activations"] = e2m1_act              ? "e2m1-per-group-dynamic"
@@ -131,21 +138,7 @@ int pack_vision_tower(Checkpoint& ck, const SchemeParams& p, const OutputLayout&
       out.emplace(name, t);
       continue;
     }
-    QuantEntry q = layout.tensor_names(name);
-    q.scheme = p.scheme, q.bits = p.bits, q.group_size = p.group_size, q.dtype = p.dtype;
-    q.rows = t.shape[0], q.cols = t.shape[1];
-    const PackedLayout lay = packed_layout(p, q.rows, q.cols);
-    auto job = std::make_shared<PackJob>(name, t, p, nullptr, lay.biases ? 3 : 2);
-    auto part = [&](const TensorSpec& spec, int k) {
-      return deferred_tensor(spec.dtype, spec.shape, [job, k] { return job->take(k); });
-    };
-    out[q.data] = part(lay.data, 0);
-    out[q.scales] = part(lay.scales, 1);
-    if (lay.biases)
-      out[q.biases] = part(*lay.biases, 2);
-    else
-      q.biases.clear();
-    entries[name] = quant_entry_json(q);
+    entries[name] = quant_entry_json(stage_weight(name, t, p, layout, nullptr, out));
   }
   mm->passthrough = std::move(out);
   ck.multimodal = mm;
