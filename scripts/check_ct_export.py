@@ -5,7 +5,7 @@
 
 1. config.json's quantization_config must validate as the package's QuantizationConfig, with
    format "int-quantized" (W8A8), "pack-quantized" (W4A16, `--scheme int4_ct`) or
-   "float-quantized" (FP8_DYNAMIC, `--scheme fp8`), "nvfp4-pack-quantized" (NVFP4A16 / NVFP4,
+   "float-quantized" (FP8_DYNAMIC, `--scheme fp8`; FP8_BLOCK, `--scheme fp8_block`), "nvfp4-pack-quantized" (NVFP4A16 / NVFP4,
    `--scheme nvfp4` / `nvfp4_a4`) or "mxfp4-pack-quantized" (MXFP4A16 / MXFP4, `--scheme mxfp4` /
    `mxfp4_a4`); every quantized module is decompressed by the
    package's own compressor for that format (NaiveQuantizationCompressor /
@@ -84,7 +84,13 @@ def main():
         if src is None:
             continue
         w = src[m + ".weight"]
-        if scheme.weights.group_size:
+        if scheme.weights.strategy == "block":  # FP8_BLOCK: min/max of each zero-padded block
+            from compressed_tensors.quantization.utils.helpers import maybe_pad_tensor_for_block_quant
+            bh, bw = scheme.weights.block_structure
+            pw = maybe_pad_tensor_for_block_quant(w, tuple(scheme.weights.block_structure))
+            blocks = pw.reshape(pw.shape[0] // bh, bh, pw.shape[1] // bw, bw).transpose(1, 2).flatten(2)
+            mn, mx = blocks.amin(-1), blocks.amax(-1)
+        elif scheme.weights.group_size:
             g = scheme.weights.group_size
             wg = w.reshape(w.shape[0], -1, g)
             mn, mx = wg.amin(-1), wg.amax(-1)

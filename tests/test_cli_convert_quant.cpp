@@ -217,15 +217,15 @@ TEST(ConvertQuant, CompressedTensorsFp8IsFloatQuantized) {
     EXPECT_EQ(qt_run("convert --in " + tiny("tiny-llama3") + " --out " + tmp + "/bad " + bad, &log), 2) << bad;
     EXPECT_NE(log.find("error:"), std::string::npos) << log;
   }
-  // Folders of other FP8 presets are refused, not computed another way: FP8_BLOCK's 128×128 weight
-  // blocks with group-128 activations, and float weights without per-token fp8 activations.
+  // Folders of other FP8 schemes are refused, not computed another way: weight blocks other than
+  // FP8_BLOCK's 128×128 (tests/test_fp8_block.cpp), and float weights without dynamic fp8 activations.
   const json cfg = read_json(out + "/config.json");
   for (int k = 0; k < 2; ++k) {
     json c = cfg;
     json& g = c["quantization_config"]["config_groups"]["group_0"];
     if (k == 0) {
       g["weights"]["strategy"] = "block";
-      g["weights"]["block_structure"] = {128, 128};
+      g["weights"]["block_structure"] = {64, 64};
     } else {
       g["input_activations"] = nullptr;
     }

@@ -275,7 +275,7 @@ TEST(Schemes, TableRowsAreConsistent) {
     EXPECT_TRUE(qt::scheme_fits(p, 64, 256, &why)) << s.name << ": " << why;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"affine", "int8", "int8_ct", "int4", "int4_ct", "nf4", "fp4", "fp8",
-                                             "nvfp4", "nvfp4_a4", "mxfp4", "mxfp4_a4"}));
+                                             "fp8_block", "nvfp4", "nvfp4_a4", "mxfp4", "mxfp4_a4"}));
 }
 
 TEST(Schemes, BitsPerWeight) {
@@ -292,6 +292,9 @@ TEST(Schemes, BitsPerWeight) {
   // NVFP4: an E4M3 byte per 16 and one fp32 global scale; MXFP4: an E8M0 byte per 32.
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("nvfp4", 4, 16, DType::BF16), 8, 256), 4.5 + 32.0 / 2048);
   EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("mxfp4", 4, 32, DType::BF16), 8, 256), 4.25);
+  // FP8_BLOCK: a bf16 scale per 128×128 block (200 rows: two row blocks, the second padded).
+  EXPECT_DOUBLE_EQ(qt::scheme_bits_per_weight(scheme_params("fp8_block", 8, 128, DType::BF16), 200, 256),
+                   8.0 + 4 * 16.0 / (200 * 256));
 }
 
 // A UserError whose message contains every piece of `parts`.

@@ -19,11 +19,13 @@ struct CtFormat {
   const char* act_type;  // per-token dynamic input activations of this type; nullptr: none
   bool packed;           // codes in int32 words as M.weight_packed, beside M.weight_shape
   bool groups;           // strategy "group" allowed (else "channel" only)
+  int block;             // > 0: weights in block × block blocks, activations in dynamic groups of block
 };
 constexpr CtFormat kCtFormats[] = {
-    {"int-quantized", "int8_ct", 8, "int", "int", false, true},     // llm-compressor's W8A8 preset
-    {"pack-quantized", "int4_ct", 4, "int", nullptr, true, true},   // its W4A16 preset
-    {"float-quantized", "fp8", 8, "float", "float", false, false},  // its FP8_DYNAMIC preset
+    {"int-quantized", "int8_ct", 8, "int", "int", false, true, 0},             // llm-compressor's W8A8 preset
+    {"pack-quantized", "int4_ct", 4, "int", nullptr, true, true, 0},           // its W4A16 preset
+    {"float-quantized", "fp8", 8, "float", "float", false, false, 0},          // its FP8_DYNAMIC preset
+    {"float-quantized", "fp8_block", 8, "float", "float", false, false, 128},  // its FP8_BLOCK preset
 };
 
 const CtFormat* ct_format_of_row(const std::string& row) {
@@ -89,8 +91,9 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
     ct = ct_format_of_row(q.scheme);
     if (!ct && !ct_fp4_format(q.scheme))
       user_error(
-          "{}: compressed-tensors stores int8 (W8A8), int4_ct (W4A16), fp8 (FP8_DYNAMIC), nvfp4 / nvfp4_a4 (NVFP4A16 / "
-          "NVFP4) or mxfp4 / mxfp4_a4 (MXFP4A16 / MXFP4) weights here, not {}",
+          "{}: compressed-tensors stores int8 (W8A8), int4_ct (W4A16), fp8 (FP8_DYNAMIC), fp8_block (FP8_BLOCK), nvfp4 "
+          "/ "
+          "nvfp4_a4 (NVFP4A16 / NVFP4) or mxfp4 / mxfp4_a4 (MXFP4A16 / MXFP4) weights here, not {}",
           name, q.scheme);
     if (!scheme.empty() && q.scheme != scheme)
       user_error("{}: compressed-tensors' single config group needs one scheme ({} and {})", name, scheme, q.scheme);
@@ -114,11 +117,21 @@ void write_ct_folder(const Checkpoint& ck, const std::string& dir, HfWriteOption
   // W8A8: llm-compressor's W8A8 preset (int-quantized, per-token dynamic int8 activations).
   // W4A16: its W4A16 preset (pack-quantized: weight_packed int32, weight_scale, weight_shape;
   // activations unquantized). FP8_DYNAMIC: float-quantized, per-channel E4M3 weights, per-token
-  // dynamic E4M3 activations.
+  // dynamic E4M3 activations. FP8_BLOCK: 128×128 weight blocks, activations in dynamic groups of 128.
   json weights, acts;
   if (fp4) {  // the NVFP4A16 / NVFP4 / MXFP4A16 / MXFP4 presets' args
     weights = ct_fp4_weights(scheme);
     acts = ct_fp4_activations(scheme);
+  } else if (ct->block > 0) {
+    weights = {{"num_bits", 8},
+               {"type", ct->type},
+               {"symmetric", true},
+               {"group_size", nullptr},
+               {"strategy", "block"},
+               {"dynamic", false},
+               {"block_structure", {ct->block, ct->block}}};
+    acts = {{"num_bits", 8},           {"type", ct->act_type}, {"symmetric", true},
+            {"group_size", ct->block}, {"strategy", "group"},  {"dynamic", true}};
   } else {
     weights = {{"num_bits", ct->bits},
                {"type", ct->type},
@@ -156,9 +169,14 @@ bool is_ct_quantized_config(const json& cfg) {
 json ct_describe(const std::string& dir, const json& cfg, const std::map<std::string, Tensor>& stored) {
   const json& q = cfg["quantization_config"];
   const std::string format = q.value("format", "");
+  const json* group0 = q.contains("config_groups") && q["config_groups"].is_object() && q["config_groups"].size() == 1
+                           ? &q["config_groups"].begin().value()
+                           : nullptr;
+  // float-quantized holds FP8_DYNAMIC (channel) or FP8_BLOCK (block) weights: the strategy says which.
+  const bool block = group0 && group0->value("weights", json::object()).value("strategy", "") == "block";
   const CtFormat* ct = nullptr;
   for (const CtFormat& f : kCtFormats)
-    if (format == f.format) ct = &f;
+    if (format == f.format && (f.block > 0) == (block && std::string(f.type) == "float")) ct = &f;
   if (!ct && (format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized"))
     return ct_fp4_describe(dir, q, stored);
   if (!ct)
@@ -175,17 +193,24 @@ json ct_describe(const std::string& dir, const json& cfg, const std::map<std::st
                format);
   const std::string strategy = w.value("strategy", "");
   int group = 0;
-  if (strategy == "group" && ct->groups)
+  if (ct->block > 0) {
+    if (w.value("block_structure", json()) != json::array({ct->block, ct->block}))
+      user_error("{}/config.json: FP8 block weights are supported with 128×128 blocks only (the FP8_BLOCK preset)",
+                 dir);
+    group = ct->block;
+  } else if (strategy == "group" && ct->groups)
     group = w.value("group_size", json(0)).is_number_integer() ? w["group_size"].get<int>() : 0;
   else if (strategy != "channel" || packed)
     user_error("{}/config.json: weight strategy '{}' is not supported with format {}", dir, strategy, format);
   if (std::string(ct->type) == "float") {  // our kernels round activations to E4M3 per token
     const json& a = q["config_groups"].begin().value().value("input_activations", json(nullptr));
-    if (!a.is_object() || a.value("type", "") != "float" || a.value("num_bits", 0) != 8 ||
-        a.value("strategy", "") != "token" || !a.value("dynamic", false))
+    const bool acts_ok = ct->block > 0 ? a.is_object() && a.value("strategy", "") == "group" &&
+                                             a.value("group_size", json()) == json(ct->block)
+                                       : a.is_object() && a.value("strategy", "") == "token";
+    if (!acts_ok || a.value("type", "") != "float" || a.value("num_bits", 0) != 8 || !a.value("dynamic", false))
       user_error(
-          "{}/config.json: float-quantized weights are supported with dynamic per-token fp8 activations only "
-          "(the FP8_DYNAMIC preset)",
+          "{}/config.json: float-quantized weights are supported with dynamic fp8 activations per token (the "
+          "FP8_DYNAMIC preset) or in groups of 128 with 128×128 weight blocks (FP8_BLOCK) only",
           dir);
   }
   json tensors = json::object(), companions = json::array();

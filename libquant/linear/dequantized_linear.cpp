@@ -1,5 +1,6 @@
-// The FP4 Linears (nvfp4, mxfp4 and their _a4 rows): the weights decoded once to exactly
-// dequantize_weights' values and run through the dense GEMM (make_dense_linear) — the CPU
+// The FP4 Linears (nvfp4, mxfp4 and their _a4 rows) and fp8_block: the weights decoded once to
+// exactly dequantize_weights' values (or the row's kernel_values) and run through the dense GEMM
+// (make_dense_linear) — the CPU
 // emulation of what an FP4 tensor core computes from the same codes, up to summation order.
 // Rows with quantized activations round each Linear input first (the row's round_activations,
 // as compressed-tensors' fake quantization rounds a Linear's input), then multiply.
@@ -14,8 +15,15 @@ namespace {
 class DequantizedLinear final : public Linear {
  public:
   DequantizedLinear(const PackedTensor& w, const float* bias, const PackedLinearOptions& opt)
-      : n_(w.rows), k_(w.cols), bytes_(w.bytes()), scheme_(w.params.scheme), deq_(dequantize_weights(w)) {
+      : n_(w.rows), k_(w.cols), bytes_(w.bytes()), scheme_(w.params.scheme) {
     const Scheme& row = find_scheme(w.params.scheme);
+    if (row.kernel_values) {
+      check_packed(w, scheme_);
+      deq_.resize(size_t(n_ * k_));
+      row.kernel_values(w, deq_.data());
+    } else {
+      deq_ = dequantize_weights(w);
+    }
     if (opt.act != ActMode::None) round_ = row.round_activations;
     if (round_ && k_ % w.params.group_size != 0)
       user_error("{}: activation groups of {} do not divide the input width {}", scheme_, w.params.group_size, k_);
@@ -42,7 +50,7 @@ class DequantizedLinear final : public Linear {
   int64_t n_, k_;
   size_t bytes_;
   std::string scheme_;
-  std::vector<float> deq_;  // the decoded weight, kept for dequantize_row (a tied output head)
+  std::vector<float> deq_;  // the weight as multiplied, kept for dequantize_row (a tied output head)
   void (*round_)(float*, int64_t, int64_t) = nullptr;
   std::unique_ptr<Linear> dense_;
 };

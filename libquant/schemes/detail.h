@@ -25,6 +25,7 @@ extern const Scheme kInt4Ct;
 extern const Scheme kNf4;
 extern const Scheme kFp4;
 extern const Scheme kFp8;
+extern const Scheme kFp8Block;
 extern const Scheme kNvfp4;
 extern const Scheme kNvfp4A4;
 extern const Scheme kMxfp4;
@@ -207,6 +208,9 @@ void symmetric_groups(const float* w, int64_t rows, int64_t cols, const SchemePa
       scales.store_float(size_t(r * ng + g), s);
     }
 }
+
+// The fp8 rows' code of x under scale s in the weights' dtype T: e4m3(clamp(T(x/s) + 0, ±448)) (fp8.cpp).
+uint8_t fp8_code(float x, float s, DType T);
 
 // compressed-tensors' symmetric groups (int8_ct, int4_ct): s = ct_scale.
 template <class Codes>

@@ -42,8 +42,6 @@ namespace schemes_detail {
 
 float fp8_value(int code, float s, DType T) { return round_to(T, e4m3_to_f32(uint8_t(code)) * s); }
 
-namespace {
-
 // The quotient plus the zero point compressed-tensors always passes (zeros for a symmetric
 // scheme: llm-compressor initializes one, force_zero_point): −0 becomes +0 before the cast.
 uint8_t fp8_code(float x, float s, DType T) {
@@ -51,6 +49,8 @@ uint8_t fp8_code(float x, float s, DType T) {
   y = y < -448.0f ? -448.0f : y;
   return e4m3_from_f32(y > 448.0f ? 448.0f : y);
 }
+
+namespace {
 
 PackedLayout fp8_layout(const SchemeParams& p, int64_t rows, int64_t cols) {
   PackedLayout l;

@@ -6,6 +6,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "formats/error.h"
 #include "libquant/schemes/detail.h"
 
@@ -27,6 +29,11 @@ int64_t SchemeGrid::group_len(int64_t cols) const { return p_.group_size == 0 ? 
 
 bool SchemeGrid::fits(int64_t rows, int64_t cols, std::string* why) const {
   if (!scheme_fits(p_, rows, cols, why)) return false;
+  if (row_->block_rows > 1) {
+    if (why)
+      *why = fmt::format("{}'s scales cover blocks of {} rows, not groups of one row", row_->name, row_->block_rows);
+    return false;
+  }
   if (row_->flat_blocks && cols % p_.group_size != 0) {
     if (why) *why = "a block would span two rows (the block size does not divide the row)";
     return false;

@@ -17,7 +17,7 @@ namespace qt {
 
 namespace {
 
-constexpr int kGroup = 32;
+constexpr int kMxfp4Group = 32;
 
 // The E8M0 exponent byte of a group whose absmax (as T) is amax.
 int mx_exponent(float amax, DType T) {
@@ -58,10 +58,10 @@ uint8_t mx_byte(float s) {
 void round_activations_mxfp4(float* x, int64_t n_tokens, int64_t k) {
 #pragma omp parallel for schedule(static) if (n_tokens * k > (1 << 15))
   for (int64_t t = 0; t < n_tokens; ++t)
-    for (int64_t g = 0; g + kGroup <= k; g += kGroup) {
+    for (int64_t g = 0; g + kMxfp4Group <= k; g += kMxfp4Group) {
       float* v = x + t * k + g;
-      const float s = mx_scale(mx_exponent(schemes_detail::span_absmax(v, kGroup), DType::F32), DType::F32);
-      for (int i = 0; i < kGroup; ++i) v[i] = kE2M1Values[e2m1_code_clamped(v[i] / s)] * s;
+      const float s = mx_scale(mx_exponent(schemes_detail::span_absmax(v, kMxfp4Group), DType::F32), DType::F32);
+      for (int i = 0; i < kMxfp4Group; ++i) v[i] = kE2M1Values[e2m1_code_clamped(v[i] / s)] * s;
     }
 }
 
@@ -72,7 +72,7 @@ namespace {
 PackedLayout mxfp4_layout(const SchemeParams&, int64_t rows, int64_t cols) {
   PackedLayout l;
   l.data = {DType::U8, {rows, cols / 2}};
-  l.scales = {DType::U8, {rows, cols / kGroup}};
+  l.scales = {DType::U8, {rows, cols / kMxfp4Group}};
   return l;
 }
 
@@ -97,15 +97,15 @@ PackedTensor mxfp4_quantize(const float* w, int64_t rows, int64_t cols, const Sc
   OutTensor data(l.data), scales(l.scales);
   uint8_t* q = data.as<uint8_t>();
   uint8_t* sb = scales.as<uint8_t>();
-  const int64_t ng = cols / kGroup;
+  const int64_t ng = cols / kMxfp4Group;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    int16_t codes[kGroup];
+    int16_t codes[kMxfp4Group];
     for (int64_t g = 0; g < ng; ++g) {
-      const float* v = w + r * cols + g * kGroup;
-      const GroupParams gp = mxfp4_fit_rtn(v, kGroup, p);
-      for (int i = 0; i < kGroup; ++i) codes[i] = int16_t(mxfp4_code(v[i], gp, p));
-      e2m1_pack_row(codes, kGroup, q + r * (cols / 2) + g * (kGroup / 2));
+      const float* v = w + r * cols + g * kMxfp4Group;
+      const GroupParams gp = mxfp4_fit_rtn(v, kMxfp4Group, p);
+      for (int i = 0; i < kMxfp4Group; ++i) codes[i] = int16_t(mxfp4_code(v[i], gp, p));
+      e2m1_pack_row(codes, kMxfp4Group, q + r * (cols / 2) + g * (kMxfp4Group / 2));
       sb[r * ng + g] = mx_byte(gp.scale);
     }
   }
@@ -113,14 +113,14 @@ PackedTensor mxfp4_quantize(const float* w, int64_t rows, int64_t cols, const Sc
 }
 
 void mxfp4_dequantize(const PackedTensor& t, float* out) {
-  const int64_t ng = t.cols / kGroup;
+  const int64_t ng = t.cols / kMxfp4Group;
   const uint8_t* q = t.data.as<uint8_t>();
   const uint8_t* sb = t.scales.as<uint8_t>();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float s = round_to(DType::BF16, std::ldexp(1.0f, int(sb[r * ng + g]) - 127));
-      for (int64_t j = g * kGroup; j < (g + 1) * kGroup; ++j)
+      for (int64_t j = g * kMxfp4Group; j < (g + 1) * kMxfp4Group; ++j)
         out[r * t.cols + j] = round_to(DType::BF16, kE2M1Values[e2m1_unpack(q + r * (t.cols / 2), j)] * s);
     }
 }
@@ -130,9 +130,9 @@ Scheme mxfp4_row(const char* name, const char* summary, void (*acts)(float*, int
       .name = name,
       .summary = summary,
       .bits = {4},
-      .group_sizes = {kGroup},
+      .group_sizes = {kMxfp4Group},
       .default_bits = 4,
-      .default_group_size = kGroup,
+      .default_group_size = kMxfp4Group,
       .flat_blocks = false,
       .col_align = 2,
       .kernel = KernelFamily::Dequantized,

@@ -26,7 +26,7 @@ namespace qt {
 
 namespace {
 
-constexpr int kGroup = 16;
+constexpr int kNvfp4Group = 16;
 
 // generate_gparam for a tensor whose absmax (as T) is amax.
 float global_scale_of(float amax, DType T) {
@@ -54,10 +54,10 @@ void round_activations_nvfp4(float* x, int64_t n_tokens, int64_t k) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* row = x + t * k;
     const float gs = global_scale_of(schemes_detail::span_absmax(row, k), DType::F32);
-    for (int64_t g = 0; g + kGroup <= k; g += kGroup) {
+    for (int64_t g = 0; g + kNvfp4Group <= k; g += kNvfp4Group) {
       float* v = row + g;
-      const float s = group_scale(schemes_detail::span_absmax(v, kGroup), gs, DType::F32);
-      for (int i = 0; i < kGroup; ++i) v[i] = kE2M1Values[e2m1_code_clamped(v[i] / s)] * s;
+      const float s = group_scale(schemes_detail::span_absmax(v, kNvfp4Group), gs, DType::F32);
+      for (int i = 0; i < kNvfp4Group; ++i) v[i] = kE2M1Values[e2m1_code_clamped(v[i] / s)] * s;
     }
   }
 }
@@ -74,7 +74,7 @@ float bound_global(const SchemeParams& p) { return p.global_scale > 0.0f ? p.glo
 PackedLayout nvfp4_layout(const SchemeParams&, int64_t rows, int64_t cols) {
   PackedLayout l;
   l.data = {DType::U8, {rows, cols / 2}};
-  l.scales = {DType::F8_E4M3, {rows, cols / kGroup}};
+  l.scales = {DType::F8_E4M3, {rows, cols / kNvfp4Group}};
   l.biases = TensorSpec{DType::F32, {1}};
   return l;
 }
@@ -102,15 +102,15 @@ PackedTensor nvfp4_quantize(const float* w, int64_t rows, int64_t cols, const Sc
   OutTensor data(l.data), scales(l.scales), global(*l.biases);
   uint8_t* q = data.as<uint8_t>();
   uint8_t* sb = scales.as<uint8_t>();
-  const int64_t ng = cols / kGroup;
+  const int64_t ng = cols / kNvfp4Group;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    int16_t codes[kGroup];
+    int16_t codes[kNvfp4Group];
     for (int64_t g = 0; g < ng; ++g) {
-      const float* v = w + r * cols + g * kGroup;
-      const GroupParams gp = nvfp4_fit_rtn(v, kGroup, p);
-      for (int i = 0; i < kGroup; ++i) codes[i] = int16_t(e2m1_code_clamped(v[i] / gp.scale));
-      e2m1_pack_row(codes, kGroup, q + r * (cols / 2) + g * (kGroup / 2));
+      const float* v = w + r * cols + g * kNvfp4Group;
+      const GroupParams gp = nvfp4_fit_rtn(v, kNvfp4Group, p);
+      for (int i = 0; i < kNvfp4Group; ++i) codes[i] = int16_t(e2m1_code_clamped(v[i] / gp.scale));
+      e2m1_pack_row(codes, kNvfp4Group, q + r * (cols / 2) + g * (kNvfp4Group / 2));
       sb[r * ng + g] = nvfp4_scale_byte(gp, p);
     }
   }
@@ -121,7 +121,7 @@ PackedTensor nvfp4_quantize(const float* w, int64_t rows, int64_t cols, const Sc
 }
 
 void nvfp4_dequantize(const PackedTensor& t, float* out) {
-  const int64_t ng = t.cols / kGroup;
+  const int64_t ng = t.cols / kNvfp4Group;
   const float gs = t.biases.as<float>()[0];
   const uint8_t* q = t.data.as<uint8_t>();
   const uint8_t* sb = t.scales.as<uint8_t>();
@@ -129,7 +129,7 @@ void nvfp4_dequantize(const PackedTensor& t, float* out) {
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
       const float s = e4m3_to_f32(sb[r * ng + g]) / gs;
-      for (int64_t j = g * kGroup; j < (g + 1) * kGroup; ++j)
+      for (int64_t j = g * kNvfp4Group; j < (g + 1) * kNvfp4Group; ++j)
         out[r * t.cols + j] = round_to(DType::BF16, kE2M1Values[e2m1_unpack(q + r * (t.cols / 2), j)] * s);
     }
 }
@@ -139,9 +139,9 @@ Scheme nvfp4_row(const char* name, const char* summary, void (*acts)(float*, int
       .name = name,
       .summary = summary,
       .bits = {4},
-      .group_sizes = {kGroup},
+      .group_sizes = {kNvfp4Group},
       .default_bits = 4,
-      .default_group_size = kGroup,
+      .default_group_size = kNvfp4Group,
       .flat_blocks = false,
       .col_align = 2,
       .kernel = KernelFamily::Dequantized,

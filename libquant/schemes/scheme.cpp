@@ -34,8 +34,8 @@ double PackedTensor::bits_per_weight() const {
 }
 
 const std::vector<Scheme>& scheme_table() {
-  static const std::vector<Scheme> table = {kAffine, kInt8, kInt8Ct, kInt4,    kInt4Ct, kNf4,
-                                            kFp4,    kFp8,  kNvfp4,  kNvfp4A4, kMxfp4,  kMxfp4A4};
+  static const std::vector<Scheme> table = {kAffine, kInt8,     kInt8Ct, kInt4,    kInt4Ct, kNf4,    kFp4,
+                                            kFp8,    kFp8Block, kNvfp4,  kNvfp4A4, kMxfp4,  kMxfp4A4};
   return table;
 }
 
@@ -222,9 +222,10 @@ PackedTensor quantize_tensor(const Tensor& source, const SchemeParams& p, std::s
     return t;
   }
   // Rows per chunk: about 64 K values (256 KB of fp32, which stays in L2 from widening to
-  // quantizing), a whole number of blocks where blocks run over the flattened tensor, so that every
-  // chunk but the last packs to the same number of bytes and the last holds any partial block.
-  const int64_t step = s.flat_blocks ? p.group_size / std::gcd(cols, int64_t(p.group_size)) : 1;
+  // quantizing), a whole number of blocks where blocks run over the flattened tensor or span rows
+  // (fp8_block), so that every chunk but the last packs to the same number of bytes and the last
+  // holds any partial block.
+  const int64_t step = s.flat_blocks ? p.group_size / std::gcd(cols, int64_t(p.group_size)) : s.block_rows;
   const int64_t per = std::max(step, std::max<int64_t>(1, (int64_t(1) << 16) / cols) / step * step);
   const int64_t chunks = (rows + per - 1) / per;
   thread_local std::vector<float> buf;

@@ -18,6 +18,8 @@
 //   fp8      FP8 E4M3 weights as compressed-tensors computes them (llm-compressor's FP8_DYNAMIC
 //            preset; docs/spec/compressed-tensors.md §FP8): s = absmax/448 in the weights' dtype per
 //            output channel; activations rounded to E4M3 per token (dynamic).
+//   fp8_block FP8 E4M3 in 128×128 blocks (llm-compressor's FP8_BLOCK preset): one scale per block,
+//            activations rounded to E4M3 in dynamic groups of 128 columns (fp8_block.cpp).
 //   nvfp4    NVFP4 as compressed-tensors computes it (its NVFP4A16 preset, nvfp4-pack-quantized):
 //            E2M1 codes, one E4M3 scale per 16 columns, one FP32 global scale per tensor
 //            (448·6/absmax); weight-only. nvfp4_a4: the same weights with the NVFP4 preset's
@@ -83,6 +85,7 @@ struct TensorSpec {
 //            padded with code 0; scales (bitsandbytes' absmax) F32 [ceil(n/group)]
 //   fp8      data F8_E4M3 [rows, cols] (e4m3.h); scales dtype [rows, 1] (compressed-tensors'
 //            weight_scale)
+//   fp8_block data F8_E4M3 [rows, cols]; scales dtype [ceil(rows/128), cols/128], one per block
 //   nvfp4    data U8 [rows, cols/2], code of column 2i in the low nibble (compressed-tensors'
 //            weight_packed); scales F8_E4M3 [rows, cols/16] (weight_scale); biases F32 [1]: the
 //            global scale (weight_global_scale)
@@ -205,6 +208,13 @@ struct Scheme {
   // Dequantized rows with quantized activations (nvfp4_a4, mxfp4_a4): x [n_tokens, k] replaced by
   // its fake-quantized values, as compressed-tensors' forward rounds a Linear's input.
   void (*round_activations)(float* x, int64_t n_tokens, int64_t k) = nullptr;
+  // Rows of the weight sharing one group's scale: 1 for every row-group scheme; fp8_block's
+  // scales cover 128×128 blocks. The calibrated quantizers (grid.h) need 1.
+  int block_rows = 1;
+  // The weight as the row's Linear multiplies it where that differs from dequantize (the format's
+  // decompressor): fp8_block's e4m3·s in fp32, as FP8 block GEMMs (and compressed-tensors' forward
+  // in an fp32 model) scale without rounding the product to the weights' dtype. nullptr: dequantize.
+  void (*kernel_values)(const PackedTensor& t, float* out) = nullptr;
 
   // W8A8 / W4A8: reference_gemm quantizes activations to int8 by default.
   bool int8_activations() const { return kernel == KernelFamily::Int8PerToken; }
@@ -286,6 +296,9 @@ float quantize_token_fp8(const float* x, int64_t k, float* q);
 // as compressed-tensors' forward does (nvfp4.cpp, mxfp4.cpp say how), k a multiple of the group.
 void round_activations_nvfp4(float* x, int64_t n_tokens, int64_t k);
 void round_activations_mxfp4(float* x, int64_t n_tokens, int64_t k);
+// The fp8_block row's activations, in place: E4M3 fake quantization per group of 128 columns
+// (quantize_token_fp8 of each group, times its scale), k a multiple of 128.
+void round_activations_fp8_groups(float* x, int64_t n_tokens, int64_t k);
 
 // int4_ct (compressed-tensors W4A16) as the affine 4-bit weight its kernels run (its row's
 // kernel_form): the same codes (shared), fp32 scales s and biases −8·s.
