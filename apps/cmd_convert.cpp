@@ -100,16 +100,27 @@ DType source_dtype(const Checkpoint& ck) {
 // "re:.*mlp.gate$"): the top-k choice turns on small differences of the router's logits. The mlx
 // layout quantizes them as mlx_lm.convert does: like every Linear (mixtral.py), or by the model's
 // quant_predicate (qwen3_moe.py: 8 bits, group 64; kept float where 64 does not divide the hidden
-// size, on which mlx_lm.convert itself fails).
-void plan_routers(const ModelConfig& c, const std::string& layout, QuantPlan* plan) {
+// size, on which mlx_lm.convert itself fails). A layout with float_experts (bnb) keeps the experts
+// float too, as its loader does.
+void plan_moe(const ModelConfig& c, const OutputLayout& layout, QuantPlan* plan) {
   if (!c.is_moe()) return;
   const MoeNames& m = *c.desc().moe;
   for (int l = 0; l < c.n_layers; ++l) {
     if (!c.is_moe_layer(l)) continue;
-    const std::string name = "model.layers." + std::to_string(l) + "." + m.router + ".weight";
+    const std::string block = "model.layers." + std::to_string(l) + ".";
+    if (layout.float_experts) {
+      for (auto it = plan->tensors.begin(); it != plan->tensors.end();) {
+        const std::string& name = it->first;
+        const bool expert = name.rfind(block + m.experts + ".", 0) == 0 || name == block + m.router + ".weight";
+        if (expert) plan->skipped[name] = layout.float_experts;
+        it = expert ? plan->tensors.erase(it) : std::next(it);
+      }
+      continue;
+    }
+    const std::string name = block + m.router + ".weight";
     auto it = plan->tensors.find(name);
     if (it == plan->tensors.end()) continue;
-    if (layout != "mlx") {
+    if (std::string(layout.name) != "mlx") {
       plan->tensors.erase(it);
       plan->skipped[name] = "mixture-of-experts router, kept float";
     } else if (m.mlx_router_bits > 0 && c.hidden % m.mlx_router_group == 0) {
@@ -574,19 +585,20 @@ int run(const Args& a) {
         "--rotate or --untie",
         a.in, ck.multimodal->config.value("model_type", "?"));
   // A mixture of experts goes to the layouts that store each expert's projections under their HF
-  // names (hf; compressed-tensors, read per expert by vLLM; native) and to mlx (mlx_lm's stacked
-  // switch_mlp; GGUF: run_gguf); bnb is not written yet. --imatrix and --gptq work per expert
+  // names (hf; compressed-tensors, read per expert by vLLM; native; bnb, experts float), and to mlx
+  // (mlx_lm's stacked switch_mlp; GGUF: run_gguf). --imatrix and --gptq work per expert
   // (calib/expert_prior.h); SmoothQuant and AWQ would fold one scale into the norm that the router
   // and every expert read, which they do not yet.
   // --vision-bits: mlx_vlm quantizes a vision tower's Linears when the folder holds their scales
   // (utils.py load_model's class predicate); the other layouts' loaders keep it float.
   if (a.vision_bits != 0 && (!ck.multimodal || lname != "mlx" || a.q.scheme != "affine"))
     user_error("--vision-bits: for a vision-language model written with --format mlx --scheme affine");
-  if (ck.config.is_moe() && (a.rotate || !ca.smooth.empty() || ca.awq ||
-                             (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx")))
+  if (ck.config.is_moe() &&
+      (a.rotate || !ca.smooth.empty() || ca.awq ||
+       (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx" && lname != "bnb")))
     user_error(
-        "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors, native, mlx "
-        "or gguf only, without --rotate, --smooth or --awq",
+        "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors, native, mlx, "
+        "bnb or gguf only, without --rotate, --smooth or --awq",
         a.in, ck.config.arch);
   if (ck.config.is_moe() && lname == "mlx" && !ck.config.desc().moe->mlx_switch_mlp)
     user_error("{}: {} has no mlx_lm layout here; convert writes it to --format hf, compressed-tensors or native", a.in,
@@ -617,7 +629,7 @@ int run(const Args& a) {
   }
   if (planner.active()) {
     QuantPlan plan = planner.plan(ck);
-    plan_routers(ck.config, lname, &plan);
+    plan_moe(ck.config, *layout, &plan);
     const SchemeParams text_params = plan.tensors.empty() ? SchemeParams{} : plan.tensors.begin()->second;
     ck = calib::pack_checkpoint(std::move(ck), plan, *layout, calib);
     for (const std::string& line : plan_summary(plan)) std::printf("%s\n", line.c_str());

@@ -268,6 +268,10 @@ Checkpoint load_quantized_dir(const std::string& dir, const json& j, const std::
     jm = j;
     unstack_mlx_experts(ck.config, dir, &st.tensors, &jm["quantization"]);
   }
+  // bitsandbytes leaves gpt_oss's fused experts float (its loader quantizes Linears only), stored
+  // fused as transformers saves them: split like an unquantized folder's.
+  if (kind == "bnb" && ck.config.desc().moe && ck.config.desc().moe->gpt_oss)
+    split_gpt_oss_experts(ck.config, st.tensors, dir);
   for (auto& [name, t] : st.tensors) {
     if (name.size() > 21 && name.compare(name.size() - 21, 21, "rotary_emb.inv_freq") == 0) continue;
     ck.tensors.emplace(name, t);

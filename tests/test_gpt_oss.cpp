@@ -108,7 +108,8 @@ TEST(GptOss, Perplexity) {
 }
 
 // convert --format hf fuses the experts back into transformers' names (bf16 and MXFP4 sources):
-// the folder reads back to the same logits; bitsandbytes and GGUF are refused with one line.
+// the folder reads back to the same logits; GGUF is refused with one line (bitsandbytes:
+// test_bnb_moe.cpp).
 TEST(GptOss, ConvertHfRoundTripAndRefusals) {
   const std::string tmp = test::temp_dir("gpt_oss");
   std::string log;
@@ -125,7 +126,7 @@ TEST(GptOss, ConvertHfRoundTripAndRefusals) {
     EXPECT_EQ(ck.tensors.size(), g.ck.tensors.size());
     EXPECT_LT(max_abs_diff(logits(ck, g.ids, "f32", false), g.logits), 1e-4);
   }
-  for (const char* args : {"--scheme nf4", "--format gguf --gguf-type f16"}) {
+  for (const char* args : {"--format gguf --gguf-type f16"}) {
     SCOPED_TRACE(args);
     const std::string out = tmp + "/refused" + (std::string(args).find("gguf") != std::string::npos ? ".gguf" : "");
     EXPECT_EQ(

@@ -4,6 +4,8 @@
 
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "formats/error.h"
 #include "formats/layouts/output_layout.h"
 #include "libquant/schemes/grid.h"
@@ -138,4 +140,16 @@ TEST(QuantPlanner, RulesFlagsAndLayouts) {
   QuantRequest none;
   none.bits = 4;
   EXPECT_THROW(QuantPlanner(none, *find_output_layout("hf"), ""), UserError);
+}
+
+// A reason shared by many tensors (bnb's float experts) is one summary line with the count.
+TEST(QuantPlanner, SummaryCollapsesARepeatedReason) {
+  QuantPlan plan;
+  for (size_t i = 0; i < kSummaryCollapse; ++i) plan.skipped[fmt::format("e.{:03}.weight", i)] = "experts float";
+  plan.skipped["lm_head.weight"] = "head float";
+  const std::vector<std::string> lines = plan_summary(plan);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], fmt::format("left unquantized: {} tensors, e.000.weight ... e.{:03}.weight (experts float)",
+                                  kSummaryCollapse, kSummaryCollapse - 1));
+  EXPECT_EQ(lines[1], "left unquantized: lm_head.weight (head float)");
 }

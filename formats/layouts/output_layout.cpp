@@ -21,9 +21,12 @@ const std::vector<OutputLayout>& output_layouts() {
       // llm-compressor's W8A8 preset targets Linear layers and ignores lm_head.
       {"compressed-tensors", "compressed-tensors int-quantized (W8A8) folder, as llm-compressor writes",
        write_ct_folder, ct_tensor_names, "compressed-tensors quantizes Linear layers only (lm_head ignored)"},
-      // transformers' bitsandbytes integration keeps the embedding and the output head float.
+      // transformers' bitsandbytes integration keeps the embedding and the output head float, and
+      // replaces nn.Linear modules only (integrations/bitsandbytes.py replace_with_bnb_linear):
+      // a mixture of experts' routers and fused 3-D expert parameters are no Linears there.
       {"bnb", "bitsandbytes NF4/FP4 folder, as transformers saves it", write_bnb_folder, bnb_tensor_names,
-       "bitsandbytes (transformers) keeps the embedding and lm_head unquantized", ".quant_map"},
+       "bitsandbytes (transformers) keeps the embedding and lm_head unquantized", ".quant_map",
+       "bitsandbytes (transformers) quantizes nn.Linear only; routers and fused experts stay float"},
   };
   return rows;
 }

@@ -23,6 +23,9 @@ struct OutputLayout {
   // Non-null: every quantized weight's code book (16 fp32 values) is stored beside its codes,
   // as the codes' name + this suffix.
   const char* code_table_suffix = nullptr;
+  // Non-null: a mixture of experts' routers and expert projections stay unquantized in this
+  // layout, and why.
+  const char* float_experts = nullptr;
 };
 
 const std::vector<OutputLayout>& output_layouts();

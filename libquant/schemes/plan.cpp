@@ -122,7 +122,18 @@ std::vector<std::string> plan_summary(const QuantPlan& plan) {
   for (auto& [name, p] : plan.tensors) ++by_params[fmt::format("{} {}-bit group {}", p.scheme, p.bits, p.group_size)];
   std::vector<std::string> lines;
   for (auto& [k, n] : by_params) lines.push_back(fmt::format("quantized {} tensors: {}", n, k));
-  for (auto& [name, why] : plan.skipped) lines.push_back(fmt::format("left unquantized: {} ({})", name, why));
+  // One line per tensor, except for a reason shared by many (a mixture of experts' every expert in
+  // the bnb layout: thousands of lines for a 128-expert model): one line with the count.
+  std::map<std::string, std::vector<const std::string*>> by_why;
+  for (auto& [name, why] : plan.skipped) by_why[why].push_back(&name);
+  for (auto& [name, why] : plan.skipped) {
+    const auto& names = by_why.at(why);
+    if (names.size() < kSummaryCollapse)
+      lines.push_back(fmt::format("left unquantized: {} ({})", name, why));
+    else if (names.front() == &name)
+      lines.push_back(fmt::format("left unquantized: {} tensors, {} ... {} ({})", names.size(), *names.front(),
+                                  *names.back(), why));
+  }
   return lines;
 }
 

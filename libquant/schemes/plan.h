@@ -58,7 +58,9 @@ class QuantPlanner {
   bool active_ = false;
 };
 
-// "quantized N tensors: SCHEME B-bit group G" and "left unquantized: NAME (why)" lines.
+// "quantized N tensors: SCHEME B-bit group G" and "left unquantized: NAME (why)" lines; a reason
+// shared by kSummaryCollapse tensors or more is one line, "left unquantized: N tensors, FIRST ... LAST (why)".
+constexpr size_t kSummaryCollapse = 64;
 std::vector<std::string> plan_summary(const QuantPlan& plan);
 
 }  // namespace qt
