@@ -25,7 +25,8 @@ class Attention {
   Attention(const Attention&) = delete;
   Attention& operator=(const Attention&) = delete;
   // Binds the buffers for up to max_chunks chunks of T tokens: q [B·T, nh·hd], k, v [B·T, nkv·hd]
-  // (f16), out [B·T, nh·hd] (fp32). Allocates the score and probability scratch.
+  // (f16), out [B·T, nh·hd] (fp32). The materialised path allocates its score and probability
+  // scratch here; the fused one none.
   // Quantized KV caches in decode mode (kv.h) also bind k2 (exact keys: a second score matrix)
   // and/or v2 (exact values: a second probability matrix, P2·V2 added to the output); the
   // softmax then reads S or S2 per (query, key) by the bounds given to run(). q2: the queries S2
@@ -43,7 +44,9 @@ class Attention {
   // sinks: null, or one fp32 logit per query head (gpt_oss; attention_fused.h) — the fused path only.
   void run(int chunks, float scale, cudaStream_t s, int window = 0, float softcap = 0, const float* sinks = nullptr);
   // Whether bind's configuration runs fused (the rest: materialised).
-  static bool runs_fused(bool fused, int hd, bool k2, bool v2) { return fused && !k2 && !v2 && fused_attention_fits(hd); }
+  static bool runs_fused(bool fused, int hd, bool k2, bool v2) {
+    return fused && !k2 && !v2 && fused_attention_fits(hd);
+  }
   bool fused() const { return fused_now_; }
   // The band's block (0: the second GEMMs over whole T × T).
   static int band(int T, bool k2, bool v2, KvBound kb, KvBound vb) {

@@ -36,8 +36,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(_
 
 // 16 bytes global → shared; src_bytes 0 fills the 16 bytes with zeros (rows past the chunk's end).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -85,8 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd(Params p) {
   constexpr int S = D + kPad, kQ = kWarps * 16 * kM;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* sQ = reinterpret_cast<__half*>(smem);  // [kQ][S]
-  __half* sK = sQ + kQ * S;                       // [2][kN][S]
-  __half* sV = sK + 2 * kN * S;                   // [2][kN][S]
+  __half* sK = sQ + kQ * S;                      // [2][kN][S]
+  __half* sV = sK + 2 * kN * S;                  // [2][kN][S]
 
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, c = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -141,8 +140,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd(Params p) {
         uint32_t a[kM][4];
 #pragma unroll
         for (int mt = 0; mt < kM; ++mt)
-          ldsm_x4(a[mt], sQ + (warp * 16 * kM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + kk * 16 +
-                             (lane >> 4) * 8);
+          ldsm_x4(a[mt],
+                  sQ + (warp * 16 * kM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
         for (int n = 0; n < kN / 8; n += 2) {
           uint32_t b[4];

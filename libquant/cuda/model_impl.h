@@ -70,8 +70,8 @@ struct GpuModel::Impl {
   std::unique_ptr<GemmLt> gemm;
   std::unique_ptr<Attention> attn;
   bool fused_attention = true;  // false: the materialised attention everywhere (attention.h)
-  std::unique_ptr<GpuKv> kvq;  // a quantized KV cache (kv.h); null: the f16 cache
-  StageProfile prof;           // QT_CUDA_PROFILE=1
+  std::unique_ptr<GpuKv> kvq;   // a quantized KV cache (kv.h); null: the f16 cache
+  StageProfile prof;            // QT_CUDA_PROFILE=1
 
   // Scratch for up to max_chunks chunks of T tokens.
   int max_chunks = 0, T = 0;
