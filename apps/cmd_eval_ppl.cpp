@@ -35,7 +35,7 @@ using nlohmann::json;
 
 struct Options {
   std::string model, text, method = "llama", compute, weight_act, device = "cpu", kernel, json_path, kl_base,
-                           kl_base_kv = "f32", kl_base_cache;
+                           kl_base_kv = "f32", kl_base_cache, attention = "fused";
   int ctx = 0, chunks = -1, chunk_offset = 0, threads = 0, ubatch = 0, batch = 0, chunk_parallel = 0;
   KvFlags kvf;
   bool running = false, token_stats = false, kv_stats = false;
@@ -240,6 +240,7 @@ int run(const Options& o) {
   if (!o.kl_base_cache.empty() && o.kl_base.empty())
     user_error("--kl-base-cache keeps the --kl-base-model's states; give both");
   const bool on_gpu = o.device == "cuda";
+  if (!on_gpu && o.attention != "fused") user_error("--attention {}: cuda only (with --device cuda)", o.attention);
   if (on_gpu)
     check_cuda_flags(o);
   else if (o.batch != 0)
@@ -306,14 +307,14 @@ int run(const Options& o) {
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
     if (on_gpu) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
       cuda::check_supported(bk);
-      e.gpu_base = std::make_unique<cuda::GpuModel>(std::move(bk));
+      e.gpu_base = std::make_unique<cuda::GpuModel>(std::move(bk), o.attention == "fused");
     } else {  // the reference runs in fp32 (from its packed codes, if it is a quantized folder)
       e.cpu_base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
     }
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   if (on_gpu) {
-    e.gpu = std::make_unique<cuda::GpuModel>(std::move(ck));
+    e.gpu = std::make_unique<cuda::GpuModel>(std::move(ck), o.attention == "fused");
     cuda::set_kv(*e.gpu, po.kv);  // before auto_batch: decode windows take more attention scratch
     e.batch = o.batch > 0 ? o.batch : cuda::auto_batch(*e.gpu, po.ctx);
     if (e.gpu_base && o.batch == 0) e.batch = std::max(1, std::min(e.batch, cuda::auto_batch(*e.gpu_base, po.ctx)) / 2);
@@ -439,6 +440,10 @@ const Registrar reg{
                       "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
                       "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads)")
            ->check(CLI::IsMember({"cpu", "cuda"}));
+       sub.add_option("--attention", o->attention,
+                      "cuda: fused (default: one kernel, no score matrix, where it applies) or materialized "
+                      "(scores through cuBLAS and a softmax kernel everywhere; the fused kernel's baseline)")
+           ->check(CLI::IsMember({"fused", "materialized"}));
        sub.add_option("--batch", o->batch, "cuda: chunks per forward (default: as many as fit, up to 32768 tokens)");
        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
            ->check(CLI::IsMember({"f32", "bf16"}));

@@ -6,7 +6,7 @@
 
 namespace qt::cuda {
 
-Attention::Attention() { QT_CUBLAS_CHECK(cublasCreate(&h_)); }
+Attention::Attention(bool fused) : fused_(fused) { QT_CUBLAS_CHECK(cublasCreate(&h_)); }
 Attention::~Attention() {
   if (h_) cublasDestroy(h_);
 }
@@ -16,6 +16,13 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
   max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
   k2_ = k2 != nullptr, v2_ = v2 != nullptr;
   kb_ = kb, vb_ = vb;
+  fused_now_ = runs_fused(fused_, hd, k2_, v2_);
+  q_ = q, k_ = k, v_ = v, out_ = out;
+  if (fused_now_) {  // no scratch: release what a materialised binding held
+    for (DeviceBuffer* b : {&S_, &P_, &S2_, &P2_, &ptrs_, &bptrs_}) b->resize(0);
+    band_ = nbf_ = tail_ = 0;
+    return;
+  }
   band_ = band(T, k2_, v2_, kb, vb);
   nbf_ = band_ ? T / band_ : 0, tail_ = band_ ? T % band_ : 0;
   if (!q2) q2 = q;
@@ -73,10 +80,15 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
   QT_CUDA_CHECK(cudaMemcpy(bptrs_.get(), b.data(), b.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-void Attention::run(int chunks, float scale, cudaStream_t s, int window, float softcap) {
+void Attention::run(int chunks, float scale, cudaStream_t s, int window, float softcap, const float* sinks) {
   const KvBound kb = kb_, vb = vb_;
   if (chunks <= 0) return;
   if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
+  if (fused_now_) {
+    fused_attention(q_, k_, v_, out_, chunks, T_, nh_, nkv_, hd_, scale, s, window, softcap, sinks);
+    return;
+  }
+  if (sinks) throw std::logic_error("Attention::run: attention sinks on the materialised path");
   QT_CUBLAS_CHECK(cublasSetStream(h_, s));
   const size_t heads = size_t(max_chunks_) * nh_;
   const int batch = chunks * nh_;

@@ -42,9 +42,11 @@ void check_supported(const Checkpoint& ck);
 
 // The model on the GPU. The constructor uploads every weight (bf16 for the projections and the
 // output head, the embedding table as stored, norms fp32) and releases ck's tensors as it goes.
+// fused_attention false: attention materialises its scores everywhere (the fused kernel's A/B
+// baseline; by default the fused kernel runs where it applies, libquant/cuda/attention.h).
 class GpuModel {
  public:
-  explicit GpuModel(Checkpoint&& ck);
+  explicit GpuModel(Checkpoint&& ck, bool fused_attention = true);
   ~GpuModel();
   GpuModel(const GpuModel&) = delete;
   GpuModel& operator=(const GpuModel&) = delete;
@@ -105,9 +107,15 @@ std::vector<float> rope_split(const std::vector<float>& qkv, int n, int T, int n
 std::vector<float> swiglu(const std::vector<float>& gu, int n, int F);
 // Y [n, out] = X [n, in] · W [out, in]ᵀ with both operands rounded to bf16, fp32 accumulate.
 std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const std::vector<float>& x, int n);
-// Causal attention of B chunks of T tokens; q [B·T, nh·hd], k/v [B·T, nkv·hd] rounded to f16.
+// Causal attention of B chunks of T tokens; q [B·T, nh·hd], k/v [B·T, nkv·hd] rounded to f16;
+// fused or materialised (Attention's choice where the fused kernel does not apply), with a
+// sliding window, soft-cap and per-head sink logits (fused only) where given.
 std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                             int B, int T, int nh, int nkv, int hd, float scale);
+                             int B, int T, int nh, int nkv, int hd, float scale, bool fused = true, int window = 0,
+                             float softcap = 0, const std::vector<float>& sinks = {});
+// Device milliseconds per call of the fused kernel (tile: attention_fused.h; 0 the default) and,
+// tile −1, of the materialised path, on random q, k, v of the shape: the mean of `reps` calls.
+float attention_ms(int B, int T, int nh, int nkv, int hd, int tile, int reps);
 // W8A8: RMSNorm then per-token int8 (codes, scales); the exact int32 product of int8 W [out, in]
 // and X [n, in]; y (+)= sx · (sw · acc); SwiGLU of a gate|up int32 product, quantized per token.
 struct Q8 {

@@ -95,7 +95,7 @@ DeviceBuffer upload_f32(const std::vector<float>& v) {
 
 }  // namespace
 
-GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) {
+GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), desc(&ck.config.desc()) {
   check_supported(ck);
   const ModelConfig& c = cfg;
   const int64_t H = c.hidden, F = c.intermediate;
@@ -104,7 +104,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck) : cfg(ck.config), desc(&ck.config.desc()) 
   KV = c.n_kv_heads * c.head_dim;
   QT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   gemm = std::make_unique<GemmLt>();
-  attn = std::make_unique<Attention>();
+  attn = std::make_unique<Attention>(fused_attention);
 
   auto weight = [&](const std::string& name, int64_t out, int64_t in) -> const Tensor& {
     const Tensor& w = ck.get(name);
@@ -368,8 +368,10 @@ GpuModel::Impl::~Impl() {
 size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t N = size_t(chunks) * T_, H = cfg.hidden, F = dense_ffn ? cfg.intermediate : 0;
   size_t b = N * (4 + H * 4 + H * 2 + size_t(Q + 2 * KV) * 4 + size_t(Q + 2 * KV) * 2 + size_t(Q) * 6 + F * 8 + F * 2);
-  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, kvq && kvq->key_window(), kvq && kvq->value_window(),
-                                kvq ? kvq->keys().bound() : KvBound{}, kvq ? kvq->values().bound() : KvBound{});
+  const bool k2 = kvq && kvq->key_window(), v2 = kvq && kvq->value_window();
+  b += Attention::scratch_bytes(chunks, T_, cfg.n_heads, k2, v2, kvq ? kvq->keys().bound() : KvBound{},
+                                kvq ? kvq->values().bound() : KvBound{},
+                                Attention::runs_fused(fused_attention, cfg.head_dim, k2, v2));
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
   b += size_t(chunks) * T_ * H * 2;                 // hs (at most every row)
   if (head_q8) b += size_t(chunks) * T_ * (H + 4);  // hq, hsx
@@ -690,7 +692,8 @@ void GpuModel::Impl::final_softcap(int rows) {
 
 // ------------------------------------------------------------------------------- GpuModel
 
-GpuModel::GpuModel(Checkpoint&& ck) : impl_(std::make_unique<Impl>(std::move(ck))) {}
+GpuModel::GpuModel(Checkpoint&& ck, bool fused_attention)
+    : impl_(std::make_unique<Impl>(std::move(ck), fused_attention)) {}
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }

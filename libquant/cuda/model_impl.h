@@ -69,8 +69,9 @@ struct GpuModel::Impl {
   cudaStream_t stream = nullptr;
   std::unique_ptr<GemmLt> gemm;
   std::unique_ptr<Attention> attn;
-  std::unique_ptr<GpuKv> kvq;  // a quantized KV cache (kv.h); null: the f16 cache
-  StageProfile prof;           // QT_CUDA_PROFILE=1
+  bool fused_attention = true;  // false: the materialised attention everywhere (attention.h)
+  std::unique_ptr<GpuKv> kvq;   // a quantized KV cache (kv.h); null: the f16 cache
+  StageProfile prof;            // QT_CUDA_PROFILE=1
 
   // Scratch for up to max_chunks chunks of T tokens.
   int max_chunks = 0, T = 0;
@@ -93,7 +94,7 @@ struct GpuModel::Impl {
   bool head_q8 = false;
   DeviceBuffer head_codes, head_scales, hq, hsx;
 
-  explicit Impl(Checkpoint&& ck);
+  Impl(Checkpoint&& ck, bool fused_attention);
   ~Impl();
   const bf16* head_weight() const { return lm_head.bytes() ? lm_head.get<bf16>() : embed.get<bf16>(); }
   // The KV cache's methods: f16 everywhere (kvq null) or a GpuKv; the next reserve re-binds.

@@ -18,7 +18,7 @@ int device_count() { return 0; }
 std::string DeviceInfo::describe() const { return name; }
 DeviceInfo device_info() { no_cuda(); }
 void check_supported(const Checkpoint&) { no_cuda(); }
-GpuModel::GpuModel(Checkpoint&&) { no_cuda(); }
+GpuModel::GpuModel(Checkpoint&&, bool) { no_cuda(); }
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { no_cuda(); }
 size_t GpuModel::weight_bytes() const { no_cuda(); }
@@ -55,9 +55,10 @@ std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int
 std::vector<float> swiglu(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_bf16(const std::vector<float>&, int, int, const std::vector<float>&, int) { no_cuda(); }
 std::vector<float> attention(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int, int,
-                             int, int, int, float) {
+                             int, int, int, float, bool, int, float, const std::vector<float>&) {
   no_cuda();
 }
+float attention_ms(int, int, int, int, int, int, int) { no_cuda(); }
 Q8 rmsnorm_q8(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
 std::vector<int32_t> gemm_i8(const std::vector<int8_t>&, int, int, const std::vector<int8_t>&, int) { no_cuda(); }
 std::vector<float> dequant(const std::vector<int32_t>&, int, int, const std::vector<float>&, const std::vector<float>&,

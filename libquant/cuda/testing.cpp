@@ -1,6 +1,9 @@
 // Host-data wrappers of the kernels, for tests/test_cuda.cpp (each against the CPU op).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "libquant/cuda/affine.h"
 #include "libquant/cuda/attention.h"
 #include "libquant/cuda/backend.h"
@@ -82,12 +85,46 @@ std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const
 }
 
 std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                             int B, int T, int nh, int nkv, int hd, float scale) {
+                             int B, int T, int nh, int nkv, int hd, float scale, bool fused, int window, float softcap,
+                             const std::vector<float>& sinks) {
   DeviceBuffer dq = up_f16(q), dk = up_f16(k), dv = up_f16(v), out(size_t(B) * T * nh * hd * 4);
-  Attention a;
+  DeviceBuffer ds = sinks.empty() ? DeviceBuffer() : up(sinks);
+  Attention a(fused);
   a.bind(B, T, nh, nkv, hd, dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>());
-  a.run(B, scale, nullptr);
+  a.run(B, scale, nullptr, window, softcap, ds.get<float>());
   return down<float>(out, size_t(B) * T * nh * hd);
+}
+
+float attention_ms(int B, int T, int nh, int nkv, int hd, int tile, int reps) {
+  const size_t nq = size_t(B) * T * nh * hd, nk = size_t(B) * T * nkv * hd;
+  std::vector<float> host(std::max(nq, nk));
+  uint32_t r = 12345;
+  for (float& x : host) r = r * 1664525u + 1013904223u, x = float(int(r >> 9) % 2001 - 1000) / 1000.0f;
+  DeviceBuffer dq = up_f16(std::vector<float>(host.begin(), host.begin() + nq));
+  const std::vector<float> kv(host.begin(), host.begin() + nk);
+  DeviceBuffer dk = up_f16(kv), dv = up_f16(kv), out(nq * 4);
+  Attention a(tile >= 0);
+  a.bind(B, T, nh, nkv, hd, dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>());
+  const float scale = 1.0f / std::sqrt(float(hd));
+  auto once = [&] {
+    if (tile >= 0)
+      fused_attention(dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>(), B, T, nh, nkv, hd, scale,
+                      nullptr, 0, 0, nullptr, tile);
+    else
+      a.run(B, scale, nullptr);
+  };
+  once();
+  cudaEvent_t e0, e1;
+  QT_CUDA_CHECK(cudaEventCreate(&e0));
+  QT_CUDA_CHECK(cudaEventCreate(&e1));
+  QT_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+  for (int i = 0; i < reps; ++i) once();
+  QT_CUDA_CHECK(cudaEventRecord(e1, nullptr));
+  QT_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  QT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return ms / float(reps);
 }
 
 Q8 rmsnorm_q8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
