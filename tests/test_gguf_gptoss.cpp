@@ -22,6 +22,7 @@
 
 #include "formats/checkpoint.h"
 #include "formats/ggml_blocks.h"
+#include "formats/ggml_quantize.h"
 #include "formats/gguf.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
@@ -133,6 +134,49 @@ TEST(Mxfp4Blocks, ReferenceRuleAndWeighted) {
     better += eq < er * (1 - 1e-6);
   }
   EXPECT_GT(better, 0);  // the other exponents do win somewhere
+  // Calibrated rounding's codes 0..14 are the E2M1 values in rising order under the block's scale.
+  const GgmlCodeRange cr = ggml_code_range(GgmlType::MXFP4);
+  ASSERT_EQ(cr.hi - cr.lo + 1, 15);
+  row.from_float(x.data(), b, 1);
+  float last = -INFINITY;
+  for (int c = cr.lo; c <= cr.hi; ++c) {
+    std::vector<uint8_t> L(32, uint8_t(c));
+    ggml_pack_codes(GgmlType::MXFP4, L.data(), b);
+    row.to_float(b, y.data(), 1);
+    EXPECT_GT(y[0], last) << c;
+    EXPECT_EQ(y[31], y[0]);
+    last = y[0];
+  }
+  EXPECT_EQ(last, 6.0f * 0.25f);
+}
+
+// --imatrix and --gptq reach MXFP4 experts (llama-quantize's MXFP4 ignores an imatrix): every
+// expert's slice with its own importances, GPTQ's codes on the MXFP4 grid decoding close to the
+// weights.
+TEST(Mxfp4Blocks, ImatrixAndGptqOnExperts) {
+  const std::string text = test::data_file("wikitext-2/wiki.valid.tokens.txt");
+  QT_REQUIRE_FILE(text);
+  const std::string g = test::source_dir() + "/tests/golden/imatrix/", dir = test::temp_dir("mxfp4_calib");
+  const std::string base = "convert --in " + g + "tiny-spm-moe.gguf --format gguf --gguf-type mxfp4_moe --imatrix " +
+                           g + "tiny-spm-moe.imatrix.gguf --out " + dir;
+  std::string out;
+  ASSERT_EQ(qt_run(base + "/i.gguf", &out), 0) << out;
+  EXPECT_NE(out.find("imatrix: 33 weights quantized with importance weights"), std::string::npos) << out;
+  ASSERT_EQ(qt_run(base + "/g.gguf --gptq --calib " + text + " --calib-chunks 4", &out), 0) << out;
+  EXPECT_NE(out.find("gptq: 33 weights"), std::string::npos) << out;
+  const GgufFile i = GgufFile::open(dir + "/i.gguf"), q = GgufFile::open(dir + "/g.gguf");
+  const GgufTensorInfo *ti = i.find_tensor("blk.1.ffn_down_exps.weight"), *tq = q.find_tensor("blk.1.ffn_down_exps.weight");
+  ASSERT_TRUE(ti && tq);
+  ASSERT_EQ(tq->type, GgmlType::MXFP4);
+  EXPECT_NE(std::memcmp(ti->data, tq->data, ti->nbytes), 0);
+  Checkpoint ck = load_checkpoint(g + "tiny-spm-moe.gguf", LoadMode::Deferred);
+  const std::vector<std::string> parts = gguf_expert_parts("blk.1.ffn_down_exps.weight", ck.config);
+  const std::vector<float> w0 = to_f32(materialize(ck.tensors.at(parts[0])));
+  std::vector<float> d0(w0.size());
+  ggml_dequantize(*ggml_type_row(39), tq->data, d0.data(), w0.size() / 32);
+  double err = 0, ref = 0;
+  for (size_t k = 0; k < w0.size(); ++k) err += (d0[k] - w0[k]) * (d0[k] - w0[k]), ref += w0[k] * w0[k];
+  EXPECT_LT(err / ref, 0.05);
 }
 
 class GptOssGguf : public ::testing::TestWithParam<std::string> {};

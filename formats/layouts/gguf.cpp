@@ -306,7 +306,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   if (!*arch)
     user_error(
         "{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3, gemma2, "
-        "gemma3_text, phi3, qwen3_moe, mixtral)",
+        "gemma3_text, phi3, qwen3_moe, mixtral, gpt_oss)",
         ck.path, c.arch);
   const TypeRow* trp = find_type_row(opt.gguf_type);
   if (!trp) user_error("--gguf-type: unknown type '{}' ({})", opt.gguf_type, gguf_export_type_names());
