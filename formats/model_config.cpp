@@ -554,23 +554,20 @@ void read_moe_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
 // (ggml.c ggml_rope_yarn_corr_dims: transformers' truncate = true).
 void read_gpt_oss_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
   auto key = [&](const char* k) { return arch + "." + k; };
-  c->n_experts = int(g.get_int(key("expert_count")));
-  c->n_experts_per_tok = int(g.get_int(key("expert_used_count")));
-  if (c->n_experts_per_tok <= 0 || c->n_experts_per_tok > c->n_experts)
-    user_error("{}: {} {} must be within 1..{} ({})", g.path(), key("expert_used_count"), c->n_experts_per_tok,
-               key("expert_count"), c->n_experts);
-  c->moe_intermediate = int(g.get_int(key("expert_feed_forward_length")));
-  if (c->moe_intermediate <= 0) user_error("{}: the experts' feed-forward length must be positive", g.path());
+  g.get_int(key("expert_feed_forward_length"));  // required: no default for gpt-oss
+  read_moe_gguf(g, arch, c);
+  c->norm_topk_prob = false;  // the router's own rule (formats/arch.h MoeNames::gpt_oss)
   c->swiglu_alpha = 1.702f;
   c->swiglu_limit = 7.0f;
   c->sliding_window = int(g.get_int(key("attention.sliding_window")));
   if (c->sliding_window <= 0) user_error("{}: {} must be positive", g.path(), key("attention.sliding_window"));
   read_swa_pattern(g, arch, 2, c);
-  if (g.has(key("rope.freq_base_swa")) && g.get_float(key("rope.freq_base_swa")) != g.get_float_or(key("rope.freq_base"), 10000.0))
+  if (g.has(key("rope.freq_base_swa")) &&
+      g.get_float(key("rope.freq_base_swa")) != g.get_float_or(key("rope.freq_base"), 10000.0))
     user_error("{}: {} differs from rope.freq_base (one RoPE base for every layer is supported)", g.path(),
                key("rope.freq_base_swa"));
-  for (const char* k : {"expert_shared_count", "expert_weights_scale", "rope.scaling.attn_factor",
-                        "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier"})
+  for (const char* k : {"expert_weights_scale", "rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
+                        "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier"})
     if (g.has(key(k))) user_error("{}: {} is not supported for gpt-oss", g.path(), key(k));
   const std::string scaling = g.get_string_or(key("rope.scaling.type"), "");
   if (scaling.empty() || scaling == "none") return;
@@ -633,8 +630,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   }
 
   const bool gpt_oss = row->moe && row->moe->gpt_oss;
-  if (gpt_oss) read_gpt_oss_gguf(g, arch, &c);
-  if (row->moe && !gpt_oss) read_moe_gguf(g, arch, &c);
+  if (row->moe) gpt_oss ? read_gpt_oss_gguf(g, arch, &c) : read_moe_gguf(g, arch, &c);
   if (row->gemma_attention) read_gemma_gguf(g, arch, &c);
   if (row->fused_proj) read_phi3_gguf(g, arch, &c);
 

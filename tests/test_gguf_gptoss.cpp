@@ -165,7 +165,8 @@ TEST(Mxfp4Blocks, ImatrixAndGptqOnExperts) {
   ASSERT_EQ(qt_run(base + "/g.gguf --gptq --calib " + text + " --calib-chunks 4", &out), 0) << out;
   EXPECT_NE(out.find("gptq: 33 weights"), std::string::npos) << out;
   const GgufFile i = GgufFile::open(dir + "/i.gguf"), q = GgufFile::open(dir + "/g.gguf");
-  const GgufTensorInfo *ti = i.find_tensor("blk.1.ffn_down_exps.weight"), *tq = q.find_tensor("blk.1.ffn_down_exps.weight");
+  const GgufTensorInfo *ti = i.find_tensor("blk.1.ffn_down_exps.weight"),
+                       *tq = q.find_tensor("blk.1.ffn_down_exps.weight");
   ASSERT_TRUE(ti && tq);
   ASSERT_EQ(tq->type, GgmlType::MXFP4);
   EXPECT_NE(std::memcmp(ti->data, tq->data, ti->nbytes), 0);

@@ -195,12 +195,15 @@ struct MixState {
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
 std::pair<int, int> gguf_order_key(const std::string& gguf) {
-  static const char* kLayer[] = {
-      "attn_norm.weight",     "attn_q.weight",      "attn_q.bias",         "attn_k.weight",      "attn_k.bias",
-      "attn_v.weight",        "attn_v.bias",        "attn_q_norm.weight",  "attn_k_norm.weight", "attn_output.weight",
-      "ffn_norm.weight",      "ffn_gate.weight",    "ffn_up.weight",       "ffn_down.weight",    "ffn_gate_inp.weight",
-      "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "attn_output.bias",  "attn_sinks.weight",
-      "post_attention_norm.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"};
+  static const char* kLayer[] = {"attn_norm.weight",     "attn_q.weight",      "attn_q.bias",
+                                 "attn_k.weight",        "attn_k.bias",        "attn_v.weight",
+                                 "attn_v.bias",          "attn_q_norm.weight", "attn_k_norm.weight",
+                                 "attn_output.weight",   "ffn_norm.weight",    "ffn_gate.weight",
+                                 "ffn_up.weight",        "ffn_down.weight",    "ffn_gate_inp.weight",
+                                 "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+                                 "attn_output.bias",     "attn_sinks.weight",  "post_attention_norm.weight",
+                                 "ffn_gate_inp.bias",    "ffn_gate_exps.bias", "ffn_up_exps.bias",
+                                 "ffn_down_exps.bias"};
   if (gguf == "token_embd.weight") return {-2, 0};
   if (gguf == "rope_freqs.weight") return {-1, 0};
   if (gguf == "output_norm.weight") return {1 << 30, 0};
@@ -430,7 +433,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   w.add_string("general.architecture", arch);
   w.add_string("general.name", opt.name);
   const bool mxfp4_kept = mxfp4_src && block.block_size == 1;
-  write_gguf_arch_keys(c, mxfp4_kept ? 38u : tr.ftype, ck.path, &w);  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+  write_gguf_arch_keys(c, mxfp4_kept ? 38u : tr.ftype, ck.path, &w);       // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   if (block.block_size > 1) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   write_tokenizer(ck, &w);
 
@@ -469,8 +472,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
         weighted += q.imp != nullptr;
         parts.push_back(q);
       }
-      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type,
-                   [parts, it, n, bytes, rows, cols, copy, mxfp4_src, &c] {
+      auto stacked_bytes = [parts, it, n, bytes, rows, cols, copy, mxfp4_src, &c] {
         std::vector<uint8_t> out(bytes * parts.size());
         for (size_t e = 0; e < parts.size(); ++e) {
           uint8_t* dst = out.data() + e * bytes;
@@ -490,7 +492,8 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
           quantize_weight(it.type, v, rows, cols, parts[e].imp, it.llama_bytes, dst);
         }
         return out;
-      });
+      };
+      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type, stacked_bytes);
       continue;
     }
     const Tensor& t = tensors.at(it.hf);
