@@ -23,16 +23,20 @@ float e8m0_half(uint8_t e) {
   return f;
 }
 
-// ggml-quants.c best_index_mxfp4: the code whose value d · kvalues[i] is nearest x, the first of a
-// tie (so +0 before −0).
+// ggml-quants.c best_index_mxfp4: the first of the 16 codes whose value kvalues[i] · d is nearest x.
+// Restated without the scan, to the same code: only +0 and the codes of x's sign can be strictly
+// nearer than +0 (−0 ties it, the other sign is farther), so the answer is the magnitude m whose
+// |kvalues[m] · d − |x|| is least, the smaller m on a tie, as code m or 8 + m for a negative x.
+// Those errors fall strictly towards |x| and rise strictly past it (grid steps are ≥ d and
+// |x| < 32 d, far above float rounding), so m is the grid point just below |x| or the one after,
+// the two errors computed as ggml computes them (fabsf(k·d − x) equals fabsf(k·d − |x|)).
 int best_index(float x, float d) {
-  int best = 0;
-  float best_err = std::fabs(kMxfp4[0] * d - x);
-  for (int i = 1; i < 16; ++i) {
-    const float err = std::fabs(kMxfp4[i] * d - x);
-    if (err < best_err) best = i, best_err = err;
-  }
-  return best;
+  static constexpr float kMag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  const float ax = std::fabs(x);
+  int m = 0;
+  for (int i = 1; i < 8; ++i) m += kMag[i] * d <= ax;
+  if (m < 7 && std::fabs(kMag[m + 1] * d - ax) < std::fabs(kMag[m] * d - ax)) ++m;
+  return x < 0 && m > 0 ? 8 + m : m;
 }
 
 // The block's codes for exponent e, and their importance-weighted squared error (imp null: 1 each).

@@ -112,7 +112,43 @@ TEST(Mxfp4Blocks, ReferenceRuleAndWeighted) {
   EXPECT_EQ(b[0], 0);
   row.to_float(b, y.data(), 1);
   EXPECT_EQ(y, z);
-  // Random blocks: within half a step of the grid; the weighted rule never worse under its weights.
+  // ggml's quantize_row_mxfp4_ref as written there (a scan of the 16 codes): the same bytes on
+  // random blocks and on blocks of exact midpoints, signed zeros and tiny values.
+  auto ggml_ref = [](const float* v, uint8_t* out) {
+    static const int8_t k[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const uint8_t e = amax > 0.0f ? uint8_t(std::floor(std::log2(amax)) - 2 + 127) : 0;
+    const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;
+    float d;
+    std::memcpy(&d, &bits, 4);
+    auto best = [&](float xv) {
+      int bi = 0;
+      float be = std::fabs(k[0] * d - xv);
+      for (int i = 1; i < 16; ++i)
+        if (std::fabs(k[i] * d - xv) < be) bi = i, be = std::fabs(k[i] * d - xv);
+      return bi;
+    };
+    out[0] = e;
+    for (int j = 0; j < 16; ++j) out[1 + j] = uint8_t(best(v[j]) | (best(v[j + 16]) << 4));
+  };
+  std::mt19937 rng0(11);
+  std::uniform_int_distribution<int> pick(0, 15);
+  for (int t = 0; t < 20000; ++t) {
+    std::vector<float> v(32);
+    const float scale = std::ldexp(1.0f, t % 40 - 20);
+    for (int j = 0; j < 32; ++j) {
+      const int a = pick(rng0), c = pick(rng0);  // a grid point, a midpoint, or noise
+      const float mid = 0.5f * (grid[a % 8] + grid[std::min(7, a % 8 + 1)]);
+      v[size_t(j)] = (c < 5 ? mid : c < 10 ? grid[a % 8] : float(rng0() % 1000) / 100.0f) * (a >= 8 ? -scale : scale);
+      if (c == 15) v[size_t(j)] = a % 2 ? -0.0f : 0.0f;
+    }
+    uint8_t want[17], got[17];
+    ggml_ref(v.data(), want);
+    row.from_float(v.data(), got, 1);
+    ASSERT_EQ(std::memcmp(want, got, 17), 0) << t;
+  }
+  // Random blocks: the weighted rule never worse under its weights.
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   std::uniform_real_distribution<float> ud(0.01f, 4.0f);
