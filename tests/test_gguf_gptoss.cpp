@@ -287,19 +287,22 @@ TEST(GptOssGgufMxfp4Moe, EqualsLlamaQuantize) {
   }
 }
 
-// The mix on the other mixtures of experts, as llama-quantize allows it for any architecture.
-TEST(GptOssGgufMxfp4Moe, OtherMoeTypes) {
+// The mix on the other mixtures of experts, as llama-quantize allows it for any architecture: its bytes.
+TEST(GptOssGgufMxfp4Moe, OtherMoeArchitectures) {
   const std::string tmp = test::temp_dir("gptoss_mxfp4_other");
-  std::string log;
-  ASSERT_EQ(qt_run("convert --in " + test::source_dir() + "/tests/golden/gguf_moe/tiny-qwen3moe.bf16.gguf --out " +
-                       tmp + "/q.gguf --format gguf --gguf-type mxfp4_moe",
-                   &log),
-            0)
-      << log;
-  GgufFile q = GgufFile::open(tmp + "/q.gguf");
-  EXPECT_EQ(int(q.find_tensor("blk.0.ffn_down_exps.weight")->type), int(GgmlType::MXFP4));
-  EXPECT_EQ(int(q.find_tensor("blk.0.attn_q.weight")->type), int(GgmlType::Q8_0));
-  EXPECT_EQ(int(q.find_tensor("blk.0.ffn_gate_inp.weight")->type), int(GgmlType::F32));
+  for (const char* name : {"qwen3moe", "mixtral8"}) {
+    std::string log;
+    const std::string out = tmp + "/" + name + ".gguf";
+    ASSERT_EQ(qt_run("convert --in " + test::source_dir() + "/tests/golden/gguf_moe/tiny-" + name +
+                         ".bf16.gguf --out " + out + " --format gguf --gguf-type mxfp4_moe",
+                     &log),
+              0)
+        << log;
+    GgufFile got = GgufFile::open(out), want = GgufFile::open(golden("tiny-" + std::string(name) + ".mxfp4_moe.gguf"));
+    expect_same_tensors(got, want, name);
+    EXPECT_EQ(int(want.find_tensor("blk.0.ffn_down_exps.weight")->type), int(GgmlType::MXFP4));
+    EXPECT_EQ(got.metadata().at("general.file_type").i, 38);
+  }
 }
 
 TEST(GptOssGgufRefusals, OneLineExit2) {

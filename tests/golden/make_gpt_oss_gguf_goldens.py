@@ -19,9 +19,11 @@ tests/golden/gguf_gptoss/tiny-gpt-oss-mxfp4.bf16.gguf
 tests/golden/gguf_gptoss/tiny-gpt-oss.mxfp4_moe.gguf
     `llama-quantize tiny-gpt-oss.bf16.gguf OUT MXFP4_MOE` (src/llama-quant.cpp: 3-D expert
     tensors MXFP4 by quantize_row_mxfp4_ref, every other quantizable weight Q8_0).
+tests/golden/gguf_gptoss/tiny-{qwen3moe,mixtral8}.mxfp4_moe.gguf
+    The same llama-quantize MXFP4_MOE of make_moe_gguf_goldens.py's bf16 files (llama-quantize allows
+    the mix on any architecture).
 """
 import os
-import shutil
 import subprocess
 import sys
 
@@ -60,6 +62,10 @@ def main():
         subprocess.run([quantize, os.path.join(OUT, "tiny-gpt-oss.bf16.gguf"),
                         os.path.join(OUT, "tiny-gpt-oss.mxfp4_moe.gguf"), "MXFP4_MOE"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name in ("qwen3moe", "mixtral8"):
+            subprocess.run([quantize, os.path.join(HERE, "gguf_moe", "tiny-%s.bf16.gguf" % name),
+                            os.path.join(OUT, "tiny-%s.mxfp4_moe.gguf" % name), "MXFP4_MOE"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print("wrote", OUT)
 
 
