@@ -273,6 +273,15 @@ TEST(GptOssGgufMxfp4Moe, EqualsLlamaQuantize) {
                    &log),
             0)
       << log;
+  // From the converter's GGUF of that folder: llama-quantize's bytes (it copies the MXFP4 experts;
+  // requantizing would give the same values, not always the same exponent bytes).
+  ASSERT_EQ(qt_run("convert --in " + golden("tiny-gpt-oss-mxfp4.bf16.gguf") + " --out " + tmp +
+                       "/c.gguf --format gguf --gguf-type mxfp4_moe",
+                   &log),
+            0)
+      << log;
+  expect_same_tensors(GgufFile::open(tmp + "/c.gguf"), GgufFile::open(golden("tiny-gpt-oss-mxfp4.mxfp4_moe.gguf")),
+                      "mxfp4 gguf -> mxfp4_moe");
   GgufFile b = GgufFile::open(tmp + "/b.gguf"), conv = GgufFile::open(golden("tiny-gpt-oss-mxfp4.bf16.gguf"));
   for (auto& t : b.tensors()) {
     const GgufTensorInfo* c = conv.find_tensor(t.name);

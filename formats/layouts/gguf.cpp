@@ -19,6 +19,7 @@
 #include "formats/fused_proj.h"
 #include "formats/ggml_quantize.h"
 #include "formats/gguf_writer.h"
+#include "formats/gguf.h"
 #include "formats/gpt_oss_experts.h"
 #include "formats/layouts/gguf_arch.h"
 
@@ -335,6 +336,16 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   };
   // A released gpt_oss folder (experts MXFP4): its blocks, for the experts written as MXFP4.
   const std::shared_ptr<const SafetensorsDir> mxfp4_src = gpt_oss_mxfp4_source(ck);
+  // A GGUF source's stacked experts already MXFP4: copied where the output keeps them MXFP4, as
+  // llama-quantize copies a tensor already of its type (requantizing gives the same values, not
+  // always the same bytes: a block whose largest code is 3 can also be written one exponent lower).
+  std::shared_ptr<const GgufFile> gguf_src;
+  if (ck.source_kind == "gguf" && c.is_moe()) gguf_src = std::make_shared<const GgufFile>(GgufFile::open(ck.path));
+  auto gguf_mxfp4 = [&](const std::string& g, const std::vector<int64_t>& shape) -> const GgufTensorInfo* {
+    const GgufTensorInfo* t = gguf_src ? gguf_src->find_tensor(g) : nullptr;
+    const std::vector<int64_t> ne(shape.rbegin(), shape.rend());
+    return t && t->type == GgmlType::MXFP4 && t->ne == ne ? t : nullptr;
+  };
   std::vector<Item> items;
   const bool tied = c.tie_word_embeddings || !ck.tensors.count("lm_head.weight");
   // Phi-3: q/k/v and gate/up written fused, as attn_qkv and ffn_up (Phi3MiniModel keeps HF's fused
@@ -463,6 +474,11 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
       const size_t n = size_t(rows * cols), bytes = ggml_nbytes(it.type, n);
       // The source's own MXFP4 blocks, repacked (conversion/gpt_oss.py repack_mxfp4: no requantization).
       const bool copy = mxfp4_src && it.type == GgmlType::MXFP4;
+      if (const GgufTensorInfo* src = it.type == GgmlType::MXFP4 ? gguf_mxfp4(it.gguf, it.shape) : nullptr) {
+        w.add_tensor(it.gguf, src->ne, it.type,
+                     [gguf_src, src] { return std::vector<uint8_t>(src->data, src->data + src->nbytes); });
+        continue;
+      }
       for (const std::string& p : it.parts) {
         Part q{tensors.at(p), opt.packed && !copy ? opt.packed(p) : nullptr, nullptr};
         if (q.pre && q.pre->size() != bytes)
