@@ -267,6 +267,14 @@ TEST(GptOssGgufMxfp4Moe, EqualsLlamaQuantize) {
   EXPECT_EQ(got.metadata().at("general.file_type").i, 38);
   EXPECT_EQ(int(want.find_tensor("output.weight")->type), int(GgmlType::Q8_0));
   EXPECT_EQ(int(want.find_tensor("blk.0.ffn_up_exps.weight")->type), int(GgmlType::MXFP4));
+  // --gguf-type mxfp4: every weight MXFP4, as llama-quantize --pure MXFP4_MOE.
+  ASSERT_EQ(qt_run("convert --in " + golden("tiny-gpt-oss.bf16.gguf") + " --out " + tmp +
+                       "/p.gguf --format gguf --gguf-type mxfp4",
+                   &log),
+            0)
+      << log;
+  expect_same_tensors(GgufFile::open(tmp + "/p.gguf"), GgufFile::open(golden("tiny-gpt-oss.mxfp4_pure.gguf")),
+                      "mxfp4 pure");
 
   ASSERT_EQ(qt_run("convert --in " + folder("gpt-oss-mxfp4") + " --out " + tmp +
                        "/b.gguf --format gguf --gguf-type mxfp4_moe",

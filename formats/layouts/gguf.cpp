@@ -83,6 +83,7 @@ constexpr TypeRow kTypes[] = {
     {"q2_k", G::Q2_K, 10},
     {"q3_k", G::Q3_K, 12},
     {"iq4_xs", G::IQ4_XS, 30},
+    {"mxfp4", G::MXFP4, 38},  // llama-quantize --pure MXFP4_MOE
     {"q2_k_mix",
      G::Q2_K,
      10,

@@ -19,6 +19,8 @@ tests/golden/gguf_gptoss/tiny-gpt-oss-mxfp4.bf16.gguf
 tests/golden/gguf_gptoss/tiny-gpt-oss.mxfp4_moe.gguf
     `llama-quantize tiny-gpt-oss.bf16.gguf OUT MXFP4_MOE` (src/llama-quant.cpp: 3-D expert
     tensors MXFP4 by quantize_row_mxfp4_ref, every other quantizable weight Q8_0).
+tests/golden/gguf_gptoss/tiny-gpt-oss.mxfp4_pure.gguf
+    `llama-quantize --pure … MXFP4_MOE`: every quantizable weight MXFP4 (`--gguf-type mxfp4`).
 tests/golden/gguf_gptoss/tiny-gpt-oss-mxfp4.mxfp4_moe.gguf
     llama-quantize MXFP4_MOE of the converter's file of the MXFP4 folder: the experts, already MXFP4,
     copied; the rest Q8_0.
@@ -66,6 +68,9 @@ def main():
             subprocess.run([quantize, os.path.join(OUT, "tiny-%s.bf16.gguf" % name),
                             os.path.join(OUT, "tiny-%s.mxfp4_moe.gguf" % name), "MXFP4_MOE"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([quantize, "--pure", os.path.join(OUT, "tiny-gpt-oss.bf16.gguf"),
+                        os.path.join(OUT, "tiny-gpt-oss.mxfp4_pure.gguf"), "MXFP4_MOE"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name in ("qwen3moe", "mixtral8"):
             subprocess.run([quantize, os.path.join(HERE, "gguf_moe", "tiny-%s.bf16.gguf" % name),
                             os.path.join(OUT, "tiny-%s.mxfp4_moe.gguf" % name), "MXFP4_MOE"],
