@@ -9,7 +9,8 @@
 //    interleaved gate_up_proj with their biases, sinks as attn_sinks.weight, the MXFP4 experts'
 //    blocks copied, file type MOSTLY_MXFP4_MOE;
 //  - `--gguf-type mxfp4_moe` of the converter's bf16 file gives llama-quantize's bytes (experts
-//    MXFP4, every other weight Q8_0), as of the tiny qwen3moe and Mixtral files of test_gguf_moe;
+//    MXFP4, every other weight Q8_0), as of the tiny qwen3moe and Mixtral files of test_gguf_moe
+//    and of the converter's MXFP4 file (experts copied); `mxfp4` gives `--pure`'s;
 //  - reading those GGUFs gives the folder's model: logits equal ours of the folder with YaRN's
 //    truncate set (llama.cpp always truncates), the MXFP4 path without loss.
 #include <cmath>
