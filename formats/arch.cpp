@@ -44,7 +44,7 @@ constexpr ArchDesc kArchs[] = {
   {"smollm3",     "SmolLM3ForCausalLM",   "",      false, 32768,    2e6,   0,    true,  false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, true,   nullptr, false},
   {"qwen3_moe",   "Qwen3MoeForCausalLM",  "qwen3moe", true, 32768,    1e4,   0,    false, false, Q::PerHead, kPreNorms,      false, false, A::Silu,     false, false, false,  &kQwen3Moe, false},
   {"mixtral",     "MixtralForCausalLM",   "llama", true,  4096*32,  1e6,   0,    false, false, Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kMixtral, false},
-  {"gpt_oss",     "GptOssForCausalLM",    "",      false, 131072,   1.5e5, 64,   false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kGptOss,   true},
+  {"gpt_oss",     "GptOssForCausalLM",    "gpt-oss", true, 131072,   1.5e5, 64,   false, true,  Q::None,    kPreNorms,      false, false, A::Silu,     false, false, false,  &kGptOss,   true},
 };
 // clang-format on
 

@@ -87,9 +87,19 @@ std::vector<std::pair<std::string, std::string>> arch_layer_names(const ArchDesc
                                                        {"post_attention_norm.weight", n.attn_post},
                                                        {"ffn_norm.weight", n.ffn_pre},
                                                        {"post_ffw_norm.weight", n.ffn_post}};
+  const bool gpt_oss = d.moe && d.moe->gpt_oss;
   for (auto& [g, hf] : norms)
-    if (hf) v.emplace_back(g, std::string(hf) + ".weight");
+    if (hf) {
+      // gpt-oss's norm before the MoE is llama.cpp's ATTN_POST_NORM (src/models/openai-moe.cpp)
+      const bool post = gpt_oss && std::string_view(hf) == "post_attention_layernorm";
+      v.emplace_back(post ? "post_attention_norm.weight" : g, std::string(hf) + ".weight");
+    }
   if (d.moe) v.emplace_back("ffn_gate_inp.weight", std::string(d.moe->router) + ".weight");
+  if (gpt_oss) v.emplace_back("ffn_gate_inp.bias", std::string(d.moe->router) + ".bias");
+  if (d.attn_sinks) {  // conversion/gpt_oss.py names the sinks "<...>.sinks.weight"
+    v.emplace_back("attn_sinks.weight", "self_attn.sinks");
+    v.emplace_back("attn_output.bias", "self_attn.o_proj.bias");
+  }
   if (d.fused_proj) {
     v.emplace_back("attn_qkv.weight", "self_attn.qkv_proj.weight");
     v.emplace_back("ffn_up.weight", "mlp.gate_up_proj.weight");
@@ -97,15 +107,17 @@ std::vector<std::pair<std::string, std::string>> arch_layer_names(const ArchDesc
   return v;
 }
 
-// The stacked expert tensors (after "blk.N."), by the MoeNames member naming the projection.
+// The stacked expert tensors (after "blk.N."), by the MoeNames member naming the projection;
+// gpt-oss's experts' biases are stacked too, [n_expert, rows] (conversion/gpt_oss.py).
 struct ExpertRow {
   const char* gguf;
   const char* MoeNames::*hf;
+  const char* suffix;
 };
 constexpr ExpertRow kExpertNames[] = {
-    {"ffn_gate_exps.weight", &MoeNames::gate},
-    {"ffn_up_exps.weight", &MoeNames::up},
-    {"ffn_down_exps.weight", &MoeNames::down},
+    {"ffn_gate_exps.weight", &MoeNames::gate, ".weight"}, {"ffn_up_exps.weight", &MoeNames::up, ".weight"},
+    {"ffn_down_exps.weight", &MoeNames::down, ".weight"}, {"ffn_gate_exps.bias", &MoeNames::gate, ".bias"},
+    {"ffn_up_exps.bias", &MoeNames::up, ".bias"},         {"ffn_down_exps.bias", &MoeNames::down, ".bias"},
 };
 
 // "<experts>.E.<proj>.weight" -> the stacked tensor's name after "blk.N."; "" for another name.
@@ -119,7 +131,7 @@ std::string expert_gguf_rest(std::string_view rest, const MoeNames& m) {
   if (j == 0 || j >= rest.size() || rest[j] != '.') return "";
   rest.remove_prefix(j + 1);
   for (const ExpertRow& r : kExpertNames)
-    if (rest == std::string(m.*r.hf) + ".weight") return r.gguf;
+    if ((r.suffix[1] == 'w' || m.gpt_oss) && rest == std::string(m.*r.hf) + r.suffix) return r.gguf;
   return "";
 }
 
@@ -161,11 +173,11 @@ std::vector<std::string> gguf_expert_parts(const std::string& gguf_name, const M
   const MoeNames* m = c.desc().moe;
   if (!m || !split_layer(gguf_name, "blk.", &layer, &rest) || layer >= c.n_layers || !c.is_moe_layer(layer)) return {};
   for (const ExpertRow& r : kExpertNames) {
-    if (rest != r.gguf) continue;
+    if (rest != r.gguf || (r.suffix[1] == 'b' && !m->gpt_oss)) continue;
     std::vector<std::string> parts;
     for (int e = 0; e < c.n_experts; ++e)
       parts.push_back("model.layers." + std::to_string(layer) + "." + m->experts + "." + std::to_string(e) + "." +
-                      (m->*r.hf) + ".weight");
+                      (m->*r.hf) + r.suffix);
     return parts;
   }
   return {};

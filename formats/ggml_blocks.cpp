@@ -1,6 +1,7 @@
 // ggml block types: the table (ids, block sizes and bytes from ggml's type traits, ggml.c) with
 // each type's conversions, as ggml's type_traits holds them; the block families live in
-// ggml_quants_legacy.cpp, ggml_quants_k.cpp and ggml_quants_iq4nl.cpp, the plain float types here.
+// ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp and ggml_quants_mxfp4.cpp, the
+// plain float types here.
 #include "formats/ggml_blocks.h"
 
 #include <algorithm>
@@ -102,7 +103,7 @@ constexpr GgmlTypeRow kRows[] = {
     {GgmlType::BF16, "BF16", 1, 2, deq_bf16, from_bf16, nullptr},
     {GgmlType(34), "TQ1_0", 256, 54, nullptr, nullptr, nullptr},
     {GgmlType(35), "TQ2_0", 256, 66, nullptr, nullptr, nullptr},
-    {GgmlType(39), "MXFP4", 32, 17, nullptr, nullptr, nullptr},
+    block_row<GgmlType::MXFP4, 32, 17, ggml::dequantize_mxfp4, ggml::quantize_mxfp4>("MXFP4"),
     {GgmlType(40), "NVFP4", 64, 36, nullptr, nullptr, nullptr},
     {GgmlType(41), "Q1_0", 128, 18, nullptr, nullptr, nullptr},
 };

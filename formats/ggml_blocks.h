@@ -1,7 +1,7 @@
 // One row per ggml tensor type, as ggml's type_traits (ggml.c): block size, bytes per block, and
 // the conversions to and from fp32. Dequantization must be bit-exact with gguf-py's numpy
 // implementation (gguf/quants.py; see tests/golden/); quantization says its rule per family
-// (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp).
+// (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp, ggml_quants_mxfp4.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +36,7 @@ enum class GgmlType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct GgmlTypeRow {

@@ -81,6 +81,7 @@ GgmlCodeRange ggml_code_range(GgmlType type) {
     case GgmlType::Q4_K: return {0, 15, 32};
     case GgmlType::Q5_K: return {0, 31, 32};
     case GgmlType::Q6_K: return {0, 63, 16};
+    case GgmlType::MXFP4: return {0, 14, 32};  // by value, not the stored E2M1 code
     default: return {};
   }
 }
@@ -102,6 +103,7 @@ void ggml_pack_codes(GgmlType type, const uint8_t* L, uint8_t* y) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K: ggml::pack_codes_k(type, L, y); return;
+    case GgmlType::MXFP4: ggml::pack_codes_mxfp4(type, L, y); return;
     default: ggml::pack_codes_legacy(type, L, y); return;
   }
 }

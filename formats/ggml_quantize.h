@@ -45,9 +45,10 @@ void ggml_quantize_weighted(GgmlType type, const float* src, int64_t rows, int64
 // Calibrated rounding in a block type's own grid (GPTQ, calib/gptq_ggml.h): a block's scale fields
 // are chosen first (ggml_quantize_block), then each element's code separately, then the codes are
 // packed under those scales (ggml_pack_codes). Codes are unsigned, as stored: lo..hi (Q8_0: 1..255
-// for the int8 values -127..127, as ggml's reference writes them; Q3_K: 0..7, value q + 4; the
-// others the stored field). Every `sub` consecutive elements of a block share one scale (and
-// minimum), so one code means one value for all of them.
+// for the int8 values -127..127, as ggml's reference writes them; Q3_K: 0..7, value q + 4; MXFP4:
+// 0..14, the E2M1 values −6..6 in rising order, not the stored code; the others the stored field).
+// Every `sub` consecutive elements of a block share one scale (and minimum), so one code means one
+// value for all of them.
 struct GgmlCodeRange {
   int lo = 0, hi = 0;
   int sub = 0;

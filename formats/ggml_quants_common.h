@@ -1,4 +1,5 @@
-// What the ggml block families (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp)
+// What the ggml block families (ggml_quants_legacy.cpp, ggml_quants_k.cpp, ggml_quants_iq4nl.cpp,
+// ggml_quants_mxfp4.cpp)
 // share: their entry points for the type rows of ggml_blocks.h, block sizes and the fp16 scale
 // fields, read exactly and written round-to-nearest-even.
 #pragma once
@@ -12,7 +13,7 @@
 namespace qt::ggml {
 
 // Per family, for its types t (legacy: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; k: Q2_K..Q6_K; iq4_nl:
-// IQ4_NL, IQ4_XS): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;
+// IQ4_NL, IQ4_XS; mxfp4: MXFP4): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;
 // quantize_F writes one block, by the reference rule when imp is null, else with `imp` (one
 // importance per value of x) never a larger importance-weighted error than the reference rule.
 // ggml_blocks.cpp runs them over the blocks of a tensor.
@@ -26,6 +27,8 @@ void dequantize_k(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_k(GgmlType t, const float* x, const float* imp, uint8_t* y);
 void dequantize_iq4_nl(GgmlType t, const uint8_t* src, float* dst, size_t nb);
 void quantize_iq4_nl(GgmlType t, const float* x, const float* imp, uint8_t* y);
+void dequantize_mxfp4(GgmlType t, const uint8_t* src, float* dst, size_t nb);
+void quantize_mxfp4(GgmlType t, const float* x, const float* imp, uint8_t* y);
 // IQ4_NL as llama-quantize writes it (ggml-quants.c quantize_iq4_nl without an imatrix), where
 // its bytes are wanted: the fallback of a 256-block type inside a llama.cpp mix (ggml_quantize.h).
 void quantize_iq4_nl_llama(const float* x, uint8_t* y);
@@ -45,6 +48,7 @@ float make_qkx3(int n, int nmax, const float* x, const float* weights, uint8_t* 
 void pack_codes_legacy(GgmlType t, const uint8_t* L, uint8_t* y);
 void pack_codes_k(GgmlType t, const uint8_t* L, uint8_t* y);
 void pack_codes_iq4_nl(GgmlType t, const uint8_t* L, uint8_t* y);
+void pack_codes_mxfp4(GgmlType t, const uint8_t* L, uint8_t* y);
 
 constexpr int QK = 32;     // elements of a legacy / IQ4_NL block
 constexpr int QK_K = 256;  // elements of a K-quant super-block

@@ -146,4 +146,39 @@ void fuse_gpt_oss_experts(const ModelConfig& c, std::map<std::string, Tensor>& t
   }
 }
 
+std::shared_ptr<const SafetensorsDir> gpt_oss_mxfp4_source(const Checkpoint& ck) {
+  if (ck.source_kind != "hf" || !ck.config.desc().moe || !ck.config.desc().moe->gpt_oss) return nullptr;
+  auto st = std::make_shared<SafetensorsDir>(load_safetensors_dir(ck.path));
+  return st->tensors.count("model.layers.0.mlp.experts.down_proj_blocks") ? st : nullptr;
+}
+
+std::vector<uint8_t> gpt_oss_mxfp4_ggml_blocks(const SafetensorsDir& src, const ModelConfig& c,
+                                               const std::string& hf_name) {
+  // model.layers.L.mlp.experts.E.<proj>.weight
+  const size_t k = hf_name.find(".mlp.experts.");
+  const size_t e0 = k + 13, e1 = hf_name.find('.', e0);
+  if (k == std::string::npos || e1 == std::string::npos) throw std::logic_error("not an expert weight: " + hf_name);
+  const std::string prefix = hf_name.substr(0, k + 13), proj = hf_name.substr(e1 + 1);
+  const int64_t e = std::stoll(hf_name.substr(e0, e1 - e0));
+  const bool down = proj == "down_proj.weight";
+  const int64_t E = c.n_experts, rows = down ? c.hidden : c.moe_intermediate;
+  const int64_t fused_rows = down ? rows : 2 * rows, G = (down ? c.moe_intermediate : c.hidden) / 32;
+  const std::string base = prefix + (down ? "down_proj" : "gate_up_proj");
+  const Tensor b = materialize(src.tensors.at(base + "_blocks")), s = materialize(src.tensors.at(base + "_scales"));
+  if (b.numel() != E * fused_rows * G * 16 || s.numel() != E * fused_rows * G)
+    user_error("{}: {}_blocks / _scales do not hold [{}, {}, {}] blocks", hf_name, base, E, fused_rows, G);
+  const int64_t step = down ? 1 : 2, first = proj == "up_proj.weight" ? 1 : 0;
+  std::vector<uint8_t> out(size_t(rows * G * 17));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t at = (e * fused_rows + first + step * r) * G + g;
+      const uint8_t* q = b.as<uint8_t>() + at * 16;
+      uint8_t* y = out.data() + (r * G + g) * 17;
+      y[0] = s.as<uint8_t>()[at];
+      auto code = [q](int i) { return (q[i / 2] >> (4 * (i & 1))) & 0x0F; };
+      for (int j = 0; j < 16; ++j) y[1 + j] = uint8_t(code(j) | (code(j + 16) << 4));
+    }
+  return out;
+}
+
 }  // namespace qt

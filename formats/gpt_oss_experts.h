@@ -11,10 +11,13 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "formats/checkpoint.h"
 #include "formats/model_config.h"
+#include "formats/safetensors.h"
 #include "formats/tensor.h"
 
 namespace qt {
@@ -31,5 +34,18 @@ void split_gpt_oss_experts(const ModelConfig& c, std::map<std::string, Tensor>& 
 // gate_up_proj / down_proj and their biases (fp32; the writer casts). Layers whose experts are
 // packed (quantized: the native and compressed-tensors writers) stay per expert.
 void fuse_gpt_oss_experts(const ModelConfig& c, std::map<std::string, Tensor>& tensors);
+
+// A released gpt_oss folder's experts as stored (MXFP4 blocks and scales), for the GGUF writer to
+// copy rather than requantize (llama.cpp's conversion/gpt_oss.py repack_mxfp4); null when `ck` is
+// not an HF folder whose experts are MXFP4.
+std::shared_ptr<const SafetensorsDir> gpt_oss_mxfp4_source(const Checkpoint& ck);
+
+// One expert's projection (its HF name, model.layers.L.mlp.experts.E.<gate|up|down>_proj.weight)
+// as ggml block_mxfp4 rows: per 32 values the E8M0 byte as stored (ggml's 2^(e − 128) times the
+// doubled E2M1 value is transformers' 2^(e − 127) times the value), then 16 bytes with element j
+// in the low nibble of byte j and element j + 16 in its high nibble (transformers packs elements
+// 2i, 2i + 1 into byte i). gate and up are the even and odd rows of gate_up_proj.
+std::vector<uint8_t> gpt_oss_mxfp4_ggml_blocks(const SafetensorsDir& src, const ModelConfig& c,
+                                               const std::string& hf_name);
 
 }  // namespace qt

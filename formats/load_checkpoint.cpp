@@ -114,15 +114,17 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
   json qinfo = json::object();
   for (auto& t : g.tensors()) {
     if (t.name == "rope_freqs.weight") continue;  // folded into config.rope_scaling
-    // A stacked expert tensor [n_experts, rows, cols]: expert e is the e-th of n_experts equal
-    // byte ranges (whole rows, so whole blocks), loaded as its own [rows, cols] tensor.
+    // A stacked expert tensor [n_experts, rows, cols] (gpt-oss's biases: [n_experts, rows]):
+    // expert e is the e-th of n_experts equal byte ranges (whole rows, so whole blocks), loaded as
+    // its own [rows, cols] ([rows]) tensor.
     if (const std::vector<std::string> parts = gguf_expert_parts(t.name, c); !parts.empty()) {
-      if (t.ne.size() != 3 || t.ne[2] != int64_t(parts.size()))
-        user_error("{}: tensor {} has shape {}, not [{}, rows, cols]", path, t.name, shape_text(t.torch_shape()),
-                   parts.size());
+      const size_t dims = t.name.compare(t.name.size() - 5, 5, ".bias") == 0 ? 2 : 3;
+      if (t.ne.size() != dims || t.ne.back() != int64_t(parts.size()))
+        user_error("{}: tensor {} has shape {}, not [{}, rows{}]", path, t.name, shape_text(t.torch_shape()),
+                   parts.size(), dims == 3 ? ", cols" : "");
       for (size_t e = 0; e < parts.size(); ++e) {
         GgufTensorInfo x = t;
-        x.ne = {t.ne[0], t.ne[1]};
+        x.ne.pop_back();
         x.nbytes = t.nbytes / parts.size();
         x.data = t.data ? t.data + e * x.nbytes : nullptr;
         if (shapes.count(parts[e])) user_error("{}: tensor {} appears twice", path, t.name);

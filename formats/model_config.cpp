@@ -471,6 +471,24 @@ namespace {
 // query_pre_attn_scalar. Sliding layers: attention.sliding_window_pattern (a per-layer bool array,
 // or a period) when present, else every 2nd (gemma2) / all but every 6th (gemma3) layer; gemma3
 // without a sliding_window key has no sliding layers.
+// Which layers slide, as llama.cpp's load_swa_pattern (src/llama-model.cpp): the per-layer array
+// attention.sliding_window_pattern, else that key as a period (default `period`), layer i sliding
+// when i % period < period - 1 (llama_hparams::set_swa_pattern).
+void read_swa_pattern(const GgufFile& g, const std::string& arch, int64_t period, ModelConfig* c) {
+  const std::string pk = arch + ".attention.sliding_window_pattern";
+  c->sliding.assign(size_t(c->n_layers), 0);
+  if (g.has(pk) && g.metadata().at(pk).type == GgufValueType::ARRAY) {
+    const std::vector<int64_t>& v = g.get_int_array(pk);
+    if (int(v.size()) != c->n_layers)
+      user_error("{}: {} lists {} layers, the model has {}", g.path(), pk, v.size(), c->n_layers);
+    for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = v[size_t(i)] != 0;
+    return;
+  }
+  period = g.get_int_or(pk, period);
+  if (period < 0) user_error("{}: {} must not be negative, got {}", g.path(), pk, period);
+  for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = period == 0 || i % period < period - 1;
+}
+
 void read_gemma_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
   auto key = [&](const char* k) { return arch + "." + k; };
   const bool g2 = arch == "gemma2";
@@ -486,17 +504,7 @@ void read_gemma_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c)
     return;
   }
   c->sliding_window = int(window);
-  const std::string pk = key("attention.sliding_window_pattern");
-  if (g.has(pk) && g.metadata().at(pk).type == GgufValueType::ARRAY) {
-    const std::vector<int64_t>& v = g.get_int_array(pk);
-    if (int(v.size()) != c->n_layers)
-      user_error("{}: {} lists {} layers, the model has {}", g.path(), pk, v.size(), c->n_layers);
-    for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = v[size_t(i)] != 0;
-    return;
-  }
-  const int64_t period = g.get_int_or(pk, g2 ? 2 : 6);
-  if (period < 0) user_error("{}: {} must not be negative, got {}", g.path(), pk, period);
-  for (int i = 0; i < c->n_layers; ++i) c->sliding[size_t(i)] = period == 0 || i % period < period - 1;
+  read_swa_pattern(g, arch, g2 ? 2 : 6, c);
 }
 
 // Phi-3 (convert_hf_to_gguf.py Phi3MiniModel): a sliding window on every layer when the key is
@@ -538,6 +546,41 @@ void read_moe_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
     user_error("{}: shared experts are not supported", g.path());
 }
 
+// gpt-oss as llama.cpp runs it (src/models/openai-moe.cpp, conversion/gpt_oss.py): every layer
+// sparse with expert_feed_forward_length rows per expert, the top-k router logits softmaxed
+// (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT), sliding layers by load_swa_pattern with period 2
+// (the even layers), the clamped SwiGLU with llama-graph.cpp's hard-coded alpha 1.702 and limit 7
+// (LLM_FFN_SWIGLU_OAI_MOE), and YaRN whose ramp ends are always floored / ceiled
+// (ggml.c ggml_rope_yarn_corr_dims: transformers' truncate = true).
+void read_gpt_oss_gguf(const GgufFile& g, const std::string& arch, ModelConfig* c) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  g.get_int(key("expert_feed_forward_length"));  // required: no default for gpt-oss
+  read_moe_gguf(g, arch, c);
+  c->norm_topk_prob = false;  // the router's own rule (formats/arch.h MoeNames::gpt_oss)
+  c->swiglu_alpha = 1.702f;
+  c->swiglu_limit = 7.0f;
+  c->sliding_window = int(g.get_int(key("attention.sliding_window")));
+  if (c->sliding_window <= 0) user_error("{}: {} must be positive", g.path(), key("attention.sliding_window"));
+  read_swa_pattern(g, arch, 2, c);
+  if (g.has(key("rope.freq_base_swa")) &&
+      g.get_float(key("rope.freq_base_swa")) != g.get_float_or(key("rope.freq_base"), 10000.0))
+    user_error("{}: {} differs from rope.freq_base (one RoPE base for every layer is supported)", g.path(),
+               key("rope.freq_base_swa"));
+  for (const char* k : {"expert_weights_scale", "rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
+                        "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier"})
+    if (g.has(key(k))) user_error("{}: {} is not supported for gpt-oss", g.path(), key(k));
+  const std::string scaling = g.get_string_or(key("rope.scaling.type"), "");
+  if (scaling.empty() || scaling == "none") return;
+  if (scaling != "yarn") user_error("{}: gpt-oss with rope scaling '{}' (supported: yarn)", g.path(), scaling);
+  RopeScaling& r = c->rope_scaling;
+  r.type = "yarn";
+  r.factor = float(g.get_float(key("rope.scaling.factor")));
+  r.original_max_position_embeddings = int(g.get_int(key("rope.scaling.original_context_length")));
+  r.beta_fast = float(g.get_float_or(key("rope.scaling.yarn_beta_fast"), 32.0));
+  r.beta_slow = float(g.get_float_or(key("rope.scaling.yarn_beta_slow"), 1.0));
+  r.truncate = true;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
@@ -549,7 +592,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   if (!row)
     user_error(
         "{}: unsupported GGUF architecture '{}'{} (read from GGUF: llama, qwen2, qwen3, gemma2, gemma3, phi3; "
-        "mixture-of-experts: qwen3moe, and llama with expert_count as Mixtral's)",
+        "mixture-of-experts: qwen3moe, gpt-oss, and llama with expert_count as Mixtral's)",
         path, arch, n_experts > 0 ? " with " + std::to_string(n_experts) + " experts" : std::string());
 
   ModelConfig c;
@@ -586,11 +629,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
     }
   }
 
-  if (row->moe) read_moe_gguf(g, arch, &c);
+  const bool gpt_oss = row->moe && row->moe->gpt_oss;
+  if (row->moe) gpt_oss ? read_gpt_oss_gguf(g, arch, &c) : read_moe_gguf(g, arch, &c);
   if (row->gemma_attention) read_gemma_gguf(g, arch, &c);
   if (row->fused_proj) read_phi3_gguf(g, arch, &c);
 
-  std::string scaling = g.get_string_or(key("rope.scaling.type"), "");
+  std::string scaling = gpt_oss ? "" : g.get_string_or(key("rope.scaling.type"), "");
   if (scaling == "linear") {
     c.rope_scaling.type = "linear";
     c.rope_scaling.factor = float(g.get_float(key("rope.scaling.factor")));

@@ -108,8 +108,8 @@ TEST(GptOss, Perplexity) {
 }
 
 // convert --format hf fuses the experts back into transformers' names (bf16 and MXFP4 sources):
-// the folder reads back to the same logits; GGUF is refused with one line (bitsandbytes:
-// test_bnb_moe.cpp).
+// the folder reads back to the same logits; --rotate is refused with one line (GGUF:
+// tests/test_gguf_gptoss.cpp; bitsandbytes: test_bnb_moe.cpp).
 TEST(GptOss, ConvertHfRoundTripAndRefusals) {
   const std::string tmp = test::temp_dir("gpt_oss");
   std::string log;
@@ -126,9 +126,9 @@ TEST(GptOss, ConvertHfRoundTripAndRefusals) {
     EXPECT_EQ(ck.tensors.size(), g.ck.tensors.size());
     EXPECT_LT(max_abs_diff(logits(ck, g.ids, "f32", false), g.logits), 1e-4);
   }
-  for (const char* args : {"--format gguf --gguf-type f16"}) {
+  for (const char* args : {"--rotate"}) {
     SCOPED_TRACE(args);
-    const std::string out = tmp + "/refused" + (std::string(args).find("gguf") != std::string::npos ? ".gguf" : "");
+    const std::string out = tmp + "/refused";
     EXPECT_EQ(
         test::run_cmd(test::quanttool_bin() + " convert --in " + tiny("gpt-oss") + " --out " + out + " " + args, &log),
         2)

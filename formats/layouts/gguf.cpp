@@ -19,6 +19,8 @@
 #include "formats/fused_proj.h"
 #include "formats/ggml_quantize.h"
 #include "formats/gguf_writer.h"
+#include "formats/gguf.h"
+#include "formats/gpt_oss_experts.h"
 #include "formats/layouts/gguf_arch.h"
 
 namespace qt {
@@ -59,6 +61,9 @@ struct TypeRow {
   uint32_t ftype;  // general.file_type: llama.cpp's llama_ftype
   bool mix = false;
   Rule attn_v = {}, ffn_down = {}, attn_output = {}, attn_output_8x = {};
+  // llama-quantize's MXFP4_MOE (src/llama-quant.cpp llama_tensor_get_type_impl): every stacked
+  // expert tensor (ne[2] > 1) MXFP4, every other quantizable weight Q8_0, output.weight included.
+  bool mxfp4_moe = false;
 };
 using G = GgmlType;
 constexpr TypeRow kTypes[] = {
@@ -78,6 +83,7 @@ constexpr TypeRow kTypes[] = {
     {"q2_k", G::Q2_K, 10},
     {"q3_k", G::Q3_K, 12},
     {"iq4_xs", G::IQ4_XS, 30},
+    {"mxfp4", G::MXFP4, 38},  // llama-quantize --pure MXFP4_MOE
     {"q2_k_mix",
      G::Q2_K,
      10,
@@ -101,6 +107,7 @@ constexpr TypeRow kTypes[] = {
     {"q5_k_s", G::Q5_K, 16, true},
     {"q5_k_m", G::Q5_K, 17, true, {When::MoreBits, G::Q6_K}, {When::MoreBits, G::Q6_K}},
     {"q6_k_mix", G::Q6_K, 18, true},
+    {"mxfp4_moe", G::MXFP4, 38, true, {}, {}, {}, {}, true},
     {"iq4_xs_mix",
      G::IQ4_XS,
      30,
@@ -158,8 +165,9 @@ struct MixState {
   bool tied, gqa4, imatrix;
   int i_attn_v = 0, i_ffn_down = 0;
 
-  GgmlType type(const std::string& gguf, int64_t cols) {
+  GgmlType type(const std::string& gguf, int64_t cols, bool stacked) {
     const GgmlType base = row.type;
+    if (row.mxfp4_moe) return stacked && n_experts > 1 ? GgmlType::MXFP4 : GgmlType::Q8_0;
     const bool x8 = n_experts == 8;
     if (gguf == "output.weight" || (tied && gguf == "token_embd.weight")) {
       if (cols % ggml_type_row(uint32_t(base))->block_size != 0) return GgmlType::Q8_0;
@@ -189,11 +197,15 @@ struct MixState {
 // Natural tensor order: token_embd, rope_freqs, layers 0..N in llama.cpp's per-layer order,
 // output_norm, output.
 std::pair<int, int> gguf_order_key(const std::string& gguf) {
-  static const char* kLayer[] = {
-      "attn_norm.weight",     "attn_q.weight",      "attn_q.bias",         "attn_k.weight",      "attn_k.bias",
-      "attn_v.weight",        "attn_v.bias",        "attn_q_norm.weight",  "attn_k_norm.weight", "attn_output.weight",
-      "ffn_norm.weight",      "ffn_gate.weight",    "ffn_up.weight",       "ffn_down.weight",    "ffn_gate_inp.weight",
-      "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+  static const char* kLayer[] = {"attn_norm.weight",     "attn_q.weight",      "attn_q.bias",
+                                 "attn_k.weight",        "attn_k.bias",        "attn_v.weight",
+                                 "attn_v.bias",          "attn_q_norm.weight", "attn_k_norm.weight",
+                                 "attn_output.weight",   "ffn_norm.weight",    "ffn_gate.weight",
+                                 "ffn_up.weight",        "ffn_down.weight",    "ffn_gate_inp.weight",
+                                 "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+                                 "attn_output.bias",     "attn_sinks.weight",  "post_attention_norm.weight",
+                                 "ffn_gate_inp.bias",    "ffn_gate_exps.bias", "ffn_up_exps.bias",
+                                 "ffn_down_exps.bias"};
   if (gguf == "token_embd.weight") return {-2, 0};
   if (gguf == "rope_freqs.weight") return {-1, 0};
   if (gguf == "output_norm.weight") return {1 << 30, 0};
@@ -299,7 +311,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   if (!*arch)
     user_error(
         "{}: architecture '{}' cannot be exported to GGUF (supported: llama, mistral, qwen2, qwen3, gemma2, "
-        "gemma3_text, phi3, qwen3_moe, mixtral)",
+        "gemma3_text, phi3, qwen3_moe, mixtral, gpt_oss)",
         ck.path, c.arch);
   const TypeRow* trp = find_type_row(opt.gguf_type);
   if (!trp) user_error("--gguf-type: unknown type '{}' ({})", opt.gguf_type, gguf_export_type_names());
@@ -319,6 +331,22 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   };
   // llama.cpp's expert router stays F32, 2-D as it is (llama-quantize never quantizes it).
   auto is_router = [](const std::string& g) { return g.find("ffn_gate_inp.weight") != std::string::npos; };
+  // Not a weight a type or mix applies to: 1-D tensors, the router, gpt-oss's stacked expert biases.
+  auto is_plain = [&](const auto& it) {
+    return it.shape.size() < 2 || is_router(it.gguf) || (!it.parts.empty() && it.shape.size() == 2);
+  };
+  // A released gpt_oss folder (experts MXFP4): its blocks, for the experts written as MXFP4.
+  const std::shared_ptr<const SafetensorsDir> mxfp4_src = gpt_oss_mxfp4_source(ck);
+  // A GGUF source's stacked experts already MXFP4: copied where the output keeps them MXFP4, as
+  // llama-quantize copies a tensor already of its type (requantizing gives the same values, not
+  // always the same bytes: a block whose largest code is 3 can also be written one exponent lower).
+  std::shared_ptr<const GgufFile> gguf_src;
+  if (ck.source_kind == "gguf" && c.is_moe()) gguf_src = std::make_shared<const GgufFile>(GgufFile::open(ck.path));
+  auto gguf_mxfp4 = [&](const std::string& g, const std::vector<int64_t>& shape) -> const GgufTensorInfo* {
+    const GgufTensorInfo* t = gguf_src ? gguf_src->find_tensor(g) : nullptr;
+    const std::vector<int64_t> ne(shape.rbegin(), shape.rend());
+    return t && t->type == GgmlType::MXFP4 && t->ne == ne ? t : nullptr;
+  };
   std::vector<Item> items;
   const bool tied = c.tie_word_embeddings || !ck.tensors.count("lm_head.weight");
   // Phi-3: q/k/v and gate/up written fused, as attn_qkv and ffn_up (Phi3MiniModel keeps HF's fused
@@ -335,8 +363,10 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
     if (std::vector<std::string> parts = gguf_expert_parts(g, c); !parts.empty()) {
       if (stacked[g]) continue;  // every expert's shape is the same (checked at load)
       stacked[g] = true;
-      Item it{g, "", tr.type, 0, false, {}, {}};
-      it.shape = {int64_t(parts.size()), t.shape[0], t.shape[1]};
+      // gpt-oss's expert biases: stacked [n_experts, rows], F32 as every bias
+      Item it{g, "", t.shape.size() == 1 ? GgmlType::F32 : tr.type, 0, false, {}, {}};
+      it.shape = {int64_t(parts.size())};
+      it.shape.insert(it.shape.end(), t.shape.begin(), t.shape.end());
       it.parts = std::move(parts);
       items.push_back(std::move(it));
       continue;
@@ -366,7 +396,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
                c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads >= 4,
                bool(opt.importance)};
   for (Item& it : items) {
-    if (it.shape.size() < 2 || is_router(it.gguf)) continue;
+    if (is_plain(it)) continue;
     const int64_t cols = it.shape.back();
     bool manual = false;
     for (const GgufTypeOverride& o : opt.tensor_types)
@@ -374,7 +404,10 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
         it.type = o.type, manual = true, ++overridden;
         break;
       }
-    if (!manual && tr.mix) it.type = mix.type(it.gguf, cols);
+    if (!manual && tr.mix) it.type = mix.type(it.gguf, cols, !it.parts.empty());
+    // A released gpt_oss folder's MXFP4 experts: kept MXFP4 under a float type, as llama.cpp's
+    // converter keeps them (and then calls the file MOSTLY_MXFP4_MOE).
+    if (!manual && mxfp4_src && !it.parts.empty() && block.block_size == 1) it.type = GgmlType::MXFP4;
     if (cols % ggml_type_row(uint32_t(it.type))->block_size != 0 && kquant_fallback(it.type)) {
       const GgmlType want = it.type;
       it.type = *kquant_fallback(want);
@@ -392,7 +425,7 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   }
   if (types_only) {
     for (const Item& it : items) {
-      if (it.shape.size() < 2 || is_router(it.gguf)) continue;
+      if (is_plain(it)) continue;
       if (it.parts.empty()) (*types_only)[it.hf] = it.type;
       for (const std::string& p : it.parts) (*types_only)[p] = it.type;
     }
@@ -411,7 +444,8 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
   GgufWriter w;
   w.add_string("general.architecture", arch);
   w.add_string("general.name", opt.name);
-  write_gguf_arch_keys(c, tr.ftype, ck.path, &w);
+  const bool mxfp4_kept = mxfp4_src && block.block_size == 1;
+  write_gguf_arch_keys(c, mxfp4_kept ? 38u : tr.ftype, ck.path, &w);       // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   if (block.block_size > 1) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   write_tokenizer(ck, &w);
 
@@ -437,17 +471,25 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
         const float* imp;
       };
       std::vector<Part> parts;
-      const size_t n = size_t(it.shape[1] * it.shape[2]), bytes = ggml_nbytes(it.type, n);
+      const int64_t rows = it.shape[1], cols = it.shape.size() == 3 ? it.shape[2] : 1;
+      const size_t n = size_t(rows * cols), bytes = ggml_nbytes(it.type, n);
+      // The source's own MXFP4 blocks, repacked (conversion/gpt_oss.py repack_mxfp4: no requantization).
+      const bool copy = mxfp4_src && it.type == GgmlType::MXFP4;
+      if (const GgufTensorInfo* src = it.type == GgmlType::MXFP4 ? gguf_mxfp4(it.gguf, it.shape) : nullptr) {
+        w.add_tensor(it.gguf, src->ne, it.type,
+                     [gguf_src, src] { return std::vector<uint8_t>(src->data, src->data + src->nbytes); });
+        continue;
+      }
       for (const std::string& p : it.parts) {
-        Part q{tensors.at(p), opt.packed ? opt.packed(p) : nullptr, nullptr};
+        Part q{tensors.at(p), opt.packed && !copy ? opt.packed(p) : nullptr, nullptr};
         if (q.pre && q.pre->size() != bytes)
           throw std::logic_error("gguf export: precomputed blocks of " + p + " have the wrong size");
-        if (!q.pre && opt.importance && ggml_type_row(uint32_t(it.type))->block_size > 1)
-          q.imp = opt.importance(p, it.shape[2]);
+        if (!q.pre && !copy && opt.importance && ggml_type_row(uint32_t(it.type))->block_size > 1)
+          q.imp = opt.importance(p, cols);
         weighted += q.imp != nullptr;
         parts.push_back(q);
       }
-      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type, [parts, it, n, bytes] {
+      auto stacked_bytes = [parts, it, n, bytes, rows, cols, copy, mxfp4_src, &c] {
         std::vector<uint8_t> out(bytes * parts.size());
         for (size_t e = 0; e < parts.size(); ++e) {
           uint8_t* dst = out.data() + e * bytes;
@@ -455,13 +497,20 @@ void write_gguf(const Checkpoint& ck, const std::string& path, const GgufExportO
             std::memcpy(dst, parts[e].pre->data(), bytes);
             continue;
           }
+          if (copy) {
+            const std::vector<uint8_t> b = gpt_oss_mxfp4_ggml_blocks(*mxfp4_src, c, it.parts[e]);
+            if (b.size() != bytes) throw std::logic_error("gguf export: MXFP4 blocks of " + it.parts[e]);
+            std::memcpy(dst, b.data(), bytes);
+            continue;
+          }
           Tensor src = materialize(parts[e].t);
           const std::vector<float> v = to_f32(src);
           release_pages(src);
-          quantize_weight(it.type, v, it.shape[1], it.shape[2], parts[e].imp, it.llama_bytes, dst);
+          quantize_weight(it.type, v, rows, cols, parts[e].imp, it.llama_bytes, dst);
         }
         return out;
-      });
+      };
+      w.add_tensor(it.gguf, std::vector<int64_t>(it.shape.rbegin(), it.shape.rend()), it.type, stacked_bytes);
       continue;
     }
     const Tensor& t = tensors.at(it.hf);

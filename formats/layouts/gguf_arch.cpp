@@ -1,5 +1,7 @@
 #include "formats/layouts/gguf_arch.h"
 
+#include <cstdio>
+
 #include "formats/error.h"
 
 namespace qt {
@@ -123,6 +125,56 @@ void write_phi3_keys(const ModelConfig& c, const std::string& a, GgufWriter* w) 
   w->add_f32(a + ".rope.freq_base", c.rope_theta);
 }
 
+// GptOssModel.set_gguf_parameters (conversion/gpt_oss.py over TextModel's): YaRN's keys as
+// TextModel writes them; no rope.dimension_count, key/value_length from head_dim. llama.cpp runs
+// what the keys cannot say its own way, so a model that differs is refused: the SwiGLU's alpha
+// 1.702 and limit 7 are hard-coded (llama-graph.cpp LLM_FFN_SWIGLU_OAI_MOE), and the sliding
+// layers are the even ones unless attention.sliding_window_pattern lists them (written then, as
+// for Gemma). YaRN's ramp ends are always floored / ceiled there (ggml_rope_yarn_corr_dims), so a
+// config with truncate false is written as the converter writes it and llama.cpp (and our GGUF
+// reader) run it truncated: said on stdout.
+void write_gpt_oss_keys(const ModelConfig& c, const std::string& a, const std::string& path, GgufWriter* w) {
+  if (c.swiglu_alpha != 1.702f || c.swiglu_limit != 7.0f)
+    user_error("{}: swiglu_alpha {} / swiglu_limit {}; llama.cpp's gpt-oss hard-codes 1.702 and 7", path,
+               c.swiglu_alpha, c.swiglu_limit);
+  const RopeScaling& r = c.rope_scaling;
+  if (!r.type.empty() && r.type != "yarn")
+    user_error("{}: gpt_oss with rope scaling '{}' has no GGUF form here (yarn only)", path, r.type);
+  if (r.type == "yarn" && r.attention_factor > 0)
+    user_error("{}: YaRN attention_factor {}: llama.cpp multiplies its own mscale by it, transformers replaces it",
+               path, r.attention_factor);
+  if (r.type == "yarn" && !r.truncate)
+    std::printf("note: YaRN truncate is false; llama.cpp always floors / ceils the ramp's ends (truncate true)\n");
+  w->add_u32(a + ".block_count", uint32_t(c.n_layers));
+  w->add_u32(a + ".context_length", uint32_t(c.max_position));
+  w->add_u32(a + ".embedding_length", uint32_t(c.hidden));
+  w->add_u32(a + ".feed_forward_length", uint32_t(c.intermediate));
+  w->add_u32(a + ".attention.head_count", uint32_t(c.n_heads));
+  w->add_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  if (r.type == "yarn") {
+    w->add_string(a + ".rope.scaling.type", "yarn");
+    w->add_f32(a + ".rope.scaling.factor", r.factor);
+    w->add_u32(a + ".rope.scaling.original_context_length", uint32_t(r.original_max_position_embeddings));
+    w->add_f32(a + ".rope.scaling.yarn_beta_fast", r.beta_fast);
+    w->add_f32(a + ".rope.scaling.yarn_beta_slow", r.beta_slow);
+  }
+  w->add_f32(a + ".rope.freq_base", c.rope_theta);
+  w->add_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  w->add_u32(a + ".expert_count", uint32_t(c.n_experts));
+  w->add_u32(a + ".expert_used_count", uint32_t(c.n_experts_per_tok));
+  w->add_u32(a + ".attention.key_length", uint32_t(c.head_dim));
+  w->add_u32(a + ".attention.value_length", uint32_t(c.head_dim));
+  w->add_u32(a + ".attention.sliding_window", uint32_t(c.sliding_window));
+  w->add_u32(a + ".expert_feed_forward_length", uint32_t(c.moe_intermediate));
+  bool even = true;
+  for (int i = 0; i < c.n_layers; ++i) even &= c.is_sliding(i) == (i % 2 == 0);
+  if (!even) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < c.n_layers; ++i) v.push_back(c.is_sliding(i) ? 1 : 0);
+    w->add_i32_array(a + ".attention.sliding_window_pattern", v);
+  }
+}
+
 }  // namespace
 
 void write_gguf_arch_keys(const ModelConfig& c, uint32_t ftype, const std::string& path, GgufWriter* w) {
@@ -142,6 +194,11 @@ void write_gguf_arch_keys(const ModelConfig& c, uint32_t ftype, const std::strin
     write_phi3_keys(c, a, w);
     w->add_u32("general.file_type", ftype);
     w->add_u32(a + ".attention.sliding_window", uint32_t(c.is_sliding(0) ? c.sliding_window : 0));
+    return;
+  }
+  if (c.desc().moe && c.desc().moe->gpt_oss) {
+    write_gpt_oss_keys(c, a, path, w);
+    w->add_u32("general.file_type", ftype);
     return;
   }
   write_llama_keys(c, a, w);

@@ -1,6 +1,6 @@
 // The architecture keys of a GGUF export, per family, as llama.cpp's convert_hf_to_gguf.py writes
 // them (TextModel.set_gguf_parameters and the families' overrides: conversion/gemma.py Gemma2Model,
-// Gemma3Model; conversion/phi.py Phi3MiniModel), and the checks that the file will mean to llama.cpp
+// Gemma3Model; conversion/phi.py Phi3MiniModel; conversion/gpt_oss.py GptOssModel), and the checks that the file will mean to llama.cpp
 // what the model means (src/models/<arch>.cpp load_arch_hparams). formats/layouts/gguf.cpp writes
 // the rest (names, tensors, tokenizer).
 #pragma once
