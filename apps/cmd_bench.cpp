@@ -223,8 +223,8 @@ int run_bench(BenchOpts o) {
     fp32 = bench::peak_fp32_fma(threads);
     bf16 = bench::peak_bf16_dot(threads);
     int8 = bench::peak_int8_vnni(threads);
-    peaks = {fp32, bf16, int8, bench::peak_amx_bf16(threads), bench::peak_amx_int8(threads),
-             bench::peak_mem_read(threads)};
+    peaks = {
+        fp32, bf16, int8, bench::peak_amx_bf16(threads), bench::peak_amx_int8(threads), bench::peak_mem_read(threads)};
     print_peaks(peaks, threads);
     for (auto& r : peaks) out["peak"][r.name] = peak_json(r);
   } else {
@@ -305,8 +305,9 @@ Registrar reg(
     {"bench", "measure this machine's peaks and the kernels' speed against them",
      [](CLI::App& sub) -> std::function<int()> {
        auto o = std::make_shared<BenchOpts>();
-       sub.add_flag("--peak", o->peak,
-                    "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
+       sub.add_flag(
+           "--peak", o->peak,
+           "FP32 FMA, BF16 dot, INT8 VNNI, AMX BF16 / INT8 tile peaks and memory read bandwidth, for 1..N threads");
        sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
        sub.add_flag("--kernel", o->kernel,
                     "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on Cider's two kernel latency "

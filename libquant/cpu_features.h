@@ -1,8 +1,9 @@
 // What the CPU can do, and the level the kernels are allowed to use.
 // The level is the highest the CPU has, lowered by QT_KERNEL_LEVEL=scalar|avx2|avx512|amx (env) or
 // set_kernel_level() (the --kernel flag, tests), never raised above what the CPU has.
-// AMX is AVX512 plus the tile GEMMs (bf16 dense, int8 W8A8): every kernel that runs at AVX512 runs
-// at AMX too, so `--kernel avx512` on an AMX machine is the A/B switch for the tile kernels.
+// AMX is AVX512 (with VNNI and BF16) plus the tile GEMMs (bf16 dense, int8 W8A8): every kernel that
+// runs at AVX512 runs at AMX too, so `--kernel avx512` on an AMX machine is the tile kernels' A/B
+// switch.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
-KernelLevel max_kernel_level();  // what the CPU supports (AVX512 = F+BW+VL+DQ; AMX = that + VNNI, BF16, AMX)
+KernelLevel max_kernel_level();                      // what the CPU supports (AVX512 = F+BW+VL+DQ)
 KernelLevel kernel_level();                          // what kernels use now
 void set_kernel_level(KernelLevel level);            // clamps to max_kernel_level()
 std::vector<KernelLevel> available_kernel_levels();  // every level this CPU can run, low to high

@@ -25,12 +25,12 @@
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 
-#define QT_REQUIRE_AMX()                                                                                 \
-  do {                                                                                                   \
-    if (::qt::max_kernel_level() < ::qt::KernelLevel::AMX) {                                             \
-      if (std::getenv("QT_REQUIRE_AMX")) FAIL() << "QT_REQUIRE_AMX is set but " << amx_missing();       \
+#define QT_REQUIRE_AMX()                                                                                    \
+  do {                                                                                                      \
+    if (::qt::max_kernel_level() < ::qt::KernelLevel::AMX) {                                                \
+      if (std::getenv("QT_REQUIRE_AMX")) FAIL() << "QT_REQUIRE_AMX is set but " << amx_missing();           \
       GTEST_SKIP() << amx_missing() << ": the AMX tests run on a CPU with AMX (the device machine's Xeon)"; \
-    }                                                                                                    \
+    }                                                                                                       \
   } while (0)
 
 namespace qt {
@@ -132,10 +132,9 @@ std::vector<float> dense_bf16(KernelLevel level, const Bf16Case& c, const std::v
 
 TEST_F(AmxLevel, Bf16TilesWithinSummationBoundOfReference) {
   QT_REQUIRE_AMX();
-  const std::vector<Bf16Case> cases = {{1, 1, 1, false},     {1, 48, 576, true},    {15, 33, 31, false},
-                                       {16, 32, 32, true},   {17, 31, 33, false},   {32, 64, 64, true},
-                                       {33, 65, 100, false}, {70, 100, 4100, true}, {5, 17, 8200, false},
-                                       {64, 96, 576, true}};
+  const std::vector<Bf16Case> cases = {
+      {1, 1, 1, false},   {1, 48, 576, true},   {15, 33, 31, false},   {16, 32, 32, true},   {17, 31, 33, false},
+      {32, 64, 64, true}, {33, 65, 100, false}, {70, 100, 4100, true}, {5, 17, 8200, false}, {64, 96, 576, true}};
   uint32_t seed = 50;
   for (const auto& c : cases) {
     std::mt19937 rng(seed++);
@@ -155,7 +154,8 @@ TEST_F(AmxLevel, Bf16TilesWithinSummationBoundOfReference) {
       for (int64_t j = 0; j < c.n; ++j) {
         double sabs = 0;
         for (int64_t k = 0; k < c.k; ++k)
-          sabs += std::fabs(double(kernels::bf16_round_value(x[i * c.k + k])) * kernels::bf16_to_float(wb[j * c.k + k]));
+          sabs +=
+              std::fabs(double(kernels::bf16_round_value(x[i * c.k + k])) * kernels::bf16_to_float(wb[j * c.k + k]));
         const size_t at = size_t(i * c.n + j);
         const double tol = 2.02 * double(c.k) * u * sabs + 2 * u * std::fabs(double(ref[at])) + 1e-30;
         ASSERT_LE(std::fabs(double(amx[at]) - ref[at]), tol)

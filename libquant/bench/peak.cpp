@@ -232,8 +232,8 @@ PeakResult peak_amx_bf16(int max_threads, double seconds) {
 
 PeakResult peak_amx_int8(int max_threads, double seconds) {
   if (max_kernel_level() >= KernelLevel::AMX)
-    return run_compute("amx_int8", "GOP/s", "tdpbusd", kernels::kAmxInt8OpsPerIter, kernels::amx_peak_int8,
-                       max_threads, seconds);
+    return run_compute("amx_int8", "GOP/s", "tdpbusd", kernels::kAmxInt8OpsPerIter, kernels::amx_peak_int8, max_threads,
+                       seconds);
   return {"amx_int8", "GOP/s", "", {}};
 }
 

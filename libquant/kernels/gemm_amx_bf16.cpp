@@ -25,10 +25,10 @@
 namespace qt::kernels {
 namespace {
 
-constexpr int MR = 32;     // two A tiles
-constexpr int NR = 32;     // two B tiles
-constexpr int KG = 32;     // bf16 per A tile row
-constexpr int KC = 4096;   // as the AVX-512 kernel: no slicing for typical K
+constexpr int MR = 32;        // two A tiles
+constexpr int NR = 32;        // two B tiles
+constexpr int KG = 32;        // bf16 per A tile row
+constexpr int KC = 4096;      // as the AVX-512 kernel: no slicing for typical K
 constexpr int kLdb = NR * 4;  // bytes between a B tile's rows (one k-pair of the panel)
 
 // C tiles 0..3 = rows r·16, features q·16 at tile 2r + q, summed over kc (a multiple of 32).

@@ -18,9 +18,9 @@
 namespace qt::kernels {
 namespace {
 
-constexpr int kRows = 32;    // tokens per work tile: two A tiles
-constexpr int kPanels = 2;   // weight panels per work tile: two B tiles
-constexpr int kQuads = 16;   // k-quads per tile step (64 bytes of k)
+constexpr int kRows = 32;   // tokens per work tile: two A tiles
+constexpr int kPanels = 2;  // weight panels per work tile: two B tiles
+constexpr int kQuads = 16;  // k-quads per tile step (64 bytes of k)
 
 // acc[r][q·16 + j] = Σ_{k ∈ [s0, s1) quads} au[r, k] · w[p0 + q, j, k] over RT A tiles and CT panels.
 template <int RT, int CT>
