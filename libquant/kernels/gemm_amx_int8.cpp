@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/amx_tile.h"
 #include "libquant/kernels/int8_amx.h"
 
@@ -18,13 +19,14 @@
 namespace qt::kernels {
 namespace {
 
-constexpr int kRows = 32;   // tokens per work tile: two A tiles
-constexpr int kPanels = 2;  // weight panels per work tile: two B tiles
-constexpr int kQuads = 16;  // k-quads per tile step (64 bytes of k)
+constexpr int kRows = 32;         // tokens per work tile: two A tiles
+constexpr int kPanels = 2;        // weight panels per work tile: two B tiles
+constexpr int kStepBytes = 1024;  // one A or B tile: 16 rows × 64 bytes, contiguous
 
-// acc[r][q·16 + j] = Σ_{k ∈ [s0, s1) quads} au[r, k] · w[p0 + q, j, k] over RT A tiles and CT panels.
+// acc[r][q·16 + j] = Σ au[r, k] · w[p0 + q, j, k] over k-steps [t0, t1) of 64 bytes, RT A tiles and CT
+// panels. a: the row block's steps, 1 KiB each (the second A tile's ks steps further on).
 template <int RT, int CT>
-void group_sums(const uint8_t* a, int64_t lda, const uint8_t* b0, const uint8_t* b1, int64_t s0, int64_t s1,
+void group_sums(const uint8_t* a, int64_t ks, const uint8_t* b0, const uint8_t* b1, int64_t t0, int64_t t1,
                 int32_t* acc) {
   _tile_zero(0);
   if constexpr (CT > 1) _tile_zero(1);
@@ -32,14 +34,14 @@ void group_sums(const uint8_t* a, int64_t lda, const uint8_t* b0, const uint8_t*
     _tile_zero(2);
     if constexpr (CT > 1) _tile_zero(3);
   }
-  for (int64_t s = s0; s < s1; s += kQuads) {
-    _tile_loadd(6, b0 + s * 64, 64);
-    if constexpr (CT > 1) _tile_loadd(7, b1 + s * 64, 64);
-    _tile_loadd(4, a + s * 4, lda);
+  for (int64_t t = t0; t < t1; ++t) {
+    _tile_loadd(6, b0 + t * kStepBytes, 64);
+    if constexpr (CT > 1) _tile_loadd(7, b1 + t * kStepBytes, 64);
+    _tile_loadd(4, a + t * kStepBytes, 64);
     _tile_dpbusd(0, 4, 6);
     if constexpr (CT > 1) _tile_dpbusd(1, 4, 7);
     if constexpr (RT > 1) {
-      _tile_loadd(5, a + 16 * lda + s * 4, lda);
+      _tile_loadd(5, a + (ks + t) * kStepBytes, 64);
       _tile_dpbusd(2, 5, 6);
       if constexpr (CT > 1) _tile_dpbusd(3, 5, 7);
     }
@@ -56,32 +58,22 @@ void group_sums(const uint8_t* a, int64_t lda, const uint8_t* b0, const uint8_t*
 using GroupSums = void (*)(const uint8_t*, int64_t, const uint8_t*, const uint8_t*, int64_t, int64_t, int32_t*);
 constexpr GroupSums kGroupSums[2][2] = {{group_sums<1, 1>, group_sums<1, 2>}, {group_sums<2, 1>, group_sums<2, 2>}};
 
-// One work tile: tokens [t0, t0 + rows) × panels [p0, p0 + panels). The group epilogue is
-// int8_vnni.cpp's tile: sum_g = (g == 0 ? 0 : sum_{g-1}) + s_w · float(acc_g − 128·Σw), then
-// y = s_x · sum.
+// One work tile: tokens [t0, t0 + rows) × panels [p0, p0 + panels); a: the tokens' first row block
+// in tile order. The group epilogue is int8_vnni.cpp's tile: sum_g = (g == 0 ? 0 : sum_{g-1}) +
+// s_w · float(acc_g − 128·Σw), then y = s_x · sum.
 QT_AMX_AVX512 void work_tile(const Int8Vnni& w, int64_t p0, int panels, const uint8_t* a, int rows, const float* sx,
                              float* y, int64_t ldy, __mmask16 last_mask) {
   amx_configure_thread();
   const int rt = rows > 16 ? 2 : 1;
-  int64_t lda = w.k;
-  if (rows != 16 * rt) {
-    // An A tile reads 16 rows: a short row block is copied where the rows past it can be read;
-    // their sums are computed and dropped.
-    thread_local std::vector<uint8_t> rows_copy;
-    rows_copy.resize(size_t(kRows) * size_t(w.k));
-    for (int i = 0; i < rows; ++i) std::memcpy(rows_copy.data() + i * w.k, a + i * w.k, size_t(w.k));
-    a = rows_copy.data();
-  }
-  __asm__ volatile("" ::: "memory");  // the tile loads' asm names no memory operand: the copy lands first
   const auto* base = reinterpret_cast<const uint8_t*>(w.panels.data());
-  const int64_t k4 = w.k / 4, g4 = w.gl / 4;
-  const uint8_t* b0 = base + size_t(p0 * k4 * 64);
-  const uint8_t* b1 = panels > 1 ? base + size_t((p0 + 1) * k4 * 64) : b0;
+  const int64_t ks = w.k / 64, gs = w.gl / 64;              // tile steps of k, per group
+  const uint8_t* b0 = base + size_t(p0 * ks * kStepBytes);  // a panel's k-quads are its tile steps
+  const uint8_t* b1 = panels > 1 ? b0 + size_t(ks * kStepBytes) : b0;
   const GroupSums sums = kGroupSums[rt - 1][panels - 1];
   alignas(64) int32_t acc[kRows][kPanels * 16];
   alignas(64) float sum[kRows][kPanels * 16];
   for (int64_t g = 0; g < w.ng; ++g) {
-    sums(a, lda, b0, b1, g * g4, (g + 1) * g4, &acc[0][0]);
+    sums(a, ks, b0, b1, g * gs, (g + 1) * gs, &acc[0][0]);
     for (int q = 0; q < panels; ++q) {
       const size_t off = size_t(((p0 + q) * w.ng + g) * 16);
       const __m512i cs = _mm512_loadu_si512(w.colsum128.data() + off);
@@ -117,18 +109,50 @@ void gemm_int8_amx_f32(const Int8Vnni& w, const float* x, int64_t m, float* y) {
 }
 
 void gemm_u8_amx(const Int8Vnni& w, const uint8_t* ap, const float* sx, int64_t m, float* y) {
-  const int64_t row_blocks = (m + kRows - 1) / kRows, col_blocks = (w.n_panels + kPanels - 1) / kPanels;
-  const int64_t tiles = col_blocks * row_blocks;
+  // The activations in A tile order, [row block of 16][k-step][16 rows][64 bytes], rows past m zero:
+  // each tile load reads 1 KiB in a row, as the panels' B tiles do, rather than 16 rows k bytes
+  // apart, and a short last block needs no copy.
+  thread_local AlignedBuffer blocked;
+  const int64_t ks = w.k / 64, blocks = (m + 15) / 16;
+  auto* ab = static_cast<uint8_t*>(blocked.reserve(size_t(blocks * ks * kStepBytes)));
   const bool par = m * w.n * w.k > (1 << 18);
-  // Row blocks innermost: a tile's panels stay in L2 while the token rows pass.
-#pragma omp parallel for schedule(dynamic, 4) if (par)
-  for (int64_t i = 0; i < tiles; ++i) {
-    const int64_t p0 = i / row_blocks * kPanels, rb = i % row_blocks;
-    const int64_t t0 = rb * kRows;
-    const int rows = int(std::min<int64_t>(kRows, m - t0));
-    const int panels = int(std::min<int64_t>(kPanels, w.n_panels - p0));
-    const int cols = int(std::min<int64_t>(16, w.n - (p0 + panels - 1) * 16));
-    work_tile(w, p0, panels, ap + t0 * w.k, rows, sx + t0, y + t0 * w.n, w.n, __mmask16((1u << cols) - 1));
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int r = 0; r < 16; ++r) {
+      const int64_t row = b * 16 + r;
+      uint8_t* dst = ab + size_t(b * ks * kStepBytes + r * 64);
+      for (int64_t t = 0; t < ks; ++t, dst += kStepBytes) {
+        if (row < m)
+          std::memcpy(dst, ap + row * w.k + t * 64, 64);
+        else
+          std::memset(dst, 0, 64);
+      }
+    }
+  // Work items of mb row blocks (32 tokens each) × nb panel pairs, the pairs inner: a row block's
+  // activations are reused from L1/L2 by the item's pairs, and the pairs' weights (≤ 1 MiB, in L2)
+  // by its row blocks. Each tile loads 4 KiB per 4 tile products, so the weights and tokens must come
+  // from a core's own caches: with one pair per item every weight byte was read for 128 tokens only.
+  const int64_t row_blocks = (m + kRows - 1) / kRows, pairs = (w.n_panels + kPanels - 1) / kPanels;
+  const int64_t nb = std::clamp<int64_t>((int64_t(1) << 20) / (kPanels * 16 * w.k), 1, 8);
+  const int64_t n_chunks = (pairs + nb - 1) / nb;
+  const int64_t threads = par ? omp_get_max_threads() : 1;
+  int64_t mb = row_blocks;  // as many tokens per item as keep 2 items a thread
+  while (mb > 1 && n_chunks * ((row_blocks + mb - 1) / mb) < 2 * threads) mb = (mb + 1) / 2;
+  const int64_t m_chunks = (row_blocks + mb - 1) / mb, items = m_chunks * n_chunks;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t nc = it / m_chunks, mc = it % m_chunks;
+    for (int64_t rb = mc * mb; rb < std::min(row_blocks, (mc + 1) * mb); ++rb) {
+      const int64_t t0 = rb * kRows;
+      const int rows = int(std::min<int64_t>(kRows, m - t0));
+      for (int64_t pp = nc * nb; pp < std::min(pairs, (nc + 1) * nb); ++pp) {
+        const int64_t p0 = pp * kPanels;
+        const int panels = int(std::min<int64_t>(kPanels, w.n_panels - p0));
+        const int cols = int(std::min<int64_t>(16, w.n - (p0 + panels - 1) * 16));
+        work_tile(w, p0, panels, ab + size_t(t0 / 16 * ks * kStepBytes), rows, sx + t0, y + t0 * w.n, w.n,
+                  __mmask16((1u << cols) - 1));
+      }
+    }
   }
 }
 
