@@ -13,8 +13,8 @@ namespace qt::kernels {
 // True when the AMX kernel takes this group length: whole 64-byte A tile rows per group.
 inline bool int8_amx_supports(int64_t group_len) { return group_len > 0 && group_len % 64 == 0; }
 
-// y[m, n] = x[m, k] quantized per token (quantize_token_u8_vnni) times W; OpenMP over tiles of
-// 32 tokens × 32 output rows. Needs kernel level AMX and int8_amx_supports(w.gl).
+// y[m, n] = x[m, k] quantized per token (quantize_token_u8_vnni) times W; OpenMP over work items of
+// 32-token blocks × pairs of panels. Needs kernel level AMX and int8_amx_supports(w.gl).
 void gemm_int8_amx_f32(const Int8Vnni& w, const float* x, int64_t m, float* y);
 // The GEMM on quantized activations: au = the codes + 128 as bytes, sx their scales.
 void gemm_u8_amx(const Int8Vnni& w, const uint8_t* au, const float* sx, int64_t m, float* y);
