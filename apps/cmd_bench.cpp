@@ -187,7 +187,7 @@ int run_bench(BenchOpts o) {
   if (!o.level.empty()) {
     KernelLevel lvl;
     if (!parse_kernel_level(o.level, &lvl))
-      user_error("--kernel-level: '{}' is not one of scalar, avx2, avx512", o.level);
+      user_error("--kernel-level: '{}' is not one of scalar, avx2, avx512, amx", o.level);
     if (lvl > max_kernel_level())
       user_error("--kernel-level: this CPU supports at most {}", kernel_level_name(max_kernel_level()));
     set_kernel_level(lvl);
@@ -223,7 +223,8 @@ int run_bench(BenchOpts o) {
     fp32 = bench::peak_fp32_fma(threads);
     bf16 = bench::peak_bf16_dot(threads);
     int8 = bench::peak_int8_vnni(threads);
-    peaks = {fp32, bf16, int8, bench::peak_mem_read(threads)};
+    peaks = {
+        fp32, bf16, int8, bench::peak_amx_bf16(threads), bench::peak_amx_int8(threads), bench::peak_mem_read(threads)};
     print_peaks(peaks, threads);
     for (auto& r : peaks) out["peak"][r.name] = peak_json(r);
   } else {
@@ -304,8 +305,9 @@ Registrar reg(
     {"bench", "measure this machine's peaks and the kernels' speed against them",
      [](CLI::App& sub) -> std::function<int()> {
        auto o = std::make_shared<BenchOpts>();
-       sub.add_flag("--peak", o->peak,
-                    "FP32 FMA, BF16 dot, INT8 VNNI peaks and memory read bandwidth, for 1..N threads");
+       sub.add_flag(
+           "--peak", o->peak,
+           "FP32 FMA, BF16 dot, INT8 VNNI, AMX BF16 / INT8 tile peaks and memory read bandwidth, for 1..N threads");
        sub.add_flag("--gemm", o->gemm, "dense GEMMs over SmolLM2's Linear shapes, with % of the measured peak");
        sub.add_flag("--kernel", o->kernel,
                     "latency table of every Linear kind (dense, W8A8, W4A8, affine, NF4) on Cider's two kernel latency "
@@ -334,7 +336,7 @@ Registrar reg(
            ->check(CLI::IsMember({"cpu", "cuda"}));
        sub.add_option("--tokens", o->m, "rows M of the GEMMs (default 512, a prefill chunk)");
        sub.add_option("--compute", o->compute, "f32, bf16 or both (default both)");
-       sub.add_option("--kernel-level", o->level, "force a lower kernel level: scalar, avx2, avx512");
+       sub.add_option("--kernel-level", o->level, "force a lower kernel level: scalar, avx2, avx512, amx");
        sub.add_option("--json", o->json_path, "write the results as JSON to FILE");
        return [o] { return run_bench(*o); };
      }});

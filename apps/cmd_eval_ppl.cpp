@@ -451,7 +451,7 @@ const Registrar reg{
                       "cpu, affine 4-bit layers: int8 (tokens to int8 per weight group, llama.cpp's Q4_1 x Q8_1 "
                       "arithmetic) or int8-token (one int8 step per token); default: fp32 tokens (int16 per group)")
            ->check(CLI::IsMember({"int8", "int8-token"}));
-       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
+       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512, amx");
        add_kv_flags(sub, o->kvf);
        sub.add_flag("--kv-stats", o->kv_stats,
                     "per layer: keys' and values' cosine and relative MSE against full precision, and the "

@@ -169,7 +169,7 @@ const Registrar reg{
        sub.add_option("--seed", o->sampling.seed, "seed of the sampler (default 0)");
        sub.add_option("--stop", o->stops, "stop when the text contains STRING (repeatable)")->expected(1)->take_all();
        sub.add_option("--threads", o->threads, "threads (default: all cores)");
-       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512");
+       sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512, amx");
        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
            ->check(CLI::IsMember({"f32", "bf16"}));
        sub.add_option("--device", o->device, "cpu (default) or cuda (a build with -DQT_CUDA=ON)")

@@ -29,7 +29,7 @@ void apply_cpu_flags(int threads, const std::string& kernel) {
   if (threads > 0) set_threads(threads);
   if (kernel.empty()) return;
   KernelLevel lvl;
-  if (!parse_kernel_level(kernel, &lvl)) user_error("--kernel: '{}' is not one of scalar, avx2, avx512", kernel);
+  if (!parse_kernel_level(kernel, &lvl)) user_error("--kernel: '{}' is not one of scalar, avx2, avx512, amx", kernel);
   if (lvl > max_kernel_level())
     user_error("--kernel {}: this CPU supports at most {}", kernel, kernel_level_name(max_kernel_level()));
   set_kernel_level(lvl);

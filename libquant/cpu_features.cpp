@@ -1,6 +1,10 @@
 #include "libquant/cpu_features.h"
 
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -36,6 +40,10 @@ CpuFeatures detect() {
   f.avx512bw = zmm && (b & (1u << 30));
   f.avx512vl = zmm && (b & (1u << 31));
   f.avx512_vnni = zmm && (c & (1u << 11));
+  const bool tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG, XTILEDATA
+  f.amx_bf16 = tiles && (d & (1u << 22));
+  f.amx_tile = tiles && (d & (1u << 24));
+  f.amx_int8 = tiles && (d & (1u << 25));
   unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   if (max_subleaf >= 1) __cpuid_count(7, 1, a1, b1, c1, d1);
   f.avx512_bf16 = zmm && (a1 & (1u << 5));
@@ -43,9 +51,25 @@ CpuFeatures detect() {
   return f;
 }
 
+// Linux keeps the 8 KiB tile data out of a thread's signal frame and context until the process asks
+// for it (arch/x86/include/uapi/asm/prctl.h: ARCH_REQ_XCOMP_PERM; XFEATURE_XTILEDATA = 18); a tile
+// instruction before that faults. Granted for the whole process, threads to come included.
+bool request_tile_permission() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 KernelLevel detect_max() {
   const auto& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma) return KernelLevel::AVX512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma) {
+    if (f.avx512_vnni && f.avx512_bf16 && f.amx_tile && f.amx_int8 && f.amx_bf16 && request_tile_permission())
+      return KernelLevel::AMX;
+    return KernelLevel::AVX512;
+  }
   if (f.avx2 && f.fma && f.f16c) return KernelLevel::AVX2;
   return KernelLevel::Scalar;
 }
@@ -55,7 +79,7 @@ KernelLevel initial_level() {
   if (const char* e = std::getenv("QT_KERNEL_LEVEL"); e && *e) {
     KernelLevel want;
     if (!parse_kernel_level(e, &want))
-      std::fprintf(stderr, "warning: QT_KERNEL_LEVEL=%s is not one of scalar, avx2, avx512; ignored\n", e);
+      std::fprintf(stderr, "warning: QT_KERNEL_LEVEL=%s is not one of scalar, avx2, avx512, amx; ignored\n", e);
     else if (want < lvl)
       lvl = want;
   }
@@ -98,6 +122,7 @@ const char* kernel_level_name(KernelLevel level) {
     case KernelLevel::Scalar: return "scalar";
     case KernelLevel::AVX2: return "avx2";
     case KernelLevel::AVX512: return "avx512";
+    case KernelLevel::AMX: return "amx";
   }
   return "?";
 }
@@ -109,6 +134,8 @@ bool parse_kernel_level(const std::string& s, KernelLevel* out) {
     *out = KernelLevel::AVX2;
   else if (s == "avx512")
     *out = KernelLevel::AVX512;
+  else if (s == "amx")
+    *out = KernelLevel::AMX;
   else
     return false;
   return true;

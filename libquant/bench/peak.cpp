@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/amx_peak.h"
 
 #define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #define QT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -201,7 +202,7 @@ size_t l3_cache_bytes() {
 }
 
 PeakResult peak_fp32_fma(int max_threads, double seconds) {
-  if (max_kernel_level() == KernelLevel::AVX512)
+  if (max_kernel_level() >= KernelLevel::AVX512)
     return run_compute("fp32_fma", "GFLOP/s", "vfmadd231ps zmm", kChains * 32.0, loop_fma512, max_threads, seconds);
   if (cpu_features().avx2 && cpu_features().fma)
     return run_compute("fp32_fma", "GFLOP/s", "vfmadd231ps ymm", kChains * 16.0, loop_fma256, max_threads, seconds);
@@ -209,24 +210,38 @@ PeakResult peak_fp32_fma(int max_threads, double seconds) {
 }
 
 PeakResult peak_bf16_dot(int max_threads, double seconds) {
-  if (max_kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_bf16)
+  if (max_kernel_level() >= KernelLevel::AVX512 && cpu_features().avx512_bf16)
     return run_compute("bf16_dot", "GFLOP/s", "vdpbf16ps zmm", kChains * 64.0, loop_bf16, max_threads, seconds);
   return {"bf16_dot", "GFLOP/s", "", {}};
 }
 
 PeakResult peak_int8_vnni(int max_threads, double seconds) {
-  if (max_kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni)
+  if (max_kernel_level() >= KernelLevel::AVX512 && cpu_features().avx512_vnni)
     return run_compute("int8_vnni", "GOP/s", "vpdpbusd zmm", kChains * 128.0, loop_vnni512, max_threads, seconds);
   if (cpu_features().avx_vnni)
     return run_compute("int8_vnni", "GOP/s", "vpdpbusd ymm", kChains * 64.0, loop_vnni256, max_threads, seconds);
   return {"int8_vnni", "GOP/s", "", {}};
 }
 
+PeakResult peak_amx_bf16(int max_threads, double seconds) {
+  if (max_kernel_level() >= KernelLevel::AMX)
+    return run_compute("amx_bf16", "GFLOP/s", "tdpbf16ps", kernels::kAmxBf16OpsPerIter, kernels::amx_peak_bf16,
+                       max_threads, seconds);
+  return {"amx_bf16", "GFLOP/s", "", {}};
+}
+
+PeakResult peak_amx_int8(int max_threads, double seconds) {
+  if (max_kernel_level() >= KernelLevel::AMX)
+    return run_compute("amx_int8", "GOP/s", "tdpbusd", kernels::kAmxInt8OpsPerIter, kernels::amx_peak_int8, max_threads,
+                       seconds);
+  return {"amx_int8", "GOP/s", "", {}};
+}
+
 PeakResult peak_mem_read(int max_threads, double seconds) {
   const KernelLevel lvl = max_kernel_level();
   PeakResult r{"mem_read",
                "GB/s",
-               lvl == KernelLevel::AVX512 ? "zmm loads"
+               lvl >= KernelLevel::AVX512 ? "zmm loads"
                : lvl == KernelLevel::AVX2 ? "ymm loads"
                                           : "scalar loads",
                {}};
@@ -242,7 +257,7 @@ PeakResult peak_mem_read(int max_threads, double seconds) {
 #pragma omp parallel for schedule(static) num_threads(max_threads)
   for (int64_t i = 0; i < int64_t(bytes / 4096); ++i) std::memset(p + i * 4096, int(i & 0xff), 4096);
   auto read = [&](const char* q, size_t n) {
-    return lvl == KernelLevel::AVX512 ? read512(q, n) : lvl == KernelLevel::AVX2 ? read256(q, n) : read_scalar(q, n);
+    return lvl >= KernelLevel::AVX512 ? read512(q, n) : lvl == KernelLevel::AVX2 ? read256(q, n) : read_scalar(q, n);
   };
   // Several passes per measurement so that one lasts about seconds / kRepeats.
   auto t0 = Clock::now();

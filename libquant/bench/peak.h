@@ -15,7 +15,7 @@ struct PeakPoint {
 };
 
 struct PeakResult {
-  std::string name;               // "fp32_fma", "bf16_dot", "int8_vnni", "mem_read"
+  std::string name;               // "fp32_fma", "bf16_dot", "int8_vnni", "amx_bf16", "amx_int8", "mem_read"
   std::string unit;               // "GFLOP/s", "GOP/s", "GB/s"
   std::string isa;                // instruction measured, or "" when the CPU lacks it
   std::vector<PeakPoint> points;  // one per thread count 1..N; empty when unsupported
@@ -28,6 +28,9 @@ PeakResult peak_fp32_fma(int max_threads, double seconds = 0.15);
 PeakResult peak_bf16_dot(int max_threads, double seconds = 0.15);
 // INT8 VNNI (vpdpbusd zmm, or the AVX-VNNI ymm form): 2 OP per u8×s8 product (128 per zmm).
 PeakResult peak_int8_vnni(int max_threads, double seconds = 0.15);
+// AMX tile products (tdpbf16ps / tdpbusd on 4 register tiles) where the kernel level is AMX.
+PeakResult peak_amx_bf16(int max_threads, double seconds = 0.15);
+PeakResult peak_amx_int8(int max_threads, double seconds = 0.15);
 // Memory read bandwidth over a working set of at least 4× the L3 cache.
 PeakResult peak_mem_read(int max_threads, double seconds = 0.3);
 

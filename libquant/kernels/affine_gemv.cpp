@@ -182,7 +182,7 @@ void run_rows(const uint8_t* codes, const float* scales, const float* biases, in
 // 64-code chunks, else 16 (AVX2); 0: no kernel.
 int int16_lanes(int64_t g) {
   const KernelLevel lvl = kernel_level();
-  if (lvl == KernelLevel::AVX512 && cpu_features().avx512_vnni && g % 64 == 0) return 32;
+  if (lvl >= KernelLevel::AVX512 && cpu_features().avx512_vnni && g % 64 == 0) return 32;
   return lvl >= KernelLevel::AVX2 ? 16 : 0;
 }
 

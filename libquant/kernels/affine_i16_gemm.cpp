@@ -21,7 +21,7 @@ namespace {
 
 const i16::Isa* isa() {
   const KernelLevel lvl = kernel_level();
-  if (lvl == KernelLevel::AVX512 && cpu_features().avx512_vnni) return &i16::isa_vnni();
+  if (lvl >= KernelLevel::AVX512 && cpu_features().avx512_vnni) return &i16::isa_vnni();
   if (lvl >= KernelLevel::AVX2) return &i16::isa_avx2();
   return nullptr;
 }

@@ -17,7 +17,7 @@ namespace {
 
 const i8::Isa* isa() {
   const KernelLevel lvl = kernel_level();
-  if (lvl == KernelLevel::AVX512 && cpu_features().avx512_vnni) return &i8::isa_vnni();
+  if (lvl >= KernelLevel::AVX512 && cpu_features().avx512_vnni) return &i8::isa_vnni();
   if (lvl >= KernelLevel::AVX2) return &i8::isa_avx2();
   return nullptr;
 }

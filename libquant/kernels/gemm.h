@@ -49,6 +49,7 @@ struct Family {
 const Family* family_f32_avx512();
 const Family* family_f32_avx2();
 const Family* family_bf16_avx512();  // native VDPBF16PS
+const Family* family_bf16_amx();     // AMX TDPBF16PS (gemm_amx_bf16.cpp)
 const Family* family_bf16_avx2();    // bf16 operands, fp32 FMAs (CPUs without AVX512-BF16)
 
 }  // namespace qt::kernels

@@ -43,6 +43,7 @@ const AttendKernels& attend_kernels() {
   static const AttendKernels avx512{lvl_avx512::score_tile, lvl_avx512::score_tile2,  lvl_avx512::dot_rows,
                                     lvl_avx512::mix_rows,   lvl_avx512::expand_signs, lvl_avx512::project_rows};
   switch (kernel_level()) {
+    case KernelLevel::AMX:
     case KernelLevel::AVX512: return avx512;
     case KernelLevel::AVX2: return avx2;
     default: return scalar;

@@ -44,14 +44,15 @@ void note_once(const char* msg) {
 const Family* pick_family(Compute compute, bool quiet) {
   const KernelLevel lvl = kernel_level();
   if (compute == Compute::BF16) {
-    if (lvl == KernelLevel::AVX512 && cpu_features().avx512_bf16) return kernels::family_bf16_avx512();
+    if (lvl >= KernelLevel::AMX) return kernels::family_bf16_amx();
+    if (lvl >= KernelLevel::AVX512 && cpu_features().avx512_bf16) return kernels::family_bf16_avx512();
     if (!cpu_features().avx512_bf16 && !quiet)
       note_once(
           "this CPU has no AVX512-BF16: bf16 weights are multiplied with fp32 FMAs "
           "(same results, fp32 speed)");
     return lvl >= KernelLevel::AVX2 ? kernels::family_bf16_avx2() : nullptr;
   }
-  if (lvl == KernelLevel::AVX512) return kernels::family_f32_avx512();
+  if (lvl >= KernelLevel::AVX512) return kernels::family_f32_avx512();
   if (lvl == KernelLevel::AVX2) return kernels::family_f32_avx2();
   return nullptr;
 }

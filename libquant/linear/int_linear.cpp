@@ -19,6 +19,7 @@
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/aligned_buffer.h"
+#include "libquant/kernels/int8_amx.h"
 #include "libquant/kernels/int8_avx2.h"
 #include "libquant/kernels/int8_gemv_avx2.h"
 #include "libquant/kernels/int8_vnni.h"
@@ -28,6 +29,10 @@
 
 namespace qt {
 namespace {
+
+// Below one A tile of tokens (16 rows) the AMX tiles would multiply padding rows; the VNNI tiles,
+// which give the same bits, take those calls (the decode step among them).
+constexpr int64_t kAmxMinTokens = 16;
 
 using namespace schemes_detail;
 
@@ -42,7 +47,8 @@ class IntLinear final : public Linear {
     // Signed codes [n, k] and fp32 scales [n, ng], from the stored layout (scheme.h).
     s_.resize(size_t(n_ * ng_));
     for (size_t i = 0; i < s_.size(); ++i) s_[i] = load_float(w.scales, i);
-    const bool vnni = kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0;
+    const bool vnni = kernel_level() >= KernelLevel::AVX512 && cpu_features().avx512_vnni && gl_ % 4 == 0;
+    amx_ = vnni && kernel_level() >= KernelLevel::AMX && kernels::int8_amx_supports(gl_);
     if (w.data.dtype != DType::U8) {  // int8 rows store I8 codes; int4 two a byte (U8)
       if (vnni) {                     // packed for VPDPBUSD straight from the stored bytes
         vnni_ = kernels::pack_int8_vnni(reinterpret_cast<const int8_t*>(w.data.data), s_.data(), n_, k_, gl_);
@@ -78,6 +84,8 @@ class IntLinear final : public Linear {
     if (m <= 0) return;
     if (act_ == ActMode::None) {
       forward_float(x, m, y);
+    } else if (amx_ && m >= kAmxMinTokens) {
+      kernels::gemm_int8_amx_f32(vnni_, x, m, y);
     } else if (!vnni_.panels.empty()) {
       kernels::gemm_int8_vnni_f32(vnni_, x, m, y);
     } else {
@@ -195,6 +203,7 @@ class IntLinear final : public Linear {
   const int8_t* qp_ = nullptr;  // the [n, k] codes the AVX2/scalar kernels read: w_'s or q_'s
   std::vector<float> s_;        // [n, ng] fp32 scales
   kernels::Int8Vnni vnni_;
+  bool amx_ = false;  // forward() runs the AMX tiles on vnni_ (the same bits as the VNNI tiles)
 };
 
 }  // namespace

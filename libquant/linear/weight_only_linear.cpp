@@ -190,9 +190,9 @@ using kernels::Family;
 
 const Family* pick(Compute compute) {
   const KernelLevel lvl = kernel_level();
-  if (compute == Compute::BF16 && lvl == KernelLevel::AVX512 && cpu_features().avx512_bf16)
+  if (compute == Compute::BF16 && lvl >= KernelLevel::AVX512 && cpu_features().avx512_bf16)
     return kernels::family_bf16_avx512();
-  if (lvl == KernelLevel::AVX512) return kernels::family_f32_avx512();
+  if (lvl >= KernelLevel::AVX512) return kernels::family_f32_avx512();
   if (lvl == KernelLevel::AVX2) return kernels::family_f32_avx2();
   return nullptr;
 }
@@ -274,7 +274,7 @@ class WeightOnlyLinear final : public Linear {
         const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
         const uint8_t* row = w_.data.data + r * row_bytes;
         void (*decode_group)(const uint8_t*, int, int64_t, float, float, bool, float*) = decode_group_avx2;
-        if (kernel_level() == KernelLevel::AVX512) decode_group = decode_group_avx512;
+        if (kernel_level() >= KernelLevel::AVX512) decode_group = decode_group_avx512;
         for (int64_t j0 = 0; j0 < k_; j0 += g) {
           const size_t gi = size_t(r * groups_ + j0 / g);
           decode_group(row + j0 * bits_ / 8, bits_, g, scales_[gi], biases_[gi], dt == DType::BF16, out + j0);
@@ -376,7 +376,7 @@ class WeightOnlyLinear final : public Linear {
         for (int64_t t = 0; t < m; ++t) {
           const float* xt = x + t * k_;
           float acc;
-          if (simd_dot_ == KernelLevel::AVX512) {
+          if (simd_dot_ >= KernelLevel::AVX512) {
             acc = dot_avx512(xt, row.data(), k_);
           } else if (simd_dot_ == KernelLevel::AVX2) {
             acc = dot_avx2(xt, row.data(), k_);

@@ -46,6 +46,7 @@ constexpr int W = 16, R = 6, CV = 4;
 
 #define QT_OPS_DISPATCH(call)                          \
   switch (kernel_level()) {                            \
+    case KernelLevel::AMX:                             \
     case KernelLevel::AVX512: return lvl_avx512::call; \
     case KernelLevel::AVX2: return lvl_avx2::call;     \
     default: return lvl_scalar::call;                  \
@@ -63,7 +64,7 @@ void rmsnorm(const float* x, int64_t x_stride, const float* w, float* y, int64_t
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * x_stride;
     float* yr = y + r * y_stride;
-    if (lvl == KernelLevel::AVX512)
+    if (lvl >= KernelLevel::AVX512)
       lvl_avx512::rmsnorm_row(xr, w, yr, dim, eps);
     else if (lvl == KernelLevel::AVX2)
       lvl_avx2::rmsnorm_row(xr, w, yr, dim, eps);
@@ -156,7 +157,7 @@ void rope(float* x, int64_t stride, int64_t rows, int n_heads, int head_dim, int
     float* xr = x + r * stride;
     const float* c = table.cos(pos0 + int(r));
     const float* s = table.sin(pos0 + int(r));
-    if (lvl == KernelLevel::AVX512)
+    if (lvl >= KernelLevel::AVX512)
       lvl_avx512::rope_row(xr, n_heads, head_dim, c, s);
     else if (lvl == KernelLevel::AVX2)
       lvl_avx2::rope_row(xr, n_heads, head_dim, c, s);
@@ -172,7 +173,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_
     const float* g = gate + r * n;
     const float* u = up + r * n;
     float* o = out + r * n;
-    if (lvl == KernelLevel::AVX512)
+    if (lvl >= KernelLevel::AVX512)
       lvl_avx512::swiglu_row(g, u, o, n);
     else if (lvl == KernelLevel::AVX2)
       lvl_avx2::swiglu_row(g, u, o, n);
@@ -201,7 +202,7 @@ void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_h
                float scale, const AttnLayout& kv, float* out, int64_t out_stride) {
   const KernelLevel lvl = kernel_level();
   // The tiles need whole vectors of head dimensions.
-  if (lvl == KernelLevel::AVX512 && head_dim % 16 == 0)
+  if (lvl >= KernelLevel::AVX512 && head_dim % 16 == 0)
     return lvl_avx512::attention_impl(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, head_dim, scale, kv, out,
                                       out_stride);
   if (lvl >= KernelLevel::AVX2 && head_dim % 8 == 0)
