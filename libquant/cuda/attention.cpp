@@ -73,7 +73,7 @@ void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __hal
   QT_CUDA_CHECK(cudaMemcpy(bptrs_.get(), b.data(), b.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-void Attention::run(int chunks, float scale, cudaStream_t s, int window, float softcap) {
+void Attention::run(int chunks, float scale, cudaStream_t s, int window, float softcap, const float* sinks) {
   const KvBound kb = kb_, vb = vb_;
   if (chunks <= 0) return;
   if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
@@ -112,13 +112,13 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
                                           CUDA_R_16F, KV, pt.p + 1 * pt.n, CUDA_R_16F, Q, &zero, pt.p + 2 * pt.n,
                                           CUDA_R_32F, w2, pt.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
-  if ((k2_ || v2_) && (window > 0 || softcap > 0))
-    throw std::logic_error("Attention::run: sliding windows and soft-caps through a quantized cache's windows");
+  if ((k2_ || v2_) && (window > 0 || softcap > 0 || sinks))
+    throw std::logic_error("Attention::run: sliding windows, soft-caps and sinks through a quantized cache's windows");
   if (k2_ || v2_)
     window_softmax(S_.get<float>(), k2_ ? S2_.get<float>() : nullptr, int64_t(batch) * T, T, scale, kb, vb,
                    P_.get<__half>(), v2_ ? P2_.get<__half>() : nullptr, W, s);
   else
-    causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s, window, softcap);
+    causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s, window, softcap, sinks, nh_);
   // out (hd × T_q, ld Q) = V (hd × T_k, ld KV) · P (T_k × T_q, ld T).
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_16F, KV,
                                       P + 4 * heads, CUDA_R_16F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,

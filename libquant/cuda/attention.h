@@ -34,8 +34,9 @@ class Attention {
             float* out, const __half* k2 = nullptr, const __half* v2 = nullptr, const __half* q2 = nullptr,
             KvBound kb = {}, KvBound vb = {});
   // Runs the first `chunks` chunks; window > 0: each query sees its newest `window` keys only
-  // (sliding layers); softcap > 0: scores soft-capped before the softmax (causal_softmax, ops.h).
-  void run(int chunks, float scale, cudaStream_t s, int window = 0, float softcap = 0);
+  // (sliding layers); softcap > 0: scores soft-capped before the softmax (causal_softmax, ops.h);
+  // sinks [nh]: gpt_oss's per-head sink logits in the softmax (f16 cache only).
+  void run(int chunks, float scale, cudaStream_t s, int window = 0, float softcap = 0, const float* sinks = nullptr);
   // The band's block (0: the second GEMMs over whole T × T).
   static int band(int T, bool k2, bool v2, KvBound kb, KvBound vb) {
     const int w = std::max(k2 ? kb.width() : 0, v2 ? vb.width() : 0);
