@@ -55,6 +55,7 @@ namespace {
 // Host bf16 copy of a float tensor (the CPU's bf16 rounding rule, kernels/bf16.h), or the
 // tensor's own bytes when it is bf16 already.
 void upload_bf16(const Tensor& t, void* dst, cudaStream_t s) {
+  if (t.deferred()) return upload_bf16(materialize(t), dst, s);  // mlx_lm's stacked experts, split lazily
   if (t.dtype == DType::BF16) {
     QT_CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.nbytes, cudaMemcpyHostToDevice, s));
     QT_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -55,10 +55,11 @@ __global__ void route_kernel(const float* logits, int n, int E, int K, bool topk
     top += bv;
   }
   if (lane != 0) return;
-  if (topk_first) {  // softmax over the K picked logits (the first is the largest)
+  if (topk_first) {           // softmax over the K picked logits (the first is the largest)
+    const float mx = val[0];  // kept apart: the loop below overwrites val[0] first
     float s = 0;
-    for (int j = 0; j < K; ++j) s += expf(val[j] - val[0]);
-    for (int j = 0; j < K; ++j) val[j] = expf(val[j] - val[0]) / s;
+    for (int j = 0; j < K; ++j) s += expf(val[j] - mx);
+    for (int j = 0; j < K; ++j) val[j] = expf(val[j] - mx) / s;
   } else if (renorm) {
     for (int j = 0; j < K; ++j) val[j] = val[j] / top;
   }
