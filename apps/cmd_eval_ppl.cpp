@@ -268,7 +268,7 @@ int run(const Options& o) {
   const std::string text = read_text(o.text);
   Checkpoint ck = load_checkpoint(o.model);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
-  // What the GPU forward does not run (gpt_oss, quantized mixture-of-experts, some layouts) is
+  // What the GPU forward does not run (some layouts, mixed dense and quantized projections) is
   // refused here, before tokenizing: one "not on cuda yet" line.
   if (on_gpu) cuda::check_supported(ck);
   const ModelConfig cfg = ck.config;

@@ -55,19 +55,29 @@ __global__ void bnb4_dequant_kernel(const uint8_t* codes, const float* absmax, c
 
 }  // namespace
 
-void bnb4_dequant(const Bnb4Weight& w, __nv_bfloat16* out, cudaStream_t s) {
-  if (w.rows <= 0) return;
-  const int64_t n_bytes = w.rows * w.cols / 2;
+void bnb4_dequant(const Bnb4Weight& w, __nv_bfloat16* out, cudaStream_t s) { bnb4_dequant_rows(w, 0, w.rows, out, s); }
+
+void bnb4_dequant_rows(const Bnb4Weight& w, int64_t row0, int64_t rows, __nv_bfloat16* out, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int64_t e0 = row0 * w.cols;  // the slice starts on a whole block (the loader checks)
+  const int64_t n_bytes = rows * w.cols / 2;
   const int64_t blocks = std::min<int64_t>((n_bytes + 255) / 256, 132 * 16);
-  bnb4_dequant_kernel<<<unsigned(blocks), 256, 0, s>>>(w.codes.get<uint8_t>(), w.absmax.get<float>(),
-                                                       w.table.get<float>(), n_bytes, w.block, out);
+  bnb4_dequant_kernel<<<unsigned(blocks), 256, 0, s>>>(w.codes.get<uint8_t>() + e0 / 2,
+                                                       w.absmax.get<float>() + e0 / w.block, w.table.get<float>(),
+                                                       n_bytes, w.block, out);
   QT_CUDA_LAUNCHED();
 }
 
 void affine_dequant(const AffineWeight& w, __nv_bfloat16* out, cudaStream_t s) {
-  if (w.rows <= 0) return;
-  affine_dequant_kernel<<<w.rows, 256, 0, s>>>(w.codes.get<uint8_t>(), w.scales.get<float>(), w.biases.get<float>(),
-                                               w.cols, w.bits, w.group, w.round_mode, out);
+  affine_dequant_rows(w, 0, w.rows, out, s);
+}
+
+void affine_dequant_rows(const AffineWeight& w, int64_t row0, int64_t rows, __nv_bfloat16* out, cudaStream_t s) {
+  if (rows <= 0) return;
+  const int64_t row_bytes = int64_t(w.cols) * w.bits / 8, groups = w.cols / w.group;
+  affine_dequant_kernel<<<unsigned(rows), 256, 0, s>>>(
+      w.codes.get<uint8_t>() + row0 * row_bytes, w.scales.get<float>() + row0 * groups,
+      w.biases.get<float>() + row0 * groups, w.cols, w.bits, w.group, w.round_mode, out);
   QT_CUDA_LAUNCHED();
 }
 

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "libquant/cuda/buffer.h"
 
 namespace qt::cuda {
@@ -17,6 +19,8 @@ struct AffineWeight {
 
 // out [rows, cols] bf16 = the dequantized weight.
 void affine_dequant(const AffineWeight& w, __nv_bfloat16* out, cudaStream_t s);
+// Rows row0 … row0 + rows − 1 only (one expert's slice of a stacked matrix) into out [rows, cols].
+void affine_dequant_rows(const AffineWeight& w, int64_t row0, int64_t rows, __nv_bfloat16* out, cudaStream_t s);
 
 // A weight stored as bitsandbytes NF4 / FP4 (schemes/bnb4.cpp): the flattened tensor's 4-bit
 // codes, two per byte (high nibble first), and an fp32 absmax per block of `block` values;
@@ -30,5 +34,7 @@ struct Bnb4Weight {
   bool empty() const { return rows == 0; }
 };
 void bnb4_dequant(const Bnb4Weight& w, __nv_bfloat16* out, cudaStream_t s);
+// Rows row0 … row0 + rows − 1 only (row0 · cols a multiple of the block).
+void bnb4_dequant_rows(const Bnb4Weight& w, int64_t row0, int64_t rows, __nv_bfloat16* out, cudaStream_t s);
 
 }  // namespace qt::cuda

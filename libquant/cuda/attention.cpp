@@ -88,7 +88,6 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
     fused_attention(q_, k_, v_, out_, chunks, T_, nh_, nkv_, hd_, scale, s, window, softcap, sinks);
     return;
   }
-  if (sinks) throw std::logic_error("Attention::run: attention sinks on the materialised path");
   QT_CUBLAS_CHECK(cublasSetStream(h_, s));
   const size_t heads = size_t(max_chunks_) * nh_;
   const int batch = chunks * nh_;
@@ -124,13 +123,13 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
                                           CUDA_R_16F, KV, pt.p + 1 * pt.n, CUDA_R_16F, Q, &zero, pt.p + 2 * pt.n,
                                           CUDA_R_32F, w2, pt.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
-  if ((k2_ || v2_) && (window > 0 || softcap > 0))
-    throw std::logic_error("Attention::run: sliding windows and soft-caps through a quantized cache's windows");
+  if ((k2_ || v2_) && (window > 0 || softcap > 0 || sinks))
+    throw std::logic_error("Attention::run: sliding windows, soft-caps and sinks through a quantized cache's windows");
   if (k2_ || v2_)
     window_softmax(S_.get<float>(), k2_ ? S2_.get<float>() : nullptr, int64_t(batch) * T, T, scale, kb, vb,
                    P_.get<__half>(), v2_ ? P2_.get<__half>() : nullptr, W, s);
   else
-    causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s, window, softcap);
+    causal_softmax(S_.get<float>(), int64_t(batch) * T, T, scale, P_.get<__half>(), s, window, softcap, sinks, nh_);
   // out (hd × T_q, ld Q) = V (hd × T_k, ld KV) · P (T_k × T_q, ld T).
   QT_CUBLAS_CHECK(cublasGemmBatchedEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, hd_, T, T, &one, P + 3 * heads, CUDA_R_16F, KV,
                                       P + 4 * heads, CUDA_R_16F, T, &zero, P + 5 * heads, CUDA_R_32F, Q, batch,

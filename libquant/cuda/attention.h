@@ -41,7 +41,8 @@ class Attention {
             KvBound kb = {}, KvBound vb = {});
   // Runs the first `chunks` chunks; window > 0: each query sees its newest `window` keys only
   // (sliding layers); softcap > 0: scores soft-capped before the softmax (causal_softmax, ops.h).
-  // sinks: null, or one fp32 logit per query head (gpt_oss; attention_fused.h) — the fused path only.
+  // sinks: null, or one fp32 logit per query head (gpt_oss): joins each softmax's max and
+  // denominator on both paths (f16 cache; attention_fused.h, causal_softmax).
   void run(int chunks, float scale, cudaStream_t s, int window = 0, float softcap = 0, const float* sinks = nullptr);
   // Whether bind's configuration runs fused (the rest: materialised).
   static bool runs_fused(bool fused, int hd, bool k2, bool v2) {

@@ -48,7 +48,10 @@ void check_supported(const Checkpoint& ck) {
     user_error("{}: inconsistent head configuration", ck.path);
   bool any_q = false, any_dense = false, any_int8 = false;
   for (const auto& [name, t] : ck.tensors) {
-    const bool proj = name.find(".self_attn.") != std::string::npos || name.find(".mlp.") != std::string::npos;
+    // mixtral's router and experts sit under block_sparse_moe.
+    const bool moe = c.is_moe() && (name.find(std::string(".") + a.moe->experts + ".") != std::string::npos ||
+                                    name.find(std::string(".") + a.moe->router + ".") != std::string::npos);
+    const bool proj = moe || name.find(".self_attn.") != std::string::npos || name.find(".mlp.") != std::string::npos;
     if (is_float(t.dtype) && t.dtype != DType::F64) {
       if (proj && name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0) any_dense = true;
       continue;
@@ -75,20 +78,18 @@ void check_supported(const Checkpoint& ck) {
     any_q = true;
     any_int8 = any_int8 || (int8_pc && proj);
   }
-  if (c.is_moe()) {  // the MoE FFN runs in bf16 (moe_ffn.cpp)
-    if (a.moe->gpt_oss)
-      refuse("gpt_oss (attention sinks, YaRN RoPE, biased router and experts, clamped SwiGLU; it runs on the CPU)");
-    if (any_q)
-      refuse(
-          fmt::format("{} with quantized weights (cuda runs mixture-of-experts folders in f32/bf16/f16; the "
-                      "quantized ones run on the CPU)",
-                      c.arch));
+  if (c.is_moe()) {  // the MoE FFN (moe_ffn.cpp): bf16, weight-only decoded per expert, or 8-bit per expert
+    // An expert's slices of the stacked 8-bit matrices (FP8's GEMMs want multiples of 16)
+    if (any_int8 && (c.moe_intermediate % 16 || c.hidden % 16))
+      refuse(fmt::format("8-bit experts of hidden {} and intermediate {} (cuda's want multiples of 16)", c.hidden,
+                         c.moe_intermediate));
     if (c.n_experts > kMoeMaxExperts || c.n_experts_per_tok < 1 || c.n_experts_per_tok > kMoeMaxTopK ||
         c.n_experts_per_tok > c.n_experts)
       refuse(fmt::format("{} experts, {} per token (cuda routes up to {} experts, {} per token)", c.n_experts,
                          c.n_experts_per_tok, kMoeMaxExperts, kMoeMaxTopK));
   }
-  if (any_q && any_dense) refuse("mixed dense and W8A8 projections");
+  if (any_q && any_dense)
+    refuse("mixed dense and quantized projections (some left in float: a width the group does not divide)");
   // The W8A8 block quantizes the activations inside the pre-norms and SwiGLU (int8_ops.h).
   if (any_int8 && (a.has_post_norms() || !a.norms.attn_pre || !a.norms.ffn_pre || a.act != Activation::Silu))
     refuse(

@@ -101,6 +101,21 @@ void GemmLt::run_rows(const __nv_bfloat16* W, int out, int in, const __nv_bfloat
       cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }
 
+void GemmLt::run_rows8(const void* W, int out, int in, const void* X, int n, void* Y, bool fp8, cudaStream_t s) {
+  if (n <= 0) return;
+  Plan& p = plan(out, in, (n + 255) / 256 * 256, fp8 ? CUDA_R_32F : CUDA_R_32I, fp8 ? CUDA_R_8F_E4M3 : CUDA_R_8I,
+                 common_alignment(W, X, Y), true);
+  const uint64_t cols = uint64_t(n);
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  QT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  const int32_t ia = 1, ib = 0;
+  const float fa = 1.0f, fb = 0.0f;
+  const void* alpha = fp8 ? static_cast<const void*>(&fa) : &ia;
+  const void* beta = fp8 ? static_cast<const void*>(&fb) : &ib;
+  QT_CUBLAS_CHECK(
+      cublasLtMatmul(h_, p.op, alpha, W, p.a, X, p.b, beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
+}
+
 }  // namespace qt::cuda
 
 namespace qt::cuda {

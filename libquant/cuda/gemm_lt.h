@@ -31,6 +31,8 @@ class GemmLt {
   // one plan per rounded size, run at n itself (the layouts' column count set per call). A plan per
   // exact n would ask the heuristic (about a millisecond) for nearly every expert of every batch.
   void run_rows(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, float* Y, cudaStream_t s);
+  // run_rows for the 8-bit GEMMs below: int8 codes into int32 Y, or (fp8) E4M3 codes into fp32 Y.
+  void run_rows8(const void* W, int out, int in, const void* X, int n, void* Y, bool fp8, cudaStream_t s);
   // W8A8: int8 W and X, exact int32 Y [n, out] (int8 tensor cores; in a multiple of 4).
   void run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, int32_t* Y, cudaStream_t s);
   // FP8: E4M3 W and X (bytes), fp32 Y [n, out] = the unscaled sums (out and in multiples of 16).

@@ -7,8 +7,11 @@
 //               x += bf16(silu(g)·u) · Wdownᵀ,  g|u = rmsnorm(x) · [Wgate;Wup]ᵀ
 //   logits = rmsnorm(x) · lm_headᵀ over the scored rows only
 //
-// A sparse layer (qwen3_moe, mixtral) replaces the gate|up / down pair by the mixture-of-experts
-// FFN on the same normed rows (moe_ffn.cpp): its router and experts are loaded here, stacked.
+// A sparse layer (qwen3_moe, mixtral, gpt_oss) replaces the gate|up / down pair by the
+// mixture-of-experts FFN on the same normed rows (moe_ffn.cpp): its router (bf16) and experts
+// (stacked, in the projections' kind) are loaded here. gpt_oss adds biases to o_proj, the router
+// and the experts, sink logits to the softmax (attn_softmax.cu) and YaRN to the RoPE table (the
+// CPU's ops::RopeTable, uploaded as it is).
 //
 // MLX affine folders (every projection affine, any bits/group): each projection's codes are
 // decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
@@ -52,6 +55,7 @@ namespace {
 // Host bf16 copy of a float tensor (the CPU's bf16 rounding rule, kernels/bf16.h), or the
 // tensor's own bytes when it is bf16 already.
 void upload_bf16(const Tensor& t, void* dst, cudaStream_t s) {
+  if (t.deferred()) return upload_bf16(materialize(t), dst, s);  // mlx_lm's stacked experts, split lazily
   if (t.dtype == DType::BF16) {
     QT_CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.nbytes, cudaMemcpyHostToDevice, s));
     QT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -336,28 +340,63 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
     L.wqkv =
         stacked({{t.q.weight, t.q.out}, {t.k.weight, t.k.out}, {t.v.weight, t.v.out}}, H, &L.sqkv, &L.aqkv, &L.nqkv);
     L.wo = stacked({{t.o.weight, t.o.out}}, t.o.in, &L.so, &L.ao, &L.no);
-    if (c.is_moe_layer(i)) {  // the router and the experts, stacked (check_supported: bf16 only)
+    if (!t.o.bias.empty()) {
+      L.bo = upload_norm(read_vector(ck, t.o.bias, t.o.out));
+      done(t.o.bias);
+    }
+    if (desc->attn_sinks) {
+      L.sinks = upload_norm(read_vector(ck, t.prefix + "self_attn.sinks", c.n_heads));
+      done(t.prefix + "self_attn.sinks");
+    }
+    if (c.is_moe_layer(i)) {  // the router (bf16) and the experts, stacked in the projections' kind
       const MoeNames& m = *desc->moe;
-      const int64_t FE = c.moe_intermediate;
+      const int64_t FE = c.moe_intermediate, E = c.n_experts;
       std::vector<std::pair<std::string, int64_t>> gu, dn;
-      for (int e = 0; e < c.n_experts; ++e) {
-        const std::string x = t.prefix + m.experts + "." + std::to_string(e) + ".";
-        gu.push_back({x + m.gate + ".weight", FE});
-        gu.push_back({x + m.up + ".weight", FE});
-        dn.push_back({x + m.down + ".weight", H});
+      std::vector<float> bgu, bdn;
+      // gpt_oss: the router and every expert projection carry a bias (the CPU's loader)
+      auto bias = [&](const std::string& name, int64_t n, std::vector<float>& to) {
+        if (!m.gpt_oss) return;
+        const std::vector<float> v = read_vector(ck, t.prefix + name + ".bias", n);
+        to.insert(to.end(), v.begin(), v.end());
+        done(t.prefix + name + ".bias");
+      };
+      for (int e = 0; e < E; ++e) {
+        const std::string x = m.experts + std::string(".") + std::to_string(e) + ".";
+        gu.push_back({t.prefix + x + m.gate + ".weight", FE});
+        gu.push_back({t.prefix + x + m.up + ".weight", FE});
+        dn.push_back({t.prefix + x + m.down + ".weight", H});
+        bias(x + m.gate, FE, bgu);
+        bias(x + m.up, FE, bgu);
+        bias(x + m.down, H, bdn);
       }
-      L.router = stacked({{t.prefix + m.router + ".weight", c.n_experts}}, H, nullptr, nullptr, nullptr);
-      L.wgu = stacked(gu, H, nullptr, nullptr, nullptr);
-      L.wdown = stacked(dn, FE, nullptr, nullptr, nullptr);
+      const std::string rn = t.prefix + m.router + ".weight";
+      std::optional<std::vector<float>> rq;  // a quantized router (MLX folders): decoded once
+      if (std::optional<PackedTensor> p = packed_weight(ck, rn)) {
+        if (p->rows != E || p->cols != H) user_error("{}: tensor {} has an unexpected shape", ck.path, rn);
+        rq = dequantize_weights(*p, rn);
+      }
+      L.router.resize(size_t(E * H) * 2);
+      upload_bf16(rq ? Tensor::from_f32(std::move(*rq), {E, H}) : weight(rn, E, H), L.router.get(), stream);
+      weight_bytes += L.router.bytes();
+      done(rn);
+      std::vector<float> br;
+      bias(m.router, E, br);
+      L.brouter = upload_norm(std::move(br));
+      L.bgu = upload_norm(std::move(bgu));
+      L.bdown = upload_norm(std::move(bdn));
+      L.wgu = stacked(gu, H, &L.sgu, &L.agu, &L.ngu);
+      L.wdown = stacked(dn, FE, &L.sdown, &L.adown, &L.ndown);
       continue;
     }
     dense_ffn = true;
     L.wgu = stacked({{t.gate.weight, t.gate.out}, {t.up.weight, t.up.out}}, H, &L.sgu, &L.agu, &L.ngu);
     L.wdown = stacked({{t.down.weight, t.down.out}}, t.down.in, &L.sdown, &L.adown, &L.ndown);
   }
-  if (q8 && !swiglu_q8_fits(int(F)))
+  if (q8 && dense_ffn && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
   if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
+  for (const Layer& L : layers)  // the fused residual norm has no place for o_proj's bias
+    if (L.bo.bytes()) q8_fuse = false;
   ck.tensors.clear();
 }
 
@@ -378,7 +417,8 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   if (desc->has_post_norms()) b += N * H * 4;       // post
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
-  if (affine || bnb4) b += std::max(size_t(Q + 2 * KV), 2 * F) * H * 2;
+  const size_t FE = cfg.is_moe() ? size_t(cfg.moe_intermediate) : 0;
+  if (affine || bnb4) b += std::max({size_t(Q + 2 * KV), 2 * F, 2 * FE}) * H * 2;
   return b + moe_scratch_bytes(N);
 }
 
@@ -420,7 +460,8 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
-  if (affine || bnb4) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F}) * 2);
+  const size_t FE = c.is_moe() ? size_t(c.moe_intermediate) : 0;
+  if (affine || bnb4) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F, 2 * FE * H}) * 2);
   if (q8) {
     xq.resize(N * std::max({H, size_t(Q), F}));
     sxa.resize(N * 4);
@@ -466,8 +507,10 @@ void GpuModel::Impl::tune_gemms(int n) {
   const void* a = xq.get();
   one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);
   one("o", L.wo.get(), H, Q, a, n, y);
-  one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);
-  one("down", L.wdown.get(), H, F, a, n, y);
+  if (!L.router.bytes()) {  // a sparse layer's experts run per-expert row counts (run_rows8)
+    one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);
+    one("down", L.wdown.get(), H, F, a, n, y);
+  }
   if (head_q8 && head_rows >= 1024) {  // the output head, at the slice eval-ppl runs (head_rows)
     fill_random(hq.get<uint32_t>(), hq.bytes() / 4, 28, 0x3f3f3f3fu, stream);
     one("lm_head", head_codes.get(), cfg.vocab, H, hq.get(), head_rows, logits.get());
@@ -488,8 +531,8 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   prof.mark("embed", stream);
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& L = layers[li];
-    if (q8) {
-      const Layer* prev = li ? &layers[li - 1] : nullptr;
+    if (q8) {  // a sparse layer before adds its FFN's output itself
+      const Layer* prev = li && !layers[li - 1].router.bytes() ? &layers[li - 1] : nullptr;
       if (fp8)
         forward_layer_q8<e4m3, float>(L, chunks, prev, li + 1 == layers.size());
       else
@@ -504,6 +547,7 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
     to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
     out_proj(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, L.attn_post);
+    if (L.bo.bytes()) add_bias(x.get<float>(), L.bo.get<float>(), N, H, stream);  // gpt_oss: no post-norm
     prof.mark("gemm o", stream);
     pre_norm(L.ffn_norm, N);
     if (L.router.bytes()) {
@@ -609,10 +653,16 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
                         stream);
   } else {
     dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
+    if (L.bo.bytes()) add_bias(x.get<float>(), L.bo.get<float>(), N, H, stream);
     prof.mark("dequant", stream);
     rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   }
   prof.mark("norm", stream);
+  if (L.router.bytes()) {  // the router reads the normed rows in bf16, the experts their codes
+    pre_norm(L.ffn_norm, N);
+    moe_ffn_q8<C, A>(L, N, a, sa);
+    return;
+  }
   gemm8(L.wgu, 2 * F, H, a, N, y);
   prof.mark("gemm gate|up", stream);
   swiglu_q8(y, N, F, sa, L.sgu.get<float>(), a, sb, stream);
@@ -634,9 +684,11 @@ void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
   }
   // The GPU's quantized caches attend causally over one RoPE table (kv.h): a model with sliding
   // windows, soft-caps, a second RoPE base or layers without RoPE keeps the f16 cache.
-  if (!cfg.sliding.empty() || cfg.attn_softcap > 0 || cfg.rope_local_theta > 0 || !cfg.no_rope.empty())
-    user_error("a quantized KV cache with {}'s attention (sliding windows, soft-caps, per-layer RoPE): not on cuda yet",
-               cfg.arch);
+  if (!cfg.sliding.empty() || cfg.attn_softcap > 0 || cfg.rope_local_theta > 0 || !cfg.no_rope.empty() ||
+      desc->attn_sinks)
+    user_error(
+        "a quantized KV cache with {}'s attention (sliding windows, soft-caps, per-layer RoPE, sinks): not on cuda yet",
+        cfg.arch);
   kvq = std::make_unique<GpuKv>(kc, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
   max_chunks = 0;  // the next reserve binds attention to the cache's buffers
 }
@@ -644,7 +696,7 @@ void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
 void GpuModel::Impl::attend(int chunks, const Layer& L) {
   const float scale = cfg.attn_scale();
   if (!kvq) {
-    attn->run(chunks, scale, stream, L.window, cfg.attn_softcap);
+    attn->run(chunks, scale, stream, L.window, cfg.attn_softcap, L.sinks.bytes() ? L.sinks.get<float>() : nullptr);
     prof.mark("attention", stream);
     return;
   }

@@ -24,6 +24,8 @@ struct GpuModel::Impl {
     DeviceBuffer attn_norm, ffn_norm, attn_post, ffn_post;
     DeviceBuffer q_norm, k_norm;  // fp32 [head_dim] or [n_heads·head_dim] / [n_kv·head_dim]
     DeviceBuffer bqkv;            // fp32 [Q + 2·KV]: q/k/v biases (qwen2); empty: none
+    DeviceBuffer bo;              // fp32 [H]: o_proj's bias (gpt_oss); empty: none
+    DeviceBuffer sinks;           // fp32 [n_heads]: gpt_oss's attention sink logits; empty: none
     int rope = 1;                 // 0 none (SmolLM3's no-RoPE layers), 1 the global table, 2 the local
     int window = 0;               // sliding-window layer: keys each query sees; 0: all
     DeviceBuffer wqkv;            // bf16 [Q + 2·KV, H]: q_proj, k_proj, v_proj rows
@@ -34,6 +36,9 @@ struct GpuModel::Impl {
     // expert's gate and up rows, bf16 [E·2F', H] (expert e's at rows e·2F'), and wdown every
     // expert's down rows, bf16 [E·H, F'] (F' = moe_intermediate).
     DeviceBuffer router;
+    // gpt_oss: the router's bias fp32 [E], the experts' gate|up biases [E, 2F'] (gate then up, as
+    // wgu's rows) and down biases [E, H]; empty: none.
+    DeviceBuffer brouter, bgu, bdown;
     // W8A8 (q8): the same matrices as int8 codes (fp8: E4M3 codes), and their per-output-channel
     // scales (fp32).
     DeviceBuffer sqkv, so, sgu, sdown;
@@ -85,6 +90,9 @@ struct GpuModel::Impl {
   // gate|up sums then down outputs (fp32, [N·K, max(2F', H)]), SwiGLU's rows (bf16 [N·K, F']).
   DeviceBuffer moe_logits, moe_sel, moe_w, moe_slot, moe_cnt, moe_xg, moe_y, moe_hb;
   std::vector<int32_t> moe_host;  // counts and offsets read back per layer
+  // MoE with 8-bit weights: the gathered rows' codes [rows, max(H, F')] and per-token scales, the
+  // GEMMs' sums [rows, max(2F', H)], SwiGLU's fp32 rows [rows, F'].
+  DeviceBuffer moe_q, moe_qs, moe_acc, moe_hf;
   // Output head: normed rows, logits of up to head_rows rows, targets and NLL.
   int head_rows = 0;
   DeviceBuffer hs, logits, target, nll;
@@ -107,6 +115,13 @@ struct GpuModel::Impl {
   void qkv_to_heads(const Layer& L, int N);
   // A sparse layer's FFN on xb (the normed rows, moe_ffn.cpp), added to x (or through its post-norm).
   void moe_ffn(const Layer& L, int N);
+  // The W8A8 / FP8 block's: a, sa the normed rows' codes and scales (xb their bf16 for the router).
+  template <typename C, typename A>
+  void moe_ffn_q8(const Layer& L, int N, const C* a, const float* sa);
+  // Router GEMM (+ bias), routing, the pairs' rows; returns the host copy of counts | offsets.
+  const int32_t* moe_route_rows(const Layer& L, int N);
+  // Expert e's bf16 gate|up (down: false) matrix: its slice of wgu / wdown, or decoded into wdec.
+  const bf16* expert_weight(const Layer& L, int e, bool gate_up);
   size_t moe_scratch_bytes(size_t N) const;
   void moe_reserve(size_t N);
   // y = A · Wᵀ added to x, or (post-norm) x += post_w · rmsnorm(A · Wᵀ).

@@ -55,10 +55,11 @@ __global__ void route_kernel(const float* logits, int n, int E, int K, bool topk
     top += bv;
   }
   if (lane != 0) return;
-  if (topk_first) {  // softmax over the K picked logits (the first is the largest)
+  if (topk_first) {           // softmax over the K picked logits (the first is the largest)
+    const float mx = val[0];  // kept apart: the loop below overwrites val[0] first
     float s = 0;
-    for (int j = 0; j < K; ++j) s += expf(val[j] - val[0]);
-    for (int j = 0; j < K; ++j) val[j] = expf(val[j] - val[0]) / s;
+    for (int j = 0; j < K; ++j) s += expf(val[j] - mx);
+    for (int j = 0; j < K; ++j) val[j] = expf(val[j] - mx) / s;
   } else if (renorm) {
     for (int j = 0; j < K; ++j) val[j] = val[j] / top;
   }
@@ -71,7 +72,7 @@ __global__ void route_kernel(const float* logits, int n, int E, int K, bool topk
 
 __global__ void offsets_kernel(const int32_t* counts, int E, int32_t* offs) {
   int s = 0;
-  for (int e = 0; e < E; ++e) offs[e] = s, s += counts[e];
+  for (int e = 0; e < E; ++e) offs[e] = s, s += (counts[e] + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
   offs[E] = s;
 }
 
@@ -111,16 +112,28 @@ __global__ void fill_kernel(const int32_t* sel, int nk, const int32_t* offs, int
   }
 }
 
-__global__ void gather_kernel(const bf16* x, int K, int H, const int32_t* slot, bf16* xg) {
+template <typename W>
+__global__ void gather_kernel(const char* x, int K, int64_t words, const int32_t* slot, char* xg) {
   const int64_t i = blockIdx.x;  // pair (t, j) = (i / K, i % K)
-  const bf16* src = x + (i / K) * H;
-  bf16* dst = xg + int64_t(slot[i]) * H;
-  if (H % 8 == 0) {
-    for (int c = threadIdx.x * 8; c < H; c += blockDim.x * 8)
-      *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
-    return;
+  const W* src = reinterpret_cast<const W*>(x) + (i / K) * words;
+  W* dst = reinterpret_cast<W*>(xg) + int64_t(slot[i]) * words;
+  for (int64_t c = threadIdx.x; c < words; c += blockDim.x) dst[c] = src[c];
+}
+
+// One block per row in use: its expert by a binary search of the offsets.
+__global__ void bias_kernel(float* y, int cols, const int32_t* offs, int E, const float* b) {
+  const int r = blockIdx.x;
+  int lo = 0, hi = E - 1;  // the last e with offs[e] <= r
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (offs[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
-  for (int c = threadIdx.x; c < H; c += blockDim.x) dst[c] = src[c];
+  float* o = y + int64_t(r) * cols;
+  const float* be = b + int64_t(lo) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] += be[c];
 }
 
 __global__ void combine_kernel(const float* y, int K, int H, const int32_t* sel, const float* w, const int32_t* slot,
@@ -167,9 +180,23 @@ void moe_fill(const int32_t* sel, int nk, int E, const int32_t* offs, int32_t* s
   QT_CUDA_LAUNCHED();
 }
 
-void moe_gather(const bf16* x, int n, int K, int H, const int32_t* slot, bf16* xg, cudaStream_t s) {
+void moe_gather(const void* x, int n, int K, size_t row_bytes, const int32_t* slot, void* xg, cudaStream_t s) {
   if (n <= 0) return;
-  gather_kernel<<<int64_t(n) * K, 128, 0, s>>>(x, K, H, slot, xg);
+  const char* src = static_cast<const char*>(x);
+  char* dst = static_cast<char*>(xg);
+  const unsigned pairs = unsigned(int64_t(n) * K);
+  if (row_bytes % 16 == 0)
+    gather_kernel<uint4><<<pairs, 128, 0, s>>>(src, K, int64_t(row_bytes / 16), slot, dst);
+  else if (row_bytes % 4 == 0)
+    gather_kernel<uint32_t><<<pairs, 128, 0, s>>>(src, K, int64_t(row_bytes / 4), slot, dst);
+  else
+    gather_kernel<char><<<pairs, 128, 0, s>>>(src, K, int64_t(row_bytes), slot, dst);
+  QT_CUDA_LAUNCHED();
+}
+
+void moe_bias(float* y, int rows_used, int cols, const int32_t* offs, int E, const float* b, cudaStream_t s) {
+  if (rows_used <= 0 || !b) return;
+  bias_kernel<<<rows_used, 128, 0, s>>>(y, cols, offs, E, b);
   QT_CUDA_LAUNCHED();
 }
 

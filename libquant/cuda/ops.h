@@ -31,6 +31,11 @@ void rope_split(const float* qkv, int n, int T, int nh, int nkv, int hd, const f
 // swiglu.cu: h [n, F] = silu(gu[:, :F]) · gu[:, F:] as bf16; gelu_tanh: Gemma's GeGLU,
 // gelu(gu[:, :F], approximate="tanh") · gu[:, F:] instead.
 void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_tanh = false);
+// swiglu.cu: a mixture-of-experts FFN's activation over gu [n, 2F] into hb (bf16) or, where hf is
+// set, hf (fp32): SiLU(g)·u, or (clamped, gpt_oss) (clamp(u, ±limit) + 1) · min(g, limit) ·
+// sigmoid(alpha · min(g, limit)).
+void expert_act(const float* gu, int n, int F, bf16* hb, float* hf, bool clamped, float alpha, float limit,
+                cudaStream_t s);
 
 // variants.cu, the pieces of some families' blocks (formats/arch.h), fp32 in place:
 // y [rows, cols] += b (q/k/v biases);
@@ -53,8 +58,10 @@ void fill_random(uint32_t* p, size_t n_words, uint32_t seed, uint32_t mask, cuda
 // attn_softmax.cu: rows of T scores (row r is query position p = r % T): P = softmax(scale · S) over
 // keys 0 … p, zero after, as f16. window > 0: over keys p − window + 1 … p only (sliding layers);
 // softcap > 0: each scaled score s becomes softcap · tanh(s / softcap) first (Gemma 2).
+// sinks [nh] (gpt_oss; rows ordered (chunk, head, query)): head h's logit joins the max and the
+// denominator of its rows' softmax, without a value.
 void causal_softmax(const float* S, int64_t rows, int T, float scale, __half* P, cudaStream_t s, int window = 0,
-                    float softcap = 0);
+                    float softcap = 0, const float* sinks = nullptr, int nh = 0);
 
 // kld.cu: per row of base and test logits (kld.h's KldToken; same_top as 0/1).
 struct KldRow {

@@ -1,6 +1,7 @@
 // SwiGLU (or Gemma's GeGLU) on the fused gate|up GEMM output: h = act(g) · u as bf16 (the down
 // projection's operand).
 #include <algorithm>
+#include <type_traits>
 
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/ops.h"
@@ -36,7 +37,41 @@ __global__ void swiglu_kernel(const float* gu, int F, bf16* h) {
   }
   for (int c = threadIdx.x; c < F; c += blockDim.x) o[c] = __float2bfloat16_rn(f(g[c], u[c]));
 }
+// gpt_oss's clamped SwiGLU (GptOssExperts._apply_gate, the CPU's clamped_swiglu):
+// g = min(g, limit), u = clamp(u, −limit, limit), (u + 1) · g · sigmoid(alpha · g); or plain SiLU.
+// Out: bf16 (the bf16 down GEMM's operand) or fp32 (per-token 8-bit quantization follows).
+template <typename Out>
+__global__ void expert_act_kernel(const float* gu, int F, Out* h, bool clamped, float alpha, float limit) {
+  const int64_t r = blockIdx.x;
+  const float* g = gu + r * 2 * F;
+  const float* u = g + F;
+  Out* o = h + r * F;
+  for (int c = threadIdx.x; c < F; c += blockDim.x) {
+    float v;
+    if (clamped) {
+      const float x = fminf(g[c], limit), y = fminf(fmaxf(u[c], -limit), limit);
+      v = (y + 1.0f) * (x * (1.0f / (1.0f + expf(-(x * alpha)))));
+    } else {
+      v = g[c] / (1.0f + expf(-g[c])) * u[c];
+    }
+    if constexpr (std::is_same_v<Out, float>)
+      o[c] = v;
+    else
+      o[c] = __float2bfloat16_rn(v);
+  }
+}
+
 }  // namespace
+
+void expert_act(const float* gu, int n, int F, bf16* hb, float* hf, bool clamped, float alpha, float limit,
+                cudaStream_t s) {
+  if (n <= 0 || F <= 0) return;
+  if (hf)
+    expert_act_kernel<float><<<n, 256, 0, s>>>(gu, F, hf, clamped, alpha, limit);
+  else
+    expert_act_kernel<bf16><<<n, 256, 0, s>>>(gu, F, hb, clamped, alpha, limit);
+  QT_CUDA_LAUNCHED();
+}
 
 void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_tanh) {
   if (n <= 0 || F <= 0) return;
