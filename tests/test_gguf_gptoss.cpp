@@ -26,6 +26,7 @@
 #include "formats/ggml_quantize.h"
 #include "formats/gguf.h"
 #include "libquant/model/llama.h"
+#include "tests/gguf_compare.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -35,52 +36,6 @@ std::string golden(const std::string& name) { return test::source_dir() + "/test
 std::string folder(const std::string& name) { return test::tiny_dir(name); }
 
 int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
-
-void expect_same_tensors(const GgufFile& got, const GgufFile& want, const std::string& what) {
-  EXPECT_EQ(got.tensors().size(), want.tensors().size()) << what;
-  for (auto& w : want.tensors()) {
-    const GgufTensorInfo* t = got.find_tensor(w.name);
-    if (!t) {
-      ADD_FAILURE() << what << ": missing tensor " << w.name;
-      continue;
-    }
-    EXPECT_EQ(t->ne, w.ne) << what << ": " << w.name;
-    EXPECT_EQ(int(t->type), int(w.type)) << what << ": " << w.name;
-    ASSERT_EQ(t->nbytes, w.nbytes) << what << ": " << w.name;
-    EXPECT_EQ(std::memcmp(t->data, w.data, w.nbytes), 0) << what << ": bytes of " << w.name;
-  }
-}
-
-void expect_same_arch_keys(const GgufFile& got, const GgufFile& want, const std::string& what) {
-  auto keys = [&](const GgufFile& g) {
-    std::map<std::string, const GgufValue*> m;
-    for (auto& [k, v] : g.metadata())
-      if (k.rfind("gpt-oss.", 0) == 0 || k == "general.architecture" || k == "general.file_type") m[k] = &v;
-    return m;
-  };
-  const auto a = keys(got), b = keys(want);
-  EXPECT_EQ(a.size(), b.size()) << what;
-  for (auto& [k, w] : b) {
-    auto it = a.find(k);
-    if (it == a.end()) {
-      ADD_FAILURE() << what << ": missing key " << k;
-      continue;
-    }
-    EXPECT_EQ(int(it->second->type), int(w->type)) << what << ": " << k;
-    EXPECT_EQ(it->second->i, w->i) << what << ": " << k;
-    EXPECT_EQ(it->second->f, w->f) << what << ": " << k;
-    EXPECT_EQ(it->second->s, w->s) << what << ": " << k;
-  }
-}
-
-std::vector<float> logits(const Checkpoint& ck, const std::vector<int32_t>& ids) {
-  LlamaModel m(ck, Compute::F32);
-  const int n = int(ids.size());
-  auto cache = m.make_cache(n, "f32");
-  std::vector<float> out(size_t(n) * ck.config.vocab);
-  m.forward(ids.data(), n, 0, *cache, 0, n, out.data());
-  return out;
-}
 
 // The folder with YaRN's truncate true: the model llama.cpp runs from its GGUF.
 std::string truncated_copy(const std::string& name) {
@@ -225,8 +180,8 @@ TEST_P(GptOssGguf, WritesWhatConvertHfToGgufWrites) {
   ASSERT_EQ(qt_run("convert --in " + folder(name) + " --out " + out + " --format gguf --gguf-type bf16", &log), 0)
       << log;
   GgufFile got = GgufFile::open(out), want = GgufFile::open(golden("tiny-" + name + ".bf16.gguf"));
-  expect_same_arch_keys(got, want, name);
-  expect_same_tensors(got, want, name);
+  test::expect_same_arch_keys(got, want, name);
+  test::expect_same_tensors(got, want, name);
 }
 
 TEST_P(GptOssGguf, ReadsToTheFolderLogits) {
@@ -246,7 +201,8 @@ TEST_P(GptOssGguf, ReadsToTheFolderLogits) {
   ASSERT_EQ(g.tensors.size(), hf.tensors.size());
   for (auto& [n, t] : hf.tensors) EXPECT_EQ(to_f32(g.get(n)), to_f32(t)) << n;  // bf16 / MXFP4 both exact
   const test::TinyGolden gold = test::tiny_golden(name);
-  const double d = test::max_abs_diff(logits(g, gold.ids), logits(hf, gold.ids));
+  const double d = test::max_abs_diff(test::fp32_logits(g, gold.ids, int(gold.ids.size())),
+                                      test::fp32_logits(hf, gold.ids, int(gold.ids.size())));
   std::printf("tiny-%s: max |logit diff| GGUF vs folder (truncate true) %.3g\n", name.c_str(), d);
   EXPECT_LT(d, 1e-4);
 }
@@ -264,7 +220,7 @@ TEST(GptOssGgufMxfp4Moe, EqualsLlamaQuantize) {
             0)
       << log;
   GgufFile got = GgufFile::open(tmp + "/a.gguf"), want = GgufFile::open(golden("tiny-gpt-oss.mxfp4_moe.gguf"));
-  expect_same_tensors(got, want, "mxfp4_moe");
+  test::expect_same_tensors(got, want, "mxfp4_moe");
   EXPECT_EQ(got.metadata().at("general.file_type").i, 38);
   EXPECT_EQ(int(want.find_tensor("output.weight")->type), int(GgmlType::Q8_0));
   EXPECT_EQ(int(want.find_tensor("blk.0.ffn_up_exps.weight")->type), int(GgmlType::MXFP4));
@@ -274,8 +230,8 @@ TEST(GptOssGgufMxfp4Moe, EqualsLlamaQuantize) {
                    &log),
             0)
       << log;
-  expect_same_tensors(GgufFile::open(tmp + "/p.gguf"), GgufFile::open(golden("tiny-gpt-oss.mxfp4_pure.gguf")),
-                      "mxfp4 pure");
+  test::expect_same_tensors(GgufFile::open(tmp + "/p.gguf"), GgufFile::open(golden("tiny-gpt-oss.mxfp4_pure.gguf")),
+                            "mxfp4 pure");
 
   ASSERT_EQ(qt_run("convert --in " + folder("gpt-oss-mxfp4") + " --out " + tmp +
                        "/b.gguf --format gguf --gguf-type mxfp4_moe",
@@ -289,8 +245,8 @@ TEST(GptOssGgufMxfp4Moe, EqualsLlamaQuantize) {
                    &log),
             0)
       << log;
-  expect_same_tensors(GgufFile::open(tmp + "/c.gguf"), GgufFile::open(golden("tiny-gpt-oss-mxfp4.mxfp4_moe.gguf")),
-                      "mxfp4 gguf -> mxfp4_moe");
+  test::expect_same_tensors(GgufFile::open(tmp + "/c.gguf"),
+                            GgufFile::open(golden("tiny-gpt-oss-mxfp4.mxfp4_moe.gguf")), "mxfp4 gguf -> mxfp4_moe");
   GgufFile b = GgufFile::open(tmp + "/b.gguf"), conv = GgufFile::open(golden("tiny-gpt-oss-mxfp4.bf16.gguf"));
   for (auto& t : b.tensors()) {
     const GgufTensorInfo* c = conv.find_tensor(t.name);
@@ -317,7 +273,7 @@ TEST(GptOssGgufMxfp4Moe, OtherMoeArchitectures) {
               0)
         << log;
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden("tiny-" + std::string(name) + ".mxfp4_moe.gguf"));
-    expect_same_tensors(got, want, name);
+    test::expect_same_tensors(got, want, name);
     EXPECT_EQ(int(want.find_tensor("blk.0.ffn_down_exps.weight")->type), int(GgmlType::MXFP4));
     EXPECT_EQ(got.metadata().at("general.file_type").i, 38);
   }

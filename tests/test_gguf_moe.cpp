@@ -21,6 +21,7 @@
 #include "formats/checkpoint.h"
 #include "formats/gguf.h"
 #include "libquant/model/llama.h"
+#include "tests/gguf_compare.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -29,56 +30,6 @@ namespace {
 std::string golden(const std::string& name) { return test::source_dir() + "/tests/golden/gguf_moe/" + name; }
 
 int qt_run(const std::string& args, std::string* out) { return test::run_cmd(test::quanttool_bin() + " " + args, out); }
-
-// Every tensor of `want` is in `got` with the same shape, type and bytes, and no other.
-void expect_same_tensors(const GgufFile& got, const GgufFile& want, const std::string& what) {
-  EXPECT_EQ(got.tensors().size(), want.tensors().size()) << what;
-  for (auto& w : want.tensors()) {
-    const GgufTensorInfo* t = got.find_tensor(w.name);
-    if (!t) {
-      ADD_FAILURE() << what << ": missing tensor " << w.name;
-      continue;
-    }
-    EXPECT_EQ(t->ne, w.ne) << what << ": " << w.name;
-    EXPECT_EQ(int(t->type), int(w.type)) << what << ": " << w.name;
-    ASSERT_EQ(t->nbytes, w.nbytes) << what << ": " << w.name;
-    EXPECT_EQ(std::memcmp(t->data, w.data, w.nbytes), 0) << what << ": bytes of " << w.name;
-  }
-}
-
-// The architecture keys (`<arch>.*`, general.architecture, general.file_type): the same set, the
-// same values.
-void expect_same_arch_keys(const GgufFile& got, const GgufFile& want, const std::string& what) {
-  const std::string arch = want.get_string("general.architecture") + ".";
-  auto keys = [&](const GgufFile& g) {
-    std::map<std::string, const GgufValue*> m;
-    for (auto& [k, v] : g.metadata())
-      if (k.rfind(arch, 0) == 0 || k == "general.architecture" || k == "general.file_type") m[k] = &v;
-    return m;
-  };
-  const auto a = keys(got), b = keys(want);
-  EXPECT_EQ(a.size(), b.size()) << what;
-  for (auto& [k, w] : b) {
-    auto it = a.find(k);
-    if (it == a.end()) {
-      ADD_FAILURE() << what << ": missing key " << k;
-      continue;
-    }
-    EXPECT_EQ(int(it->second->type), int(w->type)) << what << ": " << k;
-    EXPECT_EQ(it->second->i, w->i) << what << ": " << k;
-    EXPECT_EQ(it->second->f, w->f) << what << ": " << k;
-    EXPECT_EQ(it->second->s, w->s) << what << ": " << k;
-  }
-}
-
-std::vector<float> logits(const Checkpoint& ck, const std::vector<int32_t>& ids) {
-  LlamaModel m(ck, Compute::F32);
-  const int n = int(ids.size());
-  auto cache = m.make_cache(n, "f32");
-  std::vector<float> out(size_t(n) * ck.config.vocab);
-  m.forward(ids.data(), n, 0, *cache, 0, n, out.data());
-  return out;
-}
 
 class MoeGguf : public ::testing::TestWithParam<std::string> {};
 
@@ -89,8 +40,8 @@ TEST_P(MoeGguf, WritesWhatConvertHfToGgufWrites) {
       qt_run("convert --in " + golden("tiny-" + name) + " --out " + out + " --format gguf --gguf-type bf16", &log), 0)
       << log;
   GgufFile got = GgufFile::open(out), want = GgufFile::open(golden("tiny-" + name + ".bf16.gguf"));
-  expect_same_arch_keys(got, want, name);
-  expect_same_tensors(got, want, name);
+  test::expect_same_arch_keys(got, want, name);
+  test::expect_same_tensors(got, want, name);
 }
 
 TEST_P(MoeGguf, QuantizedEqualsLlamaQuantize) {
@@ -110,7 +61,7 @@ TEST_P(MoeGguf, QuantizedEqualsLlamaQuantize) {
               0)
         << log;
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden("tiny-" + name + "." + file + ".gguf"));
-    expect_same_tensors(got, want, name + " " + type);
+    test::expect_same_tensors(got, want, name + " " + type);
     EXPECT_EQ(got.metadata().at("general.file_type").i, want.metadata().at("general.file_type").i) << type;
   }
   if (name == "mixtral8") {  // the 8-expert rules, visible in the golden itself
@@ -129,7 +80,7 @@ TEST_P(MoeGguf, ReadsToTheFolderLogits) {
   Checkpoint hf = load_checkpoint(golden("tiny-" + name));
   std::vector<int32_t> ids;
   for (int i = 0; i < 24; ++i) ids.push_back(int32_t((i * 37 + 11) % hf.config.vocab));
-  const std::vector<float> want = logits(hf, ids);
+  const std::vector<float> want = test::fp32_logits(hf, ids, int(ids.size()));
   double scale = 0;
   for (float x : want) scale = std::max(scale, double(std::fabs(x)));
   for (const char* type : {"bf16", "q8_0"}) {
@@ -142,7 +93,7 @@ TEST_P(MoeGguf, ReadsToTheFolderLogits) {
     EXPECT_TRUE(g.config.norm_topk_prob);
     ASSERT_EQ(g.tensors.size(), hf.tensors.size());
     if (std::string(type) == "bf16") {  // the same values: the same logits
-      const double d = test::max_abs_diff(logits(g, ids), want);
+      const double d = test::max_abs_diff(test::fp32_logits(g, ids, int(ids.size())), want);
       std::printf("%s: max |logit diff| GGUF vs folder %.3g (logits up to %.3g)\n", name.c_str(), d, scale);
       EXPECT_LT(d, 1e-4);
       continue;

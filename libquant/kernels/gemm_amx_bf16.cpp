@@ -17,6 +17,7 @@
 
 #include "libquant/kernels/amx_tile.h"
 #include "libquant/kernels/bf16.h"
+#include "libquant/kernels/bf16_panel.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/gemm_avx512_tile.h"
 
@@ -108,22 +109,7 @@ int64_t k_pad(int64_t K) { return (K + KG - 1) / KG * KG; }
 
 // The AVX-512 bf16 kernel's packing at NR = 32 and K padded to 32.
 QT_AMX_AVX512BF16 void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {
-  auto d = static_cast<uint16_t*>(dst);
-  auto d32 = static_cast<uint32_t*>(dst);
-  const int64_t Kp = k_pad(K);
-  if (cols < NR || Kp != K) std::memset(d, 0, sizeof(uint16_t) * NR * size_t(Kp));  // padding
-  alignas(64) uint32_t pairs[16];
-  for (int j = 0; j < cols; ++j) {
-    const float* row = w + (n0 + j) * K;
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-      __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16), _mm512_loadu_ps(row + k));
-      _mm512_store_si512(pairs, (__m512i)v);
-      uint32_t* o = d32 + (k / 2) * NR + j;
-      for (int i = 0; i < 16; ++i) o[i * NR] = pairs[i];
-    }
-    for (; k < K; ++k) d[(k / 2) * 2 * NR + 2 * j + (k & 1)] = round_bf16(row[k]);
-  }
+  pack_bf16_panel<NR>(w, K, k_pad(K), n0, cols, dst);
 }
 
 // Row-major bf16 copy of x, K padded to 32 with zeros.

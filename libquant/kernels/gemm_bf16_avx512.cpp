@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "libquant/kernels/bf16.h"
+#include "libquant/kernels/bf16_panel.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/gemm_avx512_tile.h"
 
@@ -57,22 +58,7 @@ void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const voi
 // k-pairs, each stored as one dword of its k-pair's group: an 8B model's load was half this
 // function when it rounded and stored one value at a time.
 QT_AVX512BF16 void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {
-  auto d = static_cast<uint16_t*>(dst);
-  auto d32 = static_cast<uint32_t*>(dst);
-  const int64_t Kp = (K + 1) / 2 * 2;
-  if (cols < NR || Kp != K) std::memset(d, 0, sizeof(uint16_t) * NR * size_t(Kp));  // padding
-  alignas(64) uint32_t pairs[16];
-  for (int j = 0; j < cols; ++j) {
-    const float* row = w + (n0 + j) * K;
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-      __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16), _mm512_loadu_ps(row + k));
-      _mm512_store_si512(pairs, (__m512i)v);
-      uint32_t* o = d32 + (k / 2) * NR + j;
-      for (int i = 0; i < 16; ++i) o[i * NR] = pairs[i];
-    }
-    for (; k < K; ++k) d[(k / 2) * 2 * NR + 2 * j + (k & 1)] = round_bf16(row[k]);
-  }
+  pack_bf16_panel<NR>(w, K, (K + 1) / 2 * 2, n0, cols, dst);
 }
 
 // Row-major bf16 copy of x, K padded to even with a zero (the panel is zero there too).
