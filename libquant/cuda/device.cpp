@@ -56,7 +56,10 @@ void check_supported(const Checkpoint& ck) {
     if (name.find(".weight.") != std::string::npos) continue;  // bitsandbytes' absmax / quant_state of a weight
     const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
     const std::optional<PackedTensor> p = proj || table ? packed_weight(ck, name) : std::nullopt;
-    if (p && table) continue;  // dequantized once at load
+    // A quantized table is dequantized once at load (an activation-rounding head, which the CPU
+    // runs on rounded inputs, is not).
+    if (p && table && !find_scheme(p->params.scheme).round_activations) continue;
+    if (p && table) refuse(fmt::format("{} weights ({}) with rounded activations", p->params.scheme, name));
     // The kernel families cuda runs, on weights in their stored form (a row whose kernels take it
     // in another row's form, kernel_form, is not here yet).
     const Scheme* row = p ? &find_scheme(p->params.scheme) : nullptr;
@@ -65,10 +68,11 @@ void check_supported(const Checkpoint& ck) {
                          (row->kernel == KernelFamily::Int8PerToken || row->kernel == KernelFamily::Fp8PerToken) &&
                          p->params.group_size == 0;
     if (!row || row->kernel_form ||
-        !(int8_pc || row->kernel == KernelFamily::CodeBook4 || row->kernel == KernelFamily::Affine))
+        !(int8_pc || row->kernel == KernelFamily::CodeBook4 || row->kernel == KernelFamily::Affine ||
+          row->kernel == KernelFamily::Dequantized))
       refuse(fmt::format(
           "{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8, W4A8 int4 and FP8 E4M3 per channel, MLX affine, "
-          "NF4/FP4)",
+          "NF4/FP4, NVFP4, MXFP4, FP8_BLOCK)",
           p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
             : std::string(dtype_name(t.dtype)),
           name));
