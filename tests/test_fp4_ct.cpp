@@ -55,6 +55,14 @@ TEST(Fp4Ct, E2M1RoundsHalfToEvenAndKeepsTheSignOfNegativeZeros) {
   for (size_t i = 0; i < std::size(in); ++i) EXPECT_EQ(qt::e2m1_code(in[i]), want[i]) << in[i];
 }
 
+// e2m1_value (the table-free form the GPU decodes with) is the table, −0 for code 8 included.
+TEST(Fp4Ct, E2M1ValueIsTheTable) {
+  for (int c = 0; c < 16; ++c) {
+    const float v = qt::e2m1_value(c);
+    EXPECT_EQ(std::memcmp(&v, &qt::kE2M1Values[c], 4), 0) << c << ": " << v;
+  }
+}
+
 // quantize_weights equals the package's compressor: packed codes, scales (E4M3 / E8M0), the global
 // scale, and dequantize_weights its decompress — for f32 and bf16 weights.
 TEST(Fp4Ct, WeightsEqualCompressedTensorsCompressors) {

@@ -5,7 +5,8 @@
 // CUDA. What runs on the GPU (eval-ppl --device cuda, logits --device cuda): the decoder block of
 // every arch row (formats/arch.h, as the CPU's LlamaModel reads it) with dense weights held as bf16 (cuBLASLt, fp32 accumulate) or W8A8 int8
 // per channel (int8 tensor cores, int32 accumulate, per-token int8 activations; W4A8's int4 codes
-// unpacked to int8 at load), MLX affine and NF4/FP4 weight-only (decoded to bf16 per GEMM), an f16
+// unpacked to int8 at load), MLX affine, NF4/FP4, NVFP4, MXFP4 and FP8_BLOCK (decoded to bf16 per GEMM; the
+// rows with quantized activations round each GEMM's input as the CPU does), an f16
 // or quantized (kv.h: affine, kivi, turboquant_mse) KV cache with causal attention inside the chunk, RMSNorm, RoPE, SwiGLU,
 // the mixture-of-experts FFN of qwen3_moe and mixtral (bf16; moe_ffn.cpp), residuals, the output head and
 // the per-token NLL (log-softmax) — only the forward pass; loading, tokenizing, chunking and the
@@ -18,6 +19,11 @@
 
 #include "formats/checkpoint.h"
 #include "libquant/eval/perplexity.h"
+
+namespace qt {
+struct PackedTensor;
+struct Scheme;
+}  // namespace qt
 
 namespace qt::cuda {
 
@@ -158,6 +164,12 @@ std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, 
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                                   const std::vector<float>& biases, int rows, int cols, int bits, int group,
                                   int round_mode);
+// A Dequantized row's weights (nvfp4, mxfp4, fp8_block; parts stacked as the forward stacks q|k|v)
+// uploaded as stored and decoded to bf16 (blockfp.h), returned as float.
+std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts);
+// The row's activation rounding (blockfp.h) of x [rows, k]: io 0 fp32 out, 1 bf16 out (the GEMM's
+// operand), 2 nvfp4's factored form (bf16 q·e, then the rows' global scales appended); as float.
+std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io);
 // KV methods (kv.h) on one sequence of n tokens of one kv head, x [n, D] rounded to f16 on the
 // way up: the code array of positions < boundary(n) (the CPU codec's layout, groups back to back),
 // and the f16 domain vectors attention reads (decoded, then the exact window in the domain).

@@ -46,7 +46,7 @@ void check_supported(const Checkpoint& ck) {
   if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads || c.head_dim % 2 || c.hidden <= 0 ||
       c.vocab <= 0 || c.n_layers <= 0)
     user_error("{}: inconsistent head configuration", ck.path);
-  bool any_q = false, any_dense = false, any_int8 = false;
+  bool any_q = false, any_dense = false, any_int8 = false, any_blockfp = false;
   for (const auto& [name, t] : ck.tensors) {
     // mixtral's router and experts sit under block_sparse_moe.
     const bool moe = c.is_moe() && (name.find(std::string(".") + a.moe->experts + ".") != std::string::npos ||
@@ -59,7 +59,10 @@ void check_supported(const Checkpoint& ck) {
     if (name.find(".weight.") != std::string::npos) continue;  // bitsandbytes' absmax / quant_state of a weight
     const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
     const std::optional<PackedTensor> p = proj || table ? packed_weight(ck, name) : std::nullopt;
-    if (p && table) continue;  // dequantized once at load
+    // A quantized table is dequantized once at load (an activation-rounding head, which the CPU
+    // runs on rounded inputs, is not).
+    if (p && table && !find_scheme(p->params.scheme).round_activations) continue;
+    if (p && table) refuse(fmt::format("{} weights ({}) with rounded activations", p->params.scheme, name));
     // The kernel families cuda runs, on weights in their stored form (a row whose kernels take it
     // in another row's form, kernel_form, is not here yet).
     const Scheme* row = p ? &find_scheme(p->params.scheme) : nullptr;
@@ -68,17 +71,20 @@ void check_supported(const Checkpoint& ck) {
                          (row->kernel == KernelFamily::Int8PerToken || row->kernel == KernelFamily::Fp8PerToken) &&
                          p->params.group_size == 0;
     if (!row || row->kernel_form ||
-        !(int8_pc || row->kernel == KernelFamily::CodeBook4 || row->kernel == KernelFamily::Affine))
+        !(int8_pc || row->kernel == KernelFamily::CodeBook4 || row->kernel == KernelFamily::Affine ||
+          row->kernel == KernelFamily::Dequantized))
       refuse(fmt::format(
           "{} weights ({}; cuda runs dense f32/bf16/f16, W8A8 int8, W4A8 int4 and FP8 E4M3 per channel, MLX affine, "
-          "NF4/FP4)",
+          "NF4/FP4, NVFP4, MXFP4, FP8_BLOCK)",
           p ? p->params.scheme + (p->params.group_size ? " group " + std::to_string(p->params.group_size) : "")
             : std::string(dtype_name(t.dtype)),
           name));
     any_q = true;
     any_int8 = any_int8 || (int8_pc && proj);
+    any_blockfp = any_blockfp || row->kernel == KernelFamily::Dequantized;
   }
   if (c.is_moe()) {  // the MoE FFN (moe_ffn.cpp): bf16, weight-only decoded per expert, or 8-bit per expert
+    if (any_blockfp) refuse("NVFP4 / MXFP4 / FP8_BLOCK weights in a mixture-of-experts model");
     // An expert's slices of the stacked 8-bit matrices (FP8's GEMMs want multiples of 16)
     if (any_int8 && (c.moe_intermediate % 16 || c.hidden % 16))
       refuse(fmt::format("8-bit experts of hidden {} and intermediate {} (cuda's want multiples of 16)", c.hidden,

@@ -16,6 +16,9 @@
 // MLX affine folders (every projection affine, any bits/group): each projection's codes are
 // decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
 // embedding / output head is dequantized once at load (the CPU's dequantize_weights).
+// NVFP4 / MXFP4 / FP8_BLOCK folders run the same way (blockfp.cu's decode); the rows that quantize
+// activations (nvfp4_a4, mxfp4_a4, fp8_block) round each GEMM's input rows first, as the CPU's
+// DequantizedLinear does.
 // W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
 // tensor cores into exact int32 sums; the activations are quantized per token where the CPU
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
@@ -131,13 +134,36 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
     const KernelFamily k = family(*packed_weight(ck, "model.layers.0.self_attn.q_proj.weight"));
     affine = k == KernelFamily::Affine;
     bnb4 = k == KernelFamily::CodeBook4;
+    blockfp = k == KernelFamily::Dequantized;
     fp8 = k == KernelFamily::Fp8PerToken;
     q8 = k == KernelFamily::Int8PerToken || fp8;
   }
   auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, DeviceBuffer* scales,
-                     AffineWeight* aw, Bnb4Weight* nw) {
+                     AffineWeight* aw, Bnb4Weight* nw, BlockFpWeight* fw) {
     int64_t rows = 0;
     for (auto& [n, r] : parts) rows += r;
+    if (blockfp) {
+      std::vector<PackedTensor> ps;
+      for (auto& [n, r] : parts) {
+        std::optional<PackedTensor> p = packed_weight(ck, n);
+        if (!p || family(*p) != KernelFamily::Dequantized || (!affine_desc.empty() && p->params.scheme != affine_desc))
+          user_error("{}: {} is not {} while the first projection is: mixed layouts: not on cuda yet", ck.path, n,
+                     affine_desc.empty() ? "nvfp4/mxfp4/fp8_block" : affine_desc);
+        if (p->rows != r || p->cols != in) user_error("{}: tensor {} has an unexpected shape", ck.path, n);
+        const ActRound a = act_round_of(find_scheme(p->params.scheme));
+        if (act_round_group(a) && in % act_round_group(a))
+          user_error("{}: {}: activation groups of {} do not divide the input width {}", ck.path, n, act_round_group(a),
+                     in);
+        if (affine_desc.empty()) affine_desc = p->params.scheme, act_round = a;
+        ps.push_back(std::move(*p));
+      }
+      std::vector<const PackedTensor*> pp;
+      for (const PackedTensor& p : ps) pp.push_back(&p);
+      *fw = upload_blockfp(pp, ck.path);
+      weight_bytes += fw->bytes();
+      for (auto& [n, r] : parts) done(stored_codes_name(ck, n));  // the scales go with ck at the end
+      return DeviceBuffer();
+    }
     if (bnb4) {  // the parts' flattened code streams and absmax back to back (whole blocks each)
       std::vector<uint8_t> codes;
       std::vector<float> am;
@@ -337,9 +363,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
     }
     L.rope = !c.has_rope(i) ? 0 : c.rope_local_theta > 0 && c.is_sliding(i) ? 2 : 1;
     L.window = c.is_sliding(i) ? c.sliding_window : 0;
-    L.wqkv =
-        stacked({{t.q.weight, t.q.out}, {t.k.weight, t.k.out}, {t.v.weight, t.v.out}}, H, &L.sqkv, &L.aqkv, &L.nqkv);
-    L.wo = stacked({{t.o.weight, t.o.out}}, t.o.in, &L.so, &L.ao, &L.no);
+    L.wqkv = stacked({{t.q.weight, t.q.out}, {t.k.weight, t.k.out}, {t.v.weight, t.v.out}}, H, &L.sqkv, &L.aqkv,
+                     &L.nqkv, &L.fqkv);
+    L.wo = stacked({{t.o.weight, t.o.out}}, t.o.in, &L.so, &L.ao, &L.no, &L.fo);
     if (!t.o.bias.empty()) {
       L.bo = upload_norm(read_vector(ck, t.o.bias, t.o.out));
       done(t.o.bias);
@@ -384,13 +410,13 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
       L.brouter = upload_norm(std::move(br));
       L.bgu = upload_norm(std::move(bgu));
       L.bdown = upload_norm(std::move(bdn));
-      L.wgu = stacked(gu, H, &L.sgu, &L.agu, &L.ngu);
-      L.wdown = stacked(dn, FE, &L.sdown, &L.adown, &L.ndown);
+      L.wgu = stacked(gu, H, &L.sgu, &L.agu, &L.ngu, nullptr);  // block-FP experts: check_supported refuses
+      L.wdown = stacked(dn, FE, &L.sdown, &L.adown, &L.ndown, nullptr);
       continue;
     }
     dense_ffn = true;
-    L.wgu = stacked({{t.gate.weight, t.gate.out}, {t.up.weight, t.up.out}}, H, &L.sgu, &L.agu, &L.ngu);
-    L.wdown = stacked({{t.down.weight, t.down.out}}, t.down.in, &L.sdown, &L.adown, &L.ndown);
+    L.wgu = stacked({{t.gate.weight, t.gate.out}, {t.up.weight, t.up.out}}, H, &L.sgu, &L.agu, &L.ngu, &L.fgu);
+    L.wdown = stacked({{t.down.weight, t.down.out}}, t.down.in, &L.sdown, &L.adown, &L.ndown, &L.fdown);
   }
   if (q8 && dense_ffn && !swiglu_q8_fits(int(F)))
     user_error("{}: intermediate size {}: W8A8 SwiGLU row does not fit shared memory: not on cuda yet", ck.path, F);
@@ -412,13 +438,14 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
                                 kvq ? kvq->values().bound() : KvBound{},
                                 Attention::runs_fused(fused_attention, cfg.head_dim, k2, v2));
   if (kvq) b += GpuKv::scratch_bytes({}, cfg.head_dim, chunks, T_, cfg.n_heads, cfg.n_kv_heads);
-  b += size_t(chunks) * T_ * H * 2;                 // hs (at most every row)
-  if (head_q8) b += size_t(chunks) * T_ * (H + 4);  // hq, hsx
-  if (desc->has_post_norms()) b += N * H * 4;       // post
+  b += size_t(chunks) * T_ * H * 2;                                            // hs (at most every row)
+  if (head_q8) b += size_t(chunks) * T_ * (H + 4);                             // hq, hsx
+  if (desc->has_post_norms() || act_round == ActRound::Nvfp4) b += N * H * 4;  // post
   b += size_t(rows) * (size_t(cfg.vocab) * 4 + 4 + 8) + (size_t(chunks) * T_) * 12;
   if (q8) b += N * (std::max({H, size_t(Q), F}) + 8 + std::max({size_t(Q + 2 * KV), 2 * F, H}) * 4);
   const size_t FE = cfg.is_moe() ? size_t(cfg.moe_intermediate) : 0;
-  if (affine || bnb4) b += std::max({size_t(Q + 2 * KV), 2 * F, 2 * FE}) * H * 2;
+  if (affine || bnb4 || blockfp) b += std::max({size_t(Q + 2 * KV), 2 * F, 2 * FE}) * H * 2;
+  if (act_round != ActRound::None) b += N * (std::max(H, F) + 1) * 4;  // xr, xg
   return b + moe_scratch_bytes(N);
 }
 
@@ -455,13 +482,15 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   gu.resize(N * 2 * F * 4);
   hb.resize(N * F * 2);
   hs.resize(N * H * 2);
-  if (desc->has_post_norms()) post.resize(N * H * 4);
+  if (desc->has_post_norms() || act_round == ActRound::Nvfp4) post.resize(N * H * 4);
   if (head_q8) hq.resize(N * H), hsx.resize(N * 4);
   target.resize(N * 4);
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
+  if (act_round != ActRound::None) xr.resize(N * std::max(H, F) * 4), xg.resize(N * 4);
   const size_t FE = c.is_moe() ? size_t(c.moe_intermediate) : 0;
-  if (affine || bnb4) wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F, 2 * FE * H}) * 2);
+  if (affine || bnb4 || blockfp)
+    wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F, 2 * FE * H}) * 2);
   if (q8) {
     xq.resize(N * std::max({H, size_t(Q), F}));
     sxa.resize(N * 4);
@@ -540,13 +569,18 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
       continue;
     }
     pre_norm(L.attn_norm, N);
-    gemm->run(weight(L.wqkv, L.aqkv, L.nqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wqkv, L.aqkv, L.nqkv, L.fqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false,
+              stream);
+    if (row_divisor()) divide_rows(qkv.get<float>(), row_divisor(), N, Q + 2 * KV, nullptr, stream);
     prof.mark("gemm qkv", stream);
     qkv_to_heads(L, N);
     attend(chunks, L);
-    to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
+    if (act_round != ActRound::None)  // the fp32 attention output rounded straight into bf16
+      round_activations(act_round, att.get<float>(), attb.get<bf16>(), N, Q, stream, row_divisor());
+    else
+      to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
     prof.mark("act convert", stream);
-    out_proj(weight(L.wo, L.ao, L.no), H, Q, attb.get<bf16>(), N, L.attn_post);
+    out_proj(weight(L.wo, L.ao, L.no, L.fo), H, Q, attb.get<bf16>(), N, L.attn_post);
     if (L.bo.bytes()) add_bias(x.get<float>(), L.bo.get<float>(), N, H, stream);  // gpt_oss: no post-norm
     prof.mark("gemm o", stream);
     pre_norm(L.ffn_norm, N);
@@ -554,16 +588,32 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
       moe_ffn(L, N);
       continue;
     }
-    gemm->run(weight(L.wgu, L.agu, L.ngu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    gemm->run(weight(L.wgu, L.agu, L.ngu, L.fgu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    if (row_divisor()) divide_rows(gu.get<float>(), row_divisor(), N, 2 * F, nullptr, stream);
     prof.mark("gemm gate|up", stream);
-    swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream, desc->act == Activation::GeluTanh);
+    if (act_round != ActRound::None) {  // fp32 rows rounded into hb as the CPU rounds its fp32 rows
+      swiglu(gu.get<float>(), N, F, xr.get<float>(), stream, desc->act == Activation::GeluTanh);
+      round_activations(act_round, xr.get<float>(), hb.get<bf16>(), N, F, stream, row_divisor());
+    } else {
+      swiglu(gu.get<float>(), N, F, hb.get<bf16>(), stream, desc->act == Activation::GeluTanh);
+    }
     prof.mark("swiglu", stream);
-    out_proj(weight(L.wdown, L.adown, L.ndown), H, F, hb.get<bf16>(), N, L.ffn_post);
+    out_proj(weight(L.wdown, L.adown, L.ndown, L.fdown), H, F, hb.get<bf16>(), N, L.ffn_post);
     prof.mark("gemm down", stream);
   }
 }
 
 void GpuModel::Impl::pre_norm(const DeviceBuffer& w, int N) {
+  if (act_round != ActRound::None) {  // fp32 rows rounded into xb as the CPU rounds its fp32 rows
+    const float* rows = x.get<float>();
+    if (w.bytes()) {
+      rmsnorm(x.get<float>(), w.get<float>(), xr.get<float>(), N, cfg.hidden, cfg.rms_eps, stream);
+      rows = xr.get<float>();
+    }
+    round_activations(act_round, rows, xb.get<bf16>(), N, cfg.hidden, stream, row_divisor());
+    prof.mark("norm", stream);
+    return;
+  }
   if (w.bytes())
     rmsnorm(x.get<float>(), w.get<float>(), xb.get<bf16>(), N, cfg.hidden, cfg.rms_eps, N, 0, 0, stream);
   else
@@ -591,15 +641,24 @@ void GpuModel::Impl::qkv_to_heads(const Layer& L, int N) {
 }
 
 void GpuModel::Impl::out_proj(const bf16* W, int out, int in, const bf16* A, int N, const DeviceBuffer& post_w) {
-  if (!post_w.bytes()) {  // the residual add in the GEMM's epilogue
+  float* d = row_divisor();
+  if (!post_w.bytes() && !d) {  // the residual add in the GEMM's epilogue
     gemm->run(W, out, in, A, N, x.get(), CUDA_R_32F, true, stream);
     return;
   }
   gemm->run(W, out, in, A, N, post.get(), CUDA_R_32F, false, stream);
-  post_norm_add(post.get<float>(), post_w.get<float>(), x.get<float>(), N, out, cfg.rms_eps, stream);
+  if (d) divide_rows(post.get<float>(), d, N, out, post_w.bytes() ? nullptr : x.get<float>(), stream);
+  if (post_w.bytes())
+    post_norm_add(post.get<float>(), post_w.get<float>(), x.get<float>(), N, out, cfg.rms_eps, stream);
 }
 
-const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n) {
+const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n,
+                                   const BlockFpWeight& f) {
+  if (!f.empty()) {
+    blockfp_dequant(f, wdec.get<bf16>(), stream);
+    prof.mark("fp4/fp8 decode", stream);
+    return wdec.get<bf16>();
+  }
   if (!n.empty()) {
     bnb4_dequant(n, wdec.get<bf16>(), stream);
     prof.mark("nf4/fp4 decode", stream);
@@ -675,73 +734,6 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   }
 }
 
-void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
-  bool f16 = true;
-  for (size_t l = 0; l < kc.k.size(); ++l) f16 = f16 && kc.k[l].text() == "f16" && kc.v[l].text() == "f16";
-  if (f16 && !kc.key_center && !kc.stats) {
-    if (kvq) kvq.reset(), max_chunks = 0;
-    return;
-  }
-  // The GPU's quantized caches attend causally over one RoPE table (kv.h): a model with sliding
-  // windows, soft-caps, a second RoPE base or layers without RoPE keeps the f16 cache.
-  if (!cfg.sliding.empty() || cfg.attn_softcap > 0 || cfg.rope_local_theta > 0 || !cfg.no_rope.empty() ||
-      desc->attn_sinks)
-    user_error(
-        "a quantized KV cache with {}'s attention (sliding windows, soft-caps, per-layer RoPE, sinks): not on cuda yet",
-        cfg.arch);
-  kvq = std::make_unique<GpuKv>(kc, cfg.head_dim, ops::RopeTable(cfg).inv_freq());
-  max_chunks = 0;  // the next reserve binds attention to the cache's buffers
-}
-
-void GpuModel::Impl::attend(int chunks, const Layer& L) {
-  const float scale = cfg.attn_scale();
-  if (!kvq) {
-    attn->run(chunks, scale, stream, L.window, cfg.attn_softcap, L.sinks.bytes() ? L.sinks.get<float>() : nullptr);
-    prof.mark("attention", stream);
-    return;
-  }
-  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream, int(&L - layers.data()));
-  prof.mark("kv encode/decode", stream);
-  attn->run(chunks, scale, stream);
-  prof.mark("attention", stream);
-  kvq->finish(att.get<float>(), chunks, stream);
-  prof.mark("kv encode/decode", stream);
-}
-
-void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
-  if (head_q8)
-    rmsnorm_q8_rows(x.get<float>(), final_norm.get<float>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
-                    hq.get<int8_t>(), hsx.get<float>(), stream);
-  else
-    rmsnorm(x.get<float>(), final_norm.get<float>(), hs.get<bf16>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
-            stream);
-  prof.mark("norm", stream);
-}
-
-void GpuModel::Impl::head(int r0, int rows) {
-  if (rows > head_rows) throw std::logic_error("GpuModel: head of more rows than reserved");
-  if (head_q8) {  // int32 sums into the logits buffer, then y = s_x · (s_w · acc) in place
-    gemm->run_i8(head_codes.get<int8_t>(), cfg.vocab, cfg.hidden, hq.get<int8_t>() + size_t(r0) * cfg.hidden, rows,
-                 logits.get<int32_t>(), stream);
-    prof.mark("gemm lm_head", stream);
-    dequant(logits.get<int32_t>(), rows, cfg.vocab, hsx.get<float>() + r0, head_scales.get<float>(),
-            logits.get<float>(), false, stream);
-    prof.mark("dequant", stream);
-    final_softcap(rows);
-    return;
-  }
-  gemm->run(head_weight(), cfg.vocab, cfg.hidden, hs.get<bf16>() + size_t(r0) * cfg.hidden, rows, logits.get(),
-            CUDA_R_32F, false, stream);
-  prof.mark("gemm lm_head", stream);
-  final_softcap(rows);
-}
-
-void GpuModel::Impl::final_softcap(int rows) {
-  if (cfg.final_softcap <= 0) return;
-  softcap(logits.get<float>(), int64_t(rows) * cfg.vocab, cfg.final_softcap, stream);
-  prof.mark("softcap", stream);
-}
-
 // ------------------------------------------------------------------------------- GpuModel
 
 GpuModel::GpuModel(Checkpoint&& ck, bool fused_attention)
@@ -750,11 +742,11 @@ GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
 std::string GpuModel::kind() const {
-  return impl_->q8                      ? (impl_->fp8  ? "fp8"
-                                           : impl_->w4 ? "w4a8"
-                                                       : "w8a8")
-         : impl_->affine || impl_->bnb4 ? impl_->affine_desc
-                                        : "bf16";
+  return impl_->q8                                        ? (impl_->fp8  ? "fp8"
+                                                             : impl_->w4 ? "w4a8"
+                                                                         : "w8a8")
+         : impl_->affine || impl_->bnb4 || impl_->blockfp ? impl_->affine_desc
+                                                          : "bf16";
 }
 
 }  // namespace qt::cuda

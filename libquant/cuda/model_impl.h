@@ -9,6 +9,7 @@
 #include "libquant/cuda/affine.h"
 #include "libquant/cuda/attention.h"
 #include "libquant/cuda/backend.h"
+#include "libquant/cuda/blockfp.h"
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
 #include "libquant/cuda/kv.h"
@@ -46,6 +47,8 @@ struct GpuModel::Impl {
     AffineWeight aqkv, ao, agu, adown;
     // bitsandbytes NF4 / FP4 (weight-only): codes and absmax, decoded to bf16 before each GEMM.
     Bnb4Weight nqkv, no, ngu, ndown;
+    // NVFP4 / MXFP4 / FP8_BLOCK (the Dequantized rows): codes and scales, decoded to bf16 before each GEMM.
+    BlockFpWeight fqkv, fo, fgu, fdown;
   };
 
   ModelConfig cfg;
@@ -63,10 +66,13 @@ struct GpuModel::Impl {
   // W8A8: epilogues fused into RoPE and the next norm (the same values as the separate kernels,
   // which run where the hidden row does not fit shared memory).
   bool q8_fuse = true;
-  bool w4 = false;          // q8 with int4 weights (W4A8), unpacked to int8 at load
-  bool fp8 = false;         // q8 with E4M3 weights and activations (FP8_DYNAMIC), fp32 sums
-  bool bnb4 = false;        // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
-  std::string affine_desc;  // "affine4-g64", "nf4-b64"
+  bool w4 = false;       // q8 with int4 weights (W4A8), unpacked to int8 at load
+  bool fp8 = false;      // q8 with E4M3 weights and activations (FP8_DYNAMIC), fp32 sums
+  bool bnb4 = false;     // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
+  bool blockfp = false;  // every projection NVFP4 / MXFP4 / FP8_BLOCK (decoded as affine)
+  // blockfp: the rows that round each Linear's input (the _a4 rows, fp8_block); None: the others.
+  ActRound act_round = ActRound::None;
+  std::string affine_desc;  // "affine4-g64", "nf4-b64", "nvfp4"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
   bool dense_ffn = false;  // some layer has a dense MLP (sizes gu, hb)
@@ -84,6 +90,9 @@ struct GpuModel::Impl {
   DeviceBuffer rope_cos_l, rope_sin_l;  // gemma3's sliding layers: the local base's table
   DeviceBuffer post;                    // fp32 [N, H]: a sublayer's output before its post-norm
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;
+  // act_round: fp32 [N, max(H, F)], a GEMM's input before its rounding; nvfp4_a4: each token's
+  // global scale [N], which the GEMM's output rows are divided by (blockfp.h)
+  DeviceBuffer xr, xg;
   DeviceBuffer xq, sxa, sxb, acc;  // q8: int8 activations, their scales, the int32 GEMM output
   // MoE: router logits [N, E]; per (token, pick) the expert, weight and row in the expert-sorted
   // order [N·K]; counts and offsets [E | E + 1]; the gathered rows (bf16 [N·K, H]), the experts'
@@ -109,7 +118,8 @@ struct GpuModel::Impl {
   void set_kv(const kv::KVConfig& cfg);
   // Attention of the layer's q, k, v (after RoPE) into att, through kvq when set.
   void attend(int chunks, const Layer& L);
-  // The GEMM input of a sublayer: x through its pre-norm into xb (bf16), or x as bf16 without one.
+  // The GEMM input of a sublayer: x through its pre-norm into xb (bf16), or x as bf16 without one
+  // (act_round: the fp32 rows, normed into xr, rounded into xb).
   void pre_norm(const DeviceBuffer& w, int N);
   // qkv (fp32, after the GEMM) into RoPE'd f16 q, k, v: biases, q/k norms, the layer's RoPE table.
   void qkv_to_heads(const Layer& L, int N);
@@ -124,7 +134,9 @@ struct GpuModel::Impl {
   const bf16* expert_weight(const Layer& L, int e, bool gate_up);
   size_t moe_scratch_bytes(size_t N) const;
   void moe_reserve(size_t N);
-  // y = A · Wᵀ added to x, or (post-norm) x += post_w · rmsnorm(A · Wᵀ).
+  // y = A · Wᵀ added to x, or (post-norm) x += post_w · rmsnorm(A · Wᵀ); the rows of y divided by
+  // row_divisor() first where there is one.
+  float* row_divisor() const { return act_round == ActRound::Nvfp4 ? xg.get<float>() : nullptr; }
   void out_proj(const bf16* W, int out, int in, const bf16* A, int N, const DeviceBuffer& post_w);
   // Whether the W8A8 block runs a layer's q|k|v epilogue fused into RoPE (no bias, no q/k norm, RoPE).
   bool q8_plain_qkv(const Layer& L) const { return !L.bqkv.bytes() && !L.q_norm.bytes() && L.rope == 1; }
@@ -142,8 +154,8 @@ struct GpuModel::Impl {
   void forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last);
   template <typename C, typename A>
   void gemm8(const DeviceBuffer& W, int out, int in, const C* X, int n, A* Y);
-  // The bf16 matrix of a projection: its own, or (affine) its codes decoded into wdec.
-  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n);
+  // The bf16 matrix of a projection: its own, or (affine, nf4, blockfp) its codes decoded into wdec.
+  const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n, const BlockFpWeight& f);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).
   void final_norm_rows(int chunks, int first, int n);
   // Logits of hs rows [r0, r0 + rows) into `logits` (rows ≤ head_rows).

@@ -21,6 +21,8 @@ void embed(const int32_t* tok, int n, const void* table, int table_dtype, int H,
 // row in place; the output head's scored rows of each chunk otherwise).
 void rmsnorm(const float* x, const float* w, bf16* y, int rows, int dim, float eps, int group, int group_stride,
              int group_off, cudaStream_t s);
+// The same, every row in place, as fp32 (rows that are rounded before their GEMM, blockfp.h).
+void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps, cudaStream_t s);
 
 // rope.cu: qkv [n, (nh + 2·nkv)·hd] fp32 → q [n, nh·hd], k, v [n, nkv·hd] f16, RoPE (rotate-half)
 // on q and k at position r % T from the tables cos/sin [T, hd/2]; cos null: no RoPE (the layer
@@ -36,6 +38,8 @@ void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_ta
 // sigmoid(alpha · min(g, limit)).
 void expert_act(const float* gu, int n, int F, bf16* hb, float* hf, bool clamped, float alpha, float limit,
                 cudaStream_t s);
+// The same as fp32 (rows that are rounded before the down GEMM, blockfp.h).
+void swiglu(const float* gu, int n, int F, float* h, cudaStream_t s, bool gelu_tanh = false);
 
 // variants.cu, the pieces of some families' blocks (formats/arch.h), fp32 in place:
 // y [rows, cols] += b (q/k/v biases);

@@ -1,12 +1,16 @@
-// RMSNorm, fp32 in, bf16 out (the next GEMM's operand): one block per row, the CPU's formula
-// w · (x · 1/sqrt(Σx²/dim + eps)) with the sum of squares in fp32.
+// RMSNorm, fp32 in, bf16 out (the next GEMM's operand) or fp32 (rows rounded before their GEMM):
+// one block per row, the CPU's formula w · (x · 1/sqrt(Σx²/dim + eps)) with the sum of squares in fp32.
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/ops.h"
 #include "libquant/cuda/reduce.cuh"
 
 namespace qt::cuda {
 namespace {
-__global__ void rmsnorm_kernel(const float* x, const float* w, bf16* y, int dim, float eps, int group, int group_stride,
+__device__ __forceinline__ void put(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void put(float* p, float v) { *p = v; }
+
+template <typename Out>
+__global__ void rmsnorm_kernel(const float* x, const float* w, Out* y, int dim, float eps, int group, int group_stride,
                                int group_off) {
   __shared__ float sh[32];
   const int r = blockIdx.x;
@@ -16,8 +20,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, bf16* y, int dim,
   for (int d = threadIdx.x; d < dim; d += blockDim.x) ss += xr[d] * xr[d];
   ss = block_sum(ss, sh);
   const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
-  bf16* yr = y + int64_t(r) * dim;
-  for (int d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = __float2bfloat16_rn(w[d] * (xr[d] * inv));
+  Out* yr = y + int64_t(r) * dim;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) put(yr + d, w[d] * (xr[d] * inv));
 }
 }  // namespace
 
@@ -25,6 +29,12 @@ void rmsnorm(const float* x, const float* w, bf16* y, int rows, int dim, float e
              int group_off, cudaStream_t s) {
   if (rows <= 0) return;
   rmsnorm_kernel<<<rows, 256, 0, s>>>(x, w, y, dim, eps, group, group_stride, group_off);
+  QT_CUDA_LAUNCHED();
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps, cudaStream_t s) {
+  if (rows <= 0) return;
+  rmsnorm_kernel<<<rows, 256, 0, s>>>(x, w, y, dim, eps, rows, 0, 0);
   QT_CUDA_LAUNCHED();
 }
 

@@ -90,6 +90,8 @@ std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector
                                   int, int, int, int, int) {
   no_cuda();
 }
+std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>&) { no_cuda(); }
+std::vector<float> round_activations(const Scheme&, const std::vector<float>&, int, int, int) { no_cuda(); }
 std::vector<KldToken> kld_rows(const std::vector<float>&, const std::vector<float>&, int, int,
                                const std::vector<int32_t>&) {
   no_cuda();

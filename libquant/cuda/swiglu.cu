@@ -1,5 +1,5 @@
 // SwiGLU (or Gemma's GeGLU) on the fused gate|up GEMM output: h = act(g) · u as bf16 (the down
-// projection's operand).
+// projection's operand), or fp32 (rows rounded before the down GEMM).
 #include <algorithm>
 #include <type_traits>
 
@@ -61,6 +61,21 @@ __global__ void expert_act_kernel(const float* gu, int F, Out* h, bool clamped, 
   }
 }
 
+template <bool Gelu>
+__global__ void swiglu_f32_kernel(const float* gu, int F, float* h) {
+  const int64_t r = blockIdx.x;
+  const float* g = gu + r * 2 * F;
+  const float* u = g + F;
+  for (int c = threadIdx.x; c < F; c += blockDim.x) {
+    const float gv = g[c];
+    if constexpr (Gelu) {
+      constexpr float k = 0.7978845608028654f;  // as swiglu_kernel
+      h[r * F + c] = 0.5f * gv * (1.0f + tanhf(k * (gv + 0.044715f * gv * gv * gv))) * u[c];
+    } else {
+      h[r * F + c] = gv / (1.0f + expf(-gv)) * u[c];
+    }
+  }
+}
 }  // namespace
 
 void expert_act(const float* gu, int n, int F, bf16* hb, float* hf, bool clamped, float alpha, float limit,
@@ -79,6 +94,15 @@ void swiglu(const float* gu, int n, int F, bf16* h, cudaStream_t s, bool gelu_ta
     swiglu_kernel<true><<<n, 256, 0, s>>>(gu, F, h);
   else
     swiglu_kernel<false><<<n, 256, 0, s>>>(gu, F, h);
+  QT_CUDA_LAUNCHED();
+}
+
+void swiglu(const float* gu, int n, int F, float* h, cudaStream_t s, bool gelu_tanh) {
+  if (n <= 0 || F <= 0) return;
+  if (gelu_tanh)
+    swiglu_f32_kernel<true><<<n, 256, 0, s>>>(gu, F, h);
+  else
+    swiglu_f32_kernel<false><<<n, 256, 0, s>>>(gu, F, h);
   QT_CUDA_LAUNCHED();
 }
 

@@ -7,6 +7,7 @@
 #include "libquant/cuda/affine.h"
 #include "libquant/cuda/attention.h"
 #include "libquant/cuda/backend.h"
+#include "libquant/cuda/blockfp.h"
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
 #include "libquant/cuda/int8_ops.h"
@@ -227,6 +228,31 @@ std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, 
   DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), dy = up(y);
   cuda::dequant(da.get<float>(), rows, out, ds.get<float>(), dw.get<float>(), dy.get<float>(), accumulate, nullptr);
   return down<float>(dy, y.size());
+}
+
+std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts) {
+  const BlockFpWeight w = upload_blockfp(parts, "test");
+  DeviceBuffer out(size_t(w.rows) * w.cols * 2);
+  cuda::blockfp_dequant(w, out.get<bf16>(), nullptr);
+  return bf16_to_host_f32(out, size_t(w.rows) * w.cols);
+}
+
+std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io) {
+  const ActRound a = act_round_of(row);
+  const size_t n = size_t(rows) * k;
+  DeviceBuffer dx = up(x), dy(n * (io == 0 ? 4 : 2));
+  if (io == 0) {
+    cuda::round_activations(a, dx.get<float>(), dy.get<float>(), rows, k, nullptr);
+    return down<float>(dy, n);
+  }
+  DeviceBuffer g(size_t(rows) * 4);
+  cuda::round_activations(a, dx.get<float>(), dy.get<bf16>(), rows, k, nullptr, io == 2 ? g.get<float>() : nullptr);
+  std::vector<float> out = bf16_to_host_f32(dy, n);
+  if (io == 2) {
+    const std::vector<float> gs = down<float>(g, size_t(rows));
+    out.insert(out.end(), gs.begin(), gs.end());
+  }
+  return out;
 }
 
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,

@@ -10,20 +10,36 @@
 #pragma once
 #include <cstdint>
 
+// The scalar code and value functions compile for the GPU too (cuda/blockfp.cu: the NVFP4 / MXFP4
+// weight decode and activation rounding).
+#ifdef __CUDACC__
+#define QT_E2M1_HD __host__ __device__
+#else
+#define QT_E2M1_HD
+#endif
+
 namespace qt {
 
 inline constexpr float kE2M1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                           -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
+// kE2M1Values[code] without the table (which device code cannot read): (2 + m₀)·2^(e − 1)/2 for
+// the exponent bits e ≥ 1, m₀/2 for the subnormal codes; code 8 is −0.
+QT_E2M1_HD inline float e2m1_value(int code) {
+  const int m = code & 7;
+  const float mag = m < 2 ? 0.5f * float(m) : 0.5f * float((2 + (m & 1)) << ((m >> 1) - 1));
+  return (code & 8) ? -mag : mag;
+}
+
 // The code of y, |y| ≤ 6.
-inline int e2m1_code(float y) {
+QT_E2M1_HD inline int e2m1_code(float y) {
   const float a = y < 0.0f ? -y : y;
   const int m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
   return m | (y < 0.0f ? 8 : 0);
 }
 
 // The code of x/s clamped to ±6 (the quotient as the caller computed it).
-inline int e2m1_code_clamped(float y) {
+QT_E2M1_HD inline int e2m1_code_clamped(float y) {
   y = y < -6.0f ? -6.0f : y;
   return e2m1_code(y > 6.0f ? 6.0f : y);
 }

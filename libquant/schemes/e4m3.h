@@ -13,7 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
-// e4m3_from_f32 compiles for the GPU too (the FP8 path's per-token activations, cuda/int8_ops.cu).
+// The scalar functions compile for the GPU too (the FP8 path's per-token activations,
+// cuda/int8_ops.cu; FP8_BLOCK's weight decode and activation groups, cuda/blockfp.cu).
 #ifdef __CUDACC__
 #define QT_E4M3_HD __host__ __device__
 #else
@@ -49,11 +50,12 @@ QT_E4M3_HD inline uint8_t e4m3_from_f32(float f) {
 }
 
 // The value of a code (NaN for 0x7f / 0xff).
-inline float e4m3_to_f32(uint8_t c) {
+QT_E4M3_HD inline float e4m3_to_f32(uint8_t c) {
   const uint32_t e = (c >> 3) & 15u, m = c & 7u;
   float v;
   if (e == 15 && m == 7) {
-    v = __builtin_nanf("");
+    const uint32_t nan = 0x7fc00000u;  // the quiet NaN __builtin_nanf("") gives, spelled for the device too
+    std::memcpy(&v, &nan, 4);
   } else if (e == 0) {
     v = float(m) * 0.001953125f;  // m · 2^-9
   } else {
@@ -65,7 +67,7 @@ inline float e4m3_to_f32(uint8_t c) {
 
 // e4m3_to_f32(e4m3_from_f32(x)) for |x| ≤ 448 (the quantizers clamp first), without the byte: the
 // same rounding kept in fp32 bits, branch-free so that loops over it vectorize.
-inline float e4m3_round(float x) {
+QT_E4M3_HD inline float e4m3_round(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
   const uint32_t sign = u & 0x80000000u;
