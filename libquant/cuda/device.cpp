@@ -47,7 +47,14 @@ void check_supported(const Checkpoint& ck) {
       c.vocab <= 0 || c.n_layers <= 0)
     user_error("{}: inconsistent head configuration", ck.path);
   bool any_q = false, any_dense = false, any_int8 = false, any_blockfp = false;
-  for (const auto& [name, t] : ck.tensors) {
+  const std::map<std::string, std::string> owners = quantized_tensor_owners(ck);
+  for (const auto& [stored, t] : ck.tensors) {
+    // A described weight is checked once, by its codes' tensor under the weight's name.
+    std::string name = stored;
+    if (auto o = owners.find(stored); o != owners.end()) {
+      if (stored_codes_name(ck, o->second) != stored) continue;  // its scales / biases
+      name = o->second;
+    }
     // mixtral's router and experts sit under block_sparse_moe.
     const bool moe = c.is_moe() && (name.find(std::string(".") + a.moe->experts + ".") != std::string::npos ||
                                     name.find(std::string(".") + a.moe->router + ".") != std::string::npos);

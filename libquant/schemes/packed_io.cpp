@@ -61,6 +61,17 @@ std::string stored_codes_name(const Checkpoint& ck, const std::string& weight_na
   return parse_quant_entry(*it, ck.path + ": " + weight_name).data;
 }
 
+std::map<std::string, std::string> quantized_tensor_owners(const Checkpoint& ck) {
+  std::map<std::string, std::string> owners;
+  if (!is_quantized_folder(ck)) return owners;
+  for (auto& [weight, e] : ck.quantization["tensors"].items()) {
+    const QuantEntry q = parse_quant_entry(e, ck.path + ": " + weight);
+    for (const std::string& n : {q.data, q.scales, q.biases})
+      if (!n.empty()) owners[n] = weight;
+  }
+  return owners;
+}
+
 double checkpoint_bits_per_weight(const Checkpoint& ck) {
   uint64_t bytes = 0;
   int64_t weights = 0;
