@@ -20,6 +20,12 @@ struct alignas(64) AmxTileConfig {
   uint8_t rows[16] = {};
 };
 
+// LDTILECFG with the whole 64-byte configuration as its memory operand. GCC 12's _tile_loadconfig
+// (amxtileintrin.h) names only its first 8 bytes, which lets the compiler delete the stores of the
+// rows and widths as dead: every tile then stays 0 x 0 and the first tile instruction raises #UD
+// (what happens to ggml-cpu/amx/mmq.cpp's ggml_tile_config_init built with GCC 12).
+inline void amx_load_config(const AmxTileConfig& cfg) { __asm__ volatile("ldtilecfg %0" : : "m"(cfg)); }
+
 // The configuration is per thread (XSAVE state): each thread that runs a tile kernel loads it
 // once; nothing in this program changes or releases it afterwards.
 inline void amx_configure_thread() {
@@ -30,7 +36,7 @@ inline void amx_configure_thread() {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
-  _tile_loadconfig(&cfg);
+  amx_load_config(cfg);
   configured = true;
 }
 
