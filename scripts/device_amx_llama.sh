@@ -2,7 +2,7 @@
 # Ours against llama.cpp's llama-perplexity on the device machine's Xeon (16 threads), Llama-3-8B shape.
 # On the device, from the repository root: bash KIT/device_amx_llama.sh, with a copy of this file in KIT,
 # a git-ignored folder two levels below the root (.dev/NAME/) holding:
-#   cpu_new.xz   our CPU Release build, xz (QT_SOURCE_DIR /work/wt-amx-llama: linked to this checkout)
+#   cpu_new.xz   our CPU Release build, xz (its source folder, QT_BUILD_SRC, is linked to this checkout)
 #   llama_pp.xz  llama-perplexity from scripts/build_llama_xeon.sh, xz
 #   lib.tar.xz   lib/ with our build's shared libraries (libfmt, libpcre2-8, libgomp, libopenblas, ...)
 #   tok/         SmolLM2's tokenizer.json / tokenizer_config.json
@@ -10,12 +10,13 @@
 # Q8_0 / BF16 (GGUF written by quanttool convert), 16 threads, 8 chunks, ctx 512, in turn, whole
 # process timed; then ours W8A8 --compute bf16 on the full text.
 # Environment: W (work folder, /tmp/al), SHAPE (llama3-8b), PY (python3), BUDGET (seconds before the
-# full-text run must end, 330), FULL (extra eval-ppl flags for it), LOCAL=1 (do not link /work/...).
+# full-text run must end, 330), FULL (extra eval-ppl flags for it), QT_BUILD_SRC (the folder cpu_new was
+# built in: the binary reads tests/ and data/ from there; unset: not linked).
 set -o pipefail
 K=$(cd "$(dirname "$0")" && pwd); R=$(cd "$K/../.." && pwd); S0=$EPOCHREALTIME
 el() { python3 -c "print(f'{$EPOCHREALTIME-$S0:.0f}')"; }
 W=${W:-/tmp/al}; SHAPE=${SHAPE:-llama3-8b}; mkdir -p $W/kit
-if [ -z "$LOCAL" ]; then mkdir -p /work && ln -sfn "$R" /work/wt-amx-llama; fi   # QT_SOURCE_DIR of the build
+if [ -n "${QT_BUILD_SRC:-}" ]; then mkdir -p "$(dirname "$QT_BUILD_SRC")" && ln -sfn "$R" "$QT_BUILD_SRC"; fi
 for b in cpu_new llama_pp; do xz -dc "$K/$b.xz" > $W/kit/$b && chmod +x $W/kit/$b; done
 tar -xJf "$K/lib.tar.xz" -C $W/kit
 export LD_LIBRARY_PATH=$W/kit/lib
