@@ -7,6 +7,7 @@
 
 #include "calib/act_stats_io.h"
 #include "calib/expert_prior.h"
+#include "calib/fused_global_scale.h"
 #include "calib/llama_imatrix.h"
 #include "calib/scale_fold.h"
 #include "calib/sequential.h"
@@ -71,7 +72,7 @@ const std::vector<int32_t>& WeightCalibration::calib_tokens(const Checkpoint& ck
   return tokens_;
 }
 
-void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan) {
+void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>& plan) {
   const int32_t bos = ck.tokenizer && ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
   if (a_.awq || a_.alpha_auto) {
     ScaleFoldOptions fo;
@@ -83,6 +84,7 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
     fo.seq.bos_id = bos;
     rescale_imatrix(search_and_fold(ck, plan, calib_tokens(ck), fo));
   }
+  share_fused_global_scales(ck, plan);  // from the weights GPTQ starts from
   if (!a_.gptq) return;
   std::set<std::string> targets;
   for (auto& [name, p] : plan) {
