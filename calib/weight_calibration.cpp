@@ -84,7 +84,15 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
     fo.seq.bos_id = bos;
     rescale_imatrix(search_and_fold(ck, plan, calib_tokens(ck), fo));
   }
-  share_fused_global_scales(ck, plan);  // from the weights GPTQ starts from
+  // From the weights GPTQ starts from; with --imatrix, searched under its importances (GPTQ's
+  // Hessian diagonal is the same mean square of the inputs, taken on the partly quantized model).
+  ImportanceOf imp;
+  if (imatrix_)
+    imp = [this](const std::string& name, int64_t cols) -> const float* {
+      const ChannelStats* st = imatrix_->find(name, embedding_is_head_);
+      return st && int64_t(st->sqmean.size()) == cols ? st->sqmean.data() : nullptr;
+    };
+  share_fused_global_scales(ck, plan, imp);
   if (!a_.gptq) return;
   std::set<std::string> targets;
   for (auto& [name, p] : plan) {

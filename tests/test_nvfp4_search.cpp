@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "calib/fused_global_scale.h"
 #include "calib/weighted_fit.h"
 #include "libquant/schemes/e2m1.h"
 #include "libquant/schemes/e4m3.h"
@@ -99,6 +100,33 @@ TEST(Nvfp4Search, MapsTheBlockMaxToFourWhenThatIsExact) {
   EXPECT_FLOAT_EQ(got.scale, 0.25f);
   EXPECT_EQ(calib::weighted_error(grid, w.data(), imp.data(), 16, got), 0.0);
   EXPECT_GT(calib::weighted_error(grid, w.data(), imp.data(), 16, grid.stored(grid.fit_rtn(w.data(), 16))), 0.0);
+}
+
+// The global-scale search: one of gs0·2^(−k/16), and never a larger total weighted error (every
+// row, every group's fit_weighted) than the package's gs0 over the rows it scored.
+TEST(Nvfp4Search, GlobalScaleSearchNeverLosesToThePackagesScale) {
+  for (uint32_t seed : {3u, 11u}) {
+    const Groups g = random_groups(seed, 32, 128);
+    const SchemeParams p = test::scheme_params("nvfp4", 4, 16, DType::BF16);
+    const float gs0 = SchemeGrid(p).for_weight(g.w.data(), g.rows, g.cols).params().global_scale;
+    const float gs = calib::search_global_scale(p, gs0, {{g.w.data(), g.rows, g.cols, g.imp.data()}}, 1);
+    const double k = -16.0 * std::log2(double(gs) / gs0);
+    EXPECT_NEAR(k, std::round(k), 1e-4);
+    EXPECT_TRUE(k > -0.5 && k < 15.5) << k;
+    auto total = [&](float s) {
+      SchemeParams q = p;
+      q.global_scale = s;
+      const SchemeGrid grid(q);
+      double e = 0;
+      for (int r = 0; r < g.rows; ++r)
+        for (int c = 0; c < g.cols; c += 16) {
+          const float* v = &g.w[size_t(r * g.cols + c)];
+          e += brute_error(v, &g.imp[size_t(c)], 16, calib::fit_weighted(grid, v, &g.imp[size_t(c)], 16).scale);
+        }
+      return e;
+    };
+    EXPECT_LE(total(gs), total(gs0)) << seed;
+  }
 }
 
 }  // namespace
