@@ -23,7 +23,7 @@ using ImportanceOf = std::function<const float*(const std::string& name, int64_t
 // Sets SchemeParams::global_scale of every member of each fused group in plan to the minimum of
 // the members' own global scales (the scheme's tensor_scale of ck's weight as it is now: after
 // any folded smoothing, before GPTQ). Other entries are left as they are.
-// With importances (calibrated quantizers), every block projection whose members all have them
+// With importances (--imatrix without GPTQ), every block projection whose members all have them
 // gets a searched global scale instead (search_global_scale over the group's members together,
 // starting from that minimum), so that a fused group still shares one.
 void share_fused_global_scales(const Checkpoint& ck, std::map<std::string, SchemeParams>& plan,

@@ -2,7 +2,6 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 
 #include "calib/weighted_fit.h"
@@ -133,56 +132,22 @@ namespace {
 struct SchemeRounder : GptqRounder {
   const SchemeGrid& grid;
   const GptqHessian& h;
-  bool weighted, in_order;
+  bool weighted;
   int64_t cols, gl, ng;
   std::vector<GroupParams> P;
   std::vector<int16_t> codes;
-  SchemeRounder(const SchemeGrid& g, const GptqHessian& hh, bool w, bool act_order, int64_t rows, int64_t c)
+  SchemeRounder(const SchemeGrid& g, const GptqHessian& hh, bool w, int64_t rows, int64_t c)
       : grid(g),
         h(hh),
         weighted(w),
-        in_order(!act_order),
         cols(c),
         gl(g.group_len(c)),
         ng(c / gl),
         P(size_t(rows * ng)),
         codes(size_t(rows * c)) {}
   void fit(int64_t r, int64_t col, const float* v) override {
-    GroupParams& g = P[size_t(r * ng + col / gl)];
-    if (!weighted) {
-      g = grid.stored(grid.fit_rtn(v, gl));
-      return;
-    }
-    // A row with a short list of stored scales (nvfp4's E4M3 codes), in pass order: each
-    // candidate scored by the GPTQ loss of the group's own columns, the sweep run over them with
-    // its error feedback (as gptq_sweep will), instead of by the diagonal-weighted rounding error
-    // alone; the loss Σ err² is what this group adds to the layer's output error.
-    GroupParams listed[64];
-    float amax = 0;
-    for (int64_t j = 0; j < gl; ++j) amax = std::max(amax, std::abs(v[j]));
-    const int nc = in_order && gl <= 64 && amax > 0 ? grid.scale_candidates(amax, listed, 64) : 0;
-    if (nc == 0) {
-      g = fit_weighted(grid, v, h.diag.data() + col, gl);
-      return;
-    }
-    g = grid.stored(grid.fit_rtn(v, gl));
-    double best = sweep_loss(v, col, g);
-    for (int k = 0; k < nc; ++k)
-      if (const double l = sweep_loss(v, col, listed[k]); l < best) best = l, g = listed[k];
-  }
-  // Σ ((t_i − q_i) / U_ii)² over the group's columns from col, each error fed forward to the
-  // group's later columns through U's row, as gptq_sweep does.
-  double sweep_loss(const float* v, int64_t col, const GroupParams& g) const {
-    float t[64];
-    std::copy(v, v + gl, t);
-    double loss = 0;
-    for (int64_t i = 0; i < gl; ++i) {
-      const float* u = h.U.data() + (col + i) * cols + col;
-      const float err = (t[i] - grid.value(grid.code(t[i], g), g)) / u[i];
-      loss += double(err) * err;
-      for (int64_t j = i + 1; j < gl; ++j) t[j] -= err * u[j];
-    }
-    return loss;
+    P[size_t(r * ng + col / gl)] =
+        weighted ? fit_weighted(grid, v, h.diag.data() + col, gl) : grid.stored(grid.fit_rtn(v, gl));
   }
   float round(int64_t r, int64_t col, float x) override {
     const GroupParams& g = P[size_t(r * ng + col / gl)];
@@ -199,7 +164,7 @@ PackedTensor gptq_quantize(const SchemeGrid& unbound, const float* w, int64_t ro
   const SchemeGrid grid = unbound.for_weight(w, rows, cols);  // the global scale of the weight before any update
   std::string why;
   if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
-  SchemeRounder rd(grid, h, opt.weighted_groups, opt.act_order, rows, cols);
+  SchemeRounder rd(grid, h, opt.weighted_groups, rows, cols);
   const double l = gptq_sweep(w, rows, cols, rd.gl, h, opt, rd);
   if (loss) *loss = l;
   return grid.pack(rd.codes.data(), rd.P.data(), rows, cols);

@@ -84,10 +84,10 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
     fo.seq.bos_id = bos;
     rescale_imatrix(search_and_fold(ck, plan, calib_tokens(ck), fo));
   }
-  // From the weights GPTQ starts from; with --imatrix, searched under its importances (GPTQ's
-  // Hessian diagonal is the same mean square of the inputs, taken on the partly quantized model).
+  // From the weights GPTQ starts from. With --imatrix alone, searched under its importances; GPTQ
+  // keeps the shared package scale (on SmolLM2 the search gave GPTQ + imatrix no gain: results/fp4.md).
   ImportanceOf imp;
-  if (imatrix_)
+  if (imatrix_ && !a_.gptq)
     imp = [this](const std::string& name, int64_t cols) -> const float* {
       const ChannelStats* st = imatrix_->find(name, embedding_is_head_);
       return st && int64_t(st->sqmean.size()) == cols ? st->sqmean.data() : nullptr;

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include "calib/fused_global_scale.h"
-#include "calib/gptq.h"
 #include "calib/weighted_fit.h"
 #include "libquant/schemes/e2m1.h"
 #include "libquant/schemes/e4m3.h"
@@ -128,56 +127,6 @@ TEST(Nvfp4Search, GlobalScaleSearchNeverLosesToThePackagesScale) {
     };
     EXPECT_LE(total(gs), total(gs0)) << seed;
   }
-}
-
-// GPTQ with --imatrix on nvfp4 scores each block's scales by the GPTQ loss of the block's own
-// columns. On rows of one block that choice is the whole row's: the reported loss lies between the
-// brute force's best over every E4M3 scale and its best inside the window (each scale's sweep
-// simulated here from U: quantize a column, divide its error by U_ii, feed it to the later
-// columns through U's row).
-TEST(Nvfp4Search, GptqPicksTheBlockScaleOfLeastSweepLoss) {
-  const int rows = 24, cols = 16;
-  const Groups g = random_groups(5, rows, cols);
-  std::vector<float> X = test::randn(size_t(64 * cols), 9, 1.0f), H(size_t(cols * cols), 0.0f);
-  for (int t = 0; t < 64; ++t)
-    for (int i = 0; i < cols; ++i)
-      for (int j = 0; j < cols; ++j)
-        H[size_t(i * cols + j)] += X[size_t(t * cols + i)] * X[size_t(t * cols + j)] * (1.0f + float(i % 3));
-  calib::GptqOptions opt;
-  opt.weighted_groups = true;
-  const calib::GptqHessian h = calib::prepare_gptq_hessian(H, cols, opt);
-  const SchemeGrid grid =
-      SchemeGrid(test::scheme_params("nvfp4", 4, 16, DType::BF16)).for_weight(g.w.data(), rows, cols);
-  const float gs = grid.params().global_scale;
-  double loss = 0;
-  calib::gptq_quantize(grid, g.w.data(), rows, cols, h, opt, &loss);
-  auto sweep = [&](const float* v, float s) {
-    std::vector<float> t(v, v + cols);
-    double l = 0;
-    for (int i = 0; i < cols; ++i) {
-      const float q = schemes_detail::round_to(DType::BF16, kE2M1Values[e2m1_code_clamped(t[size_t(i)] / s)] * s);
-      const float err = (t[size_t(i)] - q) / h.U[size_t(i * cols + i)];
-      l += double(err) * err;
-      for (int j = i + 1; j < cols; ++j) t[size_t(j)] -= err * h.U[size_t(i * cols + j)];
-    }
-    return l;
-  };
-  double all = 0, window = 0;
-  for (int r = 0; r < rows; ++r) {
-    const float* v = &g.w[size_t(r * cols)];
-    float amax = 0;
-    for (int j = 0; j < cols; ++j) amax = std::max(amax, std::abs(v[j]));
-    double a = INFINITY, w = INFINITY;
-    for (int code = 1; code <= 126; ++code) {
-      const float s = e4m3_to_f32(uint8_t(code)) / gs;
-      const double l = sweep(v, s);
-      a = std::min(a, l);
-      if (amax / s >= 3.05f && amax / s <= 8.9f) w = std::min(w, l);
-    }
-    all += a, window += w;
-  }
-  EXPECT_GE(2 * loss, all * (1 - 1e-6));
-  EXPECT_LE(2 * loss, window * (1 + 1e-6));
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 // Calibrated quantizers (--imatrix, GPTQ with it) try every E4M3 scale that puts the block max
 // between 3 and 9 of E2M1's ±6 (nvfp4_scale_candidates): the rounding of the scale to E4M3 is
 // then part of the search, and the block max may map to 4 instead of 6 (the grid's 1.5 step
-// at the top becomes a 1 step), "Four Over Six" (Cook et al., arXiv 2512.02010).
+// at the top becomes a 1 step), "Four Over Six" (arXiv 2512.02010). --imatrix alone also
+// searches the global scale (calib/fused_global_scale.h).
 // Activations (nvfp4_a4, the NVFP4 preset's input_activations: E2M1 per 16 with E4M3 scales,
 // dynamic per group, static global input scale from calibration): the package stores
 // input_global_scale = 2688/absmax observed over calibration data. Without calibration this row
