@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "calib/fused_global_scale.h"
 #include "formats/layouts/compressed_tensors.h"
 #include "formats/layouts/ct_fp4.h"
 #include "formats/layouts/quantized.h"
@@ -103,10 +104,14 @@ QuantEntry stage_weight(const std::string& name, const Tensor& t, const SchemePa
 }  // namespace
 
 Checkpoint pack_checkpoint(Checkpoint ck, const QuantPlan& plan, const OutputLayout& layout, WeightCalibration& calib) {
-  if (calib.active()) calib.run(ck, plan.tensors);
+  std::map<std::string, SchemeParams> tensors = plan.tensors;
+  if (calib.active())
+    calib.run(ck, tensors);  // shares fused global scales after folding any smoothing
+  else
+    share_fused_global_scales(ck, tensors);
   nlohmann::json desc = {{"format", layout.name}, {"tensors", nlohmann::json::object()}, {"skipped", plan.skipped}};
   bool int8_act = false, fp8_act = false, e2m1_act = false;
-  for (auto& [name, p] : plan.tensors) {
+  for (auto& [name, p] : tensors) {
     const Scheme& row = find_scheme(p.scheme);
     int8_act |= row.int8_activations();
     fp8_act |= row.kernel == KernelFamily::Fp8PerToken;

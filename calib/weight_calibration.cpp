@@ -7,6 +7,7 @@
 
 #include "calib/act_stats_io.h"
 #include "calib/expert_prior.h"
+#include "calib/fused_global_scale.h"
 #include "calib/llama_imatrix.h"
 #include "calib/scale_fold.h"
 #include "calib/sequential.h"
@@ -71,7 +72,7 @@ const std::vector<int32_t>& WeightCalibration::calib_tokens(const Checkpoint& ck
   return tokens_;
 }
 
-void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan) {
+void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>& plan) {
   const int32_t bos = ck.tokenizer && ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
   if (a_.awq || a_.alpha_auto) {
     ScaleFoldOptions fo;
@@ -83,6 +84,15 @@ void WeightCalibration::run(Checkpoint& ck, const std::map<std::string, SchemePa
     fo.seq.bos_id = bos;
     rescale_imatrix(search_and_fold(ck, plan, calib_tokens(ck), fo));
   }
+  // From the weights GPTQ starts from. With --imatrix alone, searched under its importances; GPTQ
+  // keeps the shared package scale (on SmolLM2 the search gave GPTQ + imatrix no gain: results/fp4.md).
+  ImportanceOf imp;
+  if (imatrix_ && !a_.gptq)
+    imp = [this](const std::string& name, int64_t cols) -> const float* {
+      const ChannelStats* st = imatrix_->find(name, embedding_is_head_);
+      return st && int64_t(st->sqmean.size()) == cols ? st->sqmean.data() : nullptr;
+    };
+  share_fused_global_scales(ck, plan, imp);
   if (!a_.gptq) return;
   std::set<std::string> targets;
   for (auto& [name, p] : plan) {

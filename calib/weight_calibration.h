@@ -41,8 +41,10 @@ class WeightCalibration {
   // Before planning (always called): SmoothQuant with a fixed α rewrites ck's norms and projections.
   void prepare(Checkpoint& ck);
   // After planning: the searched scales (--awq, --alpha auto) are folded into ck, which depends on
-  // each tensor's scheme; then GPTQ runs over the planned tensors (sequential pass over the text).
-  void run(Checkpoint& ck, const std::map<std::string, SchemeParams>& plan);
+  // each tensor's scheme; then fused projections get their shared global scales in plan
+  // (share_fused_global_scales, from the folded weights); then GPTQ runs over the planned tensors
+  // (sequential pass over the text).
+  void run(Checkpoint& ck, std::map<std::string, SchemeParams>& plan);
   // The calibrated packed tensor of `name`, or nullopt when no method applies (RTN then).
   std::optional<PackedTensor> quantize(const std::string& name, const float* w, int64_t rows, int64_t cols,
                                        const SchemeParams& p) const;

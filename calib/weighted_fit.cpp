@@ -142,6 +142,13 @@ GroupParams fit_weighted(const SchemeGrid& grid, const float* v, const float* im
         const double e = weighted_error(grid, v, imp, n, g);
         if (e < best_err) best_err = e, best = g;
       };
+      // A row whose stored scales can be listed (nvfp4's E4M3 codes): each one, no refit (a
+      // refit scale would round back to one of them).
+      GroupParams listed[64];
+      if (const int nc = grid.scale_candidates(amax, listed, 64); nc > 0) {
+        for (int i = 0; i < nc; ++i) consider(listed[i]);
+        break;
+      }
       for (int k = 70; k <= 110; k += 2) {
         const GroupParams g = grid.stored({amax * float(k) / 100.0f / top, 0.0f});
         consider(g);

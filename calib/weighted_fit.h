@@ -13,7 +13,9 @@
 //     given its codes;
 //   int8/int4 (symmetric): scale = f·absmax/q_top, f ∈ {0.70, 0.71, …, 1.10}, each refit by
 //     weighted least squares of the scale given its codes;
-//   nf4/fp4: absmax·f, f ∈ {0.70, …, 1.10}, refit the same way (values table[q]·scale).
+//   nf4/fp4: absmax·f, f ∈ {0.70, …, 1.10}, refit the same way (values table[q]·scale);
+//   nvfp4: every E4M3 scale that puts the group's absmax between 3 and 9 of E2M1's ±6
+//     (SchemeGrid::scale_candidates; libquant/schemes/nvfp4.cpp), each scored exactly.
 #pragma once
 #include <cstdint>
 

@@ -13,8 +13,11 @@
 2. --source (an unquantized HF folder of the same weights, `quanttool convert --format hf
    --dtype bf16`): for every module the package computes scale = calculate_qparams(min, max)
    over the scheme's groups (NVFP4: under generate_gparam's global scale of the whole weight, as
-   llm-compressor's observer computes it) and compresses the source weight; our stored int8 / fp8 weight and
-   weight_scale must equal it exactly, and so must the decompressed weights.
+   llm-compressor's observer computes it, the smallest of them shared by q/k/v and by gate/up as
+   its update_fused_layer_weight_global_scales does for vLLM) and compresses the source weight;
+   our stored int8 / fp8 weight and weight_scale must equal it exactly, and so must the
+   decompressed weights. Folders made with --imatrix / --gptq choose other scales: check them
+   without --source (step 1 decompresses them; tests/test_fp4_ct.cpp: to our weights).
 3. --ours FILE (`quanttool logits --model OUT_DIR --out FILE`: raw fp32 [N, vocab], ids in
    FILE.ids, one per line): transformers loads OUT_DIR (decompressing it through the package) and
    its fp32 logits on the same ids must be within 1e-2 of ours.
@@ -67,6 +70,19 @@ def main():
     stored = load_dir(a.model)
     src = load_dir(a.source) if a.source else None
     n = bad = 0
+    fused = {}  # NVFP4: module -> the global scale its fused group shares (the members' smallest)
+    if nv and src is not None:
+        groups = {}
+        for k in src:
+            for members in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")):
+                for mem in members:
+                    if k.endswith("." + mem + ".weight"):
+                        groups.setdefault((k[: -len(mem + ".weight")], members), []).append(k[: -len(".weight")])
+        for (_, members), mods in groups.items():
+            if len(mods) == len(members) and all(m + ".weight_global_scale" in stored for m in mods):
+                g = min(generate_gparam(src[m + ".weight"].amin(), src[m + ".weight"].amax()) for m in mods)
+                for m in mods:
+                    fused[m] = g
     for name in sorted(k for k in stored if k.endswith(".weight_scale")):
         m = name[: -len(".weight_scale")]
         if fp4:
@@ -96,7 +112,7 @@ def main():
             mn, mx = wg.amin(-1), wg.amax(-1)
         else:
             mn, mx = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
-        gs = generate_gparam(w.amin(), w.amax()) if nv else None
+        gs = fused.get(m, generate_gparam(w.amin(), w.amax())) if nv else None
         scale, zp = calculate_qparams(mn, mx, scheme.weights, global_scale=gs)
         ref_in = {"weight": w, "weight_scale": scale.to(w.dtype) if nv else scale, "weight_zero_point": zp}
         if nv:

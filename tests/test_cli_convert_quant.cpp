@@ -7,6 +7,7 @@
 //  - group sizes that do not fit, --strict, and every bad input: exit 2, one line, nothing written.
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "calib/act_stats.h"
+#include "calib/act_stats_io.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "libquant/schemes/packed_io.h"
@@ -104,7 +107,11 @@ void expect_round_trip(const std::string& src_dir, const std::string& out, int e
     }
     ++n;
     std::vector<float> w = to_f32(t);
-    PackedTensor ref = quantize_weights(w.data(), t.shape[0], t.shape[1], p->params);
+    // A stored tensor-level scale (nvfp4's global scale, shared by fused projections) is the
+    // one the codes were made under.
+    SchemeParams rp = p->params;
+    if (find_scheme(rp.scheme).tensor_scale) std::memcpy(&rp.global_scale, p->biases.data, 4);
+    PackedTensor ref = quantize_weights(w.data(), t.shape[0], t.shape[1], rp);
     ASSERT_EQ(p->data.nbytes, ref.data.nbytes);
     EXPECT_EQ(0, std::memcmp(p->data.data, ref.data.data, ref.data.nbytes));
     EXPECT_EQ(0, std::memcmp(p->scales.data, ref.scales.data, ref.scales.nbytes));
@@ -264,6 +271,68 @@ TEST(ConvertQuant, CompressedTensorsFp4IsThePackagesPreset) {
     if (nv) EXPECT_EQ(st.tensors.at(m + ".weight_global_scale").dtype, DType::F32);
     EXPECT_EQ(load_checkpoint(out).source_kind, "compressed-tensors");
     expect_round_trip(tiny("tiny-llama3"), out, 14);
+  }
+}
+
+// vLLM fuses q|k|v and gate|up into one weight with one NVFP4 global scale: each member's stored
+// weight_global_scale is the smallest of the members' own (llm-compressor's
+// update_fused_layer_weight_global_scales); the codes are quantize_weights' under it
+// (expect_round_trip); o_proj and down_proj keep their own. With --imatrix the members still
+// share one, searched within the octave below that minimum.
+TEST(ConvertQuant, Nvfp4FusedProjectionsShareTheSmallestGlobalScale) {
+  const std::string tmp = test::temp_dir("cvq_fused");
+  Checkpoint src = load_checkpoint(tiny("tiny-llama3"));
+  const SchemeParams p = test::scheme_params("nvfp4", 4, 16, DType::BF16);
+  auto own = [&](const std::string& name) {
+    const std::vector<float> w = to_f32(src.get(name));
+    return find_scheme("nvfp4").tensor_scale(w.data(), int64_t(w.size()), p);
+  };
+  // Statistics for --imatrix (the tiny model has no tokenizer to calibrate with): mean squares
+  // spread over two decades per input channel.
+  calib::ActStats stats;
+  stats.tokens = 64;
+  stats.text = "synthetic";
+  for (auto& [name, t] : src.tensors)
+    if (name.rfind("model.layers.", 0) == 0 && t.shape.size() == 2) {
+      calib::ChannelStats& c = stats.linears[name];
+      c.absmax.assign(size_t(t.shape[1]), 1.0f);
+      for (int64_t j = 0; j < t.shape[1]; ++j) c.sqmean.push_back(std::pow(10.0f, float(j % 7) / 3.0f));
+      c.tokens = 64;
+    }
+  calib::save_act_stats(tmp + "/stats.safetensors", stats);
+  std::string log;
+  for (const std::string flags : {std::string(""), " --imatrix " + tmp + "/stats.safetensors"}) {
+    SCOPED_TRACE(flags);
+    const std::string out = tmp + (flags.empty() ? "/rtn" : "/imatrix");
+    ASSERT_EQ(
+        qt_run("convert --in " + tiny("tiny-llama3") + " --out " + out + " --scheme nvfp4 --dtype bf16" + flags, &log),
+        0)
+        << log;
+    SafetensorsDir st = load_safetensors_dir(out);
+    auto stored = [&](const std::string& name) {
+      float g;
+      std::memcpy(&g, st.tensors.at(name.substr(0, name.size() - 7) + ".weight_global_scale").data, 4);
+      return g;
+    };
+    const std::vector<std::vector<std::string>> fused = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                                         {"mlp.gate_proj", "mlp.up_proj"},
+                                                         {"self_attn.o_proj"},
+                                                         {"mlp.down_proj"}};
+    for (int l = 0; l < src.config.n_layers; ++l)
+      for (const auto& group : fused) {
+        float want = INFINITY;
+        for (const std::string& m : group)
+          want = std::min(want, own("model.layers." + std::to_string(l) + "." + m + ".weight"));
+        const float first = stored("model.layers." + std::to_string(l) + "." + group[0] + ".weight");
+        for (const std::string& m : group) {
+          const float got = stored("model.layers." + std::to_string(l) + "." + m + ".weight");
+          if (flags.empty()) EXPECT_EQ(got, want) << l << " " << m;
+          // --imatrix searches the shared scale over the octave below that minimum.
+          EXPECT_EQ(got, first) << l << " " << m;
+          if (!flags.empty()) EXPECT_TRUE(got <= want && got > want / 2) << l << " " << m << " " << got << " " << want;
+        }
+      }
+    if (flags.empty()) expect_round_trip(tiny("tiny-llama3"), out, 14);
   }
 }
 

@@ -43,7 +43,7 @@ bool SchemeGrid::fits(int64_t rows, int64_t cols, std::string* why) const {
 
 SchemeGrid SchemeGrid::for_weight(const float* w, int64_t rows, int64_t cols) const {
   SchemeGrid g = *this;
-  if (row_->tensor_scale) g.p_.global_scale = row_->tensor_scale(w, rows * cols, p_);
+  if (row_->tensor_scale && p_.global_scale <= 0.0f) g.p_.global_scale = row_->tensor_scale(w, rows * cols, p_);
   return g;
 }
 

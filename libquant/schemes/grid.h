@@ -32,8 +32,9 @@ class SchemeGrid {
 
   const SchemeParams& params() const { return p_; }
   // This grid for one weight w [rows, cols]: rows with a tensor-level scale (nvfp4's global
-  // scale) get it from w, as quantize_weights would; other rows are returned as they are. Fit,
-  // code and pack a weight through the grid for_weight returned for it.
+  // scale) get it from w, as quantize_weights would, unless the params already carry one (a
+  // global scale shared by fused projections); other rows are returned as they are. Fit, code
+  // and pack a weight through the grid for_weight returned for it.
   SchemeGrid for_weight(const float* w, int64_t rows, int64_t cols) const;
   // Columns per group for a row of `cols` (group_size, or cols when group_size is 0).
   int64_t group_len(int64_t cols) const;
@@ -53,6 +54,11 @@ class SchemeGrid {
   // The value code q dequantizes to under stored parameters g (as dequantize_weights).
   float value(int q, const GroupParams& g) const { return rule_->value(q, g, p_); }
   GridKind kind() const { return rule_->kind; }
+  // The stored scales a weighted search tries for a group of absmax amax (GridRule::
+  // scale_candidates; at most cap into out); 0 when the row has no such list.
+  int scale_candidates(float amax, GroupParams* out, int cap) const {
+    return rule_->scale_candidates ? rule_->scale_candidates(amax, p_, out, cap) : 0;
+  }
   int qmin() const { return qmin_; }
   int qmax() const { return qmax_; }
   // Symmetric: the RTN scale's divisor of absmax.

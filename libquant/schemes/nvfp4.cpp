@@ -7,14 +7,21 @@
 //           scale; e == 0 → 0.125, E4M3's eps there); stored as the E4M3 byte (weight_scale)
 //   code    e2m1(clamp(x / fp32(e / gs), ±6)) (quantize_and_pack_fp4's CPU path; e2m1.h)
 //   value   bf16(e2m1 · fp32(e / gs)): the package's decompress unpacks to bf16 whatever T was.
-// The weight's own absmax gives gs, as llm-compressor's weight observer does (it also makes the
-// q/k/v and gate/up projections share the smallest of their global scales for vLLM's fused
-// layers; this row does not).
+// The weight's own absmax gives gs, as llm-compressor's weight observer does. convert then
+// makes the q/k/v and gate/up projections share the smallest of their global scales for vLLM's
+// fused layers, as llm-compressor does (calib/fused_global_scale.h); a shared gs arrives in
+// SchemeParams::global_scale.
+// Calibrated quantizers (--imatrix, GPTQ with it) try every E4M3 scale that puts the block max
+// between 3 and 9 of E2M1's ±6 (nvfp4_scale_candidates): the rounding of the scale to E4M3 is
+// then part of the search, and the block max may map to 4 instead of 6 (the grid's 1.5 step
+// at the top becomes a 1 step), "Four Over Six" (arXiv 2512.02010). --imatrix alone also
+// searches the global scale (calib/fused_global_scale.h).
 // Activations (nvfp4_a4, the NVFP4 preset's input_activations: E2M1 per 16 with E4M3 scales,
 // dynamic per group, static global input scale from calibration): the package stores
 // input_global_scale = 2688/absmax observed over calibration data. Without calibration this row
 // takes each token's own absmax for it (the same formula over one token), so a token's rounding
 // does not depend on the batch it runs in.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -93,6 +100,18 @@ int nvfp4_code(float x, const GroupParams& g, const SchemeParams&) { return e2m1
 float nvfp4_value(int q, const GroupParams& g, const SchemeParams&) {
   return round_to(DType::BF16, kE2M1Values[q & 15] * g.scale);
 }
+// Every E4M3 scale code from the nearest of gs·amax/9 to the nearest of gs·amax/3 (at most
+// 448), as effective scales e/gs, ascending. The block max then lands between 3 and 9 (clipped to
+// 6): 6 is the package's RTN choice, 4 Four Over Six's alternative, 9 reaches below the 0.7·RTN
+// end of the factor sweep the other float rows use.
+int nvfp4_scale_candidates(float amax, const SchemeParams& p, GroupParams* out, int cap) {
+  const float gs = bound_global(p);
+  auto code_of = [&](float v) { return int(e4m3_from_f32(std::min(v, 448.0f))); };
+  const int lo = std::max(1, code_of(gs * amax / 9.0f)), hi = code_of(gs * amax / 3.0f);
+  int n = 0;
+  for (int c = lo; c <= hi && n < cap; ++c) out[n++] = {e4m3_to_f32(uint8_t(c)) / gs, 0.0f};
+  return n;
+}
 void nvfp4_pack_row(const int16_t* q, int64_t cols, const SchemeParams&, uint8_t* dst) { e2m1_pack_row(q, cols, dst); }
 
 PackedTensor nvfp4_quantize(const float* w, int64_t rows, int64_t cols, const SchemeParams& p0) {
@@ -147,7 +166,7 @@ Scheme nvfp4_row(const char* name, const char* summary, void (*acts)(float*, int
       .kernel = KernelFamily::Dequantized,
       .kernel_form = nullptr,
       .grid = {GridKind::Float, 0, 15, 6.0f, nullptr, nvfp4_fit_rtn, nvfp4_code, nvfp4_value, nvfp4_pack_row,
-               nvfp4_store, nvfp4_scale_byte},
+               nvfp4_store, nvfp4_scale_byte, nvfp4_scale_candidates},
       .layouts = {{"compressed-tensors"}, {"native"}},
       .gguf = {{0, "iq4_nl"}},
       .layout = nvfp4_layout,

@@ -213,10 +213,10 @@ PackedTensor quantize_tensor(const Tensor& source, const SchemeParams& p, std::s
   validate_scheme(p, rows, cols, what);
   const Tensor src = source.deferred() ? materialize(source) : source;  // a GGUF tensor is made once
   const Scheme& s = find_scheme(p.scheme);
-  if (s.tensor_scale && p.global_scale <= 0.0f) {  // a scale of the whole tensor before any chunk
+  if (s.tensor_scale) {  // one scale of the whole tensor (its own, or given: fused projections'), one chunk
     SchemeParams q = p;
     const std::vector<float> all = to_f32(src);
-    q.global_scale = s.tensor_scale(all.data(), rows * cols, p);
+    if (q.global_scale <= 0.0f) q.global_scale = s.tensor_scale(all.data(), rows * cols, p);
     PackedTensor t = quantize_rows(all.data(), rows, cols, q, what, 0);
     t.params = p;
     return t;

@@ -162,6 +162,10 @@ struct GridRule {
   // parameters as stored (rounded to what the byte holds) and that byte. nullptr: round_to.
   GroupParams (*store)(const GroupParams& g, const SchemeParams& p) = nullptr;
   uint8_t (*scale_byte)(const GroupParams& g, const SchemeParams& p) = nullptr;
+  // Rows whose stored scales are few enough to try one by one (nvfp4: E4M3 codes): writes into
+  // out (at most cap) every stored scale a weighted search should try for a group whose absmax
+  // is amax, ascending, and returns how many. nullptr: the search sweeps factors of the RTN scale.
+  int (*scale_candidates)(float amax, const SchemeParams& p, GroupParams* out, int cap) = nullptr;
 };
 
 // A layout that stores a row (the output layouts of convert: formats/layouts), and the row it is
