@@ -65,6 +65,20 @@ def tiny_vocab(cfg):
     return tokens, scores, types, unk
 
 
+def write_tiny_vocab(model, gguf):
+    """The converter's set_vocab for the tiny folders (no tokenizer files): tiny_vocab written as
+    _set_vocab_sentencepiece writes a llama SentencePiece vocabulary, plus the special-token ids."""
+    tokens, scores, types, unk = tiny_vocab(model.hparams)
+    w = model.gguf_writer
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(unk)
+    gguf.SpecialVocab(model.dir_model, n_vocab=len(tokens)).add_to_gguf(w)
+
+
 def main():
     lcpp = sys.argv[1]
     sys.path.insert(0, lcpp)
@@ -73,14 +87,7 @@ def main():
     from conversion import gemma, phi  # noqa: E402
 
     def set_vocab(self):
-        tokens, scores, types, unk = tiny_vocab(self.hparams)
-        self.gguf_writer.add_tokenizer_model("llama")
-        self.gguf_writer.add_tokenizer_pre("default")
-        self.gguf_writer.add_token_list(tokens)
-        self.gguf_writer.add_token_scores(scores)
-        self.gguf_writer.add_token_types(types)
-        self.gguf_writer.add_unk_token_id(unk)
-        gguf.SpecialVocab(self.dir_model, n_vocab=len(tokens)).add_to_gguf(self.gguf_writer)
+        write_tiny_vocab(self, gguf)
         if self.model_arch != gguf.MODEL_ARCH.PHI3:
             self.gguf_writer.add_add_space_prefix(False)
 

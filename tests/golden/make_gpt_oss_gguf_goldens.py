@@ -35,7 +35,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "gguf_gptoss")
 sys.path.insert(0, HERE)
-from make_gguf_arch_goldens import tiny_vocab  # noqa: E402
+from make_gguf_arch_goldens import write_tiny_vocab  # noqa: E402
 
 
 def main():
@@ -46,14 +46,7 @@ def main():
     from conversion import gpt_oss  # noqa: E402
 
     def set_vocab(self):
-        tokens, scores, types, unk = tiny_vocab(self.hparams)
-        self.gguf_writer.add_tokenizer_model("llama")
-        self.gguf_writer.add_tokenizer_pre("default")
-        self.gguf_writer.add_token_list(tokens)
-        self.gguf_writer.add_token_scores(scores)
-        self.gguf_writer.add_token_types(types)
-        self.gguf_writer.add_unk_token_id(unk)
-        gguf.SpecialVocab(self.dir_model, n_vocab=len(tokens)).add_to_gguf(self.gguf_writer)
+        write_tiny_vocab(self, gguf)
 
     gpt_oss.GptOssModel.set_vocab = set_vocab
     os.makedirs(OUT, exist_ok=True)

@@ -36,7 +36,7 @@ from transformers import AutoModelForCausalLM, MixtralConfig, Qwen3MoeConfig
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "gguf_moe")
 sys.path.insert(0, HERE)
-from make_gguf_arch_goldens import tiny_vocab  # noqa: E402
+from make_gguf_arch_goldens import write_tiny_vocab  # noqa: E402
 
 TINY = {
     "qwen3moe": (Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
@@ -80,14 +80,7 @@ def main():
     from conversion import llama, qwen  # noqa: E402
 
     def set_vocab(self):
-        tokens, scores, types, unk = tiny_vocab(self.hparams)
-        self.gguf_writer.add_tokenizer_model("llama")
-        self.gguf_writer.add_tokenizer_pre("default")
-        self.gguf_writer.add_token_list(tokens)
-        self.gguf_writer.add_token_scores(scores)
-        self.gguf_writer.add_token_types(types)
-        self.gguf_writer.add_unk_token_id(unk)
-        gguf.SpecialVocab(self.dir_model, n_vocab=len(tokens)).add_to_gguf(self.gguf_writer)
+        write_tiny_vocab(self, gguf)
 
     for cls in (llama.LlamaModel, qwen.Qwen3MoeModel):
         cls.set_vocab = set_vocab
