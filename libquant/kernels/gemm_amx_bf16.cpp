@@ -114,19 +114,7 @@ QT_AMX_AVX512BF16 void pack_panel(const float* w, int64_t K, int64_t n0, int col
 
 // Row-major bf16 copy of x, K padded to 32 with zeros.
 QT_AMX_AVX512BF16 void convert_rows(const float* x, int64_t rows, int64_t K, void* dst) {
-  auto d = static_cast<uint16_t*>(dst);
-  const int64_t Kp = k_pad(K);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = x + r * K;
-    uint16_t* o = d + r * Kp;
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-      __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + k + 16), _mm512_loadu_ps(s + k));
-      _mm512_storeu_si512(o + k, (__m512i)v);
-    }
-    for (; k < K; ++k) o[k] = round_bf16(s[k]);
-    for (; k < Kp; ++k) o[k] = 0;
-  }
+  convert_bf16_rows(x, rows, K, k_pad(K), dst);
 }
 
 const Family kFamily{
