@@ -169,7 +169,11 @@ bool factors_match(const std::vector<double>& a, const std::vector<float>& b) {
 
 // GGUF keeps Llama-3 scaling only as the rope_freqs.weight tensor; HF needs the four parameters.
 // Meta's releases all use low 1, high 4, original context 8192; try that first, otherwise fit
-// the smooth band (s linear in 1/wavelen) with low_freq_factor = 1. Refuse what does not fit.
+// the smooth band (s linear in 1/wavelen) with low_freq_factor = 1; with fewer than two values in
+// the band (a small head_dim) keep low 1 / high 4 and take the original context from the band's
+// value, or from the gap between the unscaled and the fully scaled wavelengths. Any parameters
+// that give the file's divisors give the same RoPE, so the first that matches is taken. Refuse
+// what does not fit.
 }  // namespace
 
 RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& ff, double theta, int dim,
@@ -207,6 +211,30 @@ RopeScaling llama3_scaling_from_rope_freqs(const std::vector<float>& ff, double 
       r.original_max_position_embeddings = int(std::lround(a / b));
       if (factors_match(llama3_rope_factors(r, theta, dim), ff)) return r;
     }
+  }
+  // low 1, high 4: s = (orig / wavelen − 1) / 3, so one band value gives orig = wavelen · (3s + 1);
+  // without one, orig lies between 4 × the longest unscaled wavelength and the shortest scaled one.
+  r.low_freq_factor = 1.0f, r.high_freq_factor = 4.0f;
+  std::vector<double> origs;
+  double unscaled = 0, scaled = 0;
+  for (int i = 0; i < dim / 2; ++i) {
+    const double f = ff[i], wavelen = 2 * M_PI * std::pow(theta, 2.0 * i / dim);
+    if (f <= 1.0 + 1e-6)
+      unscaled = std::max(unscaled, wavelen);
+    else if (f >= factor * (1 - 1e-6))
+      scaled = scaled > 0 ? std::min(scaled, wavelen) : wavelen;
+    else
+      origs.push_back(wavelen * (3 * (1.0 / f - 1.0 / factor) / (1.0 - 1.0 / factor) + 1));
+  }
+  if (origs.empty() && scaled > 4 * unscaled)
+    for (double o = 1; o < scaled; o *= 2)  // the smallest power of two in the gap
+      if (o > 4 * unscaled) {
+        origs.push_back(o);
+        break;
+      }
+  for (double o : origs) {
+    r.original_max_position_embeddings = int(std::lround(o));
+    if (factors_match(llama3_rope_factors(r, theta, dim), ff)) return r;
   }
   user_error("{}: rope_freqs.weight does not describe a llama3 rope scaling", path);
 }

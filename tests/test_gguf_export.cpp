@@ -30,6 +30,7 @@
 
 #include <gtest/gtest.h>
 
+#include "formats/checkpoint.h"
 #include "formats/ggml_quantize.h"
 #include "formats/gguf.h"
 #include "formats/tokenizer/tokenizer.h"
@@ -203,6 +204,21 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
     EXPECT_EQ(got.metadata().size(), want.metadata().size()) << what;
     expect_same_tensors(got, want, what);
   }
+}
+
+// The converter's llama3 file reads back to the folder: rope_freqs.weight (4 divisors for head_dim
+// 8, one of them in the smooth band) becomes llama3 scaling that gives the same RoPE, so the bf16
+// file's logits are the folder's, and transformers' (logits.json) to float tolerance.
+TEST(GgufExport, Llama3FileReadsBackToTheFoldersLogits) {
+  const Checkpoint g = load_checkpoint(golden("tiny-llama3.bf16.gguf")), h = load_checkpoint(tiny("tiny-llama3"));
+  EXPECT_EQ(g.config.rope_scaling.type, "llama3");
+  EXPECT_EQ(g.config.rope_scaling.factor, h.config.rope_scaling.factor);
+  const nlohmann::json gold = test::read_json(tiny("tiny-llama3") + "/logits.json");
+  const std::vector<int32_t> ids = gold["ids"].get<std::vector<int32_t>>();
+  const int n = int(ids.size());
+  const std::vector<float> got = test::fp32_logits(g, ids, n);
+  EXPECT_EQ(test::max_abs_diff(got, test::fp32_logits(h, ids, n)), 0.0);
+  EXPECT_LT(test::max_abs_diff(got, gold["logits"].get<std::vector<float>>()), 1e-4);
 }
 
 // K-quants and IQ4_XS: `convert --gguf-type q4_k|...|iq4_xs` of the bare llama kq.f32.gguf gives the
