@@ -97,7 +97,8 @@ TEST(CudaFp8Block, GemmEqualsTheCodesSums) {
       for (int t = 0; t < n; ++t) {
         float sx[8];
         std::vector<float> xq(static_cast<size_t>(in));
-        for (int g = 0; g < G; ++g) sx[g] = quantize_token_fp8(x.data() + size_t(t) * in + g * 128, 128, xq.data() + g * 128);
+        for (int g = 0; g < G; ++g)
+          sx[g] = quantize_token_fp8(x.data() + size_t(t) * in + g * 128, 128, xq.data() + g * 128);
         for (int r = 0; r < int(p.rows); ++r) {
           double ref = 0, mag = 0;
           for (int g = 0; g < G; ++g) {
@@ -113,8 +114,8 @@ TEST(CudaFp8Block, GemmEqualsTheCodesSums) {
           const double base = acc ? double(y0[i]) : 0.0;
           const double err = std::abs(double(got[i]) - base - ref);
           ASSERT_LE(err, std::ldexp(mag, -10) + 1e-6 * std::abs(base))
-              << (acc ? "beta 1: " : "") << "token " << t << " row " << row0 + r << ": gpu " << got[i] - base
-              << " ref " << ref;
+              << (acc ? "beta 1: " : "") << "token " << t << " row " << row0 + r << ": gpu " << got[i] - base << " ref "
+              << ref;
           if (mag > 0) worst = std::max(worst, err / mag);
         }
       }
@@ -157,10 +158,10 @@ TEST(CudaFp8Block, ModelMatchesTheCpu) {
   write_wide_llama(src);
   const std::string dir = test::temp_dir("cuda-fp8-block") + "/m";
   std::string log;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + src + " --out " + dir +
-                              " --scheme fp8_block --dtype bf16",
-                          &log),
-            0)
+  ASSERT_EQ(
+      test::run_cmd(
+          test::quanttool_bin() + " convert --in " + src + " --out " + dir + " --scheme fp8_block --dtype bf16", &log),
+      0)
       << log;
   const auto ids = random_ids(40, 17);
   Checkpoint a = load_checkpoint(dir);

@@ -446,7 +446,7 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t FE = cfg.is_moe() ? size_t(cfg.moe_intermediate) : 0;
   if (affine || bnb4 || blockfp) b += std::max({size_t(Q + 2 * KV), 2 * F, 2 * FE}) * H * 2;
   if (act_round != ActRound::None) b += N * (std::max(H, F) + 1) * 4;  // xr, xg
-  if (fp8_lt()) {  // fq, fs, fy
+  if (fp8_lt()) {                                                      // fq, fs, fy
     const size_t K = std::max({H, size_t(Q), F});
     b += N * K + N * (K / 128 + 1) * 4 + N * H * 4;
   }

@@ -16,8 +16,8 @@ bool GpuModel::Impl::fp8_block_gemm(const BlockFpWeight& f, const float* rows, i
   prof.mark("fp8 groups", stream);
   auto all = [&](float* y, bool acc) {
     for (const BlockFpWeight::Segment& g : f.segments)
-      if (!gemm->run_block_f8(f.codes.get<uint8_t>() + size_t(g.row0) * in, g.rows, in, g.scales.get<float>(),
-                              fq.get(), N, fs.get<float>(), y + g.row0, f.rows, acc, stream))
+      if (!gemm->run_block_f8(f.codes.get<uint8_t>() + size_t(g.row0) * in, g.rows, in, g.scales.get<float>(), fq.get(),
+                              N, fs.get<float>(), y + g.row0, f.rows, acc, stream))
         return false;
     return true;
   };
@@ -29,8 +29,8 @@ bool GpuModel::Impl::fp8_block_gemm(const BlockFpWeight& f, const float* rows, i
   return true;
 }
 
-void GpuModel::Impl::blockfp_proj(const BlockFpWeight& f, const float* rows, bf16* rb, int out, int in, int N,
-                                  float* Y, bool accumulate) {
+void GpuModel::Impl::blockfp_proj(const BlockFpWeight& f, const float* rows, bf16* rb, int out, int in, int N, float* Y,
+                                  bool accumulate) {
   if (fp8_block_gemm(f, rows, in, N, Y, accumulate)) return;
   round_activations(act_round, rows, rb, N, in, stream, row_divisor());
   prof.mark("act convert", stream);
