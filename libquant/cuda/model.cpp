@@ -18,7 +18,8 @@
 // embedding / output head is dequantized once at load (the CPU's dequantize_weights).
 // NVFP4 / MXFP4 / FP8_BLOCK folders run the same way (blockfp.cu's decode); the rows that quantize
 // activations (nvfp4_a4, mxfp4_a4, fp8_block) round each GEMM's input rows first, as the CPU's
-// DequantizedLinear does.
+// DequantizedLinear does. FP8_BLOCK's projections run on the FP8 tensor cores instead, block-scaled
+// GEMMs on the stored codes (model_blockfp.cpp), with the decode as their fallback.
 // W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
 // tensor cores into exact int32 sums; the activations are quantized per token where the CPU
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
