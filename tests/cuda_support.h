@@ -8,11 +8,15 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "libquant/cuda/backend.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/kernels/bf16.h"
@@ -81,6 +85,39 @@ inline double rms_diff(const std::vector<float>& a, const std::vector<float>& b)
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += double(a[i] - b[i]) * double(a[i] - b[i]);
   return std::sqrt(s / double(a.size()));
+}
+
+// A random llama 128 wide (fp8_block's blocks and activation groups need widths of 128), two
+// layers; written into `dir`.
+inline void write_wide_llama(const std::string& dir) {
+  nlohmann::json cfg = test::read_json(tiny_dir() + "/config.json");
+  cfg["hidden_size"] = 128, cfg["intermediate_size"] = 256, cfg["head_dim"] = 32, cfg["num_hidden_layers"] = 2;
+  NamedTensors ts;
+  uint32_t seed = 1;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
+    std::vector<float> v = randn(size_t(shape[0] * (shape.size() > 1 ? shape[1] : 1)), seed++, scale);
+    if (shape.size() == 1)
+      for (float& x : v) x = 1.0f + x;
+    ts.emplace_back(name, Tensor::from_f32(std::move(v), shape));
+  };
+  add("model.embed_tokens.weight", {64, 128}, 1.0f);
+  for (int l = 0; l < 2; ++l) {
+    const std::string L = "model.layers." + std::to_string(l) + ".";
+    add(L + "input_layernorm.weight", {128}, 0.1f);
+    add(L + "self_attn.q_proj.weight", {128, 128}, 0.1f);
+    add(L + "self_attn.k_proj.weight", {64, 128}, 0.1f);
+    add(L + "self_attn.v_proj.weight", {64, 128}, 0.1f);
+    add(L + "self_attn.o_proj.weight", {128, 128}, 0.1f);
+    add(L + "post_attention_layernorm.weight", {128}, 0.1f);
+    add(L + "mlp.gate_proj.weight", {256, 128}, 0.1f);
+    add(L + "mlp.up_proj.weight", {256, 128}, 0.1f);
+    add(L + "mlp.down_proj.weight", {128, 256}, 0.1f);
+  }
+  add("model.norm.weight", {128}, 0.1f);
+  add("lm_head.weight", {64, 128}, 0.1f);
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir + "/model.safetensors", ts);
+  std::ofstream(dir + "/config.json") << cfg.dump(1);
 }
 
 }  // namespace qt::cudatest

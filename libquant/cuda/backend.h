@@ -170,6 +170,14 @@ std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts
 // The row's activation rounding (blockfp.h) of x [rows, k]: io 0 fp32 out, 1 bf16 out (the GEMM's
 // operand), 2 nvfp4's factored form (bf16 q·e, then the rows' global scales appended); as float.
 std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io);
+// fp8_block's activations for the FP8 tensor cores (blockfp.h quantize_fp8_groups) of x [rows, k]:
+// E4M3 codes [rows, k] and scales [k/128, rows] (token-major).
+F8 quantize_fp8_groups(const std::vector<float>& x, int rows, int k);
+// fp8_block parts stacked as the forward stacks q|k|v (upload_blockfp), x [n, in] quantized on the
+// GPU, the block-scaled FP8 GEMM of each segment (GemmLt::run_block_f8): Y [n, rows]; empty where
+// cuBLASLt refused one. y0: Y's initial values with accumulate (empty: beta = 0).
+std::vector<float> gemm_fp8_block(const std::vector<const PackedTensor*>& parts, const std::vector<float>& x, int n,
+                                  const std::vector<float>& y0 = {});
 // KV methods (kv.h) on one sequence of n tokens of one kv head, x [n, D] rounded to f16 on the
 // way up: the code array of positions < boundary(n) (the CPU codec's layout, groups back to back),
 // and the f16 domain vectors attention reads (decoded, then the exact window in the domain).

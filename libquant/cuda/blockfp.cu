@@ -3,6 +3,7 @@
 // (schemes/nvfp4.cpp, mxfp4.cpp, fp8_block.cpp, fp8.cpp), on the shared scalar helpers e2m1.h and
 // e4m3.h, with the fp32 operations spelled as _rn intrinsics so that no contraction or fast
 // division can change a bit; tests/test_cuda_fp4.cpp checks both against the CPU bit for bit.
+#include <algorithm>
 #include <cfloat>
 #include <cstring>
 
@@ -148,7 +149,44 @@ __global__ void divide_rows_kernel(float* y, const float* d, int cols, float* ad
   }
 }
 
+// One block per token, one warp per group of 128 columns at a time (lane l: columns l + 32·i).
+__global__ void quant_groups_kernel(const float* x, uint8_t* q, float* s, int k, int rows) {
+  const int64_t t = blockIdx.x;
+  const float* xr = x + t * k;
+  uint8_t* qr = q + t * k;
+  const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (int g = threadIdx.x >> 5; g < k / 128; g += nw) {
+    float v[4], m = 0.0f;
+    for (int i = 0; i < 4; ++i) m = fmaxf(m, fabsf(v[i] = xr[g * 128 + lane + 32 * i]));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float sc = group_scale(ActRound::Fp8Groups, m, 1.0f);
+    for (int i = 0; i < 4; ++i) {  // round_value's code: e4m3(clamp(x/s + 0, ±448))
+      float y = __fadd_rn(__fdiv_rn(v[i], sc), 0.0f);
+      y = y < -448.0f ? -448.0f : y;
+      qr[g * 128 + lane + 32 * i] = e4m3_from_f32(y > 448.0f ? 448.0f : y);
+    }
+    if (lane == 0) s[int64_t(g) * rows + t] = sc;
+  }
+}
+
+__global__ void add_into_kernel(float* x, const float* y, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
 }  // namespace
+
+void quantize_fp8_groups(const float* x, uint8_t* q, float* s, int rows, int k, cudaStream_t st) {
+  if (rows <= 0) return;
+  quant_groups_kernel<<<rows, 256, 0, st>>>(x, q, s, k, rows);
+  QT_CUDA_LAUNCHED();
+}
+
+void add_into(float* x, const float* y, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_into_kernel<<<int(std::min<size_t>((n + 255) / 256, 8192)), 256, 0, s>>>(x, y, n);
+  QT_CUDA_LAUNCHED();
+}
 
 int act_round_group(ActRound a) {
   return a == ActRound::Nvfp4 ? 16 : a == ActRound::Mxfp4 ? 32 : a == ActRound::Fp8Groups ? 128 : 0;

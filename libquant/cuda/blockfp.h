@@ -30,6 +30,15 @@ struct BlockFpWeight {
   // projections of any height index alike).
   DeviceBuffer scales;
   DeviceBuffer global;  // nvfp4: fp32 [rows], the global scale of the projection each row is from
+  // fp8_block on the FP8 tensor cores (GemmLt::run_block_f8): the stacked rows cut into segments
+  // of whole 128×128 blocks (a new one after a part whose height leaves its last block partial),
+  // each with its block scales as cuBLASLt reads them, [ceil(rows/128), L4] (L4: cols/128 rounded
+  // up to 4, zero-padded). The decode above still runs where a GEMM cannot.
+  struct Segment {
+    int row0 = 0, rows = 0;
+    DeviceBuffer scales;
+  };
+  std::vector<Segment> segments;
   int rows = 0, cols = 0;
   bool empty() const { return rows == 0; }
   size_t bytes() const { return codes.bytes() + scales.bytes() + global.bytes(); }
@@ -57,6 +66,13 @@ void round_activations(ActRound a, const float* x, float* y, int rows, int k, cu
 // path lands half as far from its fp32 one as skipping the rounding does).
 void round_activations(ActRound a, const float* x, __nv_bfloat16* y, int rows, int k, cudaStream_t s,
                        float* global = nullptr);
+// fp8_block's activations for the FP8 tensor cores: x [rows, k] fp32 (k a multiple of 128) into
+// E4M3 codes q [rows, k] and per token per 128 columns the scale s [k/128, rows] (token-major, as
+// GemmLt::run_block_f8 reads them): the CPU's quantize_token_fp8 of each group (codes · scale =
+// round_activations_fp8_groups' values bit for bit).
+void quantize_fp8_groups(const float* x, uint8_t* q, float* s, int rows, int k, cudaStream_t st);
+// x[i] += y[i], i < n.
+void add_into(float* x, const float* y, size_t n, cudaStream_t s);
 // y [rows, cols]: each row divided by d[row] in place, or (add_to non-null) added so to add_to.
 void divide_rows(float* y, const float* d, int rows, int cols, float* add_to, cudaStream_t s);
 

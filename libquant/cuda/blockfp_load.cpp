@@ -46,6 +46,15 @@ BlockFpWeight upload_blockfp(const std::vector<const PackedTensor*>& parts, cons
   std::vector<uint8_t> codes, sbytes;
   std::vector<float> sf, global;
   int64_t rows = 0;
+  // fp8_block's GEMM segments (blockfp.h): block rows padded to L4 scales, cut after a partial block
+  const int64_t L4 = (cols / 128 + 3) / 4 * 4;
+  std::vector<float> seg;
+  int64_t seg0 = 0, seg_rows = 0;
+  auto close = [&] {
+    if (seg_rows) w.segments.push_back({int(seg0), int(seg_rows), upload(seg)});
+    seg0 += seg_rows, seg_rows = 0;
+    seg.clear();
+  };
   for (const PackedTensor* p : parts) {
     if (p->params.scheme != scheme || p->cols != cols)
       user_error("{}: {} and {} weights {} / {} wide stacked together: mixed layouts: not on cuda yet", path, scheme,
@@ -57,6 +66,12 @@ BlockFpWeight upload_blockfp(const std::vector<const PackedTensor*>& parts, cons
       const std::vector<float> s = to_f32(p->scales);
       if (s.size() != size_t(((r + 127) / 128) * ng)) user_error("{}: fp8_block scales of unexpected size", path);
       for (int64_t i = 0; i < r; ++i) sf.insert(sf.end(), s.begin() + (i / 128) * ng, s.begin() + (i / 128 + 1) * ng);
+      if (seg_rows % 128) close();
+      for (int64_t b = 0; b < (r + 127) / 128; ++b) {
+        seg.insert(seg.end(), s.begin() + b * ng, s.begin() + (b + 1) * ng);
+        seg.insert(seg.end(), size_t(L4 - ng), 0.0f);
+      }
+      seg_rows += r;
     } else {
       if (p->scales.nbytes != size_t(r * ng)) user_error("{}: {} scales of unexpected size", path, scheme);
       sbytes.insert(sbytes.end(), p->scales.data, p->scales.data + p->scales.nbytes);
@@ -70,6 +85,7 @@ BlockFpWeight upload_blockfp(const std::vector<const PackedTensor*>& parts, cons
     }
     rows += r;
   }
+  close();
   w.rows = int(rows), w.cols = int(cols);
   w.codes = upload(codes);
   w.scales = w.kind == BlockFpKind::Fp8Block ? upload(sf) : upload(sbytes);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -32,6 +33,12 @@ GemmLt::~GemmLt() {
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.op);
+  }
+  for (auto& [k, b] : block_plans_) {
+    if (b.p.a) cublasLtMatrixLayoutDestroy(b.p.a);
+    if (b.p.b) cublasLtMatrixLayoutDestroy(b.p.b);
+    if (b.p.c) cublasLtMatrixLayoutDestroy(b.p.c);
+    if (b.p.op) cublasLtMatmulDescDestroy(b.p.op);
   }
   if (h_) cublasLtDestroy(h_);
 }
@@ -194,6 +201,78 @@ int GemmLt::tune(const void* W, int out, int in, const void* X, int n, void* Y, 
   if (first_ms) *first_ms = first_t;
   if (best_ms) *best_ms = best_t;
   return best;
+}
+
+}  // namespace qt::cuda
+
+namespace qt::cuda {
+
+// One plan per shape, as plan() makes them, with the block scale modes set on its descriptor (W
+// is cuBLAS's A, X its B) and the scale pointers set per call. The heuristic is asked once; a
+// shape it refuses stays refused. beta = 1 (accumulate) reads C = D in fp32, as run's residual add.
+bool GemmLt::run_block_f8(const void* W, int out, int in, const float* w_scales, const void* X, int n,
+                          const float* x_scales, float* Y, int ldy, bool accumulate, cudaStream_t s) {
+  if (n <= 0) return true;
+  if (out % 16 || in % 128 || n % 4 || ldy < out) return false;
+  const int align = common_alignment(W, X, Y);
+  const BlockKey key{out, in, n, ldy, align, accumulate};
+  auto it = block_plans_.find(key);
+  if (it == block_plans_.end()) {
+    BlockPlan b;
+    Plan& p = b.p;
+    QT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+    QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
+    QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
+    const int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof(ma)));
+    QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof(mb)));
+    QT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+    QT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+    QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, in, out, in));
+    QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, in, n, in));
+    QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, out, n, ldy));
+    cublasLtMatmulPreference_t pref;
+    QT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = ws_.bytes();
+    QT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    if (align < 256) {
+      const uint32_t al = uint32_t(align);
+      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        QT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+    }
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    // an unsupported scale-mode combination is reported as a status, not as zero results
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    b.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (b.ok) p.algo = res.algo;
+    if (std::getenv("QT_CUDA_PROFILE"))
+      std::fprintf(stderr, "lt fp8 block %dx%d n=%d ldy=%d%s: %s\n", out, in, n, ldy, accumulate ? " +=" : "",
+                   b.ok ? "cuBLASLt runs it" : "refused (the bf16 decode runs it)");
+    it = block_plans_.emplace(key, b).first;
+  }
+  BlockPlan& b = it->second;
+  if (!b.ok) return false;
+  Plan& p = b.p;
+  QT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+  QT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {  // refused at launch: nothing ran
+    b.ok = false;
+    return false;
+  }
+  QT_CUBLAS_CHECK(st);
+  return true;
 }
 
 }  // namespace qt::cuda

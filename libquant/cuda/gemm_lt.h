@@ -44,6 +44,16 @@ class GemmLt {
   // best_ms.
   int tune(const void* W, int out, int in, const void* X, int n, void* Y, cudaDataType_t y_type, cudaDataType_t ab_type,
            cudaStream_t s, int candidates, float* first_ms, float* best_ms);
+  // FP8_BLOCK: E4M3 W [out, in] with one fp32 scale per 128×128 block, E4M3 X
+  // [n, in] with one fp32 scale per token per 128 columns; Y [n, out] (rows ldy apart) = the
+  // scaled sums in fp32, or += them (accumulate). The scales as cuBLASLt's block modes want them
+  // (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for W, _VEC128_32F for X; cuBLAS docs, "128-element
+  // 1D and 128x128 2D Block Scaling For FP8 Data Types"): w_scales [ceil(out/128), L4] K-major (L4
+  // = in/128 rounded up to 4, padding unread), x_scales [in/128, n] token-major. Hopper, cuBLAS
+  // 12.9+; out a multiple of 16, in of 128, n of 4. False (nothing written) where cuBLASLt has no
+  // algorithm for the shape; the plan remembers the refusal.
+  bool run_block_f8(const void* W, int out, int in, const float* w_scales, const void* X, int n, const float* x_scales,
+                    float* Y, int ldy, bool accumulate, cudaStream_t s);
 
  private:
   struct Plan {
@@ -56,6 +66,12 @@ class GemmLt {
   // less where a caller passes rows inside a buffer, the experts' slices of the MoE FFN).
   // rows: a run_rows plan (its layouts' column count changes per call; kept apart from run's).
   Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align = 256, bool rows = false);
+  struct BlockPlan {
+    Plan p;
+    bool ok = false;
+  };
+  using BlockKey = std::tuple<int, int, int, int, int, bool>;  // out, in, n, ldy, align, accumulate
+  std::map<BlockKey, BlockPlan> block_plans_;
   cublasLtHandle_t h_ = nullptr;
   DeviceBuffer ws_;
   std::map<Key, Plan> plans_;

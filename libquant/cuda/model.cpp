@@ -18,7 +18,8 @@
 // embedding / output head is dequantized once at load (the CPU's dequantize_weights).
 // NVFP4 / MXFP4 / FP8_BLOCK folders run the same way (blockfp.cu's decode); the rows that quantize
 // activations (nvfp4_a4, mxfp4_a4, fp8_block) round each GEMM's input rows first, as the CPU's
-// DequantizedLinear does.
+// DequantizedLinear does. FP8_BLOCK's projections run on the FP8 tensor cores instead, block-scaled
+// GEMMs on the stored codes (model_blockfp.cpp), with the decode as their fallback.
 // W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
 // tensor cores into exact int32 sums; the activations are quantized per token where the CPU
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
@@ -446,6 +447,10 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
   const size_t FE = cfg.is_moe() ? size_t(cfg.moe_intermediate) : 0;
   if (affine || bnb4 || blockfp) b += std::max({size_t(Q + 2 * KV), 2 * F, 2 * FE}) * H * 2;
   if (act_round != ActRound::None) b += N * (std::max(H, F) + 1) * 4;  // xr, xg
+  if (fp8_lt()) {                                                      // fq, fs, fy
+    const size_t K = std::max({H, size_t(Q), F});
+    b += N * K + N * (K / 128 + 1) * 4 + N * H * 4;
+  }
   return b + moe_scratch_bytes(N);
 }
 
@@ -488,6 +493,10 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   nll.resize(N * 8);
   logits.resize(size_t(rows) * size_t(c.vocab) * 4);
   if (act_round != ActRound::None) xr.resize(N * std::max(H, F) * 4), xg.resize(N * 4);
+  if (fp8_lt()) {
+    const size_t K = std::max({H, size_t(Q), F});
+    fq.resize(N * K), fs.resize(N * (K / 128 + 1) * 4), fy.resize(N * H * 4);
+  }
   const size_t FE = c.is_moe() ? size_t(c.moe_intermediate) : 0;
   if (affine || bnb4 || blockfp)
     wdec.resize(std::max({size_t(Q + 2 * KV) * H, size_t(Q) * H, 2 * F * H, H * F, 2 * FE * H}) * 2);
@@ -568,29 +577,46 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
         forward_layer_q8<int8_t, int32_t>(L, chunks, prev, li + 1 == layers.size());
       continue;
     }
-    pre_norm(L.attn_norm, N);
-    gemm->run(weight(L.wqkv, L.aqkv, L.nqkv, L.fqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false,
-              stream);
+    const float* rows = pre_norm(L.attn_norm, N);
+    if (fp8_lt())
+      blockfp_proj(L.fqkv, rows, xb.get<bf16>(), Q + 2 * KV, H, N, qkv.get<float>(), false);
+    else
+      gemm->run(weight(L.wqkv, L.aqkv, L.nqkv, L.fqkv), Q + 2 * KV, H, xb.get<bf16>(), N, qkv.get(), CUDA_R_32F, false,
+                stream);
     if (row_divisor()) divide_rows(qkv.get<float>(), row_divisor(), N, Q + 2 * KV, nullptr, stream);
     prof.mark("gemm qkv", stream);
     qkv_to_heads(L, N);
     attend(chunks, L);
-    if (act_round != ActRound::None)  // the fp32 attention output rounded straight into bf16
-      round_activations(act_round, att.get<float>(), attb.get<bf16>(), N, Q, stream, row_divisor());
-    else
-      to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
-    prof.mark("act convert", stream);
-    out_proj(weight(L.wo, L.ao, L.no, L.fo), H, Q, attb.get<bf16>(), N, L.attn_post);
+    if (fp8_lt()) {
+      blockfp_out(L.fo, att.get<float>(), attb.get<bf16>(), H, Q, N, L.attn_post);
+    } else {
+      if (act_round != ActRound::None)  // the fp32 attention output rounded straight into bf16
+        round_activations(act_round, att.get<float>(), attb.get<bf16>(), N, Q, stream, row_divisor());
+      else
+        to_bf16(att.get<float>(), size_t(N) * Q, attb.get<bf16>(), stream);
+      prof.mark("act convert", stream);
+      out_proj(weight(L.wo, L.ao, L.no, L.fo), H, Q, attb.get<bf16>(), N, L.attn_post);
+    }
     if (L.bo.bytes()) add_bias(x.get<float>(), L.bo.get<float>(), N, H, stream);  // gpt_oss: no post-norm
     prof.mark("gemm o", stream);
-    pre_norm(L.ffn_norm, N);
+    const float* frows = pre_norm(L.ffn_norm, N);
     if (L.router.bytes()) {
       moe_ffn(L, N);
       continue;
     }
-    gemm->run(weight(L.wgu, L.agu, L.ngu, L.fgu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
+    if (fp8_lt())
+      blockfp_proj(L.fgu, frows, xb.get<bf16>(), 2 * F, H, N, gu.get<float>(), false);
+    else
+      gemm->run(weight(L.wgu, L.agu, L.ngu, L.fgu), 2 * F, H, xb.get<bf16>(), N, gu.get(), CUDA_R_32F, false, stream);
     if (row_divisor()) divide_rows(gu.get<float>(), row_divisor(), N, 2 * F, nullptr, stream);
     prof.mark("gemm gate|up", stream);
+    if (fp8_lt()) {
+      swiglu(gu.get<float>(), N, F, xr.get<float>(), stream, desc->act == Activation::GeluTanh);
+      prof.mark("swiglu", stream);
+      blockfp_out(L.fdown, xr.get<float>(), hb.get<bf16>(), H, F, N, L.ffn_post);
+      prof.mark("gemm down", stream);
+      continue;
+    }
     if (act_round != ActRound::None) {  // fp32 rows rounded into hb as the CPU rounds its fp32 rows
       swiglu(gu.get<float>(), N, F, xr.get<float>(), stream, desc->act == Activation::GeluTanh);
       round_activations(act_round, xr.get<float>(), hb.get<bf16>(), N, F, stream, row_divisor());
@@ -603,22 +629,23 @@ void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
   }
 }
 
-void GpuModel::Impl::pre_norm(const DeviceBuffer& w, int N) {
+const float* GpuModel::Impl::pre_norm(const DeviceBuffer& w, int N) {
   if (act_round != ActRound::None) {  // fp32 rows rounded into xb as the CPU rounds its fp32 rows
     const float* rows = x.get<float>();
     if (w.bytes()) {
       rmsnorm(x.get<float>(), w.get<float>(), xr.get<float>(), N, cfg.hidden, cfg.rms_eps, stream);
       rows = xr.get<float>();
     }
-    round_activations(act_round, rows, xb.get<bf16>(), N, cfg.hidden, stream, row_divisor());
+    if (!fp8_lt()) round_activations(act_round, rows, xb.get<bf16>(), N, cfg.hidden, stream, row_divisor());
     prof.mark("norm", stream);
-    return;
+    return rows;
   }
   if (w.bytes())
     rmsnorm(x.get<float>(), w.get<float>(), xb.get<bf16>(), N, cfg.hidden, cfg.rms_eps, N, 0, 0, stream);
   else
     to_bf16(x.get<float>(), size_t(N) * cfg.hidden, xb.get<bf16>(), stream);
   prof.mark("norm", stream);
+  return nullptr;
 }
 
 void GpuModel::Impl::qkv_to_heads(const Layer& L, int N) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -72,6 +73,13 @@ struct GpuModel::Impl {
   bool blockfp = false;  // every projection NVFP4 / MXFP4 / FP8_BLOCK (decoded as affine)
   // blockfp: the rows that round each Linear's input (the _a4 rows, fp8_block); None: the others.
   ActRound act_round = ActRound::None;
+  // fp8_block: the projections on the FP8 tensor cores (GemmLt::run_block_f8; model_blockfp.cpp)
+  // unless QT_CUDA_FP8_BLOCK_DECODE is set (the bf16 decode everywhere, to compare against).
+  bool fp8_decode = std::getenv("QT_CUDA_FP8_BLOCK_DECODE") != nullptr;
+  bool fp8_lt() const { return act_round == ActRound::Fp8Groups && !fp8_decode && !cfg.is_moe(); }
+  // fp8_lt: a GEMM input's E4M3 codes [N, max(H, Q, F)], their scales [max(H, Q, F)/128, N], and
+  // an fp32 [N, H] output for an out projection whose accumulating GEMM cuBLASLt refuses.
+  DeviceBuffer fq, fs, fy;
   std::string affine_desc;  // "affine4-g64", "nf4-b64", "nvfp4"
   DeviceBuffer wdec;        // affine: one decoded bf16 matrix (the largest stacked projection)
   size_t weight_bytes = 0;
@@ -120,7 +128,17 @@ struct GpuModel::Impl {
   void attend(int chunks, const Layer& L);
   // The GEMM input of a sublayer: x through its pre-norm into xb (bf16), or x as bf16 without one
   // (act_round: the fp32 rows, normed into xr, rounded into xb).
-  void pre_norm(const DeviceBuffer& w, int N);
+  // Returns the fp32 rows that are rounded (act_round; fp8_lt leaves the rounding to blockfp_proj),
+  // else null.
+  const float* pre_norm(const DeviceBuffer& w, int N);
+  // fp8_lt: Y [N, out] (+)= the projection of the fp32 rows [N, in] as fp8_block multiplies it:
+  // on the FP8 tensor cores (fp8_block_gemm), else rounded into rb (bf16) and the decoded weight's
+  // bf16 GEMM. blockfp_out: the same for an out projection, into x (or through its post-norm).
+  bool fp8_block_gemm(const BlockFpWeight& f, const float* rows, int in, int N, float* Y, bool accumulate);
+  void blockfp_proj(const BlockFpWeight& f, const float* rows, bf16* rb, int out, int in, int N, float* Y,
+                    bool accumulate);
+  void blockfp_out(const BlockFpWeight& f, const float* rows, bf16* rb, int out, int in, int N,
+                   const DeviceBuffer& post_w);
   // qkv (fp32, after the GEMM) into RoPE'd f16 q, k, v: biases, q/k norms, the layer's RoPE table.
   void qkv_to_heads(const Layer& L, int N);
   // A sparse layer's FFN on xb (the normed rows, moe_ffn.cpp), added to x (or through its post-norm).

@@ -92,6 +92,11 @@ std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector
 }
 std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>&) { no_cuda(); }
 std::vector<float> round_activations(const Scheme&, const std::vector<float>&, int, int, int) { no_cuda(); }
+F8 quantize_fp8_groups(const std::vector<float>&, int, int) { no_cuda(); }
+std::vector<float> gemm_fp8_block(const std::vector<const PackedTensor*>&, const std::vector<float>&, int,
+                                  const std::vector<float>&) {
+  no_cuda();
+}
 std::vector<KldToken> kld_rows(const std::vector<float>&, const std::vector<float>&, int, int,
                                const std::vector<int32_t>&) {
   no_cuda();

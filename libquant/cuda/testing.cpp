@@ -255,6 +255,27 @@ std::vector<float> round_activations(const Scheme& row, const std::vector<float>
   return out;
 }
 
+F8 quantize_fp8_groups(const std::vector<float>& x, int rows, int k) {
+  DeviceBuffer dx = up(x), q(size_t(rows) * k), sc(size_t(rows) * (k / 128) * 4);
+  cuda::quantize_fp8_groups(dx.get<float>(), q.get<uint8_t>(), sc.get<float>(), rows, k, nullptr);
+  return {down<uint8_t>(q, size_t(rows) * k), down<float>(sc, size_t(rows) * (k / 128))};
+}
+
+std::vector<float> gemm_fp8_block(const std::vector<const PackedTensor*>& parts, const std::vector<float>& x, int n,
+                                  const std::vector<float>& y0) {
+  const BlockFpWeight w = upload_blockfp(parts, "test");
+  const int in = w.cols;
+  DeviceBuffer dx = up(x), q(size_t(n) * in), sc(size_t(n) * (in / 128) * 4), dy(size_t(n) * w.rows * 4);
+  if (!y0.empty()) QT_CUDA_CHECK(cudaMemcpy(dy.get(), y0.data(), dy.bytes(), cudaMemcpyHostToDevice));
+  cuda::quantize_fp8_groups(dx.get<float>(), q.get<uint8_t>(), sc.get<float>(), n, in, nullptr);
+  GemmLt g;
+  for (const BlockFpWeight::Segment& s : w.segments)
+    if (!g.run_block_f8(w.codes.get<uint8_t>() + size_t(s.row0) * in, s.rows, in, s.scales.get<float>(), q.get(), n,
+                        sc.get<float>(), dy.get<float>() + s.row0, w.rows, !y0.empty(), nullptr))
+      return {};
+  return down<float>(dy, size_t(n) * w.rows);
+}
+
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                                   const std::vector<float>& biases, int rows, int cols, int bits, int group,
                                   int round_mode) {
