@@ -127,9 +127,8 @@ TEST(CudaFp8Block, GemmEqualsTheCodesSums) {
 }
 
 std::vector<float> gpu_logits(const std::string& dir, const std::vector<int32_t>& ids, bool decode) {
-  if (decode) setenv("QT_CUDA_FP8_BLOCK_DECODE", "1", 1);
   cuda::GpuModel gpu(load_checkpoint(dir));
-  unsetenv("QT_CUDA_FP8_BLOCK_DECODE");
+  if (decode) cuda::testing::force_fp8_block_decode(gpu);
   EXPECT_EQ(gpu.kind(), "fp8_block");
   return cuda::forward_logits(gpu, ids);
 }

@@ -167,6 +167,9 @@ std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::
 // A Dequantized row's weights (nvfp4, mxfp4, fp8_block; parts stacked as the forward stacks q|k|v)
 // uploaded as stored and decoded to bf16 (blockfp.h), returned as float.
 std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts);
+// FP8_BLOCK's projections through the bf16 decode instead of the block-scaled FP8 GEMMs (the
+// tensor-core path's comparison); call before the model's first forward.
+void force_fp8_block_decode(GpuModel& m);
 // The row's activation rounding (blockfp.h) of x [rows, k]: io 0 fp32 out, 1 bf16 out (the GEMM's
 // operand), 2 nvfp4's factored form (bf16 q·e, then the rows' global scales appended); as float.
 std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io);

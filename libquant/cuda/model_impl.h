@@ -74,8 +74,8 @@ struct GpuModel::Impl {
   // blockfp: the rows that round each Linear's input (the _a4 rows, fp8_block); None: the others.
   ActRound act_round = ActRound::None;
   // fp8_block: the projections on the FP8 tensor cores (GemmLt::run_block_f8; model_blockfp.cpp)
-  // unless QT_CUDA_FP8_BLOCK_DECODE is set (the bf16 decode everywhere, to compare against).
-  bool fp8_decode = std::getenv("QT_CUDA_FP8_BLOCK_DECODE") != nullptr;
+  // unless fp8_decode (the bf16 decode everywhere: the tests' comparison; set before reserve).
+  bool fp8_decode = false;
   bool fp8_lt() const { return act_round == ActRound::Fp8Groups && !fp8_decode && !cfg.is_moe(); }
   // fp8_lt: a GEMM input's E4M3 codes [N, max(H, Q, F)], their scales [max(H, Q, F)/128, N], and
   // an fp32 [N, H] output for an out projection whose accumulating GEMM cuBLASLt refuses.

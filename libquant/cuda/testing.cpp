@@ -12,6 +12,7 @@
 #include "libquant/cuda/gemm_lt.h"
 #include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/kv.h"
+#include "libquant/cuda/model_impl.h"
 #include "libquant/cuda/ops.h"
 
 namespace qt::cuda::testing {
@@ -229,6 +230,8 @@ std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, 
   cuda::dequant(da.get<float>(), rows, out, ds.get<float>(), dw.get<float>(), dy.get<float>(), accumulate, nullptr);
   return down<float>(dy, y.size());
 }
+
+void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }
 
 std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts) {
   const BlockFpWeight w = upload_blockfp(parts, "test");
