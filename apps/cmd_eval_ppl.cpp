@@ -270,6 +270,9 @@ int run(const Options& o) {
     devices = cuda::parse_device_list(o.device);
     dev = cuda::device_info(devices[0]);
     if (devices.size() > 1 && !o.kl_base.empty()) user_error("--kl-base-model on several devices: not on cuda yet");
+    for (const std::string* kv : {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v})  // the pipeline keeps the f16 cache
+      if (devices.size() > 1 && !kv->empty() && *kv != "f16")
+        user_error("--kv {} on several devices: not on cuda yet", *kv);
   }
 
   const std::string text = read_text(o.text);
