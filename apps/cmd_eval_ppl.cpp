@@ -326,7 +326,7 @@ int run(const Options& o) {
   if (on_gpu) {
     e.gpu = std::make_unique<cuda::GpuModel>(std::move(ck), o.attention == "fused", devices);
     cuda::set_kv(*e.gpu, po.kv);  // before auto_batch: decode windows take more attention scratch
-    e.batch = o.batch > 0            ? o.batch
+    e.batch = o.batch > 0          ? o.batch
               : devices.size() > 1 ? cuda::pipeline_micro_batch(*e.gpu, po.ctx, plan.n_chunks)
                                    : cuda::auto_batch(*e.gpu, po.ctx);
     if (e.gpu_base && o.batch == 0) e.batch = std::max(1, std::min(e.batch, cuda::auto_batch(*e.gpu_base, po.ctx)) / 2);
@@ -450,10 +450,11 @@ const Registrar reg{
                       "activations (the same results; default: --threads over the team one chunk of this model keeps "
                       "busy, about a thread per 32M multiply-adds a token: several for SmolLM-sized models, 1 "
                       "for 1B and up, and with --kv-stats)");
-       sub.add_option("--device", o->device,
-                      "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
-                      "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads); "
-                      "cuda:N a device; cuda:0,1 the layers split across devices, chunks pipelined (f16 cache)");
+       sub.add_option(
+           "--device", o->device,
+           "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
+           "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads); "
+           "cuda:N a device; cuda:0,1 the layers split across devices, chunks pipelined (f16 cache)");
        sub.add_option("--attention", o->attention,
                       "cuda: fused (default: one kernel, no score matrix, where it applies) or materialized "
                       "(scores through cuBLAS and a softmax kernel everywhere; the fused kernel's baseline)")

@@ -27,7 +27,8 @@ void expect_same_as_one_device(const std::string& dir, const std::vector<int>& d
   ASSERT_EQ(a.size(), b.size());
   size_t differ = 0;
   for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
-  EXPECT_EQ(differ, 0u) << "logits differ in " << differ << " of " << a.size() << " (" << split.describe_stages() << ")";
+  EXPECT_EQ(differ, 0u) << "logits differ in " << differ << " of " << a.size() << " (" << split.describe_stages()
+                        << ")";
 
   const auto text = random_ids(11 * 16 + 3, 22);
   PplOptions po;
@@ -55,8 +56,8 @@ TEST(CudaMulti, W8A8StagesOnOneGpuMatchOneDevice) {
   QT_REQUIRE_GPU();
   const std::string dir = test::temp_dir("cuda-multi-w8a8") + "/m";
   std::string out;
-  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() +
-                              " --out " + dir + " --scheme int8 --group-size 0",
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + tiny_dir() + " --out " + dir +
+                              " --scheme int8 --group-size 0",
                           &out),
             0)
       << out;
@@ -93,10 +94,11 @@ TEST(CudaMulti, DeviceListsParse) {
 // one error line and exit 2 (before the model is read).
 TEST(CudaMulti, EvalPplRefusals) {
   QT_REQUIRE_GPU();
-  const std::string base = test::quanttool_bin() + " eval-ppl --model " + tiny_dir() + " --text " +
-                           test::source_dir() + "/data/wikitext-2/wiki.test.raw --chunks 2 --ctx 16 ";
-  for (const std::string& extra : std::vector<std::string>{"--device cuda:0,99", "--device cuda:0,x", "--device cuda:0,0 --kv kivi:bits=4",
-                                  "--device cuda:0,0 --kl-base-model " + tiny_dir()}) {
+  const std::string base = test::quanttool_bin() + " eval-ppl --model " + tiny_dir() + " --text " + test::source_dir() +
+                           "/data/wikitext-2/wiki.test.raw --chunks 2 --ctx 16 ";
+  for (const std::string& extra :
+       std::vector<std::string>{"--device cuda:0,99", "--device cuda:0,x", "--device cuda:0,0 --kv kivi:bits=4",
+                                "--device cuda:0,0 --kl-base-model " + tiny_dir()}) {
     std::string out;
     EXPECT_EQ(test::run_cmd(base + extra, &out), 2) << extra << ": " << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << extra << ": " << out;

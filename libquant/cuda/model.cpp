@@ -335,8 +335,8 @@ GpuModel::Impl::Impl(Checkpoint& ck, bool fused_attention, int dev, int first, i
   }
   weight_bytes += embed.bytes();
   std::optional<std::vector<float>> head_q = head_q8 || !has_head() ? std::nullopt
-                                             : tied  ? std::move(emb_q)
-                                                     : dequantized("lm_head.weight");
+                                             : tied                 ? std::move(emb_q)
+                                                                    : dequantized("lm_head.weight");
   if (head_q8 || !has_head()) {
   } else if (head_q) {
     lm_head.resize(size_t(c.vocab * H) * 2);
@@ -768,11 +768,7 @@ size_t GpuModel::weight_bytes() const {
 }
 std::string GpuModel::kind() const {
   const Impl& I = impl();
-  return I.q8                                   ? (I.fp8  ? "fp8"
-                                                   : I.w4 ? "w4a8"
-                                                          : "w8a8")
-         : I.affine || I.bnb4 || I.blockfp ? I.affine_desc
-                                           : "bf16";
+  return I.q8 ? (I.fp8 ? "fp8" : I.w4 ? "w4a8" : "w8a8") : I.affine || I.bnb4 || I.blockfp ? I.affine_desc : "bf16";
 }
 
 }  // namespace qt::cuda

@@ -35,7 +35,8 @@ void GpuModel::Impl::attend(int chunks, const Layer& L) {
     prof.mark("attention", stream);
     return;
   }
-  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream, first_layer + int(&L - layers.data()));
+  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream,
+               first_layer + int(&L - layers.data()));
   prof.mark("kv encode/decode", stream);
   attn->run(chunks, scale, stream);
   prof.mark("attention", stream);

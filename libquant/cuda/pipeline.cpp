@@ -81,8 +81,8 @@ GpuModel::GpuModel(Checkpoint&& ck, bool fused_attention, const std::vector<int>
 std::string GpuModel::describe_stages() const {
   std::string out;
   for (const auto& s : stages_)
-    out += fmt::format("{}layers {}-{} on cuda:{}", out.empty() ? "" : ", ", s->first_layer, s->last_layer - 1,
-                       s->device);
+    out +=
+        fmt::format("{}layers {}-{} on cuda:{}", out.empty() ? "" : ", ", s->first_layer, s->last_layer - 1, s->device);
   return out;
 }
 
@@ -175,8 +175,8 @@ class PipelineScorer final : public ChunkScorer {
           I.embed_tokens(ids_.get<int32_t>() + size_t(c0) * T, mj);
         } else {  // take the hand-over: the inbox into x, then the sender may refill it
           QT_CUDA_CHECK(cudaStreamWaitEvent(I.stream, sent_[size_t(s - 1)], 0));
-          QT_CUDA_CHECK(cudaMemcpyAsync(I.x.get(), inbox_[size_t(s)].get(), size_t(mj) * xrow,
-                                        cudaMemcpyDeviceToDevice, I.stream));
+          QT_CUDA_CHECK(cudaMemcpyAsync(I.x.get(), inbox_[size_t(s)].get(), size_t(mj) * xrow, cudaMemcpyDeviceToDevice,
+                                        I.stream));
           QT_CUDA_CHECK(cudaEventRecord(freed_[size_t(s)], I.stream));
           I.prof.mark("hand-over", I.stream);
         }
@@ -203,7 +203,8 @@ class PipelineScorer final : public ChunkScorer {
     }
     {
       const DeviceGuard on(last.device);
-      QT_CUDA_CHECK(cudaMemcpyAsync(nll_.data(), nll_dev_.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, last.stream));
+      QT_CUDA_CHECK(
+          cudaMemcpyAsync(nll_.data(), nll_dev_.get(), size_t(rows) * 8, cudaMemcpyDeviceToHost, last.stream));
     }
     for (int s = 0; s < S_; ++s) {
       GpuModel::Impl& I = m_.stage(s);
