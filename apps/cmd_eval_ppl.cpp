@@ -19,6 +19,7 @@
 #include "formats/mapped_file.h"
 #include "libquant/cpu_features.h"
 #include "libquant/cuda/backend.h"
+#include "libquant/cuda/device_list.h"
 #include "libquant/eval/perplexity.h"
 #include "libquant/eval/ppl_parts.h"
 #include "libquant/kv/codec.h"
@@ -239,7 +240,8 @@ int run(const Options& o) {
   if (o.model.empty() || o.text.empty()) user_error("eval-ppl needs --model and --text (or --merge PARTS)");
   if (!o.kl_base_cache.empty() && o.kl_base.empty())
     user_error("--kl-base-cache keeps the --kl-base-model's states; give both");
-  const bool on_gpu = o.device == "cuda";
+  const bool on_gpu = cuda::is_cuda_device(o.device);
+  if (!on_gpu && o.device != "cpu") user_error("--device {}: cpu, cuda, cuda:N or cuda:N,M,…", o.device);
   if (!on_gpu && o.attention != "fused") user_error("--attention {}: cuda only (with --device cuda)", o.attention);
   if (on_gpu)
     check_cuda_flags(o);
@@ -263,7 +265,15 @@ int run(const Options& o) {
   po.chunk_parallel = o.chunk_parallel;
   const Compute compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
   std::optional<cuda::DeviceInfo> dev;
-  if (on_gpu) dev = cuda::device_info();
+  std::vector<int> devices;
+  if (on_gpu) {
+    devices = cuda::parse_device_list(o.device);
+    dev = cuda::device_info(devices[0]);
+    if (devices.size() > 1 && !o.kl_base.empty()) user_error("--kl-base-model on several devices: not on cuda yet");
+    for (const std::string* kv : {&o.kvf.kv, &o.kvf.kv_k, &o.kvf.kv_v})  // the pipeline keeps the f16 cache
+      if (devices.size() > 1 && !kv->empty() && *kv != "f16")
+        user_error("--kv {} on several devices: not on cuda yet", *kv);
+  }
 
   const std::string text = read_text(o.text);
   Checkpoint ck = load_checkpoint(o.model);
@@ -307,16 +317,18 @@ int run(const Options& o) {
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));
     if (on_gpu) {  // the baseline on the GPU too, in its own layout (bf16 for a dense one)
       cuda::check_supported(bk);
-      e.gpu_base = std::make_unique<cuda::GpuModel>(std::move(bk), o.attention == "fused");
+      e.gpu_base = std::make_unique<cuda::GpuModel>(std::move(bk), o.attention == "fused", devices);
     } else {  // the reference runs in fp32 (from its packed codes, if it is a quantized folder)
       e.cpu_base = std::make_unique<LlamaModel>(std::move(bk), checkpoint_linear_factory(bk, {}));
     }
   }
   const uint64_t src_bytes = source_tensor_bytes(ck);
   if (on_gpu) {
-    e.gpu = std::make_unique<cuda::GpuModel>(std::move(ck), o.attention == "fused");
+    e.gpu = std::make_unique<cuda::GpuModel>(std::move(ck), o.attention == "fused", devices);
     cuda::set_kv(*e.gpu, po.kv);  // before auto_batch: decode windows take more attention scratch
-    e.batch = o.batch > 0 ? o.batch : cuda::auto_batch(*e.gpu, po.ctx);
+    e.batch = o.batch > 0          ? o.batch
+              : devices.size() > 1 ? cuda::pipeline_micro_batch(*e.gpu, po.ctx, plan.n_chunks)
+                                   : cuda::auto_batch(*e.gpu, po.ctx);
     if (e.gpu_base && o.batch == 0) e.batch = std::max(1, std::min(e.batch, cuda::auto_batch(*e.gpu_base, po.ctx)) / 2);
     e.scorer = cuda::make_scorer(*e.gpu, e.batch, e.gpu_base.get());
   } else {
@@ -359,7 +371,9 @@ int run(const Options& o) {
   fmt::print("weights        {} bytes as stored, {:.3f} bits per weight; compute {}{}\n", src_bytes, f.bpw, e.compute(),
              on_gpu ? fmt::format(" on cuda ({} bytes on the GPU)", e.weight_bytes())
                     : fmt::format(" ({} bytes packed)", e.weight_bytes()));
-  if (dev) fmt::print("device         cuda: {}\n", dev->describe());
+  if (dev) fmt::print("device         {}: {}\n", o.device, dev->describe());
+  if (devices.size() > 1)
+    fmt::print("stages         {} (micro-batches of {} chunks pipelined)\n", e.gpu->describe_stages(), e.batch);
   fmt::print("text           {} ({} tokens{})\n", o.text, ids.size(), po.bos_id >= 0 ? ", BOS per chunk" : "");
   fmt::print("method         {}, ctx {}, {} chunks{}, {} scored per chunk{}\n", ppl_method_name(r.method), plan.ctx,
              plan.n_chunks, plan.first_chunk > 0 ? fmt::format(" from chunk {}", plan.first_chunk) : std::string(),
@@ -395,7 +409,7 @@ int run(const Options& o) {
   if (!o.json_path.empty()) {
     json j = result_json(o, cfg, r, f, src_bytes, e.compute(), e.weight_bytes(), load_s, po.bos_id >= 0);
     if (on_gpu) {
-      j["device"] = "cuda";
+      j["device"] = o.device;
       j["gpu"] = dev->describe();
       j["batch"] = e.batch;
     } else {
@@ -436,10 +450,11 @@ const Registrar reg{
                       "activations (the same results; default: --threads over the team one chunk of this model keeps "
                       "busy, about a thread per 32M multiply-adds a token: several for SmolLM-sized models, 1 "
                       "for 1B and up, and with --kv-stats)");
-       sub.add_option("--device", o->device,
-                      "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
-                      "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads)")
-           ->check(CLI::IsMember({"cpu", "cuda"}));
+       sub.add_option(
+           "--device", o->device,
+           "cpu (default) or cuda (the forward on the GPU; a build with -DQT_CUDA=ON; KV methods: f16, "
+           "affine, kivi, turboquant_mse in CUDA kernels, the others through their CPU codecs on --threads); "
+           "cuda:N a device; cuda:0,1 the layers split across devices, chunks pipelined (f16 cache)");
        sub.add_option("--attention", o->attention,
                       "cuda: fused (default: one kernel, no score matrix, where it applies) or materialized "
                       "(scores through cuBLAS and a softmax kernel everywhere; the fused kernel's baseline)")

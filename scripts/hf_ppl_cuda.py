@@ -5,10 +5,12 @@ adds one, logits of positions ctx/2 … ctx−2 scoring the next token), --batch
 NLL summed in float64.
 
   python3 scripts/hf_ppl_cuda.py --model HF_DIR --text wiki.test.raw [--ctx 512] [--batch 8] [--chunks N]
-      [--device-map]
+      [--device-map [cuda|auto]]
 
 Prints the token count, PPL, evaluation tokens/s, load and evaluation seconds, and the seconds
 since the interpreter started (import torch included), so the whole process can be compared.
+--device-map auto spreads the layers over every visible GPU (accelerate's device_map="auto": a model
+larger than one GPU, its layers run one device after the other).
 """
 import argparse
 import math
@@ -27,8 +29,9 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--chunks", type=int, default=-1)
-    ap.add_argument("--device-map", action="store_true",
-                    help="load straight onto the GPU (device_map='cuda') instead of loading on the CPU, then .cuda()")
+    ap.add_argument("--device-map", nargs="?", const="cuda", choices=["cuda", "auto"],
+                    help="load straight onto the GPU (device_map='cuda', the default of the bare flag) or over "
+                         "every GPU (device_map='auto') instead of loading on the CPU, then .cuda()")
     a = ap.parse_args()
     t_import = time.time()
 
@@ -38,7 +41,7 @@ def main():
     bos = tok.bos_token_id
     adds_bos = bos is not None and len(ids) > 0 and ids[0] == bos
     if a.device_map:
-        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda").eval()
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map=a.device_map).eval()
     else:
         model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
     torch.cuda.synchronize()
@@ -58,8 +61,8 @@ def main():
     with torch.inference_mode():
         for c0 in range(0, n_chunks, a.batch):
             x = inputs[c0: c0 + a.batch].cuda(non_blocking=True)
-            y = data[c0: c0 + a.batch, first + 1:].cuda(non_blocking=True)
             logits = model(x, logits_to_keep=ctx - first).logits[:, :-1].float()
+            y = data[c0: c0 + a.batch, first + 1:].to(logits.device)  # the last layer's GPU under "auto"
             nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                                     reduction="none")
             total += nll.double().sum().item()
@@ -68,7 +71,8 @@ def main():
     t1 = time.time()
     ev = t1 - t0
     print(f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name(0)}, experts {getattr(model.config, '_experts_implementation', None)}")
+          f"{torch.cuda.get_device_name(0)} x {torch.cuda.device_count() if a.device_map == 'auto' else 1}, "
+          f"device_map {a.device_map}, experts {getattr(model.config, '_experts_implementation', None)}")
     print(f"tokens {len(ids)} (BOS per chunk: {adds_bos}), {n_chunks} chunks of {ctx}, batch {a.batch}, "
           f"{count} scored")
     print(f"PPL {math.exp(total / count):.4f}")

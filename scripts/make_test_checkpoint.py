@@ -3,7 +3,7 @@
 scale on models of real size without their weights (none are reachable here).
 
   python3 scripts/make_test_checkpoint.py --shape llama3-8b|smollm2-135m|qwen3-30b-a3b|... --tokenizer-from DIR --out OUT
-          [--layers N] [--max-shard-size 5GB] [--seed 0] [--std 0.02]
+          [--layers N] [--max-shard-size 5GB] [--seed 0] [--std 0.02] [--workers N] [--also-layers M]
 
 The folder is what transformers' save_pretrained writes for a bf16 model: config.json,
 model-0000i-of-0000n.safetensors shards with model.safetensors.index.json (one model.safetensors
@@ -11,6 +11,12 @@ when it fits one shard), and the tokenizer files copied from --tokenizer-from (a
 folder, e.g. what `quanttool convert --in SmolLM2.gguf --out DIR` writes). The vocabulary size is
 the tokenizer's, so the model runs on real text. Weights are N(0, std²) in bf16, norms 1;
 deterministic per --seed. Memory: one tensor at a time (the largest, 70B's embedding, ~2 GB).
+
+--workers N writes N shards at once (processes; each shard from its own generator seeded by
+(--seed, shard index): other values than the one-stream default, the same for any N > 1).
+--also-layers M also writes OUT-M, the same model cut to its first M layers: the shards are cut
+per layer (the embedding, each layer, the final norm and head apart) and OUT-M's are hard links
+to OUT's, so it takes no disk (one GPU's rate per layer beside a model too large for one).
 
 numpy and the standard library only; no network.
 """
@@ -120,6 +126,32 @@ def shard(names_shapes, max_bytes):
     return shards
 
 
+def shard_groups(names_shapes, max_bytes):
+    """Shards that never mix a layer with another or with the tables: each group (the embedding,
+    one layer, the final norm with the head) sharded alone."""
+    groups, key = [], None
+    for name, shape in names_shapes:
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        k = int(m.group(1)) if m else ("embed" if "embed" in name else "head")
+        if k != key:
+            groups.append([])
+            key = k
+        groups[-1].append((name, shape))
+    return [s for g in groups for s in shard(g, max_bytes)]
+
+
+def shard_layer(items):
+    """The layer a per-layer shard holds (-1: the embedding, a large number: the head)."""
+    m = re.match(r"model\.layers\.(\d+)\.", items[0][0])
+    return int(m.group(1)) if m else (-1 if "embed" in items[0][0] else 1 << 30)
+
+
+def write_one(args):
+    path, items, seed, std = args
+    write_shard(path, items, np.random.default_rng(seed), std)
+    return path
+
+
 def bf16_random(rng, n, std, out):
     """n N(0, std²) values as bf16 (round to nearest even) into the uint16 array `out`."""
     step = 1 << 24
@@ -190,6 +222,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--force", action="store_true", help="replace --out if it exists")
+    ap.add_argument("--workers", type=int, default=1, help="shards written at once (processes)")
+    ap.add_argument("--also-layers", type=int, help="also OUT-M: the first M layers, hard links to OUT's shards")
     a = ap.parse_args()
 
     sh = SHAPES[a.shape]
@@ -203,7 +237,10 @@ def main():
     vocab = vocab_size(a.tokenizer_from)
     sh = dict(sh, layers=layers)
     items = tensors(sh, vocab)
-    shards = shard(items, parse_size(a.max_shard_size))
+    if a.also_layers is not None and not 0 < a.also_layers < layers:
+        sys.exit(f"error: --also-layers must be between 1 and {layers - 1}")
+    cut = shard_groups if a.also_layers else shard
+    shards = cut(items, parse_size(a.max_shard_size))
     total = sum(2 * int(np.prod(s)) for _, s in items)
     params = total // 2
     print(f"{a.shape}: {layers} layers, vocab {vocab}, {params / 1e9:.2f} B parameters, "
@@ -213,32 +250,56 @@ def main():
     tmp = a.out.rstrip("/") + ".tmp-%d" % os.getpid()
     os.makedirs(tmp)
     try:
-        rng = np.random.default_rng(a.seed)
         weight_map = {}
         t0 = time.time()
-        for i, items_i in enumerate(shards):
-            fname = "model.safetensors" if len(shards) == 1 else \
-                f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            write_shard(os.path.join(tmp, fname), items_i, rng, a.std)
+        fnames = ["model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                  for i in range(len(shards))]
+        if a.workers > 1:
+            import multiprocessing
+            jobs = [(os.path.join(tmp, fn), it, [a.seed, i], a.std) for i, (fn, it) in enumerate(zip(fnames, shards))]
+            with multiprocessing.Pool(a.workers) as pool:
+                for path in pool.imap_unordered(write_one, jobs):
+                    print(f"  {os.path.basename(path)} ({time.time() - t0:.0f} s)", file=sys.stderr)
+        else:
+            rng = np.random.default_rng(a.seed)
+            for fn, items_i in zip(fnames, shards):
+                write_shard(os.path.join(tmp, fn), items_i, rng, a.std)
+                print(f"  {fn} ({time.time() - t0:.0f} s)", file=sys.stderr)
+        for fn, items_i in zip(fnames, shards):
             for name, _ in items_i:
-                weight_map[name] = fname
-            print(f"  {fname} ({time.time() - t0:.0f} s)", file=sys.stderr)
-        if len(shards) > 1:
-            with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
-                json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(config_json(sh, a.shape, layers, vocab, a.tokenizer_from), f, indent=2)
-        for fn in TOKENIZER_FILES:
-            p = os.path.join(a.tokenizer_from, fn)
-            if os.path.exists(p):
-                shutil.copy(p, tmp)
-        if a.force and os.path.exists(a.out):
-            shutil.rmtree(a.out)
-        os.rename(tmp, a.out)  # fails if another writer got there first: nothing is replaced
+                weight_map[name] = fn
+        finish(tmp, a.out, a, sh, layers, vocab, total, weight_map, len(shards) > 1)
+        if a.also_layers:  # the first M layers: the per-layer shards hard-linked
+            m = a.also_layers
+            sub = a.out.rstrip("/") + f"-{m}"
+            stmp = sub + ".tmp-%d" % os.getpid()
+            os.makedirs(stmp)
+            keep = [(fn, it) for fn, it in zip(fnames, shards) if shard_layer(it) < m or shard_layer(it) >= layers]
+            for fn, _ in keep:
+                os.link(os.path.join(a.out, fn), os.path.join(stmp, fn))
+            sub_map = {name: fn for fn, it in keep for name, _ in it}
+            sub_total = sum(2 * int(np.prod(s)) for _, it in keep for _, s in it)
+            finish(stmp, sub, a, dict(sh, layers=m), m, vocab, sub_total, sub_map, True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"wrote {a.out}", file=sys.stderr)
+
+
+def finish(tmp, out, a, sh, layers, vocab, total, weight_map, indexed):
+    """The index, config.json and tokenizer files into tmp, then tmp renamed to out."""
+    if indexed:
+        with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config_json(sh, a.shape, layers, vocab, a.tokenizer_from), f, indent=2)
+    for fn in TOKENIZER_FILES:
+        p = os.path.join(a.tokenizer_from, fn)
+        if os.path.exists(p):
+            shutil.copy(p, tmp)
+    if a.force and os.path.exists(out):
+        shutil.rmtree(out)
+    os.rename(tmp, out)  # fails if another writer got there first: nothing is replaced
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -243,10 +243,14 @@ template <int D, int kM, int kN>
 void launch(const Params& p, int chunks, int nh, cudaStream_t s) {
   constexpr int kQ = kWarps * 16 * kM;
   constexpr size_t smem = size_t(kQ + 4 * kN) * (D + kPad) * sizeof(__half);
-  static bool attr = false;  // over 48 KiB of dynamic shared memory is opted into once per kernel
-  if (!attr) {
+  // Over 48 KiB of dynamic shared memory is opted into once per kernel and device (the attribute
+  // belongs to the device current when it is set: a pipeline's stages run on several).
+  static uint64_t attr = 0;
+  int dev = 0;
+  QT_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 64 || !(attr >> dev & 1)) {
     QT_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd<D, kM, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    attr = true;
+    if (dev < 64) attr |= uint64_t(1) << dev;
   }
   const dim3 grid(unsigned((p.T + kQ - 1) / kQ), unsigned(nh), unsigned(chunks));
   flash_fwd<D, kM, kN><<<grid, kWarps * 32, smem, s>>>(p);

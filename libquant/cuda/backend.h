@@ -39,7 +39,7 @@ struct DeviceInfo {
   std::string describe() const;  // one line
 };
 // UserError when the build has no CUDA or no device is present.
-DeviceInfo device_info();
+DeviceInfo device_info(int device = 0);
 
 // UserError "... not on cuda yet" for a configuration the GPU forward does not run (weights of a
 // scheme it has no kernels for, a mix of dense and quantized projections, W8A8 with post-norms or
@@ -50,20 +50,26 @@ void check_supported(const Checkpoint& ck);
 // output head, the embedding table as stored, norms fp32) and releases ck's tensors as it goes.
 // fused_attention false: attention materialises its scores everywhere (the fused kernel's A/B
 // baseline; by default the fused kernel runs where it applies, libquant/cuda/attention.h).
+// devices: one (the whole model there) or several: the layers split into pipeline stages, one a
+// device in order (pipeline.cpp; a device may repeat), the first holding the embedding, the last
+// the output head; make_scorer then pipelines chunks through them.
 class GpuModel {
  public:
-  explicit GpuModel(Checkpoint&& ck, bool fused_attention = true);
+  explicit GpuModel(Checkpoint&& ck, bool fused_attention = true, const std::vector<int>& devices = {0});
   ~GpuModel();
   GpuModel(const GpuModel&) = delete;
   GpuModel& operator=(const GpuModel&) = delete;
   const ModelConfig& config() const;
-  size_t weight_bytes() const;  // device bytes of the weights
+  size_t weight_bytes() const;  // device bytes of the weights (every stage's)
   std::string kind() const;     // "bf16" (dense) or "w8a8" (int8 tensor cores)
   struct Impl;
-  Impl& impl() { return *impl_; }
+  Impl& impl() const { return *stages_.front(); }  // the first stage: the whole model on one device
+  int stages() const { return int(stages_.size()); }
+  Impl& stage(int s) const { return *stages_[size_t(s)]; }
+  std::string describe_stages() const;  // "layers 0-23 on cuda:0, 24-47 on cuda:1"
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::vector<std::unique_ptr<Impl>> stages_;
 };
 
 // The KV cache of the next evaluate_perplexity: f16 (every layer f16) or a quantized method the
@@ -78,8 +84,12 @@ void check_kv(const kv::KVConfig& cfg, int head_dim, const std::vector<float>& r
 
 // Chunks per forward call when `batch` is 0: as many as fit a budget of tokens and memory.
 int auto_batch(const GpuModel& m, int ctx);
+// Several devices (a pipeline): chunks per micro-batch when `batch` is 0 — auto_batch's, fewer
+// where the n_chunks of the text would make fewer than 16 micro-batches a stage.
+int pipeline_micro_batch(const GpuModel& m, int ctx, int n_chunks);
 
-// The GPU's ChunkScorer (perplexity.h): `batch` chunks per forward (0: auto_batch), the KV cache
+// The GPU's ChunkScorer (perplexity.h): `batch` chunks per forward (0: auto_batch; several
+// devices: chunks per micro-batch, 0: pipeline_micro_batch; pipeline.cpp), the KV cache
 // opt.kv (empty: f16; see set_kv), with `base` the KL divergence against it (both models on the
 // GPU, the full-vocabulary log-softmax of both per scored row, kld.cu). The models must outlive it.
 std::unique_ptr<ChunkScorer> make_scorer(GpuModel& m, int batch, GpuModel* base = nullptr);

@@ -1,6 +1,6 @@
 // Error checks for CUDA runtime and cuBLAS calls: a failed call is a bug or a broken device
 // (std::runtime_error, exit 1) — except running out of device memory, which is the user's
-// choice of model and --batch (UserError, exit 2).
+// choice of model and --batch (UserError, exit 2): a smaller batch, or a model split over GPUs.
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -15,7 +15,11 @@ namespace qt::cuda {
 
 inline void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaSuccess) return;
-  if (e == cudaErrorMemoryAllocation) user_error("GPU out of memory ({}); try a smaller --batch", what);
+  if (e == cudaErrorMemoryAllocation)
+    user_error(
+        "GPU out of memory ({}); try a smaller --batch, or (eval-ppl) the layers over several GPUs: --device "
+        "cuda:0,1",
+        what);
   throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
                            what + " at " + file + ":" + std::to_string(line));
 }

@@ -26,11 +26,11 @@ std::string DeviceInfo::describe() const {
                      runtime % 1000 / 10);
 }
 
-DeviceInfo device_info() {
+DeviceInfo device_info(int device) {
   if (device_count() == 0) user_error("--device cuda: no CUDA device found (no GPU, or no driver)");
   DeviceInfo d;
   cudaDeviceProp p{};
-  QT_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  QT_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   d.name = p.name;
   d.cc_major = p.major, d.cc_minor = p.minor;
   d.memory = p.totalGlobalMem;

@@ -5,30 +5,39 @@
 #include <cmath>
 
 #include "formats/error.h"
+#include "libquant/cuda/device_guard.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kv/cache.h"
 #include "libquant/math/ops.h"
 
 namespace qt::cuda {
 
-namespace {
-// Rows of logits held at once: at most 2 GiB of them.
 int head_rows_for(const ModelConfig& c, int rows) {
   int64_t cap = std::max<int64_t>(1, (int64_t(1) << 31) / (int64_t(c.vocab) * 4));
   if (cap >= 16) cap &= ~int64_t(15);  // slices start 256-byte aligned (cuBLASLt's default assumption)
   return int(std::min<int64_t>(rows, cap));
 }
-}  // namespace
 
-void set_kv(GpuModel& m, const kv::KVConfig& cfg) { m.impl().set_kv(cfg); }
+void set_kv(GpuModel& m, const kv::KVConfig& cfg) {
+  if (m.stages() > 1) {  // the pipeline keeps the f16 cache (a quantized one: set_kv refuses it)
+    for (size_t l = 0; l < cfg.k.size(); ++l)
+      if (cfg.k[l].text() != "f16" || cfg.v[l].text() != "f16" || cfg.key_center || cfg.stats)
+        user_error("a quantized KV cache on several devices: not on cuda yet");
+    return;
+  }
+  m.impl().set_kv(cfg);
+}
 
 int auto_batch(const GpuModel& m, int ctx) {
-  const GpuModel::Impl& I = const_cast<GpuModel&>(m).impl();
-  size_t free_b = 0, total_b = 0;
-  QT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const size_t budget = size_t(double(free_b) * 0.7);
   int b = std::max(1, std::min(64, 32768 / std::max(1, ctx)));
-  while (b > 1 && I.scratch_bytes(b, ctx, head_rows_for(I.cfg, b * ctx)) > budget) b /= 2;
+  for (int s = 0; s < m.stages(); ++s) {  // the chunks every stage's device has room for
+    const GpuModel::Impl& I = m.stage(s);
+    const DeviceGuard on(I.device);
+    size_t free_b = 0, total_b = 0;
+    QT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t budget = size_t(double(free_b) * 0.7);
+    while (b > 1 && I.scratch_bytes(b, ctx, I.has_head() ? head_rows_for(I.cfg, b * ctx) : 0) > budget) b /= 2;
+  }
   return b;
 }
 
@@ -49,6 +58,7 @@ class GpuScorer final : public ChunkScorer {
   bool has_base() const override { return B_ != nullptr; }
 
   int begin(const ChunkPlan& P, const PplOptions& opt, PplResult& res) override {
+    const DeviceGuard on(I_.device);
     const ModelConfig& c = I_.cfg;
     P_ = P;
     // The KV cache: f16 (opt.kv empty, or f16 everywhere), or a quantized one on the GPU (kv.h;
@@ -86,6 +96,7 @@ class GpuScorer final : public ChunkScorer {
 
   void score(const int32_t* ids, int, int nb, const int32_t* targets, KldToken* out, PplResult&) override {
     GpuModel::Impl& I = I_;
+    const DeviceGuard on(I.device);
     const int rows = nb * P_.n_scored, V = I.cfg.vocab;
     I.forward(ids, nb);
     I.final_norm_rows(nb, P_.first, P_.n_scored);
@@ -144,6 +155,12 @@ class GpuScorer final : public ChunkScorer {
 }  // namespace
 
 std::unique_ptr<ChunkScorer> make_scorer(GpuModel& m, int batch, GpuModel* base) {
+  if (m.stages() > 1) {
+    if (base) user_error("--kl-base-model on several devices: not on cuda yet");
+    return make_pipeline_scorer(m, batch);
+  }
+  if (base && base->impl().device != m.impl().device)
+    throw std::logic_error("make_scorer: the baseline on another device than the model");
   return std::make_unique<GpuScorer>(m, batch, base);
 }
 
@@ -154,7 +171,9 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
 }
 
 std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids) {
+  if (m.stages() > 1) return pipeline_logits(m, ids);
   GpuModel::Impl& I = m.impl();
+  const DeviceGuard on(I.device);
   const int n = int(ids.size()), V = I.cfg.vocab;
   if (n <= 0) user_error("no tokens to run");
   I.reserve(1, n, head_rows_for(I.cfg, n));

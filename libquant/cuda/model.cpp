@@ -44,6 +44,7 @@
 #include <type_traits>
 
 #include "formats/error.h"
+#include "libquant/cuda/device_guard.h"
 #include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
@@ -53,6 +54,11 @@
 #include "libquant/schemes/packed_io.h"
 
 namespace qt::cuda {
+
+void check_token_ids(const int32_t* ids, int64_t n, int vocab) {
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= vocab) user_error("token id {} is outside the vocabulary (0..{})", ids[i], vocab - 1);
+}
 
 namespace {
 
@@ -103,8 +109,10 @@ DeviceBuffer upload_f32(const std::vector<float>& v) {
 
 }  // namespace
 
-GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), desc(&ck.config.desc()) {
-  check_supported(ck);
+GpuModel::Impl::Impl(Checkpoint& ck, bool fused_attention, int dev, int first, int last)
+    : cfg(ck.config), desc(&ck.config.desc()), device(dev), first_layer(first), last_layer(last) {
+  const DeviceGuard on(device);
+  if (has_embed()) check_supported(ck);
   const ModelConfig& c = cfg;
   const int64_t H = c.hidden, F = c.intermediate;
   if (desc->embed_scale) embed_mult = float(std::sqrt(double(H)));
@@ -131,8 +139,9 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
   };
   // The kernel family of a packed weight's scheme row (check_supported refused the others).
   auto family = [](const PackedTensor& p) { return find_scheme(p.params.scheme).kernel; };
-  if (is_q8("model.layers.0.self_attn.q_proj.weight")) {
-    const KernelFamily k = family(*packed_weight(ck, "model.layers.0.self_attn.q_proj.weight"));
+  const std::string q0 = fmt::format("model.layers.{}.self_attn.q_proj.weight", first);
+  if (is_q8(q0)) {
+    const KernelFamily k = family(*packed_weight(ck, q0));
     affine = k == KernelFamily::Affine;
     bnb4 = k == KernelFamily::CodeBook4;
     blockfp = k == KernelFamily::Dequantized;
@@ -296,7 +305,7 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
     return dequantize_weights(*p, name);
   };
   const bool tied = head_is_embedding(ck);
-  {  // an int8 / int4 per-channel head: int8 codes and scales (the CPU runs it with int8 activations)
+  if (has_head()) {  // an int8 / int4 per-channel head: int8 codes and scales (the CPU runs it with int8 activations)
     std::optional<PackedTensor> p = packed_weight(ck, tied ? "model.embed_tokens.weight" : "lm_head.weight");
     if (p && family(*p) == KernelFamily::Int8PerToken && p->params.group_size == 0 && p->rows == c.vocab &&
         p->cols == H && H % 2 == 0) {
@@ -312,8 +321,10 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
       weight_bytes += head_codes.bytes() + head_scales.bytes();
     }
   }
-  std::optional<std::vector<float>> emb_q = dequantized("model.embed_tokens.weight");
-  if (emb_q) {  // exact fp32 rows for the lookup, as the CPU's dequantize_row gives them
+  std::optional<std::vector<float>> emb_q;
+  if (has_embed() || (has_head() && tied && !head_q8)) emb_q = dequantized("model.embed_tokens.weight");
+  if (!has_embed()) {
+  } else if (emb_q) {  // exact fp32 rows for the lookup, as the CPU's dequantize_row gives them
     embed_dtype = 0;
     embed = upload_f32(*emb_q);
   } else {
@@ -324,28 +335,30 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
     QT_CUDA_CHECK(cudaMemcpy(embed.get(), emb.data, emb.nbytes, cudaMemcpyHostToDevice));
   }
   weight_bytes += embed.bytes();
-  std::optional<std::vector<float>> head_q = head_q8 ? std::nullopt
-                                             : tied  ? std::move(emb_q)
-                                                     : dequantized("lm_head.weight");
-  if (head_q8) {
+  std::optional<std::vector<float>> head_q = head_q8 || !has_head() ? std::nullopt
+                                             : tied                 ? std::move(emb_q)
+                                                                    : dequantized("lm_head.weight");
+  if (head_q8 || !has_head()) {
   } else if (head_q) {
     lm_head.resize(size_t(c.vocab * H) * 2);
     upload_bf16(Tensor::from_f32(std::move(*head_q), {c.vocab, H}), lm_head.get(), stream);
     weight_bytes += lm_head.bytes();
-  } else if (!(tied && embed_dtype == 1)) {
+  } else if (!(tied && embed_dtype == 1 && has_embed())) {
     const Tensor& head_t = weight(tied ? "model.embed_tokens.weight" : "lm_head.weight", c.vocab, H);
     lm_head.resize(size_t(c.vocab * H) * 2);
     upload_bf16(head_t, lm_head.get(), stream);
     weight_bytes += lm_head.bytes();
   }
-  if (!tied) done("lm_head.weight");
-  done("model.embed_tokens.weight");
-  final_norm = upload_norm(read_norm(ck, "model.norm.weight", H));
-  done("model.norm.weight");
+  if (has_head()) {  // the earlier stages leave the tables to it
+    if (!tied) done("lm_head.weight");
+    done("model.embed_tokens.weight");
+    final_norm = upload_norm(read_norm(ck, "model.norm.weight", H));
+    done("model.norm.weight");
+  }
 
-  layers.resize(size_t(c.n_layers));
-  for (int i = 0; i < c.n_layers; ++i) {
-    Layer& L = layers[size_t(i)];
+  layers.resize(size_t(last - first));
+  for (int i = first; i < last; ++i) {
+    Layer& L = layers[size_t(i - first)];
     BlockTensors t = read_block_tensors(ck, i);
     L.attn_norm = upload_norm(std::move(t.attn_pre));
     L.attn_post = upload_norm(std::move(t.attn_post));
@@ -424,10 +437,11 @@ GpuModel::Impl::Impl(Checkpoint&& ck, bool fused_attention) : cfg(ck.config), de
   if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   for (const Layer& L : layers)  // the fused residual norm has no place for o_proj's bias
     if (L.bo.bytes()) q8_fuse = false;
-  ck.tensors.clear();
+  if (has_head()) ck.tensors.clear();
 }
 
 GpuModel::Impl::~Impl() {
+  cudaSetDevice(device);  // the members' buffers are freed after this body, on their device
   if (stream) cudaStreamDestroy(stream);
 }
 
@@ -456,9 +470,10 @@ size_t GpuModel::Impl::scratch_bytes(int chunks, int T_, int rows) const {
 
 void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   if (chunks <= max_chunks && T_ == T && rows <= head_rows) return;
+  const DeviceGuard on(device);
   const ModelConfig& c = cfg;
   chunks = std::max(chunks, T_ == T ? max_chunks : 0);
-  rows = std::max(rows, head_rows);
+  rows = has_head() ? std::max(rows, head_rows) : 0;
   const size_t N = size_t(chunks) * T_, H = c.hidden, F = dense_ffn ? c.intermediate : 0;
   if (T_ != T) {
     auto upload_table = [&](ops::RopeTable rope, DeviceBuffer& cos_b, DeviceBuffer& sin_b) {
@@ -557,16 +572,24 @@ void GpuModel::Impl::tune_gemms(int n) {
 }
 
 void GpuModel::Impl::forward(const int32_t* ids, int chunks) {
-  const ModelConfig& c = cfg;
-  const int N = chunks * T, H = c.hidden, F = c.intermediate;
+  const DeviceGuard on(device);
+  const int N = chunks * T;
   if (chunks > max_chunks) throw std::logic_error("GpuModel: forward of more chunks than reserved");
-  for (int i = 0; i < N; ++i)
-    if (ids[i] < 0 || ids[i] >= c.vocab)
-      user_error("token id {} is outside the vocabulary (0..{})", ids[i], c.vocab - 1);
+  check_token_ids(ids, N, cfg.vocab);
   prof.start(stream);
   QT_CUDA_CHECK(cudaMemcpyAsync(tok.get(), ids, size_t(N) * 4, cudaMemcpyHostToDevice, stream));
-  cuda::embed(tok.get<int32_t>(), N, embed.get(), embed_dtype, H, x.get<float>(), stream, embed_mult);
+  embed_tokens(tok.get<int32_t>(), chunks);
+  run_layers(chunks);
+}
+
+void GpuModel::Impl::embed_tokens(const int32_t* dev_ids, int chunks) {
+  cuda::embed(dev_ids, chunks * T, embed.get(), embed_dtype, cfg.hidden, x.get<float>(), stream, embed_mult);
   prof.mark("embed", stream);
+}
+
+void GpuModel::Impl::run_layers(int chunks) {
+  const ModelConfig& c = cfg;
+  const int N = chunks * T, H = c.hidden, F = c.intermediate;
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& L = layers[li];
     if (q8) {  // a sparse layer before adds its FFN's output itself
@@ -763,17 +786,16 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
 
 // ------------------------------------------------------------------------------- GpuModel
 
-GpuModel::GpuModel(Checkpoint&& ck, bool fused_attention)
-    : impl_(std::make_unique<Impl>(std::move(ck), fused_attention)) {}
 GpuModel::~GpuModel() = default;
-const ModelConfig& GpuModel::config() const { return impl_->cfg; }
-size_t GpuModel::weight_bytes() const { return impl_->weight_bytes; }
+const ModelConfig& GpuModel::config() const { return impl().cfg; }
+size_t GpuModel::weight_bytes() const {
+  size_t b = 0;
+  for (const auto& s : stages_) b += s->weight_bytes;
+  return b;
+}
 std::string GpuModel::kind() const {
-  return impl_->q8                                        ? (impl_->fp8  ? "fp8"
-                                                             : impl_->w4 ? "w4a8"
-                                                                         : "w8a8")
-         : impl_->affine || impl_->bnb4 || impl_->blockfp ? impl_->affine_desc
-                                                          : "bf16";
+  const Impl& I = impl();
+  return I.q8 ? (I.fp8 ? "fp8" : I.w4 ? "w4a8" : "w8a8") : I.affine || I.bnb4 || I.blockfp ? I.affine_desc : "bf16";
 }
 
 }  // namespace qt::cuda

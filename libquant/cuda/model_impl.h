@@ -54,6 +54,11 @@ struct GpuModel::Impl {
 
   ModelConfig cfg;
   const ArchDesc* desc = nullptr;  // the family's row (formats/arch.h)
+  // A pipeline stage (pipeline.cpp) holds layers [first_layer, last_layer) on `device`: the first
+  // stage the embedding, the last the final norm and the output head. One stage: all of them.
+  int device = 0, first_layer = 0, last_layer = 0;
+  bool has_embed() const { return first_layer == 0; }
+  bool has_head() const { return last_layer == cfg.n_layers; }
   int Q = 0, KV = 0;
   float embed_mult = 1.0f;  // Gemma: √hidden
   DeviceBuffer embed;       // [vocab, H] as stored
@@ -119,7 +124,9 @@ struct GpuModel::Impl {
   bool head_q8 = false;
   DeviceBuffer head_codes, head_scales, hq, hsx;
 
-  Impl(Checkpoint&& ck, bool fused_attention);
+  // Uploads layers [first, last) (and the embedding / head where they belong) to `device`,
+  // releasing their tensors from ck (the last stage clears ck).
+  Impl(Checkpoint& ck, bool fused_attention, int device, int first, int last);
   ~Impl();
   const bf16* head_weight() const { return lm_head.bytes() ? lm_head.get<bf16>() : embed.get<bf16>(); }
   // The KV cache's methods: f16 everywhere (kvq null) or a GpuKv; the next reserve re-binds.
@@ -163,8 +170,11 @@ struct GpuModel::Impl {
   // Bytes reserve(chunks, T, rows) needs beyond the weights.
   size_t scratch_bytes(int chunks, int T, int rows) const;
   // Runs chunks × T tokens (host ids, row-major [chunks, T]), each chunk a fresh sequence from
-  // position 0; leaves the last hidden states in x.
+  // position 0; leaves the last hidden states in x. The two halves: the embedding of device ids
+  // into x, and the stage's layers on x.
   void forward(const int32_t* ids, int chunks);
+  void embed_tokens(const int32_t* dev_ids, int chunks);
+  void run_layers(int chunks);
   // prev: the layer before (its down GEMM's sums still in acc, added to x by this layer's first
   // norm when q8_fuse); last: add this layer's down output to x here.
   // C, A: int8_t, int32_t (W8A8 / W4A8) or e4m3, float (FP8): the codes and the GEMM's sums.
@@ -181,5 +191,14 @@ struct GpuModel::Impl {
   // Gemma 2's final-logit soft-cap on the first `rows` rows of `logits` (none where it has none).
   void final_softcap(int rows);
 };
+
+// Rows of logits held at once: at most 2 GiB of them.
+int head_rows_for(const ModelConfig& c, int rows);
+// The several-device side of make_scorer and forward_logits (pipeline.cpp).
+std::unique_ptr<ChunkScorer> make_pipeline_scorer(GpuModel& m, int batch);
+std::vector<float> pipeline_logits(GpuModel& m, const std::vector<int32_t>& ids);
+
+// UserError for an id outside 0 … vocab − 1 (before it indexes the embedding on the device).
+void check_token_ids(const int32_t* ids, int64_t n, int vocab);
 
 }  // namespace qt::cuda

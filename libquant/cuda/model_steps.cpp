@@ -2,6 +2,7 @@
 // quantized KV cache (kv.h), and the output head (final norm, lm_head GEMM in bf16 or int8, the
 // final-logit soft-cap).
 #include "formats/error.h"
+#include "libquant/cuda/device_guard.h"
 #include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/math/ops.h"
@@ -9,6 +10,7 @@
 namespace qt::cuda {
 
 void GpuModel::Impl::set_kv(const kv::KVConfig& kc) {
+  const DeviceGuard on(device);
   bool f16 = true;
   for (size_t l = 0; l < kc.k.size(); ++l) f16 = f16 && kc.k[l].text() == "f16" && kc.v[l].text() == "f16";
   if (f16 && !kc.key_center && !kc.stats) {
@@ -33,7 +35,8 @@ void GpuModel::Impl::attend(int chunks, const Layer& L) {
     prof.mark("attention", stream);
     return;
   }
-  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream, int(&L - layers.data()));
+  kvq->prepare(q.get<__half>(), k.get<__half>(), v.get<__half>(), chunks, stream,
+               first_layer + int(&L - layers.data()));
   prof.mark("kv encode/decode", stream);
   attn->run(chunks, scale, stream);
   prof.mark("attention", stream);
@@ -42,6 +45,7 @@ void GpuModel::Impl::attend(int chunks, const Layer& L) {
 }
 
 void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
+  const DeviceGuard on(device);
   if (head_q8)
     rmsnorm_q8_rows(x.get<float>(), final_norm.get<float>(), chunks * n, cfg.hidden, cfg.rms_eps, n, T, first,
                     hq.get<int8_t>(), hsx.get<float>(), stream);
@@ -52,6 +56,7 @@ void GpuModel::Impl::final_norm_rows(int chunks, int first, int n) {
 }
 
 void GpuModel::Impl::head(int r0, int rows) {
+  const DeviceGuard on(device);
   if (rows > head_rows) throw std::logic_error("GpuModel: head of more rows than reserved");
   if (head_q8) {  // int32 sums into the logits buffer, then y = s_x · (s_w · acc) in place
     gemm->run_i8(head_codes.get<int8_t>(), cfg.vocab, cfg.hidden, hq.get<int8_t>() + size_t(r0) * cfg.hidden, rows,

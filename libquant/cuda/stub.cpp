@@ -16,14 +16,16 @@ struct GpuModel::Impl {};
 bool built() { return false; }
 int device_count() { return 0; }
 std::string DeviceInfo::describe() const { return name; }
-DeviceInfo device_info() { no_cuda(); }
+DeviceInfo device_info(int) { no_cuda(); }
 void check_supported(const Checkpoint&) { no_cuda(); }
-GpuModel::GpuModel(Checkpoint&&, bool) { no_cuda(); }
+GpuModel::GpuModel(Checkpoint&&, bool, const std::vector<int>&) { no_cuda(); }
+std::string GpuModel::describe_stages() const { no_cuda(); }
 GpuModel::~GpuModel() = default;
 const ModelConfig& GpuModel::config() const { no_cuda(); }
 size_t GpuModel::weight_bytes() const { no_cuda(); }
 std::string GpuModel::kind() const { no_cuda(); }
 int auto_batch(const GpuModel&, int) { no_cuda(); }
+int pipeline_micro_batch(const GpuModel&, int, int) { no_cuda(); }
 void set_kv(GpuModel&, const kv::KVConfig&) { no_cuda(); }
 void check_kv(const kv::KVConfig&, int, const std::vector<float>&) { no_cuda(); }
 std::unique_ptr<ChunkScorer> make_scorer(GpuModel&, int, GpuModel*) { no_cuda(); }
