@@ -16,10 +16,9 @@
 // MLX affine folders (every projection affine, any bits/group): each projection's codes are
 // decoded to bf16 right before its GEMM (affine.cu), the forward is the bf16 one; a quantized
 // embedding / output head is dequantized once at load (the CPU's dequantize_weights).
-// NVFP4 / MXFP4 / FP8_BLOCK folders run the same way (blockfp.cu's decode); the rows that quantize
-// activations (nvfp4_a4, mxfp4_a4, fp8_block) round each GEMM's input rows first, as the CPU's
-// DequantizedLinear does. FP8_BLOCK's projections run on the FP8 tensor cores instead, block-scaled
-// GEMMs on the stored codes (model_blockfp.cpp), with the decode as their fallback.
+// NVFP4 / MXFP4 folders run the same way (blockfp.cu's decode), nvfp4_a4 / mxfp4_a4 rounding each
+// GEMM's input rows first as the CPU's DequantizedLinear does; FP8_BLOCK runs block-scaled GEMMs on
+// the FP8 tensor cores (model_blockfp.cpp), with the decode as their fallback.
 // W8A8 folders (int8 / int8_ct per output channel, every projection): the GEMMs run on the int8
 // tensor cores into exact int32 sums; the activations are quantized per token where the CPU
 // quantizes them (fused into the RMSNorm, into SwiGLU, alone for the attention output) and the
@@ -33,8 +32,8 @@
 // RoPE, RoPE per layer (none, the global table, gemma3's local one), sliding windows and score
 // soft-caps in the softmax, SwiGLU or GeGLU, the embedding × √hidden, the final-logit soft-cap.
 // For llama and mistral these are the kernels and the order of the plain block above. W8A8 runs
-// the families with pre-norms only and SiLU (device.cpp refuses the others); a layer with biases,
-// q/k norms or another RoPE takes its q|k|v epilogue out of RoPE (dequant, then the fp32 steps).
+// pre-norm SiLU families (device.cpp refuses the others); a layer with biases, q/k norms or another
+// RoPE takes its q|k|v epilogue out of RoPE (dequant, then the fp32 steps).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
