@@ -173,7 +173,7 @@ void gemm_int8_vnni_f32_shared(const Int8Vnni* const* ws, int count, const float
   {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < m; ++t) quantize_row_u8(x + t * k, k, aq + t * k, sp + t);
-    // Tiles of matrix i are numbered after those of matrices 0..i−1, row blocks innermost.
+      // Tiles of matrix i are numbered after those of matrices 0..i−1, row blocks innermost.
 #pragma omp for schedule(dynamic, 4)
     for (int64_t g = 0; g < tiles; ++g) {
       int i = 0;

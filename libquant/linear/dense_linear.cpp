@@ -128,8 +128,7 @@ class DenseLinear final : public Linear {
       macs += m * ls[i]->n_ * l0.k_;
       max_tiles = std::max(max_tiles, tiles[i]);
     }
-    const int nt =
-        int(std::clamp<int64_t>(macs / kMinMacsPerThread, 1, std::min<int64_t>(num_threads(), max_tiles)));
+    const int nt = int(std::clamp<int64_t>(macs / kMinMacsPerThread, 1, std::min<int64_t>(num_threads(), max_tiles)));
     auto bias_of = [&](int i) { return ls[i]->bias_.empty() ? nullptr : ls[i]->bias_.data(); };
     if (nt == 1) {
       if (f.convert_a) f.convert_rows(x, m, l0.k_, const_cast<void*>(pl.a));
