@@ -151,6 +151,35 @@ TEST_P(KernelsAtLevel, SameBitsAtAnyThreadCount) {
   }
 }
 
+// Linears that read one x in one call (q/k/v, gate/up: one conversion of x, one fork) give each
+// its own forward()'s bits, for any N each has and at any thread count.
+TEST_P(KernelsAtLevel, SharedInputEqualsEachForward) {
+  for (Compute c : {Compute::F32, Compute::BF16})
+    for (int64_t m : {1, 7, 37})
+      for (int threads : {1, 2, 3}) {
+        const int64_t k = 130;
+        Data s0 = make_data(Problem{m, 97, k, true}, 21), s1 = make_data(Problem{m, 48, k, false}, 22),
+             s2 = make_data(Problem{m, 5, k, true}, 23);
+        auto l0 = make_dense_linear(s0.w.data(), 97, k, s0.b.data(), c);
+        auto l1 = make_dense_linear(s1.w.data(), 48, k, nullptr, c);
+        auto l2 = make_dense_linear(s2.w.data(), 5, k, s2.b.data(), c);
+        const Linear* ls[] = {l0.get(), l1.get(), l2.get()};
+        std::vector<float> w0(size_t(m * 97)), w1(size_t(m * 48)), w2(size_t(m * 5));
+        std::vector<float> g0(w0.size(), kGuard), g1(w1.size(), kGuard), g2(w2.size(), kGuard);
+        const int saved = num_threads();
+        set_threads(threads);
+        l0->forward(s0.x.data(), m, w0.data());
+        l1->forward(s0.x.data(), m, w1.data());
+        l2->forward(s0.x.data(), m, w2.data());
+        float* ys[] = {g0.data(), g1.data(), g2.data()};
+        forward_shared_input(ls, 3, s0.x.data(), m, ys);
+        set_threads(saved);
+        EXPECT_EQ(w0, g0) << "m " << m << " threads " << threads;
+        EXPECT_EQ(w1, g1) << "m " << m << " threads " << threads;
+        EXPECT_EQ(w2, g2) << "m " << m << " threads " << threads;
+      }
+}
+
 // make_dense_linear from a tensor (converted a panel at a time while packing) gives the same bits
 // as from the fp32 values of that tensor, for every float dtype.
 TEST_P(KernelsAtLevel, FromTensorEqualsFromFloats) {

@@ -9,6 +9,7 @@
 //  * dequantize_row equals dequantize_weights' row bit for bit.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -124,6 +125,37 @@ TEST_P(PackedLinearLevels, IntegerSchemesEqualReferenceBitForBit) {
     for (Shape sh : {Shape{37, 256}, Shape{16, 384}, Shape{130, 128}})
       for (int64_t m : {1, 2, 7, 9, 33, 70})  // 70: past one 64-token block of the AVX2 kernel
         check_case(p, sh, m, qt::Compute::F32, ActMode::Default, m == 7);
+}
+
+// Linears that read one x in one call (q/k/v: one quantization of x, one loop over all tiles)
+// give each its own forward()'s bits, whatever N each has; a bias sends the set one by one.
+TEST_P(PackedLinearLevels, SharedInputEqualsEachForward) {
+  const int64_t k = 256;
+  for (auto p : {scheme_params("int8", 8, 0), scheme_params("int8", 8, 64), scheme_params("int4", 4, 128)})
+    for (int64_t m : {1, 9, 70})
+      for (bool with_bias : {false, true}) {
+        auto x = randn(size_t(m * k), uint32_t(m + 3));
+        auto bias = randn(size_t(300), 7);
+        std::vector<std::unique_ptr<qt::Linear>> ls;
+        for (int64_t n : {130, 16, 48}) {
+          auto w = randn(size_t(n * k), uint32_t(n), 0.05f);
+          ls.push_back(
+              qt::make_packed_linear(qt::quantize_weights(w.data(), n, k, p), with_bias ? bias.data() : nullptr));
+        }
+        std::vector<std::vector<float>> want(3), got(3);
+        const qt::Linear* lp[3];
+        float* yp[3];
+        for (int i = 0; i < 3; ++i) {
+          want[size_t(i)].resize(size_t(m * ls[size_t(i)]->out_features()));
+          got[size_t(i)].assign(want[size_t(i)].size(), -1.0f);
+          ls[size_t(i)]->forward(x.data(), m, want[size_t(i)].data());
+          lp[i] = ls[size_t(i)].get();
+          yp[i] = got[size_t(i)].data();
+        }
+        qt::forward_shared_input(lp, 3, x.data(), m, yp);
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(want[size_t(i)], got[size_t(i)]) << p.scheme << " m " << m << " linear " << i;
+      }
 }
 
 TEST_P(PackedLinearLevels, IntegerDecodePathMatchesReference) {

@@ -153,6 +153,44 @@ void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y) 
   gemm_u8_vnni(w, aq, sp, m, y);
 }
 
+void gemm_int8_vnni_f32_shared(const Int8Vnni* const* ws, int count, const float* x, int64_t m, float* const* ys) {
+  const int64_t k = ws[0]->k;
+  thread_local std::vector<uint8_t> au;
+  thread_local std::vector<float> sx;
+  au.resize(size_t(m * k));
+  sx.resize(size_t(m));
+  uint8_t* aq = au.data();
+  float* sp = sx.data();
+  const int64_t row_blocks = (m + kMR - 1) / kMR;
+  constexpr int kMaxShared = 4;
+  int64_t first_tile[kMaxShared + 1] = {0}, macs = 0;
+  for (int i = 0; i < count; ++i) {
+    first_tile[i + 1] = first_tile[i] + (ws[i]->n_panels + kNP - 1) / kNP * row_blocks;
+    macs += m * ws[i]->n * k;
+  }
+  const int64_t tiles = first_tile[count];
+#pragma omp parallel if (m * k > (1 << 15) || macs > (1 << 18))
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < m; ++t) quantize_row_u8(x + t * k, k, aq + t * k, sp + t);
+      // Tiles of matrix i are numbered after those of matrices 0..i−1, row blocks innermost.
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t g = 0; g < tiles; ++g) {
+      int i = 0;
+      while (g >= first_tile[i + 1]) ++i;
+      const Int8Vnni& w = *ws[i];
+      const int64_t lt = g - first_tile[i];
+      const int64_t p0 = lt / row_blocks * kNP, rb = lt % row_blocks;
+      const int64_t t0 = rb * kMR;
+      const int rows = int(std::min<int64_t>(kMR, m - t0));
+      const int panels = int(std::min<int64_t>(kNP, w.n_panels - p0));
+      const int cols = int(std::min<int64_t>(16, w.n - (p0 + panels - 1) * 16));
+      const __mmask16 mask = __mmask16((1u << cols) - 1);
+      kTiles[rows][panels](w, p0, aq + t0 * k, k, sp + t0, ys[i] + t0 * w.n, w.n, mask);
+    }
+  }
+}
+
 void gemm_u8_vnni(const Int8Vnni& w, const uint8_t* ap, const float* sx, int64_t m, float* y) {
   const int64_t row_blocks = (m + kMR - 1) / kMR, col_blocks = (w.n_panels + kNP - 1) / kNP;
   const int64_t tiles = col_blocks * row_blocks;

@@ -29,6 +29,9 @@ Int8Vnni pack_int8_vnni(const int8_t* q, const float* s, int64_t n, int64_t k, i
 // y[m, n] = x[m, k] quantized per token times W, OpenMP over (panel, rows): quantizes per token with AVX-512 (the bytes quantize_activations_int8
 // gives, offset to unsigned) and runs gemm_u8_vnni.
 void gemm_int8_vnni_f32(const Int8Vnni& w, const float* x, int64_t m, float* y);
+// gemm_int8_vnni_f32 for count matrices of one k that read the same x (q/k/v, gate/up): x
+// quantized once, one OpenMP loop over all their tiles; ys[i] gets gemm_int8_vnni_f32's bits.
+void gemm_int8_vnni_f32_shared(const Int8Vnni* const* ws, int count, const float* x, int64_t m, float* const* ys);
 // The GEMM on quantized activations: au = the codes + 128 as bytes, sx their scales.
 void gemm_u8_vnni(const Int8Vnni& w, const uint8_t* au, const float* sx, int64_t m, float* y);
 

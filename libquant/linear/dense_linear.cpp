@@ -95,16 +95,25 @@ class DenseLinear final : public Linear {
 
   void forward(const float* x, int64_t m, float* y) const override {
     if (m <= 0) return;
-    const float* bias = bias_.empty() ? nullptr : bias_.data();
-    if (!fam_) return forward_ref(x, m, y, bias);
+    if (!fam_) return forward_ref(x, m, y, bias_.empty() ? nullptr : bias_.data());
+    const DenseLinear* self = this;
+    forward_group(&self, 1, x, m, &y);
+  }
 
-    const Family& f = *fam_;
+  // y_i = x · W_iᵀ for count Linears of one family and one K, in one fork: x is converted once
+  // (every thread its share of rows, one barrier), then the threads take chunks of all the
+  // Linears' tiles from one counter. Each tile computes exactly what forward() computes for it,
+  // so every y_i has forward()'s bits; what it saves is count−1 forks, joins and conversions of
+  // the same activations (q/k/v, gate/up read one normed x).
+  static void forward_group(const DenseLinear* const* ls, int count, const float* x, int64_t m, float* const* ys) {
+    const DenseLinear& l0 = *ls[0];
+    const Family& f = *l0.fam_;
     const auto& tune = kernels::tuning();
     Plan pl;
-    pl.kp = f.k_padded(k_);
+    pl.kp = f.k_padded(l0.k_);
     pl.kc = tune.kc ? tune.kc : f.kc;
     pl.a = x;
-    pl.lda = k_;
+    pl.lda = l0.k_;
     if (f.convert_a) {
       pl.a = scratch().reserve(size_t(m) * size_t(pl.kp) * size_t(f.a_bytes));
       pl.lda = pl.kp;
@@ -113,30 +122,62 @@ class DenseLinear final : public Linear {
     pl.rblocks = (m + f.mr - 1) / f.mr;
     const int64_t mc_rows = tune.mc ? tune.mc : kRowChunkBytes / (pl.kp * f.a_bytes);
     pl.mcb = std::max<int64_t>(1, mc_rows / f.mr);
-    const int64_t panels = (n_ + f.nr - 1) / f.nr;
-    const int64_t tiles = panels * pl.rblocks;
-    const int nt =
-        int(std::clamp<int64_t>(m * n_ * k_ / kMinMacsPerThread, 1, std::min<int64_t>(num_threads(), tiles)));
+    int64_t tiles[kMaxGroup], macs = 0, max_tiles = 0;
+    for (int i = 0; i < count; ++i) {
+      tiles[i] = (ls[i]->n_ + f.nr - 1) / f.nr * pl.rblocks;
+      macs += m * ls[i]->n_ * l0.k_;
+      max_tiles = std::max(max_tiles, tiles[i]);
+    }
+    const int nt = int(std::clamp<int64_t>(macs / kMinMacsPerThread, 1, std::min<int64_t>(num_threads(), max_tiles)));
+    auto bias_of = [&](int i) { return ls[i]->bias_.empty() ? nullptr : ls[i]->bias_.data(); };
     if (nt == 1) {
-      if (f.convert_a) f.convert_rows(x, m, k_, const_cast<void*>(pl.a));
-      run_tiles(f, pl, 0, tiles, y, bias);
+      if (f.convert_a) f.convert_rows(x, m, l0.k_, const_cast<void*>(pl.a));
+      for (int i = 0; i < count; ++i) ls[i]->run_tiles(f, pl, 0, tiles[i], ys[i], bias_of(i));
       return;
     }
-    const int64_t chunks = std::min<int64_t>(tiles, nt * (tune.chunks ? tune.chunks : kChunksPerThread));
+    // Chunks of Linear i are numbered after those of Linears 0..i−1.
+    int64_t first_chunk[kMaxGroup + 1] = {0};
+    for (int i = 0; i < count; ++i)
+      first_chunk[i + 1] =
+          first_chunk[i] + std::min<int64_t>(tiles[i], nt * (tune.chunks ? tune.chunks : kChunksPerThread));
+    const int64_t chunks = first_chunk[count];
     std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num(), T = omp_get_num_threads();
       if (f.convert_a) {
         const int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
-        f.convert_rows(x + r0 * k_, r1 - r0, k_,
+        f.convert_rows(x + r0 * l0.k_, r1 - r0, l0.k_,
                        static_cast<char*>(const_cast<void*>(pl.a)) + size_t(r0 * pl.lda) * f.a_bytes);
 #pragma omp barrier
       }
-      for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
-        run_tiles(f, pl, tiles * c / chunks, tiles * (c + 1) / chunks, y, bias);
+      int i = 0;
+      for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+        while (c >= first_chunk[i + 1]) ++i;  // chunks come in increasing order to each thread
+        const int64_t lc = c - first_chunk[i], nc = first_chunk[i + 1] - first_chunk[i];
+        ls[i]->run_tiles(f, pl, tiles[i] * lc / nc, tiles[i] * (lc + 1) / nc, ys[i], bias_of(i));
+      }
     }
   }
+
+  bool forward_shared(const Linear* const* ls, int count, const float* x, int64_t n, float* const* ys) const override {
+    if (count < 2 || count > kMaxGroup || n <= 0) return false;
+    const DenseLinear* d[kMaxGroup] = {};
+    for (int i = 0; i < count; ++i)
+      if (!(d[i] = dynamic_cast<const DenseLinear*>(ls[i]))) return false;
+    if (!can_group(d, count)) return false;
+    forward_group(d, count, x, n, ys);
+    return true;
+  }
+
+  // Whether forward_group can run these together: dense, one kernel family, one K.
+  static bool can_group(const DenseLinear* const* ls, int count) {
+    if (count < 1 || count > kMaxGroup) return false;
+    for (int i = 0; i < count; ++i)
+      if (!ls[i] || !ls[i]->fam_ || ls[i]->fam_ != ls[0]->fam_ || ls[i]->k_ != ls[0]->k_) return false;
+    return true;
+  }
+  static constexpr int kMaxGroup = 4;
 
   // One token over whole panels [p0, p1): the family's tile at one row is already a GEMV that
   // streams each panel once (k-major, NR features per load), so the decode step needs no other

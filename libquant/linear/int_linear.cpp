@@ -106,6 +106,19 @@ class IntLinear final : public Linear {
         for (int64_t n = 0; n < n_; ++n) y[t * n_ + n] += bias_[size_t(n)];
   }
 
+  // q/k/v or gate/up on the VNNI path: one quantization of x, one OpenMP loop (int8_vnni.h).
+  bool forward_shared(const Linear* const* ls, int count, const float* x, int64_t m, float* const* ys) const override {
+    if (count < 2 || count > 4 || m <= 0) return false;
+    const kernels::Int8Vnni* ws[4];
+    for (int i = 0; i < count; ++i) {
+      const auto* l = dynamic_cast<const IntLinear*>(ls[i]);
+      if (!l || !l->uses_vnni(m) || !l->bias_.empty() || l->k_ != k_) return false;
+      ws[i] = &l->vnni_;
+    }
+    kernels::gemm_int8_vnni_f32_shared(ws, count, x, m, ys);
+    return true;
+  }
+
   // The decode step's slice (linear.h): the token quantized on this thread (a few hundred values,
   // cheaper than sharing it), then the VNNI tiles over whole panels or the AVX2 GEMV over rows —
   // the kernels forward() would pick, at one token.
@@ -158,6 +171,10 @@ class IntLinear final : public Linear {
   }
 
  private:
+  // Whether forward() takes gemm_int8_vnni_f32 at m tokens.
+  bool uses_vnni(int64_t m) const {
+    return act_ != ActMode::None && !(amx_ && m >= kAmxMinTokens) && !vnni_.panels.empty();
+  }
   int8_t code(int64_t n, int64_t k) const { return vnni_.panels.empty() ? qp_[n * k_ + k] : vnni_.code(n, k); }
   float scale(int64_t n, int64_t g) const { return s_[size_t(n * ng_ + g)]; }
 

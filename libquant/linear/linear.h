@@ -44,6 +44,14 @@ class Linear {
   // Linears without such a kernel return false from has_gemv_slices (gemv_slice then throws).
   virtual bool has_gemv_slices() const { return false; }
   virtual RowSlice gemv_slice(const float* x, int part, int parts, float* y) const;
+
+  // ys[i] = ls[i]·x for the count Linears ls (this one among them, first) in one call, when this
+  // Linear's kind can share work between them (one converted or quantized copy of x, one fork of
+  // threads); false, having done nothing, when it cannot. Each ys[i] gets its forward()'s bits.
+  virtual bool forward_shared(const Linear* const* ls, int count, const float* x, int64_t n, float* const* ys) const {
+    (void)ls, (void)count, (void)x, (void)n, (void)ys;
+    return false;
+  }
 };
 
 // Dense weights w: [out, in] row-major fp32 (HF layout), packed for the fastest kernel of the
@@ -53,6 +61,11 @@ std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t i
 // The same from a [out, in] tensor of any float dtype (F32/F16/BF16/F64), converted to fp32 one
 // panel of rows at a time while packing (no whole-matrix fp32 copy). Equal to the above on to_f32(w).
 std::unique_ptr<Linear> make_dense_linear(const Tensor& w, const float* bias, Compute compute);
+
+// ys[i] = x · W_iᵀ for count Linears that read the same x (q/k/v, gate/up): through
+// ls[0]->forward_shared where their kind shares the work (dense Linears of one kernel family,
+// int8 VNNI Linears), else one forward() after another. Each ys[i] gets its forward()'s bits.
+void forward_shared_input(const Linear* const* ls, int count, const float* x, int64_t n, float* const* ys);
 
 // make_dense_linear's driver (dense_linear.cpp) over the kernel families of libquant/kernels/gemm.h.
 namespace kernels {

@@ -13,6 +13,11 @@ void Linear::dequantize_row(int64_t, float*) const {
   throw std::logic_error("dequantize_row is not implemented for a " + kind() + " Linear");
 }
 
+void forward_shared_input(const Linear* const* ls, int count, const float* x, int64_t n, float* const* ys) {
+  if (count > 0 && ls[0]->forward_shared(ls, count, x, n, ys)) return;
+  for (int i = 0; i < count; ++i) ls[i]->forward(x, n, ys[i]);
+}
+
 RowSlice Linear::gemv_slice(const float*, int, int, float*) const {
   throw std::logic_error("gemv_slice is not implemented for a " + kind() + " Linear");
 }

@@ -223,6 +223,14 @@ void LlamaModel::linear(const Linear& l, const std::string* prefix, const char* 
   l.forward(x, n, y);
 }
 
+void LlamaModel::linears(const Linear* const* ls, const char* const* names, int count, const std::string* prefix,
+                         const float* x, int64_t n, float* const* ys) {
+  if (observer_)
+    for (int i = 0; i < count; ++i)
+      observer_(prefix ? *prefix + names[i] : std::string(names[i]), x, n, ls[i]->in_features());
+  forward_shared_input(ls, count, x, n, ys);
+}
+
 namespace {
 // Gemma multiplies the embedding by √hidden, a float32 constant in transformers' fp32 forward
 // (the engine's activations are fp32 whatever the checkpoint's dtype).
@@ -326,9 +334,12 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache,
   };
   // attention
   const float* in = pre(L.attn_pre);
-  linear(*L.wq, &L.prefix, "self_attn.q_proj.weight", in, n, q);
-  linear(*L.wk, &L.prefix, "self_attn.k_proj.weight", in, n, k);
-  linear(*L.wv, &L.prefix, "self_attn.v_proj.weight", in, n, v);
+  {
+    const Linear* ls[] = {L.wq.get(), L.wk.get(), L.wv.get()};
+    const char* names[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
+    float* ys[] = {q, k, v};
+    linears(ls, names, 3, &L.prefix, in, n, ys);
+  }
   if (a.qk_norm == QkNorm::PerHead) {
     ops::rmsnorm(q, D, L.q_norm.data(), q, D, int64_t(n) * c.n_heads, D, eps);
     ops::rmsnorm(k, D, L.k_norm.data(), k, D, int64_t(n) * c.n_kv_heads, D, eps);
@@ -352,8 +363,12 @@ void LlamaModel::forward_layer(int l, float* x, int n, int pos0, KVCache& cache,
     add_post(L.ffn_post);
     return;
   }
-  linear(*L.gate, &L.prefix, "mlp.gate_proj.weight", in, n, hb);
-  linear(*L.up, &L.prefix, "mlp.up_proj.weight", in, n, hb2);
+  {
+    const Linear* ls[] = {L.gate.get(), L.up.get()};
+    const char* names[] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
+    float* ys[] = {hb, hb2};
+    linears(ls, names, 2, &L.prefix, in, n, ys);
+  }
   if (a.act == Activation::GeluTanh)
     ops::geglu_tanh(hb, hb2, hb, n, F);
   else

@@ -123,6 +123,9 @@ class LlamaModel {
   LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, Checkpoint* consume);
   // Runs l on x; the observer, when set, sees the weight's name (*prefix + name).
   void linear(const Linear& l, const std::string* prefix, const char* name, const float* x, int64_t n, float* y);
+  // The same for count Linears that read one x (forward_shared_input: one fork, one conversion of x).
+  void linears(const Linear* const* ls, const char* const* names, int count, const std::string* prefix, const float* x,
+               int64_t n, float* const* ys);
   void embed(const int32_t* tokens, int n, float* x) const;
   void ensure_scratch(ForwardScratch& s, int n) const;
   void forward_layer(int l, float* x, int n, int pos0, KVCache& cache, ForwardScratch& s);
