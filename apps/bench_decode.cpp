@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -11,6 +12,7 @@
 #include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "libquant/bench/decode_bench.h"
+#include "libquant/bench/peak.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kv/spec.h"
 #include "libquant/model/llama.h"
@@ -55,6 +57,13 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
   const bench::DecodeResult r = bench::run_decode(model, *cache, ids, o.gen, o.ubatch);
+  // What one decoded token reads: the weights (token_weight_bytes) and the KV cache at the mean
+  // decode position; the memory read bandwidth, measured now at the same threads, bounds the rate.
+  const double w_bytes = double(model.token_weight_bytes());
+  const double kv_bytes = cache->bytes_per_token() * (r.prompt + 0.5 * std::max(r.gen - 1, 0));
+  const double bw = bench::peak_mem_read(num_threads()).at(num_threads());
+  const double bound_tps = bw > 0 ? bw * 1e9 / (w_bytes + kv_bytes) : 0.0;
+  const double pct_bound = bound_tps > 0 ? 100.0 * r.decode_tps() / bound_tps : 0.0;
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   const double rss_mib = double(ru.ru_maxrss) / 1024.0;
@@ -66,6 +75,10 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
              r.prefill_tps(), o.ubatch);
   fmt::print("decode         {} tokens in {:.3f} s: {:.2f} tok/s (positions {}..{}, greedy)\n", r.gen, r.decode_s,
              r.decode_tps(), r.prompt, ctx - 1);
+  fmt::print(
+      "bandwidth      {:.1f} MB of weights + {:.1f} MB of KV cache a token; memory read {:.1f} GB/s allows "
+      "{:.2f} tok/s: decode at {:.1f}%\n",
+      w_bytes / 1e6, kv_bytes / 1e6, bw, bound_tps, pct_bound);
   fmt::print("threads        {}, kernel {}; load {:.2f} s; peak RSS {:.1f} MiB\n", num_threads(),
              kernel_level_name(kernel_level()), load_s, rss_mib);
   return {{"model", o.model},
@@ -81,6 +94,11 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
           {"decode_seconds", r.decode_s},
           {"decode_tokens_per_second", r.decode_tps()},
           {"generated", r.generated},
+          {"weight_bytes_per_token", w_bytes},
+          {"kv_bytes_per_token_read", kv_bytes},
+          {"mem_read_gbps", bw},
+          {"bandwidth_bound_tokens_per_second", bound_tps},
+          {"pct_bandwidth_bound", pct_bound},
           {"threads", num_threads()},
           {"kernel_level", kernel_level_name(kernel_level())},
           {"load_seconds", load_s},

@@ -1,5 +1,5 @@
 // affine_gemv.h's int16 GEMV at two widths (AVX2 ymm, AVX-512 VNNI zmm) and the nf4/fp4 table
-// GEMV (AVX2). Four rows at a time share each load of the token and give four independent chains;
+// GEMV (AVX2, AVX-512). Four rows at a time share each load of the token and give four independent chains;
 // each group's sum is scaled into a per-row vector total once.
 #include "libquant/kernels/affine_gemv.h"
 
@@ -161,6 +161,43 @@ QT_AVX2 void table_rows_avx2(const uint8_t* codes, const float* absmax, const fl
   for (int r = 0; r < R; ++r) y[r0 + r] = hsum8(tot[r]) + (bias ? bias[r0 + r] : 0.0f);
 }
 
+// The same at 16 fp32 lanes: one VPERMPS looks up all 16 entries (the low 4 bits of each lane),
+// so a chunk of 32 codes (16 bytes) costs a widen, a shift, two permutes and two FMAs. The token
+// is reordered in chunks of 32 (16 evens, 16 odds). The next R rows' block is prefetched as in
+// rows_avx2.
+#define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+template <int R>
+QT_AVX512 void table_rows_avx512(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t bs,
+                                 const float* x, int64_t r0, const float* bias, float* y, bool prefetch) {
+  const int64_t row_bytes = k / 2, blocks = k / bs;
+  const __m512 tab = _mm512_loadu_ps(table);
+  const uint8_t* row[R];
+  __m512 tot[R];
+  for (int r = 0; r < R; ++r) {
+    row[r] = codes + (r0 + r) * row_bytes;
+    tot[r] = _mm512_setzero_ps();
+  }
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    if (prefetch)
+      for (int r = 0; r < R; ++r)
+        for (int64_t o = 0; o < bs / 2; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row[r] + R * row_bytes + bi * bs / 2 + o), _MM_HINT_T0);
+    __m512 acc[R], acc2[R];
+    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_ps();
+    for (int64_t j = bi * bs; j < (bi + 1) * bs; j += 32) {
+      const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+      for (int r = 0; r < R; ++r) {  // even elements in the high nibbles
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + j / 2)));
+        acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab), x0, acc[r]);
+        acc2[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, tab), x1, acc2[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(acc[r], acc2[r]), _mm512_set1_ps(absmax[(r0 + r) * blocks + bi]), tot[r]);
+  }
+  for (int r = 0; r < R; ++r) y[r0 + r] = _mm512_reduce_add_ps(tot[r]) + (bias ? bias[r0 + r] : 0.0f);
+}
+
 template <int kBits>
 void run_rows(const uint8_t* codes, const float* scales, const float* biases, int64_t k, int64_t g,
               const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
@@ -236,15 +273,23 @@ bool bnb4_gemv_supports(int64_t k, int64_t block) {
   return kernel_level() >= KernelLevel::AVX2 && block > 0 && block % 16 == 0 && k % block == 0;
 }
 
-void bnb4_gemv_prepare(const float* x, int64_t k, AffineGemvInput* in) {
-  in->lanes = 8;
+void bnb4_gemv_prepare(const float* x, int64_t k, int64_t block, AffineGemvInput* in) {
+  // fp32 lanes of the table kernel: 16 at the AVX-512 level where blocks hold whole 32-code chunks
+  // (prepare decides; the rows read in.lanes).
+  in->lanes = kernel_level() >= KernelLevel::AVX512 && block % 32 == 0 ? 16 : 8;
   in->x.resize(size_t(k));
-  reorder(4, 8, x, k, in->x.data());
+  reorder(4, in->lanes, x, k, in->x.data());
 }
 
 void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t block,
                     const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y) {
   int64_t r = r0;
+  if (in.lanes == 16) {
+    for (; r + kRows <= r1; r += kRows)
+      table_rows_avx512<kRows>(codes, absmax, table, k, block, in.x.data(), r, bias, y, r + 2 * kRows <= r1);
+    for (; r < r1; ++r) table_rows_avx512<1>(codes, absmax, table, k, block, in.x.data(), r, bias, y, false);
+    return;
+  }
   for (; r + kRows <= r1; r += kRows) table_rows_avx2<kRows>(codes, absmax, table, k, block, in.x.data(), r, bias, y);
   for (; r < r1; ++r) table_rows_avx2<1>(codes, absmax, table, k, block, in.x.data(), r, bias, y);
 }

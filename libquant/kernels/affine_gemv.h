@@ -21,7 +21,7 @@ struct AffineGemvInput {
   std::vector<float> xscale;  // affine: d_g, k / g values
   std::vector<float> xsum;    // affine: X_g, k / g values
   std::vector<float> xres;    // affine: c·R_g, k / g values
-  std::vector<float> x;       // nf4/fp4: the fp32 token, chunks of 16 evens then odds
+  std::vector<float> x;       // nf4/fp4: the fp32 token, chunks of 2L evens then odds
   int lanes = 0;              // L the token was prepared for: the kernel width that reads it
 };
 
@@ -38,9 +38,9 @@ void affine_gemv_rows(int bits, const uint8_t* codes, const float* scales, const
 
 // bitsandbytes nf4/fp4 (fp32 absmax, blocks inside rows): y = Σ_b absmax_b·Σ_{j∈b} table[q_j]·x_j,
 // element 2i in the HIGH nibble of byte i. The 16-entry lookup is two 8-entry permutes and a blend
-// (AVX2; the AVX2 kernel also runs at the AVX-512 level).
+// (AVX2), or one 16-entry permute (AVX-512, blocks of a multiple of 32).
 bool bnb4_gemv_supports(int64_t k, int64_t block);
-void bnb4_gemv_prepare(const float* x, int64_t k, AffineGemvInput* in);
+void bnb4_gemv_prepare(const float* x, int64_t k, int64_t block, AffineGemvInput* in);
 void bnb4_gemv_rows(const uint8_t* codes, const float* absmax, const float* table, int64_t k, int64_t block,
                     const AffineGemvInput& in, int64_t r0, int64_t r1, const float* bias, float* y);
 

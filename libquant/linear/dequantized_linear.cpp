@@ -15,7 +15,7 @@ namespace {
 class DequantizedLinear final : public Linear {
  public:
   DequantizedLinear(const PackedTensor& w, const float* bias, const PackedLinearOptions& opt)
-      : n_(w.rows), k_(w.cols), bytes_(w.bytes()), scheme_(w.params.scheme) {
+      : n_(w.rows), k_(w.cols), scheme_(w.params.scheme) {
     const Scheme& row = find_scheme(w.params.scheme);
     if (row.kernel_values) {
       check_packed(w, scheme_);
@@ -43,12 +43,12 @@ class DequantizedLinear final : public Linear {
   }
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
-  size_t weight_bytes() const override { return bytes_; }
+  // The dense weights every forward reads, not the FP4 codes they came from.
+  size_t weight_bytes() const override { return dense_->weight_bytes(); }
   std::string kind() const override { return scheme_ + "-" + dense_->kind(); }
 
  private:
   int64_t n_, k_;
-  size_t bytes_;
   std::string scheme_;
   std::vector<float> deq_;  // the weight as multiplied, kept for dequantize_row (a tied output head)
   void (*round_)(float*, int64_t, int64_t) = nullptr;

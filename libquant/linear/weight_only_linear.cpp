@@ -5,12 +5,12 @@
 // decoded copy of the matrix outlives the panel. Decoded values are exactly dequantize_weights'
 // (affine: q·s and +b rounded separately to the dtype, as MLX; nf4/fp4: table·absmax rounded to
 // the dtype), so only the summation order differs from reference_gemm(ActMode::None).
-// One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
-// scale and bias applied per group to Σ q·x, never to each weight), which differ from the
-// reference in fp32 rounding as well as in order; affine's also rounds the token per group to
-// int16 (within 2^-16 of the group's largest value). Where batches would run fp32 panels, 4-/8-bit
-// affine weights with fp32 scales run the same integer form as a GEMM (kernels/affine_i16_gemm.h)
-// instead. On request (PackedLinearOptions::weight_act), 4-bit affine weights of any scale
+// One token instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv: scale and bias
+// applied per group to Σ q·x, never to each weight), which differ from the reference in fp32
+// rounding as well as in order, and for bf16/f16 models in leaving each weight unrounded to that
+// dtype; affine's also rounds the token per group to int16 (within 2^-16 of the group's largest
+// value). Where batches would run fp32 panels, 4-/8-bit affine weights with fp32 scales run the
+// same integer form as a GEMM (kernels/affine_i16_gemm.h) instead. On request (PackedLinearOptions::weight_act), 4-bit affine weights of any scale
 // dtype run every batch through int8 tokens instead (kernels/affine_i8.h: the codes repacked once
 // at load, s·q + b never rounded to the dtype).
 #pragma GCC optimize("fp-contract=off")
@@ -202,6 +202,7 @@ class WeightOnlyLinear final : public Linear {
   WeightOnlyLinear(PackedTensor w, const float* bias, const PackedLinearOptions& opt)
       : w_(std::move(w)), n_(w_.rows), k_(w_.cols), compute_(opt.compute), fam_(pick(opt.compute)) {
     if (bias) bias_.assign(bias, bias + n_);
+    int16_act_ = opt.act != ActMode::None;
     affine_ = find_scheme(w_.params.scheme).kernel == KernelFamily::Affine;
     if (affine_) {
       bits_ = w_.params.bits;
@@ -211,7 +212,6 @@ class WeightOnlyLinear final : public Linear {
       fast_decode_ = kernel_level() >= KernelLevel::AVX2 && (bits_ == 4 || bits_ == 8) &&
                      (w_.params.dtype == DType::F32 || w_.params.dtype == DType::BF16) &&
                      w_.params.group_size % 16 == 0;
-      int16_act_ = opt.act != ActMode::None;
       for (size_t i = 0; i < scales_.size(); ++i) {
         scales_[i] = load_float(w_.scales, i);
         biases_[i] = load_float(w_.biases, i);
@@ -337,7 +337,12 @@ class WeightOnlyLinear final : public Linear {
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
-    if (affine_ && int16_act_ && w_.params.dtype == DType::F32 && kernels::affine_gemv_supports(bits_, k_, g)) {
+    // Weights of a bf16/f16 model (scales exact in fp32 here) run the factored GEMVs too, without
+    // rounding each decoded weight to that dtype (within 2^-8 of |s·q| and |w| for bf16), as MLX's
+    // qmv does (mlx/backend/metal/kernels/quantized.h: float accumulators over float scale and
+    // bias); exact fp32 (ActMode::None) keeps the decoded rows.
+    const bool factored = w_.params.dtype == DType::F32 || int16_act_;
+    if (affine_ && int16_act_ && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: Σ q·x̃ in int16 pairs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
           x, m, y,
@@ -346,10 +351,10 @@ class WeightOnlyLinear final : public Linear {
             kernels::affine_gemv_rows(bits_, w_.data.data, scales_.data(), biases_.data(), k_, g, in, r0, r1, bias, yt);
           });
     }
-    if (!affine_ && w_.params.dtype == DType::F32 && kernels::bnb4_gemv_supports(k_, g)) {
+    if (!affine_ && factored && kernels::bnb4_gemv_supports(k_, g)) {
       // nf4/fp4 the same way: table[q] into FMAs, absmax per block.
       return gemv_tokens(
-          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::bnb4_gemv_prepare(xt, k_, in); },
+          x, m, y, [&](const float* xt, kernels::AffineGemvInput* in) { kernels::bnb4_gemv_prepare(xt, k_, g, in); },
           [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
             kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
           });
@@ -449,7 +454,7 @@ class WeightOnlyLinear final : public Linear {
   const Family* fam_;
   bool affine_ = false;
   bool fast_decode_ = false;               // SIMD group decode (4/8-bit, f32/bf16 scales)
-  bool int16_act_ = true;                  // affine: tokens rounded per group to int16 (ActMode::None: exact fp32)
+  bool int16_act_ = true;                  // not ActMode::None: affine tokens in int16 (forward_rows)
   bool fast_bnb_ = false;                  // AVX2 nf4/fp4 decode (k and block size multiples of 8, f32/bf16)
   KernelLevel simd_dot_ = kernel_level();  // the GEMV dot of forward_rows
   int bits_ = 4;

@@ -191,6 +191,12 @@ size_t LlamaModel::weight_bytes() const {
   return b;
 }
 
+size_t LlamaModel::token_weight_bytes() const {
+  size_t table = embedding_.nbytes;
+  if (embed_q_ && embed_q_ != lm_head_) table += embed_q_->weight_bytes();
+  return weight_bytes() - table;
+}
+
 std::string LlamaModel::linear_kind() const { return layers_.empty() ? "" : layers_[0]->wq->kind(); }
 
 void LlamaModel::ensure_scratch(ForwardScratch& s, int n) const {

@@ -116,6 +116,10 @@ class LlamaModel {
 
   // Bytes of the weights as held for compute (all Linears, embedding table, norms).
   size_t weight_bytes() const;
+  // Bytes of the weights one decoded token reads: weight_bytes() less the embedding table (a token
+  // reads one row of it); every Linear, the output head and the norms. A sparse model's experts all
+  // count, though a token reads only its routed ones.
+  size_t token_weight_bytes() const;
   std::string linear_kind() const;  // kind() of the projections ("f32", "bf16", …)
 
  private:
