@@ -167,6 +167,7 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
   so.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
   calib::GptqOptions go;
   go.act_order = c.act_order;
+  go.refit_groups = c.refit_groups;
   go.weighted_groups = !c.imatrix.empty();
   const auto t0 = std::chrono::steady_clock::now();
   auto r = calib::gptq_gguf(ck, gguf_weight_types(ck, opt), tokens, so, go);
@@ -504,7 +505,7 @@ QuantPlanner plan_mlx_target(const Args& a, Checkpoint& ck, const calib::WeightC
                       (a.c.imatrix.empty() ? "" : " --imatrix " + a.c.imatrix);
   if (a.c.gptq)
     again += " --gptq --calib " + a.c.calib_text + " --calib-chunks " + std::to_string(a.c.calib_chunks) +
-             (a.c.act_order ? " --act-order" : "");
+             (a.c.act_order ? " --act-order" : "") + (a.c.refit_groups ? " --refit-groups" : "");
   const std::string comment =
       fmt::format("convert --target-bpw {}: {:.4f} bpw over the 2-D weights, {} bytes; re-apply: {}", a.target_bpw,
                   plan.bpw(), plan.bytes, again);
@@ -748,6 +749,9 @@ const Registrar reg(
                       "calibration text for --gptq and --target-bpw (wiki.valid.tokens.txt)");
        sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")->capture_default_str();
        sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
+       sub.add_flag("--refit-groups", a->c.refit_groups,
+                    "GPTQ --act-order: fit each group when the pass first reaches one of its columns, from the weights "
+                    "as updated so far (default: from the original weights up front)");
        sub.add_flag("--rotate", a->rotate,
                     "turn the residual stream by a random orthogonal matrix folded into the weights "
                     "(QuaRot/SpinQuant; norms folded, head untied)");
