@@ -582,7 +582,8 @@ int run(const Args& a) {
   // A vision-language model: the layouts whose writers carry its vision tower and names through
   // (formats/vlm.h); the residual-stream rotation would turn the embedding space the projector
   // writes into, and the head stays tied as the VLM's config says.
-  if (ck.multimodal && (a.rotating() || a.q.untie || (lname != "hf" && lname != "compressed-tensors" && lname != "mlx")))
+  if (ck.multimodal &&
+      (a.rotating() || a.q.untie || (lname != "hf" && lname != "compressed-tensors" && lname != "mlx")))
     user_error(
         "{}: a vision-language model ({}); convert writes it to --format hf, compressed-tensors or mlx, without "
         "--rotate or --untie",

@@ -169,8 +169,11 @@ std::string WeightCalibration::describe() const {
     s += fmt::format("awq scale{} search ({} chunks of {}); ", a_.no_clip ? "" : " and clip", a_.search_chunks,
                      std::filesystem::path(a_.calib_text).filename().string());
   if (a_.gptq)
-    s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ", a_.refit_groups ? " act-order refit-groups" : a_.act_order ? " act-order" : "", a_.calib_chunks,
-                     a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
+    s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ",
+                     a_.refit_groups ? " act-order refit-groups"
+                     : a_.act_order  ? " act-order"
+                                     : "",
+                     a_.calib_chunks, a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
   if (imatrix_) s += fmt::format("imatrix ({} tokens of {}); ", imatrix_->tokens, imatrix_->text);
   if (imatrix_ && imatrix_->experts_with_few_tokens > 0)
     s += fmt::format("{} expert inputs below {} routed tokens lean on their layer's expert average; ",
