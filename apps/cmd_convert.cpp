@@ -2,11 +2,11 @@
 //                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
 //                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
 //                   [--imatrix STATS] [--smooth STATS [--alpha A|auto]] [--awq [--no-clip]]
-//                   [--gptq [--act-order] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
+//                   [--gptq [--act-order [--refit-groups]] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
 //                   (calibration: calib/weight_calibration.h)
 //                   [--target-bpw B ...]  (--format mlx --scheme affine: per-weight bits and group
 //                    chosen for a size, the --target-bpw flags below; calib/mlx_target.h)
-//                   [--rotate [--rotate-seed N]]  (the residual stream turned: calib/rotation.h)
+//                   [--rotate] [--rotate-heads] [--rotate-seed N]  (the residual stream / heads turned: calib/rotation.h)
 //                   [--vision-bits B]  (a VLM's vision tower quantized too: --format mlx)
 // quanttool convert --in MODEL --out FILE.gguf --format gguf [--gguf-type TYPE] [--imatrix STATS]
 //                   [--tensor-type REGEX=TYPE|@FILE ...] [--gptq --calib TEXT [--calib-chunks N] [--act-order]]
@@ -146,7 +146,8 @@ struct Args {
   std::string save_plan, measurements, target_loss = "kld";
   std::vector<std::string> target_types;
   int sensitivity_chunks = 4;
-  bool force = false, fsync = false, rotate = false;
+  bool force = false, fsync = false, rotate = false, rotate_heads = false;
+  bool rotating() const { return rotate || rotate_heads; }
   uint64_t rotate_seed = 0;
   int threads = 0, vision_bits = 0;
   QuantRequest q;
@@ -167,6 +168,7 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
   so.bos_id = ck.tokenizer->add_bos() ? ck.tokenizer->bos_id() : -1;
   calib::GptqOptions go;
   go.act_order = c.act_order;
+  go.refit_groups = c.refit_groups;
   go.weighted_groups = !c.imatrix.empty();
   const auto t0 = std::chrono::steady_clock::now();
   auto r = calib::gptq_gguf(ck, gguf_weight_types(ck, opt), tokens, so, go);
@@ -380,8 +382,8 @@ int run_gguf(const Args& a) {
   if (!std::isnan(a.target_bpw) && !a.tensor_types.empty())
     user_error("--target-bpw, --tensor-type: give one (the plan sets every weight's type)");
   const bool target = check_target_flags(a, true);
-  if (a.rotate && (!a.c.imatrix.empty() || target)) user_error("{}", kRotateImatrix);
-  if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
+  if (a.rotating() && (!a.c.imatrix.empty() || target)) user_error("{}", kRotateImatrix);
+  if (!a.rotating() && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate or --rotate-heads");
   // A placeholder until the plan names the type (gguf_weight_types needs a quantized one).
   std::string type_name = a.gguf_type.empty() ? (target ? "q8_0" : "f16") : a.gguf_type;
   const std::optional<GgmlType> type = gguf_export_type(type_name);
@@ -413,11 +415,12 @@ int run_gguf(const Args& a) {
         "{}: a vision-language model; --format gguf writes text models only (use --format hf or "
         "compressed-tensors)",
         a.in);
-  if (a.rotate && ck.config.is_moe())
+  if (a.rotating() && ck.config.is_moe())
     user_error("{}: {} is a mixture-of-experts model; --rotate is not folded into its experts", a.in, ck.config.arch);
-  if (a.rotate) {  // before the head's tie and the weights are read: the GGUF holds the rotated model
+  if (a.rotating()) {  // before the head's tie and the weights are read: the GGUF holds the rotated model
     for (auto& [name, t] : ck.tensors) t = materialize(t);
-    calib::rotate_residual(ck, a.rotate_seed);
+    if (a.rotate) calib::rotate_residual(ck, a.rotate_seed);
+    if (a.rotate_heads) calib::rotate_heads(ck, a.rotate_seed);
   }
   if (ck.config.is_moe() && target)
     user_error("{}: {} is a mixture-of-experts model; --target-bpw does not plan its experts yet", a.in,
@@ -504,7 +507,7 @@ QuantPlanner plan_mlx_target(const Args& a, Checkpoint& ck, const calib::WeightC
                       (a.c.imatrix.empty() ? "" : " --imatrix " + a.c.imatrix);
   if (a.c.gptq)
     again += " --gptq --calib " + a.c.calib_text + " --calib-chunks " + std::to_string(a.c.calib_chunks) +
-             (a.c.act_order ? " --act-order" : "");
+             (a.c.act_order ? " --act-order" : "") + (a.c.refit_groups ? " --refit-groups" : "");
   const std::string comment =
       fmt::format("convert --target-bpw {}: {:.4f} bpw over the 2-D weights, {} bytes; re-apply: {}", a.target_bpw,
                   plan.bpw(), plan.bytes, again);
@@ -542,7 +545,7 @@ int run(const Args& a) {
       (!a.q.recipe.empty() || a.q.bits >= 0 || a.q.group >= 0 || a.q.embedding_bits >= 0 || a.q.lm_head_bits >= 0))
     user_error(
         "--target-bpw, --recipe / --bits / --group-size: give one (the plan sets every weight's bits and group)");
-  if (target && (!a.c.smooth.empty() || a.c.awq || a.rotate))
+  if (target && (!a.c.smooth.empty() || a.c.awq || a.rotating()))
     user_error("--target-bpw: --smooth, --awq and --rotate are not supported with it yet");
   calib::WeightCalibArgs ca = target_calib_args(a);
   if (a.alpha == "auto") {
@@ -556,8 +559,8 @@ int run(const Args& a) {
     }
     if (pos == 0 || pos != a.alpha.size()) user_error("--alpha: '{}' is neither a number nor auto", a.alpha);
   }
-  if (a.rotate && (!ca.smooth.empty() || !ca.imatrix.empty() || ca.awq)) user_error("{}", kRotateImatrix);
-  if (!a.rotate && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate");
+  if (a.rotating() && (!ca.smooth.empty() || !ca.imatrix.empty() || ca.awq)) user_error("{}", kRotateImatrix);
+  if (!a.rotating() && a.rotate_seed != 0) user_error("--rotate-seed: needs --rotate or --rotate-heads");
   calib::WeightCalibration calib(ca);
   if (calib.active() && !planner.active()) user_error("--smooth, --imatrix, --gptq, --awq: need --scheme");
 
@@ -579,7 +582,8 @@ int run(const Args& a) {
   // A vision-language model: the layouts whose writers carry its vision tower and names through
   // (formats/vlm.h); the residual-stream rotation would turn the embedding space the projector
   // writes into, and the head stays tied as the VLM's config says.
-  if (ck.multimodal && (a.rotate || a.q.untie || (lname != "hf" && lname != "compressed-tensors" && lname != "mlx")))
+  if (ck.multimodal &&
+      (a.rotating() || a.q.untie || (lname != "hf" && lname != "compressed-tensors" && lname != "mlx")))
     user_error(
         "{}: a vision-language model ({}); convert writes it to --format hf, compressed-tensors or mlx, without "
         "--rotate or --untie",
@@ -594,7 +598,7 @@ int run(const Args& a) {
   if (a.vision_bits != 0 && (!ck.multimodal || lname != "mlx" || a.q.scheme != "affine"))
     user_error("--vision-bits: for a vision-language model written with --format mlx --scheme affine");
   if (ck.config.is_moe() &&
-      (a.rotate || !ca.smooth.empty() || ca.awq ||
+      (a.rotating() || !ca.smooth.empty() || ca.awq ||
        (lname != "hf" && lname != "compressed-tensors" && lname != "native" && lname != "mlx" && lname != "bnb")))
     user_error(
         "{}: {} is a mixture-of-experts model; convert writes it to --format hf, compressed-tensors, native, mlx, "
@@ -603,9 +607,10 @@ int run(const Args& a) {
   if (ck.config.is_moe() && lname == "mlx" && !ck.config.desc().moe->mlx_switch_mlp)
     user_error("{}: {} has no mlx_lm layout here; convert writes it to --format hf, compressed-tensors or native", a.in,
                ck.config.arch);
-  if (a.rotate) {  // before projections are fused and before any calibration reads the weights
+  if (a.rotating()) {  // before projections are fused and before any calibration reads the weights
     for (auto& [name, t] : ck.tensors) t = materialize(t);
-    calib::rotate_residual(ck, a.rotate_seed);
+    if (a.rotate) calib::rotate_residual(ck, a.rotate_seed);
+    if (a.rotate_heads) calib::rotate_heads(ck, a.rotate_seed);
   }
   if (ck.config.desc().fused_proj && planner.active()) {
     if (calib.active())  // its statistics and the GPTQ pass are per projection
@@ -748,10 +753,16 @@ const Registrar reg(
                       "calibration text for --gptq and --target-bpw (wiki.valid.tokens.txt)");
        sub.add_option("--calib-chunks", a->c.calib_chunks, "chunks of 512 tokens for --gptq")->capture_default_str();
        sub.add_flag("--act-order", a->c.act_order, "GPTQ: columns by decreasing Hessian diagonal");
+       sub.add_flag("--refit-groups", a->c.refit_groups,
+                    "GPTQ --act-order: fit each group when the pass first reaches one of its columns, from the weights "
+                    "as updated so far (default: from the original weights up front)");
        sub.add_flag("--rotate", a->rotate,
                     "turn the residual stream by a random orthogonal matrix folded into the weights "
                     "(QuaRot/SpinQuant; norms folded, head untied)");
        sub.add_option("--rotate-seed", a->rotate_seed, "seed of --rotate's matrix")->capture_default_str();
+       sub.add_flag("--rotate-heads", a->rotate_heads,
+                    "turn each attention head's values (v_proj rows, o_proj columns) by a random "
+                    "orthogonal matrix folded into the weights (SpinQuant's R2; with or without --rotate)");
        sub.add_option("--vision-bits", a->vision_bits,
                       "a vision-language model's vision tower quantized too at these bits (mlx; default: kept)");
        sub.add_option("--threads", a->threads, "threads (default: all cores)");

@@ -86,11 +86,22 @@ double gptq_sweep(const float* w, int64_t rows, int64_t cols, int64_t gl, const 
   // The working copy, columns in pass order; dead columns zeroed. Group parameters: static (fitted
   // from the original weights up front) under act-order, otherwise fitted when the pass reaches
   // each group.
+  // Under act-order with refit_groups, a group is fitted instead when the pass first reaches one of
+  // its columns (first[i]), from its gl columns as updated so far (pos_of: their positions).
+  const bool refit = permuted && opt.refit_groups;
+  std::vector<int64_t> pos_of(size_t(refit ? cols : 0));
+  std::vector<char> first(size_t(refit ? cols : 0), 0);
+  if (refit) {
+    for (int64_t i = 0; i < cols; ++i) pos_of[size_t(perm[i])] = i;
+    std::vector<char> seen(size_t(ng), 0);
+    for (int64_t i = 0; i < cols; ++i)
+      if (!seen[size_t(perm[i] / gl)]) seen[size_t(perm[i] / gl)] = first[size_t(i)] = 1;
+  }
   MatF W(rows, cols);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = w + r * cols;
-    if (permuted)
+    if (permuted && !refit)
       for (int64_t g = 0; g < ng; ++g) rd.fit(r, g * gl, src + g * gl);
     for (int64_t i = 0; i < cols; ++i) W(r, i) = h.diag[perm[i]] == 0 ? 0.0f : src[perm[i]];
   }
@@ -103,10 +114,24 @@ double gptq_sweep(const float* w, int64_t rows, int64_t cols, int64_t gl, const 
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t r = 0; r < rows; ++r) {
       float* wr = W.data() + r * cols;
+      std::vector<float> v(size_t(refit ? gl : 0));
       for (int64_t i = i1; i < i2; ++i) {
         const int64_t col = perm[i];
         // A group starts here (identity order): fit it from the row as updated so far.
         if (!permuted && col % gl == 0) rd.fit(r, col, wr + col);
+        if (refit && first[size_t(i)]) {
+          // The group's columns as updated so far: those past this batch still lack the batch's
+          // lazy update from the columns before i, added here.
+          const int64_t g0 = col / gl * gl;
+          for (int64_t k = 0; k < gl; ++k) {
+            const int64_t p = pos_of[size_t(g0 + k)];
+            float x = wr[p];
+            if (p >= i2)
+              for (int64_t t = i1; t < i; ++t) x -= E(r, t - i1) * U(t, p);
+            v[size_t(k)] = x;
+          }
+          rd.fit(r, g0, v.data());
+        }
         const float d = U(i, i), err = (wr[i] - rd.round(r, col, wr[i])) / d;
         row_loss[size_t(r)] += double(err) * err / 2;
         const float* u = h.U.data() + i * cols;

@@ -20,6 +20,9 @@ struct GptqOptions {
   double damp = 0.01;
   int block = 128;
   bool act_order = false;
+  // Under act_order: fit each group when the pass first reaches one of its columns, from the
+  // group's weights as updated so far, instead of from the original weights up front.
+  bool refit_groups = false;
   // Fit group parameters with the importance-weighted search (weighted_fit.h, imp = diag H)
   // instead of the scheme's RTN rule.
   bool weighted_groups = false;

@@ -126,4 +126,53 @@ void rotate_residual(Checkpoint& ck, uint64_t seed) {
   ck.config.tie_word_embeddings = false;
 }
 
+void rotate_heads(Checkpoint& ck, uint64_t seed) {
+  const ModelConfig& c = ck.config;
+  const int hd = c.head_dim;
+  // Another matrix than the residual's (seed + 1): the two rotations are independent.
+  const std::vector<float> R = random_orthogonal(hd, seed + 1);
+  auto get = [&](const std::string& name) { return to_f32(ck.get(name)); };
+  auto put = [&](const std::string& name, std::vector<float> v, std::vector<int64_t> shape) {
+    ck.tensors[name] = Tensor::from_f32(std::move(v), std::move(shape));
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.self_attn.", l);
+    // v_proj [n_kv·hd, d]: each head's rows W_h ← Rᵀ·W_h, so v_h ← v_h·R (its bias too).
+    const std::vector<int64_t> vs = ck.get(p + "v_proj.weight").shape;
+    std::vector<float> V = get(p + "v_proj.weight");
+    if (vs[0] % hd != 0) user_error("--rotate: {}v_proj has {} rows, not whole heads of {}", p, vs[0], hd);
+    std::vector<float> out(V.size(), 0.0f);
+    for (int64_t h = 0; h < vs[0] / hd; ++h)
+      for (int j = 0; j < hd; ++j)
+        for (int i = 0; i < hd; ++i) {
+          const float r = R[size_t(i) * hd + j];
+          const float* src = V.data() + (h * hd + i) * vs[1];
+          float* dst = out.data() + (h * hd + j) * vs[1];
+          for (int64_t k = 0; k < vs[1]; ++k) dst[k] += r * src[k];
+        }
+    put(p + "v_proj.weight", std::move(out), vs);
+    if (ck.has(p + "v_proj.bias")) {
+      const std::vector<float> b = get(p + "v_proj.bias");
+      std::vector<float> nb(b.size(), 0.0f);
+      for (size_t h = 0; h < b.size() / size_t(hd); ++h)
+        for (int j = 0; j < hd; ++j)
+          for (int i = 0; i < hd; ++i) nb[h * hd + j] += b[h * hd + i] * R[size_t(i) * hd + j];
+      put(p + "v_proj.bias", std::move(nb), {int64_t(b.size())});
+    }
+    // o_proj [d, n_heads·hd]: each head's columns W[:, h] ← W[:, h]·R, so o_h·R meets the original
+    // product (the attention output of a head is a mix of its values: it turns with them).
+    const std::vector<int64_t> os = ck.get(p + "o_proj.weight").shape;
+    std::vector<float> O = get(p + "o_proj.weight");
+    std::vector<float> oo(O.size(), 0.0f);
+    for (int64_t r = 0; r < os[0]; ++r)
+      for (int64_t h = 0; h < os[1] / hd; ++h) {
+        const float* src = O.data() + r * os[1] + h * hd;
+        float* dst = oo.data() + r * os[1] + h * hd;
+        for (int i = 0; i < hd; ++i)
+          for (int j = 0; j < hd; ++j) dst[j] += src[i] * R[size_t(i) * hd + j];
+      }
+    put(p + "o_proj.weight", std::move(oo), os);
+  }
+}
+
 }  // namespace qt::calib

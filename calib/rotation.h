@@ -34,4 +34,11 @@ std::vector<float> random_orthogonal(int d, uint64_t seed);
 // Rotates ck's residual stream by random_orthogonal(hidden, seed) as above (UserError for Gemma).
 void rotate_residual(Checkpoint& ck, uint64_t seed);
 
+// SpinQuant's R2 / QuaRot's value rotation, exact offline: every attention head's values turned
+// by one random orthogonal R (head_dim², random_orthogonal(head_dim, seed + 1)): v_proj's rows of
+// each KV head ← Rᵀ·rows (its bias ·R), o_proj's columns of each query head ← columns·R. The
+// attention output of a head is a weighted sum of its values, so it turns with them and o_proj
+// turns it back; o_proj's input groups then see the head's channels mixed.
+void rotate_heads(Checkpoint& ck, uint64_t seed);
+
 }  // namespace qt::calib

@@ -27,6 +27,7 @@ WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
     user_error("--alpha auto: needs --smooth STATS and the calibration text (--calib TEXT)");
   if (a.awq && !a.smooth.empty()) user_error("--awq, --smooth: both fold scales into the model; give one");
   if (!a.gptq && a.act_order) user_error("--act-order: needs --gptq");
+  if (!a.act_order && a.refit_groups) user_error("--refit-groups: needs --gptq --act-order");
   if (!a.gptq && !a.awq && !a.alpha_auto && !a.calib_text.empty())
     user_error("--calib: needs --gptq, --awq or --alpha auto");
   if (a.no_clip && !a.awq) user_error("--no-clip: needs --awq");
@@ -108,6 +109,7 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
   so.bos_id = bos;
   GptqOptions go;
   go.act_order = a_.act_order;
+  go.refit_groups = a_.refit_groups;
   go.weighted_groups = imatrix_.has_value();
   std::string prepared_site;  // the last site's prepared Hessian serves its other projections
   GptqHessian prepared;
@@ -167,8 +169,11 @@ std::string WeightCalibration::describe() const {
     s += fmt::format("awq scale{} search ({} chunks of {}); ", a_.no_clip ? "" : " and clip", a_.search_chunks,
                      std::filesystem::path(a_.calib_text).filename().string());
   if (a_.gptq)
-    s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ", a_.act_order ? " act-order" : "", a_.calib_chunks,
-                     a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
+    s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ",
+                     a_.refit_groups ? " act-order refit-groups"
+                     : a_.act_order  ? " act-order"
+                                     : "",
+                     a_.calib_chunks, a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
   if (imatrix_) s += fmt::format("imatrix ({} tokens of {}); ", imatrix_->tokens, imatrix_->text);
   if (imatrix_ && imatrix_->experts_with_few_tokens > 0)
     s += fmt::format("{} expert inputs below {} routed tokens lean on their layer's expert average; ",

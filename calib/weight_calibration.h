@@ -26,7 +26,7 @@ namespace qt::calib {
 
 struct WeightCalibArgs {
   std::string smooth, imatrix, calib_text;
-  bool gptq = false, act_order = false, awq = false, no_clip = false;
+  bool gptq = false, act_order = false, refit_groups = false, awq = false, no_clip = false;
   double alpha = 0.5;
   bool alpha_auto = false;
   int calib_chunks = 64, calib_ctx = 512, search_chunks = 8;

@@ -134,7 +134,13 @@ def main():
     if a.ours:
         import numpy as np
         from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
+        kw = {}
+        if qc.format in ("nvfp4-pack-quantized", "mxfp4-pack-quantized"):
+            # Left compressed, transformers decompresses these weights at each forward to the
+            # config's dtype (bf16), which an fp32 forward's Linear refuses: decompress at load.
+            from transformers import CompressedTensorsConfig
+            kw["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, **kw)
         ids = np.loadtxt(a.ours + ".ids", dtype=np.int64).reshape(-1)
         ours = np.fromfile(a.ours, dtype=np.float32).reshape(len(ids), -1)
         with torch.no_grad():

@@ -83,6 +83,23 @@ TEST(Rotation, RotatedModelComputesTheSameLogits) {
   EXPECT_LT(max_abs_diff(got, ref), 2e-3);
 }
 
+// The values of every head turned too (v_proj rows, o_proj columns): still the same logits, and
+// o_proj really changed.
+TEST(Rotation, HeadRotationComputesTheSameLogits) {
+  QT_REQUIRE_FILE(test::model_gguf());
+  Checkpoint ck = load_checkpoint(test::model_gguf());
+  MappedFile mf = map_file(test::data_file("wikitext-2/wiki.valid.tokens.txt"));
+  std::vector<int32_t> ids = ck.tokenizer->encode(std::string(reinterpret_cast<const char*>(mf.data), 20000), true);
+  const int ctx = 64;
+  ids.resize(ctx);
+  const std::vector<float> ref = test::fp32_logits(ck, ids, ctx);
+  calib::rotate_residual(ck, 0);
+  const std::vector<float> o1 = to_f32(ck.get("model.layers.3.self_attn.o_proj.weight"));
+  calib::rotate_heads(ck, 0);
+  EXPECT_GT(max_abs_diff(o1, to_f32(ck.get("model.layers.3.self_attn.o_proj.weight"))), 0.01);
+  EXPECT_LT(max_abs_diff(test::fp32_logits(ck, ids, ctx), ref), 2e-3);
+}
+
 // convert --rotate --format gguf: the GGUF llama.cpp reads (norm weights ones, output.weight
 // written beside the embedding, the tie broken) computes the source's logits when read back.
 TEST(Rotation, RotatedGgufComputesTheSameLogits) {
