@@ -2,7 +2,7 @@
 # Two GPUs (docs/cuda.md "Several GPUs"; figures in results/cuda.md "Two GPUs"), as measured: on a
 # machine with two GPUs, from the repository root: bash scripts/device_cuda_multi.sh KIT
 # KIT holds qt.xz and test_cuda.xz (xz-packed build-cuda/quanttool and test_cuda, built from this
-# checkout's folder QT_BUILD_SRC, default /work/wt-gpu-multi, which is linked here), lib.tar.xz (the
+# checkout's folder QT_BUILD_SRC — the absolute path of the build's source folder, required — which is linked here), lib.tar.xz (the
 # shared libraries the device lacks, device_cuda.sh says which) and tok/ (SmolLM2's tokenizer).
 # test_cuda runs while a 70B-wide checkpoint of NL layers (default 52: more than one H100 holds) and
 # its first 16 layers (hard links) are written; then eval-ppl on the full text: one GPU on 16 layers,
@@ -12,7 +12,8 @@
 set -o pipefail
 K=$(cd "$1" && pwd); R=$(pwd)
 T0=$EPOCHREALTIME; el() { python3 -c "print(f'{$EPOCHREALTIME-$T0:.0f}')"; }
-S=${QT_BUILD_SRC:-/work/wt-gpu-multi}; mkdir -p "$(dirname "$S")" && ln -sfn "$R" "$S"
+[ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
+S=$QT_BUILD_SRC; mkdir -p "$(dirname "$S")" && ln -sfn "$R" "$S"
 mkdir -p /tmp/kit; for b in qt test_cuda; do xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
 tar -xJf "$K/lib.tar.xz" -C /tmp/kit
 CUBLAS_PY=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null)
