@@ -38,13 +38,7 @@ namespace qt::cudatest {
     }                                                                                                   \
   } while (0)
 
-inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) { return test::randn(n, seed, scale); }
 inline float bf16v(float x) { return kernels::bf16_round_value(x); }
 inline float f16v(float x) { return f16_to_f32(f32_to_f16(x)); }
 
@@ -87,37 +81,7 @@ inline double rms_diff(const std::vector<float>& a, const std::vector<float>& b)
   return std::sqrt(s / double(a.size()));
 }
 
-// A random llama 128 wide (fp8_block's blocks and activation groups need widths of 128), two
-// layers; written into `dir`.
-inline void write_wide_llama(const std::string& dir) {
-  nlohmann::json cfg = test::read_json(tiny_dir() + "/config.json");
-  cfg["hidden_size"] = 128, cfg["intermediate_size"] = 256, cfg["head_dim"] = 32, cfg["num_hidden_layers"] = 2;
-  NamedTensors ts;
-  uint32_t seed = 1;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
-    std::vector<float> v = randn(size_t(shape[0] * (shape.size() > 1 ? shape[1] : 1)), seed++, scale);
-    if (shape.size() == 1)
-      for (float& x : v) x = 1.0f + x;
-    ts.emplace_back(name, Tensor::from_f32(std::move(v), shape));
-  };
-  add("model.embed_tokens.weight", {64, 128}, 1.0f);
-  for (int l = 0; l < 2; ++l) {
-    const std::string L = "model.layers." + std::to_string(l) + ".";
-    add(L + "input_layernorm.weight", {128}, 0.1f);
-    add(L + "self_attn.q_proj.weight", {128, 128}, 0.1f);
-    add(L + "self_attn.k_proj.weight", {64, 128}, 0.1f);
-    add(L + "self_attn.v_proj.weight", {64, 128}, 0.1f);
-    add(L + "self_attn.o_proj.weight", {128, 128}, 0.1f);
-    add(L + "post_attention_layernorm.weight", {128}, 0.1f);
-    add(L + "mlp.gate_proj.weight", {256, 128}, 0.1f);
-    add(L + "mlp.up_proj.weight", {256, 128}, 0.1f);
-    add(L + "mlp.down_proj.weight", {128, 256}, 0.1f);
-  }
-  add("model.norm.weight", {128}, 0.1f);
-  add("lm_head.weight", {64, 128}, 0.1f);
-  std::filesystem::create_directories(dir);
-  write_safetensors(dir + "/model.safetensors", ts);
-  std::ofstream(dir + "/config.json") << cfg.dump(1);
-}
+// A random llama 128 wide, two layers (test::write_wide_llama), written into `dir`.
+inline void write_wide_llama(const std::string& dir) { test::write_wide_llama(dir, 2, 0.1f); }
 
 }  // namespace qt::cudatest

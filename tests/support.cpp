@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/safetensors.h"
 #include "libquant/model/llama.h"
 
 namespace qt::test {
@@ -114,6 +115,38 @@ std::vector<float> randn(size_t count, uint32_t seed, float scale) {
   std::vector<float> v(count);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+void write_wide_llama(const std::string& dir, int layers, float weight_scale) {
+  nlohmann::json cfg = read_json(source_dir() + "/tests/golden/logits/tiny-llama3/config.json");
+  cfg["hidden_size"] = 128, cfg["intermediate_size"] = 256, cfg["head_dim"] = 32, cfg["num_hidden_layers"] = layers;
+  NamedTensors ts;
+  uint32_t seed = 1;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
+    std::vector<float> v = randn(size_t(shape[0] * (shape.size() > 1 ? shape[1] : 1)), seed++, scale);
+    if (shape.size() == 1)
+      for (float& x : v) x = 1.0f + x;
+    ts.emplace_back(name, Tensor::from_f32(std::move(v), shape));
+  };
+  const float w = weight_scale;
+  add("model.embed_tokens.weight", {64, 128}, 1.0f);
+  for (int l = 0; l < layers; ++l) {
+    const std::string L = "model.layers." + std::to_string(l) + ".";
+    add(L + "input_layernorm.weight", {128}, 0.1f);
+    add(L + "self_attn.q_proj.weight", {128, 128}, w);
+    add(L + "self_attn.k_proj.weight", {64, 128}, w);
+    add(L + "self_attn.v_proj.weight", {64, 128}, w);
+    add(L + "self_attn.o_proj.weight", {128, 128}, w);
+    add(L + "post_attention_layernorm.weight", {128}, 0.1f);
+    add(L + "mlp.gate_proj.weight", {256, 128}, w);
+    add(L + "mlp.up_proj.weight", {256, 128}, w);
+    add(L + "mlp.down_proj.weight", {128, 256}, w);
+  }
+  add("model.norm.weight", {128}, 0.1f);
+  add("lm_head.weight", {64, 128}, w);
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir + "/model.safetensors", ts);
+  std::ofstream(dir + "/config.json") << cfg.dump(1);
 }
 
 SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt) {

@@ -109,35 +109,8 @@ TEST(Fp8Block, ShapesAndCalibrationItRefuses) {
 // package's bytes, above), scales [ceil(out/128), in/128]; the model evaluates near its source.
 TEST(Fp8Block, ConvertWritesThePackagesPreset) {
   const std::string tmp = test::temp_dir("fp8_block"), src = tmp + "/src", out = tmp + "/out";
-  nlohmann::json cfg = test::read_json(test::source_dir() + "/tests/golden/logits/tiny-llama3/config.json");
-  cfg["hidden_size"] = 128, cfg["intermediate_size"] = 256, cfg["head_dim"] = 32, cfg["num_hidden_layers"] = 1;
-  NamedTensors ts;
-  uint32_t seed = 1;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
-    std::vector<float> v = test::randn(size_t(shape[0] * (shape.size() > 1 ? shape[1] : 1)), seed++, scale);
-    if (shape.size() == 1)
-      for (float& x : v) x = 1.0f + x;
-    ts.emplace_back(name, Tensor::from_f32(std::move(v), shape));
-  };
+  test::write_wide_llama(src, 1, 0.05f);
   const std::string L = "model.layers.0.";
-  add("model.embed_tokens.weight", {64, 128}, 1.0f);
-  add(L + "input_layernorm.weight", {128}, 0.1f);
-  add(L + "self_attn.q_proj.weight", {128, 128}, 0.05f);
-  add(L + "self_attn.k_proj.weight", {64, 128}, 0.05f);
-  add(L + "self_attn.v_proj.weight", {64, 128}, 0.05f);
-  add(L + "self_attn.o_proj.weight", {128, 128}, 0.05f);
-  add(L + "post_attention_layernorm.weight", {128}, 0.1f);
-  add(L + "mlp.gate_proj.weight", {256, 128}, 0.05f);
-  add(L + "mlp.up_proj.weight", {256, 128}, 0.05f);
-  add(L + "mlp.down_proj.weight", {128, 256}, 0.05f);
-  add("model.norm.weight", {128}, 0.1f);
-  add("lm_head.weight", {64, 128}, 0.05f);
-  std::filesystem::create_directories(src);
-  write_safetensors(src + "/model.safetensors", ts);
-  {
-    std::ofstream f(src + "/config.json");
-    f << cfg.dump(1);
-  }
   std::string log;
   const std::string bin = test::quanttool_bin() + " convert --in " + src + " --out ";
   ASSERT_EQ(test::run_cmd(bin + out + " --scheme fp8_block --dtype bf16", &log), 0) << log;
