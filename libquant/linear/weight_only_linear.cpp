@@ -5,11 +5,10 @@
 // decoded copy of the matrix outlives the panel. Decoded values are exactly dequantize_weights'
 // (affine: q·s and +b rounded separately to the dtype, as MLX; nf4/fp4: table·absmax rounded to
 // the dtype), so only the summation order differs from reference_gemm(ActMode::None).
-// One token instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv: scale and bias
-// applied per group to Σ q·x, never to each weight), which differ from the reference in fp32
-// rounding as well as in order, and for bf16/f16 models in leaving each weight unrounded to that
-// dtype; affine's also rounds the token per group to int16 (within 2^-16 of the group's largest
-// value). Where batches would run fp32 panels, 4-/8-bit affine weights with fp32 scales run the
+// One token with fp32 scales instead runs the factored GEMVs of kernels/affine_gemv.h (MLX's qmv:
+// scale and bias applied per group to Σ q·x, never to each weight), which differ from the
+// reference in fp32 rounding as well as in order; affine's also rounds the token per group to
+// int16 (within 2^-16 of the group's largest value). Where batches would run fp32 panels, 4-/8-bit affine weights with fp32 scales run the
 // same integer form as a GEMM (kernels/affine_i16_gemm.h) instead. On request (PackedLinearOptions::weight_act), 4-bit affine weights of any scale
 // dtype run every batch through int8 tokens instead (kernels/affine_i8.h: the codes repacked once
 // at load, s·q + b never rounded to the dtype).
@@ -337,12 +336,11 @@ class WeightOnlyLinear final : public Linear {
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
-    // Weights of a bf16/f16 model (scales exact in fp32 here) run the factored GEMVs too, without
-    // rounding each decoded weight to that dtype (within 2^-8 of |s·q| and |w| for bf16), as MLX's
-    // qmv does (mlx/backend/metal/kernels/quantized.h: float accumulators over float scale and
-    // bias); exact fp32 (ActMode::None) keeps the decoded rows.
-    const bool factored = w_.params.dtype == DType::F32 || int16_act_;
-    if (affine_ && int16_act_ && kernels::affine_gemv_supports(bits_, k_, g)) {
+    // fp32 scales only: a bf16/f16 model's weights are each rounded to that dtype, as MLX's CPU
+    // backend computes them (mlx_lm's logits on the gpt_oss MLX golden differ by 0.056 without the
+    // rounding), which the factored form cannot do.
+    const bool factored = w_.params.dtype == DType::F32;
+    if (affine_ && int16_act_ && factored && kernels::affine_gemv_supports(bits_, k_, g)) {
       // MLX's qmv: Σ q·x̃ in int16 pairs, scale and bias applied per group (affine_gemv.h).
       return gemv_tokens(
           x, m, y,
