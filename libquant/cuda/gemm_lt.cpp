@@ -1,4 +1,5 @@
 #include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/profile.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -28,19 +29,30 @@ GemmLt::GemmLt() {
 }
 
 GemmLt::~GemmLt() {
-  for (auto& [k, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
-  }
-  for (auto& [k, b] : block_plans_) {
-    if (b.p.a) cublasLtMatrixLayoutDestroy(b.p.a);
-    if (b.p.b) cublasLtMatrixLayoutDestroy(b.p.b);
-    if (b.p.c) cublasLtMatrixLayoutDestroy(b.p.c);
-    if (b.p.op) cublasLtMatmulDescDestroy(b.p.op);
-  }
+  for (auto& [k, p] : plans_) destroy(p);
+  for (auto& [k, b] : block_plans_) destroy(b.p);
   if (h_) cublasLtDestroy(h_);
+}
+
+void GemmLt::destroy(Plan& p) {
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.c})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+}
+
+cublasLtMatmulPreference_t GemmLt::preference(int align) const {
+  cublasLtMatmulPreference_t pref;
+  QT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = ws_.bytes();
+  QT_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  if (align < 256) {
+    const uint32_t al = uint32_t(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      QT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+  }
+  return pref;
 }
 
 GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align,
@@ -61,17 +73,7 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, in, out, in));
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab_type, in, n, in));
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, y_type, out, n, out));
-  cublasLtMatmulPreference_t pref;
-  QT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const size_t ws = ws_.bytes();
-  QT_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  if (align < 256) {  // the heuristic otherwise assumes 256-byte aligned operands
-    const uint32_t al = uint32_t(align);
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      QT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
-  }
+  cublasLtMatmulPreference_t pref = preference(align);
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
   QT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found));
@@ -155,11 +157,7 @@ int GemmLt::tune(const void* W, int out, int in, const void* X, int n, void* Y, 
   if (n <= 0) return 0;
   Plan& p = plan(out, in, n, y_type, ab_type);
   const bool i8 = ab_type == CUDA_R_8I;
-  cublasLtMatmulPreference_t pref;
-  QT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const size_t ws = ws_.bytes();
-  QT_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulPreference_t pref = preference(256);  // plan()'s default alignment
   std::vector<cublasLtMatmulHeuristicResult_t> res(size_t(std::max(1, candidates)));
   int found = 0;
   QT_CUBLAS_CHECK(
@@ -234,17 +232,7 @@ bool GemmLt::run_block_f8(const void* W, int out, int in, const float* w_scales,
     QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, in, out, in));
     QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, in, n, in));
     QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, out, n, ldy));
-    cublasLtMatmulPreference_t pref;
-    QT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws = ws_.bytes();
-    QT_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    if (align < 256) {
-      const uint32_t al = uint32_t(align);
-      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        QT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
-    }
+    cublasLtMatmulPreference_t pref = preference(align);
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
     // an unsupported scale-mode combination is reported as a status, not as zero results
@@ -252,7 +240,7 @@ bool GemmLt::run_block_f8(const void* W, int out, int in, const float* w_scales,
     cublasLtMatmulPreferenceDestroy(pref);
     b.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (b.ok) p.algo = res.algo;
-    if (std::getenv("QT_CUDA_PROFILE"))
+    if (profile_requested())
       std::fprintf(stderr, "lt fp8 block %dx%d n=%d ldy=%d%s: %s\n", out, in, n, ldy, accumulate ? " +=" : "",
                    b.ok ? "cuBLASLt runs it" : "refused (the bf16 decode runs it)");
     it = block_plans_.emplace(key, b).first;

@@ -66,6 +66,10 @@ class GemmLt {
   // less where a caller passes rows inside a buffer, the experts' slices of the MoE FFN).
   // rows: a run_rows plan (its layouts' column count changes per call; kept apart from run's).
   Plan& plan(int out, int in, int n, cudaDataType_t y_type, cudaDataType_t ab_type, int align = 256, bool rows = false);
+  // The heuristic's preference: our workspace, and the operands' alignment where below 256 bytes
+  // (the heuristic otherwise assumes 256-byte aligned operands). The caller destroys it.
+  cublasLtMatmulPreference_t preference(int align) const;
+  static void destroy(Plan& p);  // its descriptor and layouts (those created)
   struct BlockPlan {
     Plan p;
     bool ok = false;

@@ -7,10 +7,12 @@
 
 namespace qt::cuda {
 
-StageProfile::StageProfile() {
+bool profile_requested() {
   const char* e = std::getenv("QT_CUDA_PROFILE");
-  on_ = e && *e && std::string(e) != "0";
+  return e && *e && std::string(e) != "0";
 }
+
+StageProfile::StageProfile() : on_(profile_requested()) {}
 
 StageProfile::~StageProfile() {
   if (!on_) return;

@@ -9,6 +9,10 @@
 
 namespace qt::cuda {
 
+// Whether QT_CUDA_PROFILE asks for the profile (set, non-empty, not "0"): the stage times below and
+// the GEMMs' plan choices.
+bool profile_requested();
+
 class StageProfile {
  public:
   StageProfile();
