@@ -170,24 +170,4 @@ PplResult evaluate_perplexity(GpuModel& m, const std::vector<int32_t>& tokens, c
   return qt::evaluate_perplexity(*s, tokens, opt, progress);
 }
 
-std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids) {
-  if (m.stages() > 1) return pipeline_logits(m, ids);
-  GpuModel::Impl& I = m.impl();
-  const DeviceGuard on(I.device);
-  const int n = int(ids.size()), V = I.cfg.vocab;
-  if (n <= 0) user_error("no tokens to run");
-  I.reserve(1, n, head_rows_for(I.cfg, n));
-  I.forward(ids.data(), 1);
-  I.final_norm_rows(1, 0, n);
-  std::vector<float> out(size_t(n) * V);
-  for (int r0 = 0; r0 < n; r0 += I.head_rows) {
-    const int nr = std::min(I.head_rows, n - r0);
-    I.head(r0, nr);
-    QT_CUDA_CHECK(cudaMemcpyAsync(out.data() + size_t(r0) * V, I.logits.get(), size_t(nr) * V * 4,
-                                  cudaMemcpyDeviceToHost, I.stream));
-    QT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
-  }
-  return out;
-}
-
 }  // namespace qt::cuda

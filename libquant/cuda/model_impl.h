@@ -194,9 +194,8 @@ struct GpuModel::Impl {
 
 // Rows of logits held at once: at most 2 GiB of them.
 int head_rows_for(const ModelConfig& c, int rows);
-// The several-device side of make_scorer and forward_logits (pipeline.cpp).
+// The several-device side of make_scorer (pipeline.cpp).
 std::unique_ptr<ChunkScorer> make_pipeline_scorer(GpuModel& m, int batch);
-std::vector<float> pipeline_logits(GpuModel& m, const std::vector<int32_t>& ids);
 
 // UserError for an id outside 0 … vocab − 1 (before it indexes the embedding on the device).
 void check_token_ids(const int32_t* ids, int64_t n, int vocab);

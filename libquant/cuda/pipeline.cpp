@@ -235,8 +235,9 @@ std::unique_ptr<ChunkScorer> make_pipeline_scorer(GpuModel& m, int batch) {
   return std::make_unique<PipelineScorer>(m, batch);
 }
 
-// One sequence through the stages in turn (no pipelining: one micro-batch).
-std::vector<float> pipeline_logits(GpuModel& m, const std::vector<int32_t>& ids) {
+// One sequence through the stages in turn (one device, or several without pipelining: one
+// micro-batch), then the head slice by slice.
+std::vector<float> forward_logits(GpuModel& m, const std::vector<int32_t>& ids) {
   const int n = int(ids.size()), S = m.stages();
   if (n <= 0) user_error("no tokens to run");
   GpuModel::Impl& last = m.stage(S - 1);
