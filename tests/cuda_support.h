@@ -8,6 +8,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -39,6 +40,11 @@ namespace qt::cudatest {
   } while (0)
 
 inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) { return test::randn(n, seed, scale); }
+inline uint32_t bits_of(float v) {  // a float's bits, for bit-for-bit comparisons
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
 inline float bf16v(float x) { return kernels::bf16_round_value(x); }
 inline float f16v(float x) { return f16_to_f32(f32_to_f16(x)); }
 

@@ -16,12 +16,6 @@ namespace {
 
 using namespace cudatest;
 
-uint32_t bits_of(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  return u;
-}
-
 // Bit for bit, −0 apart from +0.
 void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

@@ -16,12 +16,6 @@ namespace {
 
 using namespace cudatest;
 
-uint32_t bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  return u;
-}
-
 // The activation test's rows: an outlier, a zero token, a zero group, tiny and huge values.
 std::vector<float> test_rows(int rows, int k, uint32_t seed) {
   std::vector<float> x = randn(size_t(rows) * k, seed, 2.0f);
@@ -49,12 +43,12 @@ TEST(CudaFp8Block, GroupCodesEqualTheCpu) {
       for (int g = 0; g < G; ++g) {
         float q[128];
         const float s = quantize_token_fp8(x.data() + size_t(t) * k + g * 128, 128, q);
-        bad += bits(got.s[size_t(g) * rows + t]) != bits(s);
+        bad += bits_of(got.s[size_t(g) * rows + t]) != bits_of(s);
         for (int j = 0; j < 128; ++j) {
           const size_t i = size_t(t) * k + g * 128 + j;
           const float v = e4m3_to_f32(got.q[i]);
-          bad += bits(v) != bits(q[j]) && !(v == 0.0f && q[j] == 0.0f);
-          bad += bits(v * s) != bits(rounded[i]) && !(v * s == 0.0f && rounded[i] == 0.0f);  // the CPU's rounding
+          bad += bits_of(v) != bits_of(q[j]) && !(v == 0.0f && q[j] == 0.0f);
+          bad += bits_of(v * s) != bits_of(rounded[i]) && !(v * s == 0.0f && rounded[i] == 0.0f);  // the CPU's rounding
         }
       }
     EXPECT_EQ(bad, 0u) << "k " << k;

@@ -87,7 +87,9 @@ TEST(CudaMulti, DeviceListsParse) {
   for (const char* bad : {"cuda:", "cuda:0,", "cuda:a", "cuda:0;1", "cuda:,1", "cuda:1234"})
     EXPECT_THROW(cuda::parse_device_list(bad), UserError) << bad;
   EXPECT_THROW(cuda::parse_device_list("cuda:" + std::to_string(cuda::device_count())), UserError);
-  if (cuda::device_count() > 0) EXPECT_EQ(cuda::parse_device_list("cuda:0,0"), (std::vector<int>{0, 0}));
+  if (cuda::device_count() > 0) {
+    EXPECT_EQ(cuda::parse_device_list("cuda:0,0"), (std::vector<int>{0, 0}));
+  }
 }
 
 // The command line: a device the machine does not have, and what the pipeline does not run, are
