@@ -10,7 +10,7 @@
 namespace qt {
 
 void add_kv_flags(CLI::App& sub, KvFlags& f) {
-  sub.add_option("--kv", f.kv, "KV cache method for keys and values (f32, f16, METHOD[:k=v,...])");
+  sub.add_option("--kv", f.kv, "KV cache method for keys and values (f32, f16, bf16, METHOD[:k=v,...])");
   sub.add_option("--kv-k", f.kv_k, "KV method of the keys, METHOD[:bits=B,...] (" + kv::kv_method_names() + ")");
   sub.add_option("--kv-v", f.kv_v, "KV method of the values");
   sub.add_option("--kv-recipe", f.recipe, "per-layer KV methods (JSON, from calibrate --method kv-sensitivity)");

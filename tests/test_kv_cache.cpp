@@ -244,7 +244,7 @@ TEST(QuantCache, Fp16ThroughBothEnginesAgree) {
   std::vector<float> K(200 * 3 * 64), V(K.size()), Q(200 * 9 * 64), a(Q.size()), b(Q.size());
   for (auto* x : {&K, &V, &Q})
     for (float& v : *x) v = nd(g);
-  auto dense = make_f32_kv_cache(s, true);
+  auto dense = make_f32_kv_cache(s, DenseKv::F16);
   KVConfig cfg = uniform_kv_config(1, parse_kv_spec("f16", "k"), parse_kv_spec("f16", "v"));
   auto quant = make_quant_kv_cache(s, cfg);
   for (auto* c : {dense.get(), quant.get()}) {

@@ -74,10 +74,13 @@ class KVCache {
 
 // The full-precision cache: fp32 keys (stored transposed per kv head, so scores are a small
 // GEMM over contiguous key vectors) and fp32 values. Capacity = max_ctx rounded up.
-// `round_f16`: every value is rounded to fp16 on the way in and stored as IEEE half (2 bytes) —
-// the fp16 cache llama.cpp and Hugging Face keep by default, computed by the same fast kernel
-// (which widens the halves exactly on load).
-std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, bool round_f16 = false);
+// F16: every value is rounded to fp16 on the way in and stored as IEEE half (2 bytes) — the fp16
+// cache llama.cpp and Hugging Face keep by default, computed by the same fast kernel (which
+// widens the halves exactly on load). BF16: every value rounded to bf16 and stored in the pair
+// layouts of the AVX512-BF16 attention (attention_bf16.h), which also rounds queries and softmax
+// weights to bf16 — the cache for `--compute bf16`'s all-bf16 forward.
+enum class DenseKv { F32, F16, BF16 };
+std::unique_ptr<KVCache> make_f32_kv_cache(const KVShape& shape, DenseKv kind = DenseKv::F32);
 
 // The quantized cache (quant_cache.cpp): per layer and side a method of the table in codec.h,
 // full-precision windows, `cache` or `decode` visibility. It keeps only codes and each window's

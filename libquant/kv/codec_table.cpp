@@ -301,7 +301,7 @@ const std::vector<Row>& table() {
 }  // namespace
 
 std::string kv_method_names() {
-  std::string s = "f32, f16";
+  std::string s = "f32, f16, bf16";
   for (const Row& r : table()) s += std::string(", ") + r.name;
   return s;
 }

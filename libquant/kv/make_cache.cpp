@@ -16,7 +16,8 @@ std::unique_ptr<KVCache> make_kv_cache(const kv::KVConfig& config, const KVShape
   // logit, so centering (which relies on the softmax ignoring a per-query constant) cannot honour them.
   if (!shape.sinks.empty() && config.key_center)
     user_error("kv cache: key centering cannot honour gpt_oss's attention sinks");
-  std::unique_ptr<KVCache> c = !fp.empty() ? make_f32_kv_cache(shape, fp == "f16") : make_quant_kv_cache(shape, config);
+  const DenseKv dense = fp == "f16" ? DenseKv::F16 : fp == "bf16" ? DenseKv::BF16 : DenseKv::F32;
+  std::unique_ptr<KVCache> c = !fp.empty() ? make_f32_kv_cache(shape, dense) : make_quant_kv_cache(shape, config);
   if (config.key_center) return kv::make_key_centered_cache(std::move(c), config.key_center);
   return c;
 }

@@ -94,6 +94,10 @@ class QuantCache final : public KVCache {
       for (int side = 0; side < 2; ++side) {
         const kv::KVSpec& spec = side == 0 ? c.k[l] : c.v[l];
         SideStore& st = side == 0 ? layers_[l].k : layers_[l].v;
+        if (spec.method == "bf16")  // its layout and kernel belong to the dense cache alone
+          user_error(
+              "--kv bf16 is a whole-cache method: keys and values of every layer (--kv bf16), not mixed with "
+              "other methods");
         st.round_f16 = spec.method != "f32";
         if (!spec.full_precision()) {
           ctx.layer = l;

@@ -60,7 +60,7 @@ KVSpec parse_kv_spec(const std::string& text, const std::string& what) {
 std::string KVConfig::uniform_full_precision() const {
   if (k.empty()) return "";
   const std::string m = k[0].method;
-  if (m != "f32" && m != "f16") return "";
+  if (m != "f32" && m != "f16" && m != "bf16") return "";
   for (auto* side : {&k, &v})
     for (const KVSpec& s : *side)
       if (s.method != m || !s.params.empty()) return "";

@@ -24,8 +24,8 @@ struct KVSpec {
   // A parameter as a number; UserError naming `what` (the flag) when it is not one.
   double number(const std::string& k, double fallback, const std::string& what) const;
   std::string str(const std::string& k, const std::string& fallback) const;
-  // Whether every value is stored at full precision (f32, f16): no codec, no residual window.
-  bool full_precision() const { return method == "f32" || method == "f16"; }
+  // Whether every value is stored at full precision (f32, f16, bf16): no codec, no residual window.
+  bool full_precision() const { return method == "f32" || method == "f16" || method == "bf16"; }
 };
 
 // Parses "METHOD[:k=v,...]"; UserError naming `what` on a malformed spec. The method is not
@@ -47,8 +47,8 @@ struct KVConfig {
   std::shared_ptr<KVStats> stats;               // when set, the quantized cache adds its reconstruction and
                                                 // score errors here (eval-ppl --kv-stats)
 
-  // Every layer, keys and values, at full precision of one kind ("f32" or "f16"): the fast
-  // dense cache serves it. Empty when mixed or quantized.
+  // Every layer, keys and values, at full precision of one kind ("f32", "f16" or "bf16"): the
+  // fast dense cache serves it. Empty when mixed or quantized.
   std::string uniform_full_precision() const;
   // A short description for tables: "k=turboquant_mse:bits=3 v=… (r=0, decode)" or "mixed (recipe)".
   std::string describe() const;

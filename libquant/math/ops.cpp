@@ -198,6 +198,12 @@ void exp_inplace(float* x, int64_t n) { QT_OPS_DISPATCH(exp_span(x, n)); }
 ShareAttention::ShareAttention(int part, int parts) { attention_share = {part, parts}; }
 ShareAttention::~ShareAttention() { attention_share = {}; }
 
+AttentionTasks attention_tasks(int64_t tasks) {
+  const AttentionShare share = attention_share;
+  if (!share.parts) return {0, tasks, true};
+  return {tasks * share.part / share.parts, tasks * (share.part + 1) / share.parts, false};
+}
+
 void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_heads, int n_kv_heads, int head_dim,
                float scale, const AttnLayout& kv, float* out, int64_t out_stride) {
   const KernelLevel lvl = kernel_level();

@@ -100,7 +100,7 @@ void attention(const float* q, int64_t q_stride, int n_q, int first_pos, int n_h
                float scale, const AttnLayout& kv, float* out, int64_t out_stride);
 
 // For a team that already holds the threads (the decode step, llama_decode.cpp): while a
-// ShareAttention lives on a thread, attention() called on that thread computes only slice `part`
+// ShareAttention lives on a thread, attention() (or attention_masked()) called on that thread computes only slice `part`
 // of `parts` of its (head, row block) tasks, on that thread, instead of forking a team over all
 // of them; each thread of the team calls it with its own part, and together they write every
 // head once. The same bits per head as the forking call.
@@ -111,6 +111,14 @@ class ShareAttention {
   ShareAttention(const ShareAttention&) = delete;
   ShareAttention& operator=(const ShareAttention&) = delete;
 };
+// The tasks [begin, end) of `tasks` an attention kernel runs on the calling thread: all of them
+// with `fork` set (spread them over a team), or this thread's contiguous slice under a
+// ShareAttention (no team of its own). Every attention kernel takes its tasks from here.
+struct AttentionTasks {
+  int64_t begin = 0, end = 0;
+  bool fork = true;
+};
+AttentionTasks attention_tasks(int64_t tasks);
 
 // The same attention with Gemma's two changes, for the layers that need them: scores
 // s = q·k · scale are soft-capped (softcap · tanh(s / softcap), when softcap > 0), and a query

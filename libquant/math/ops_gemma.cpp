@@ -75,8 +75,9 @@ void attention_masked(const float* q, int64_t q_stride, int n_q, int first_pos, 
                       int64_t out_stride, const float* sinks) {
   const int group = n_heads / n_kv_heads;
   const int64_t tasks = int64_t(n_q) * n_heads;
-#pragma omp parallel for schedule(dynamic, 4) if (tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
+  const AttentionTasks slice = attention_tasks(tasks);
+#pragma omp parallel for schedule(dynamic, 4) if (tasks > 1 && slice.fork)
+  for (int64_t t = slice.begin; t < slice.end; ++t) {
     thread_local std::vector<float> s;
     const int i = int(t / n_heads), h = int(t % n_heads);
     const int pos = first_pos + i;

@@ -140,7 +140,7 @@ void LlamaModel::forward_token(int32_t token, int pos, KVCache& cache, float* lo
   };
   // The dense caches' attend only reads the cache (ops::attention), so every thread may call it
   // for its own heads; a quantized cache may keep scratch state, so one thread runs it whole.
-  const bool shared_attend = cache.name() == "f16" || cache.name() == "f32";
+  const bool shared_attend = cache.name() == "f16" || cache.name() == "f32" || cache.name() == "bf16";
   team([&](int t, int T, float* xn) {
     for (int l = 0; l < c.n_layers; ++l) {
       before_attention(l, t, T, xn);
