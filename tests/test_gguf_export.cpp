@@ -34,6 +34,7 @@
 #include "formats/ggml_quantize.h"
 #include "formats/gguf.h"
 #include "formats/tokenizer/tokenizer.h"
+#include "tests/gguf_compare.h"
 #include "tests/support.h"
 
 namespace qt {
@@ -161,30 +162,6 @@ void expect_same_metadata(const GgufFile& got, const GgufFile& want, const std::
   }
 }
 
-void expect_same_tensors(const GgufFile& got, const GgufFile& want, const std::string& what) {
-  EXPECT_EQ(got.tensors().size(), want.tensors().size()) << what;
-  EXPECT_EQ(got.alignment(), want.alignment()) << what;
-  for (auto& w : want.tensors()) {
-    const GgufTensorInfo* t = got.find_tensor(w.name);
-    if (!t) {
-      ADD_FAILURE() << what << ": missing tensor " << w.name;
-      continue;
-    }
-    EXPECT_EQ(t->ne, w.ne) << what << ": " << w.name;
-    EXPECT_EQ(int(t->type), int(w.type)) << what << ": " << w.name;
-    ASSERT_EQ(t->nbytes, w.nbytes) << what << ": " << w.name;
-    if (w.name == "rope_freqs.weight") {
-      // convert_hf_to_gguf.py computes the llama3 divisors in float32 torch, we in double: the
-      // last bit may differ (the golden's are the float64 ones rounded once).
-      std::vector<float> a = got.dequantize(*t), b = want.dequantize(w);
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(a[i], b[i], 1e-6 * std::fabs(b[i])) << what << ": rope_freqs " << i;
-      continue;
-    }
-    EXPECT_EQ(std::memcmp(t->data, w.data, w.nbytes), 0) << what << ": bytes of " << w.name;
-  }
-}
-
 TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
   const std::string tmp = test::temp_dir("gguf_export_tiny");
   const std::pair<const char*, const char*> cases[] = {
@@ -202,7 +179,7 @@ TEST(GgufExport, TinyModelsAreWhatGgufPyWrites) {
     expect_same_metadata(got, want, what);
     // The tiny models have no tokenizer: no key beyond the golden's.
     EXPECT_EQ(got.metadata().size(), want.metadata().size()) << what;
-    expect_same_tensors(got, want, what);
+    test::expect_same_tensors(got, want, what);
   }
 }
 
@@ -242,7 +219,7 @@ TEST(GgufExport, KQuantsEqualLlamaQuantize) {
               std::string::npos)
         << log;
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
-    expect_same_tensors(got, want, type);
+    test::expect_same_tensors(got, want, type);
     EXPECT_EQ(int(got.find_tensor("blk.0.ffn_down.weight")->type), int(fallback)) << type;
     EXPECT_EQ(want.metadata().at("general.file_type").i, int64_t(ftype)) << type;
     EXPECT_EQ(got.metadata().at("general.file_type").i, int64_t(ftype)) << type;
@@ -287,7 +264,7 @@ TEST(GgufExport, KMixesEqualLlamaQuantize) {
         0)
         << log;
     GgufFile got = GgufFile::open(out), want = GgufFile::open(golden(std::string("kq.") + type + ".gguf"));
-    expect_same_tensors(got, want, type);
+    test::expect_same_tensors(got, want, type);
     EXPECT_EQ(got.metadata().at("general.file_type").i, want.metadata().at("general.file_type").i) << type;
     const std::string t = type;
     if (t == "q4_k_m" || t == "q5_k_m" || t == "q3_k_m")
@@ -315,7 +292,7 @@ TEST(GgufExport, TensorTypeEqualsLlamaQuantize) {
       0)
       << log;
   EXPECT_NE(log.find("(6 set by --tensor-type)"), std::string::npos) << log;
-  expect_same_tensors(GgufFile::open(out), GgufFile::open(golden("kq.q4_k_m.tensor-type.gguf")), "tensor-type");
+  test::expect_same_tensors(GgufFile::open(out), GgufFile::open(golden("kq.q4_k_m.tensor-type.gguf")), "tensor-type");
   QT_REQUIRE_FILE(test::model_gguf());
   expect_smollm2_types("--gguf-type q4_k_m --tensor-type 'blk\\.[0-3]\\.attn_v=q8_0' --tensor-type token_embd=q6_k",
                        "smollm2.q4_k_m.tensor-type.types.txt", tmp + "/smol.gguf");
