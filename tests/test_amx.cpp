@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,6 +112,41 @@ TEST_F(AmxLevel, Int8LinearTakesTheTilesAndMatchesAvx512) {
   set_kernel_level(KernelLevel::AVX512);
   make_packed_linear(pt, nullptr)->forward(x.data(), m, b.data());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+// q/k/v and gate/up read one x: forward_shared_input takes the tiles once for all of them (one
+// quantization, one loop) and must give each Linear its own forward()'s bits — here against the
+// AVX-512 kernel, per channel and with groups whose k runs in several chunks.
+TEST_F(AmxLevel, Int8SharedInputMatchesOneAtATime) {
+  QT_REQUIRE_AMX();
+  for (int group : {0, 64}) {
+    const int64_t m = 70, k = 1536;
+    const int64_t ns[3] = {160, 48, 33};
+    auto x = test::randn(size_t(m * k), 11);
+    std::vector<PackedTensor> pts;
+    for (int i = 0; i < 3; ++i) {
+      auto w = test::randn(size_t(ns[i] * k), 20 + uint32_t(i), 0.05f);
+      pts.push_back(quantize_weights(w.data(), ns[i], k, test::scheme_params("int8", 8, group)));
+    }
+    std::vector<std::vector<float>> got(3), want(3);
+    set_kernel_level(KernelLevel::AMX);
+    std::vector<std::unique_ptr<Linear>> amx;
+    for (int i = 0; i < 3; ++i) amx.push_back(make_packed_linear(pts[size_t(i)], nullptr));
+    const Linear* ls[3] = {amx[0].get(), amx[1].get(), amx[2].get()};
+    float* ys[3];
+    for (int i = 0; i < 3; ++i) {
+      got[size_t(i)].assign(size_t(m * ns[i]), -7.0f);
+      ys[i] = got[size_t(i)].data();
+    }
+    forward_shared_input(ls, 3, x.data(), m, ys);
+    set_kernel_level(KernelLevel::AVX512);
+    for (int i = 0; i < 3; ++i) {
+      want[size_t(i)].resize(size_t(m * ns[i]));
+      make_packed_linear(pts[size_t(i)], nullptr)->forward(x.data(), m, want[size_t(i)].data());
+      EXPECT_EQ(std::memcmp(got[size_t(i)].data(), want[size_t(i)].data(), want[size_t(i)].size() * 4), 0)
+          << "group " << group << " matrix " << i;
+    }
+  }
 }
 
 struct Bf16Case {

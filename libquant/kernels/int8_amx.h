@@ -14,9 +14,10 @@ namespace qt::kernels {
 inline bool int8_amx_supports(int64_t group_len) { return group_len > 0 && group_len % 64 == 0; }
 
 // y[m, n] = x[m, k] quantized per token (quantize_token_u8_vnni) times W; OpenMP over work items of
-// 32-token blocks × pairs of panels. Needs kernel level AMX and int8_amx_supports(w.gl).
+// row pairs × panel pairs (gemm_amx_int8.cpp). Needs kernel level AMX and int8_amx_supports(w.gl).
 void gemm_int8_amx_f32(const Int8Vnni& w, const float* x, int64_t m, float* y);
-// The GEMM on quantized activations: au = the codes + 128 as bytes, sx their scales.
-void gemm_u8_amx(const Int8Vnni& w, const uint8_t* au, const float* sx, int64_t m, float* y);
+// gemm_int8_amx_f32 for count matrices of one k that read the same x (q/k/v, gate/up): x quantized
+// once, one OpenMP loop over all their work items; ys[i] gets gemm_int8_amx_f32's bits.
+void gemm_int8_amx_f32_shared(const Int8Vnni* const* ws, int count, const float* x, int64_t m, float* const* ys);
 
 }  // namespace qt::kernels

@@ -84,7 +84,7 @@ class IntLinear final : public Linear {
     if (m <= 0) return;
     if (act_ == ActMode::None) {
       forward_float(x, m, y);
-    } else if (amx_ && m >= kAmxMinTokens) {
+    } else if (uses_amx(m)) {
       kernels::gemm_int8_amx_f32(vnni_, x, m, y);
     } else if (!vnni_.panels.empty()) {
       kernels::gemm_int8_vnni_f32(vnni_, x, m, y);
@@ -106,16 +106,25 @@ class IntLinear final : public Linear {
         for (int64_t n = 0; n < n_; ++n) y[t * n_ + n] += bias_[size_t(n)];
   }
 
-  // q/k/v or gate/up on the VNNI path: one quantization of x, one OpenMP loop (int8_vnni.h).
+  // q/k/v or gate/up on the AMX or the VNNI path: one quantization of x, one OpenMP loop (int8_amx.h,
+  // int8_vnni.h).
   bool forward_shared(const Linear* const* ls, int count, const float* x, int64_t m, float* const* ys) const override {
     if (count < 2 || count > 4 || m <= 0) return false;
     const kernels::Int8Vnni* ws[4];
+    int amx = 0, vnni = 0;
     for (int i = 0; i < count; ++i) {
       const auto* l = dynamic_cast<const IntLinear*>(ls[i]);
-      if (!l || !l->uses_vnni(m) || !l->bias_.empty() || l->k_ != k_) return false;
+      if (!l || !l->bias_.empty() || l->k_ != k_) return false;
+      amx += l->uses_amx(m);
+      vnni += l->uses_vnni(m);
       ws[i] = &l->vnni_;
     }
-    kernels::gemm_int8_vnni_f32_shared(ws, count, x, m, ys);
+    if (amx == count)
+      kernels::gemm_int8_amx_f32_shared(ws, count, x, m, ys);
+    else if (vnni == count)
+      kernels::gemm_int8_vnni_f32_shared(ws, count, x, m, ys);
+    else
+      return false;
     return true;
   }
 
@@ -171,10 +180,9 @@ class IntLinear final : public Linear {
   }
 
  private:
-  // Whether forward() takes gemm_int8_vnni_f32 at m tokens.
-  bool uses_vnni(int64_t m) const {
-    return act_ != ActMode::None && !(amx_ && m >= kAmxMinTokens) && !vnni_.panels.empty();
-  }
+  // Whether forward() takes gemm_int8_amx_f32 / gemm_int8_vnni_f32 at m tokens.
+  bool uses_amx(int64_t m) const { return act_ != ActMode::None && amx_ && m >= kAmxMinTokens; }
+  bool uses_vnni(int64_t m) const { return act_ != ActMode::None && !uses_amx(m) && !vnni_.panels.empty(); }
   int8_t code(int64_t n, int64_t k) const { return vnni_.panels.empty() ? qp_[n * k_ + k] : vnni_.code(n, k); }
   float scale(int64_t n, int64_t g) const { return s_[size_t(n * ng_ + g)]; }
 

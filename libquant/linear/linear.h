@@ -64,7 +64,7 @@ std::unique_ptr<Linear> make_dense_linear(const Tensor& w, const float* bias, Co
 
 // ys[i] = x · W_iᵀ for count Linears that read the same x (q/k/v, gate/up): through
 // ls[0]->forward_shared where their kind shares the work (dense Linears of one kernel family,
-// int8 VNNI Linears), else one forward() after another. Each ys[i] gets its forward()'s bits.
+// int8 VNNI or AMX Linears), else one forward() after another. Each ys[i] gets its forward()'s bits.
 void forward_shared_input(const Linear* const* ls, int count, const float* x, int64_t n, float* const* ys);
 
 // make_dense_linear's driver (dense_linear.cpp) over the kernel families of libquant/kernels/gemm.h.
