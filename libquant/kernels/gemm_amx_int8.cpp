@@ -106,7 +106,8 @@ QT_AMX_AVX512 void epilogue(const Int8Vnni& w, int64_t p0, int panels, int64_t g
     const __mmask16 mask = q == panels - 1 ? last_mask : __mmask16(0xFFFF);
     for (int r = 0; r < rows; ++r) {
       const int i = r * kPanels * 16 + 16 * q;
-      const __m512 d = _mm512_mul_ps(sw, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(acc + i), cs)));
+      const __m512 d =
+          _mm512_mul_ps(sw, _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_sub_epi32(_mm512_load_si512(acc + i), cs)));
       const __m512 s = _mm512_add_ps(g == 0 ? _mm512_setzero_ps() : _mm512_load_ps(sum + i), d);
       if (last)
         _mm512_mask_storeu_ps(y + r * ldy + (p0 + q) * 16, mask, _mm512_mul_ps(_mm512_set1_ps(sx[r]), s));
