@@ -193,7 +193,11 @@ void attention_bf16(const float* q, int64_t q_stride, int n_q, int first_pos, in
                     float scale, const Bf16Layout& kv, float* out, int64_t out_stride, float softcap, int window,
                     const float* sinks) {
   const bool plain = softcap <= 0 && window <= 0 && !sinks;
-  if (plain && D % 16 == 0 && kernel_level() >= KernelLevel::AVX512 && cpu_features().avx512_bf16)
+  // The tiles where VDPBF16PS is the fast dot (Zen 4: twice the fp32 FMA's flops); the Xeons with
+  // AMX issue it at a third of the FMA rate (results/bench.md, `bench --peak`), so there the fp32
+  // kernels on the widened values are faster.
+  const bool fast_dot = kernel_level() == KernelLevel::AVX512 && cpu_features().avx512_bf16 && !cpu_features().amx_bf16;
+  if (plain && D % 16 == 0 && fast_dot)
     return attention_tiles(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, D, scale, kv, out, out_stride);
   attention_widened(q, q_stride, n_q, first_pos, n_heads, n_kv_heads, D, scale, kv, out, out_stride, softcap, window,
                     sinks);

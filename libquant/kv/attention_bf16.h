@@ -8,10 +8,11 @@
 //
 // What is rounded: the cached K and V (on append), the queries and the softmax weights P, each to
 // bf16 (round to nearest even, denormals flushed, as kernels/bf16.h); scores, the softmax and the
-// output accumulate in fp32. That is what the AVX512-BF16 kernel computes; without AVX512-BF16,
-// with a head dimension that is not a multiple of 16, or on a masked layer (soft-cap, sliding
-// window, sinks), the values are widened (exactly) into the fp32 cache's layout and ops::attention
-// (or attention_masked) runs on them with bf16-rounded queries and unrounded P.
+// output accumulate in fp32. That is what the AVX512-BF16 kernel computes; without AVX512-BF16, on
+// CPUs with AMX (whose VDPBF16PS runs at a third of the FMA rate), with a head dimension that is not
+// a multiple of 16, or on a masked layer (soft-cap, sliding window, sinks), the values are widened
+// (exactly) into the fp32 cache's layout and ops::attention (or attention_masked) runs on them with
+// bf16-rounded queries and unrounded P.
 #pragma once
 #include <cstdint>
 
