@@ -1,18 +1,23 @@
 // The fused attention kernel (attention_fused.h). Layout of the work, after FlashAttention-2's
 // forward (Dao 2023, Algorithm 1, and the tile loop of Dao-AILab/flash-attention's
 // csrc/flash_attn/src/flash_fwd_kernel.h), written here with raw mma.sync / ldmatrix / cp.async:
-//   - a block of kWarps warps owns kM·16·kWarps queries of one (chunk, head); each warp owns kM
-//     16-row MMA tiles of them, so every key or value fragment read from shared memory feeds kM MMAs;
+//   - a block of kWarps warps owns kP query positions of kHeads query heads of one chunk (kHeads > 1:
+//     heads that share a kv head, so each K and V tile copied feeds all of them); each warp owns kM
+//     16-row MMA tiles of one head, so every key or value fragment read from shared memory feeds kM
+//     MMAs;
 //   - key and value tiles of kN keys are copied global → shared with cp.async, double buffered:
-//     the next tile's copy runs under this tile's MMAs;
-//   - S = Q·Kᵀ (m16n8k16, f16 in, fp32 accumulate) stays in registers; scale, soft-cap and the
-//     causal / sliding-window mask apply there; the running row max m and sum l are fp32, the
-//     output accumulator is rescaled by exp(m_old − m_new) when the max grows;
-//   - P = exp(S − m) is rounded to f16 in registers — the MMA's C fragment of S is laid out as
-//     the A fragment of P·V needs it — and O += P·V (V fragments by ldmatrix.trans);
+//     the next tile's copy runs under this tile's MMAs; one barrier per tile;
+//   - S = Q·Kᵀ (m16n8k16, f16 in, fp32 accumulate) stays in registers; the causal mask applies on
+//     the tiles that cross a warp's diagonal only, scale, soft-cap and the sliding window (a second
+//     instantiation) where the model has them; the running row max m and sum l are fp32, the
+//     output accumulator is rescaled by exp(m_old − m_new) when some max of the warp grew;
+//   - P = exp(S − m), one FFMA and one exp2 per score, is rounded to f16 in registers — the MMA's
+//     C fragment of S is laid out as the A fragment of P·V needs it — and O += P·V (V fragments
+//     by ldmatrix.trans);
 //   - at the end O / l is written once, fp32.
 // Rows of shared memory are padded by 8 halves (16 bytes), so the 8 rows one ldmatrix reads fall
-// in distinct bank groups.
+// in distinct bank groups. At hd 128, 4 warps × kM 2 take 255 registers without spilling (the
+// causal-only instantiation carries no soft-cap, window or sink state); check with -Xptxas -v.
 #include <cstdint>
 
 #include "libquant/cuda/attention_fused.h"
@@ -23,9 +28,6 @@ namespace {
 
 constexpr int kPad = 8;  // halves of padding per shared row
 constexpr float kLog2e = 1.4426950408889634f;
-#ifndef QT_ATTN_DEFAULT_TILE
-#define QT_ATTN_DEFAULT_TILE 2
-#endif
 
 struct Params {
   const __half *q, *k, *v;
@@ -244,7 +246,7 @@ struct Block {
     // key tiles [t_lo, t_hi]: from the oldest key the first query's window reaches to the last query
     t_lo = (window > 0 ? max(0, q0 - window + 1) : 0) / kN;
     t_hi = (min(q0 + kP, p.T) - 1) / kN;
-    t_diag = (q0 + 1) / kN;  // causal: tiles before t_diag lie wholly at or before the first query
+    t_diag = (q0 + 1) / kN;            // causal: tiles before t_diag lie wholly at or before the first query
     wq0 = q0 + warp % kWph * 16 * kM;  // this warp's rows: wq0 … w_last
     w_last = min(wq0 + 16 * kM - 1, p.T - 1);
   }
@@ -375,12 +377,14 @@ void fused_attention(const __half* q, const __half* k, const __half* v, float* o
   if (!fused_attention_fits(hd) || nkv <= 0 || nh % nkv != 0)
     throw std::logic_error("fused_attention: head dim 64 or 128 and whole groups of query heads only");
   const Params p{q, k, v, out, sinks, T, nh / nkv, nh * hd, nkv * hd, window, scale, softcap, scale * kLog2e};
-  if (tile == 0) tile = QT_ATTN_DEFAULT_TILE;
   if (hd == 64) {
     if (tile == 1) return launch_any<64, 4, 1, 64>(p, chunks, nh, s);
     if (tile == 3) return launch_any<64, 4, 2, 32>(p, chunks, nh, s);
     return launch_any<64, 4, 2, 64>(p, chunks, nh, s);
   }
+  // Default: two query heads of one kv head a block where the heads come in pairs (fastest at
+  // both ctx 512 and 4096 on an H100, results/cuda.md), else 128 positions of one head.
+  if (tile == 0) tile = p.group % 2 == 0 ? 5 : 2;
   if (tile == 1) return launch_any<128, 4, 1, 64>(p, chunks, nh, s);
   if (tile == 3) return launch_any<128, 4, 2, 32>(p, chunks, nh, s);
   if (tile == 4 && p.group % 4 == 0) return launch_any<128, 8, 2, 64, 4>(p, chunks, nh, s);
