@@ -227,8 +227,9 @@ __device__ __forceinline__ void pv(const float (&s)[kM][kN / 8][4], const __half
 // Where one block works: grid (query blocks, heads / kHeads, chunks), heads fastest (the query heads
 // of one kv head run side by side and share its K and V in L2), the latest query blocks (the most
 // keys) first, chunk by chunk. kHeads > 1: the block takes kHeads query heads of one kv head over
-// the same kP positions, kWarps / kHeads warps a head, so every K and V tile it copies feeds kHeads
-// times the rows (half or a quarter of the L2 → shared traffic of one head's 128 rows).
+// the same kP positions, kWarps / kHeads warps a head, so every K and V tile it copies feeds all
+// their rows, and those rows span kP positions instead of kHeads·kP: fewer warps sit out the tiles
+// on the causal diagonal.
 template <int D, int kWarps, int kM, int kN, int kHeads>
 struct Block {
   static constexpr int kWph = kWarps / kHeads, kP = kWph * 16 * kM;  // warps a head, positions a block
@@ -246,7 +247,8 @@ struct Block {
     // key tiles [t_lo, t_hi]: from the oldest key the first query's window reaches to the last query
     t_lo = (window > 0 ? max(0, q0 - window + 1) : 0) / kN;
     t_hi = (min(q0 + kP, p.T) - 1) / kN;
-    t_diag = (q0 + 1) / kN;            // causal: tiles before t_diag lie wholly at or before the first query
+    // causal: tiles before t_diag lie wholly at or before the first query
+    t_diag = (q0 + 1) / kN;
     wq0 = q0 + warp % kWph * 16 * kM;  // this warp's rows: wq0 … w_last
     w_last = min(wq0 + 16 * kM - 1, p.T - 1);
   }
