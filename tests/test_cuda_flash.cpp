@@ -88,6 +88,29 @@ TEST(Cuda, FusedAttentionMatchesMaterialised) {
       }
 }
 
+// Every block shape of the kernel (attention_fused.h's tile numbers) on partial query blocks and
+// key tiles (T = 300), grouped heads (four per kv head: the packed tiles take them), causal alone
+// and, on the general kernel, with a window, then also with a soft-cap and sinks.
+TEST(Cuda, FusedAttentionTilesAgree) {
+  QT_REQUIRE_GPU();
+  const int B = 2, T = 300, nh = 8, nkv = 2, hd = 128;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const auto q = randn(size_t(B) * T * nh * hd, 41, 2.0f), k = randn(size_t(B) * T * nkv * hd, 42, 2.0f);
+  const auto v = randn(size_t(B) * T * nkv * hd, 43);
+  for (int mode = 0; mode < 3; ++mode) {
+    const int window = mode > 0 ? 45 : 0;
+    const float cap = mode == 2 ? 4.0f : 0.0f;
+    const std::vector<float> sinks = mode == 2 ? randn(nh, 44, 2.0f) : std::vector<float>{};
+    const auto ref = host_attention(q, k, v, B, T, nh, nkv, hd, scale, window, cap, sinks);
+    for (int tile : {1, 2, 3, 4, 5}) {
+      const auto got = cuda::testing::attention(q, k, v, B, T, nh, nkv, hd, scale, true, window, cap, sinks, tile);
+      const double e = worst(got, ref);
+      std::printf("fused attention tile %d mode %d: |fused - ref| %.2e\n", tile, mode, e);
+      EXPECT_LT(e, 4e-3) << "tile " << tile << " mode " << mode;
+    }
+  }
+}
+
 // A sink far above every score takes the whole row: the output goes to zero.
 TEST(Cuda, FusedAttentionSinkTakesTheRow) {
   QT_REQUIRE_GPU();
@@ -145,12 +168,13 @@ TEST(Cuda, FusedAttentionModelPerplexity) {
 }
 
 // Speed at the 8B shape (32 query heads, 8 kv heads, hd 128): device ms of the fused kernel's
-// tiles and of the materialised path, at ctx 512 and 4096 (printed; nothing asserted).
+// tiles (0: the default) and of the materialised path, at ctx 512 and 4096 (printed; nothing
+// asserted).
 TEST(Cuda, FusedAttentionTiming) {
   QT_REQUIRE_GPU();
   for (auto [B, T] : {std::pair{32, 512}, std::pair{4, 4096}}) {
     const double flop = 4.0 * B * 32 * (double(T) * (T + 1) / 2) * 128;  // Q·Kᵀ and P·V over the causal half
-    for (int tile : {-1, 0, 1, 2, 3}) {
+    for (int tile : {-1, 0, 1, 2, 3, 4, 5}) {
       const float ms = cuda::testing::attention_ms(B, T, 32, 8, 128, tile, 5);
       std::printf("attention timing B %d T %d tile %2d: %.3f ms, %.0f TFLOP/s (causal)\n", B, T, tile, ms,
                   flop / (ms * 1e-3) / 1e12);

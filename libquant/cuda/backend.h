@@ -125,10 +125,11 @@ std::vector<float> swiglu(const std::vector<float>& gu, int n, int F);
 std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const std::vector<float>& x, int n);
 // Causal attention of B chunks of T tokens; q [B·T, nh·hd], k/v [B·T, nkv·hd] rounded to f16;
 // fused or materialised (Attention's choice where the fused kernel does not apply), with a
-// sliding window, soft-cap and per-head sink logits (fused only) where given.
+// sliding window, soft-cap and per-head sink logits (fused only) where given; tile ≠ 0: the fused
+// kernel's block shape of that number (attention_fused.h) instead of the default.
 std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                              int B, int T, int nh, int nkv, int hd, float scale, bool fused = true, int window = 0,
-                             float softcap = 0, const std::vector<float>& sinks = {});
+                             float softcap = 0, const std::vector<float>& sinks = {}, int tile = 0);
 // Device milliseconds per call of the fused kernel (tile: attention_fused.h; 0 the default) and,
 // tile −1, of the materialised path, on random q, k, v of the shape: the mean of `reps` calls.
 float attention_ms(int B, int T, int nh, int nkv, int hd, int tile, int reps);

@@ -57,7 +57,7 @@ std::vector<float> rope_split(const std::vector<float>&, int, int, int, int, int
 std::vector<float> swiglu(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_bf16(const std::vector<float>&, int, int, const std::vector<float>&, int) { no_cuda(); }
 std::vector<float> attention(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int, int,
-                             int, int, int, float, bool, int, float, const std::vector<float>&) {
+                             int, int, int, float, bool, int, float, const std::vector<float>&, int) {
   no_cuda();
 }
 float attention_ms(int, int, int, int, int, int, int) { no_cuda(); }

@@ -88,9 +88,14 @@ std::vector<float> gemm_bf16(const std::vector<float>& w, int out, int in, const
 
 std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                              int B, int T, int nh, int nkv, int hd, float scale, bool fused, int window, float softcap,
-                             const std::vector<float>& sinks) {
+                             const std::vector<float>& sinks, int tile) {
   DeviceBuffer dq = up_f16(q), dk = up_f16(k), dv = up_f16(v), out(size_t(B) * T * nh * hd * 4);
   DeviceBuffer ds = sinks.empty() ? DeviceBuffer() : up(sinks);
+  if (tile != 0) {
+    fused_attention(dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>(), B, T, nh, nkv, hd, scale,
+                    nullptr, window, softcap, ds.get<float>(), tile);
+    return down<float>(out, size_t(B) * T * nh * hd);
+  }
   Attention a(fused);
   a.bind(B, T, nh, nkv, hd, dq.get<__half>(), dk.get<__half>(), dv.get<__half>(), out.get<float>());
   a.run(B, scale, nullptr, window, softcap, ds.get<float>());
