@@ -40,10 +40,7 @@ GemvResult run_gemv_bench(const KernelColumn& c, int64_t n, int64_t k, size_t mi
       bytes += lins.back()->weight_bytes();
     }
   } else {
-    SchemeParams p;
-    p.scheme = c.scheme;
-    p.bits = c.bits;
-    p.group_size = c.group;
+    const SchemeParams p = scheme_of(c);
     if (!scheme_fits(p, n, k)) return r;
     const PackedTensor packed = quantize_weights(w.data(), n, k, p);
     PackedLinearOptions o;

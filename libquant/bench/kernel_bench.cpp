@@ -21,19 +21,27 @@ std::vector<KernelColumn> default_kernel_columns() {
       {"w4a8", "int4", 4, 0, false, false},
       {"affine8-g64", "affine", 8, 64, false, false},
       {"affine4-g64", "affine", 4, 64, false, false},
+      {"affine8-g64-bf16", "affine", 8, 64, false, false, DType::BF16},
+      {"affine4-g64-bf16", "affine", 4, 64, false, false, DType::BF16},
       {"nf4-b64", "nf4", 4, 64, false, false},
       {"w8a8-fp-act", "int8", 8, 0, false, true},
   };
+}
+
+SchemeParams scheme_of(const KernelColumn& c) {
+  SchemeParams p;
+  p.scheme = c.scheme;
+  p.bits = c.bits;
+  p.group_size = c.group;
+  p.dtype = c.dtype;
+  return p;
 }
 
 namespace {
 
 std::unique_ptr<Linear> build(const KernelColumn& c, const std::vector<float>& w, int64_t n, int64_t k) {
   if (c.scheme.empty()) return make_dense_linear(w.data(), n, k, nullptr, c.bf16 ? Compute::BF16 : Compute::F32);
-  SchemeParams p;
-  p.scheme = c.scheme;
-  p.bits = c.bits;
-  p.group_size = c.group;
+  const SchemeParams p = scheme_of(c);
   if (!scheme_fits(p, n, k)) return nullptr;
   PackedLinearOptions o;
   if (c.fp_activations) o.act = ActMode::None;

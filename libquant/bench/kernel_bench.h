@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "libquant/schemes/scheme.h"
+
 namespace qt::bench {
 
 struct KernelColumn {
@@ -15,8 +17,11 @@ struct KernelColumn {
   int bits = 0, group = 0;
   bool bf16 = false;            // dense bf16
   bool fp_activations = false;  // integer schemes without activation quantization (decode path)
+  DType dtype = DType::F32;     // scales and biases as stored (BF16: what convert writes from a bf16 model)
 };
 std::vector<KernelColumn> default_kernel_columns();
+// The quantization parameters of a scheme column.
+SchemeParams scheme_of(const KernelColumn& c);
 
 struct KernelCell {
   double best_s = 0;  // seconds per forward; 0 when the column cannot run here

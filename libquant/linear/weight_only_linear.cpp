@@ -37,6 +37,11 @@ namespace {
 
 using namespace schemes_detail;
 
+// GCC 12 reports its own AVX-512 intrinsics' undefined-vector idiom (cvtepu8, srli, reduce) as
+// uninitialised once they are inlined into the functions below.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // fp32 -> bf16 -> fp32 with round-to-nearest-even on 16 lanes (finite values; as f32_to_bf16).
 __attribute__((target("avx512f,avx512bw"))) inline __m512 round_bf16_16(__m512 v) {
   __m512i u = _mm512_castps_si512(v);
@@ -82,6 +87,56 @@ __attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8
     _mm512_storeu_ps(out + j, v);
   }
 }
+// The 16 codes at element j of a row of 4- or 8-bit codes, widened to 32-bit lanes.
+template <int kBits>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i codes_16(const uint8_t* row, int64_t j) {
+  __m128i codes;
+  if constexpr (kBits == 8) {
+    codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j));
+  } else {  // element 2i is the low nibble of byte i
+    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j / 2));
+    codes = _mm_unpacklo_epi8(_mm_and_si128(raw, _mm_set1_epi8(0x0f)),
+                              _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+  }
+  return _mm512_cvtepu8_epi32(codes);
+}
+
+// decode_group_avx512's weights for the codes q: q·s, then + b, each rounded to bf16 when `bf16`.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 affine_of(__m512 q, __m512 vs, __m512 vb,
+                                                                                   bool bf16) {
+  __m512 w = _mm512_mul_ps(q, vs);
+  if (bf16) w = round_bf16_16(w);
+  w = _mm512_add_ps(w, vb);
+  if (bf16) w = round_bf16_16(w);
+  return w;
+}
+
+// One token against one affine row without the decoded row going through memory, in dot_avx512's
+// order (two accumulators over steps of 32, the same reduction), so the result has the bits of
+// decode_row + dot_avx512 (g a multiple of 32). 4-bit groups decode their 16 possible weights once
+// (the same arithmetic per code) and look the codes up in them (VPERMPS); 8-bit ones compute each.
+template <int kBits>
+__attribute__((target("avx512f,avx512bw,fma"))) float dot_affine_avx512(const uint8_t* row, int64_t k, int64_t g,
+                                                                        const float* scales, const float* biases,
+                                                                        bool bf16, const float* x) {
+  const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (int64_t j0 = 0; j0 < k; j0 += g) {
+    const __m512 vs = _mm512_set1_ps(scales[j0 / g]), vb = _mm512_set1_ps(biases[j0 / g]);
+    const __m512 table = affine_of(iota, vs, vb, bf16);
+    auto w16 = [&](int64_t j) {
+      if constexpr (kBits == 4) return _mm512_permutexvar_ps(codes_16<4>(row, j), table);
+      return affine_of(_mm512_cvtepi32_ps(codes_16<8>(row, j)), vs, vb, bf16);
+    };
+    for (int64_t i = j0; i < j0 + g; i += 32) {
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), w16(i), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), w16(i + 16), acc1);
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+#pragma GCC diagnostic pop
+
 // The same functions on 8 lanes for AVX2 machines (bits 4 and 8, g a multiple of 8).
 __attribute__((target("avx2"))) inline __m256 round_bf16_8(__m256 v) {
   __m256i u = _mm256_castps_si256(v);
@@ -356,6 +411,17 @@ class WeightOnlyLinear final : public Linear {
           [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
             kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
           });
+    }
+    if (fast_decode_ && m == 1 && g % 32 == 0 && kernel_level() >= KernelLevel::AVX512) {  // decode: one token
+      const int64_t row_bytes = k_ * bits_ / 8;
+      const bool bf16 = w_.params.dtype == DType::BF16;
+      auto dot = bits_ == 8 ? dot_affine_avx512<8> : dot_affine_avx512<4>;
+#pragma omp parallel for schedule(dynamic, 32) if (n_ * k_ > (1 << 16))
+      for (int64_t n = 0; n < n_; ++n)
+        y[n] = dot(w_.data.data + n * row_bytes, k_, g, scales_.data() + n * groups_, biases_.data() + n * groups_,
+                   bf16, x) +
+               (bias_.empty() ? 0.0f : bias_[size_t(n)]);
+      return;
     }
     if (fast_decode_ && kernel_level() == KernelLevel::AVX2) {
       const int64_t g = w_.params.group_size, row_bytes = k_ * bits_ / 8;
