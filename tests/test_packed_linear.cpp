@@ -292,27 +292,33 @@ TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
     for (int64_t m : {4, 40}) check_case(p, Shape{70, 384}, m, qt::Compute::BF16, ActMode::Default, true);
 }
 
-// One token through bf16/f32-scale affine weights (the decode GEMV, weights decoded in registers)
-// gives the bits each row of a batch of two gets (the decoded row, then the dot product), on
-// threads.
-TEST_P(PackedLinearLevels, AffineOneTokenHasTheBatchBits) {
+// One token through bf16/f32-scale affine weights, or bf16 nf4/fp4 ones (the decode GEMV, weights
+// decoded in registers) gives the bits each row of a batch of two gets (the decoded row, then the
+// dot product), on threads.
+TEST_P(PackedLinearLevels, WeightOnlyOneTokenHasTheBatchBits) {
+  std::vector<qt::SchemeParams> cases;
   for (int bits : {4, 8})
     for (int g : {32, 64})
-      for (DType dt : {DType::F32, DType::BF16})
-        for (int64_t k : {384, 448}) {
-          const int64_t n = 211;
-          auto w = randn(size_t(n * k), 7, 0.1f), x = randn(size_t(k), 8);
-          auto lin = qt::make_packed_linear(qt::quantize_weights(w.data(), n, k, scheme_params("affine", bits, g, dt)),
-                                            nullptr, {qt::Compute::F32, qt::ActMode::None});
-          std::vector<float> xx(x), one(static_cast<size_t>(n)), two(static_cast<size_t>(2 * n));
-          xx.insert(xx.end(), x.begin(), x.end());
-          lin->forward(x.data(), 1, one.data());
-          lin->forward(xx.data(), 2, two.data());
-          for (int64_t r = 0; r < n; ++r) {
-            ASSERT_EQ(one[size_t(r)], two[size_t(r)]) << bits << "-bit g" << g << " k " << k << " row " << r;
-            ASSERT_EQ(one[size_t(r)], two[size_t(n + r)]);
-          }
-        }
+      for (DType dt : {DType::F32, DType::BF16}) cases.push_back(scheme_params("affine", bits, g, dt));
+  for (const char* s : {"nf4", "fp4"})
+    for (int b : {64, 128}) cases.push_back(scheme_params(s, 4, b, DType::BF16));
+  for (const auto& p : cases)
+    for (int64_t k : {384, 448}) {
+      if (k % p.group_size) continue;
+      const int64_t n = 211;
+      auto w = randn(size_t(n * k), 7, 0.1f), x = randn(size_t(k), 8);
+      auto lin = qt::make_packed_linear(qt::quantize_weights(w.data(), n, k, p), nullptr,
+                                        {qt::Compute::F32, qt::ActMode::None});
+      std::vector<float> xx(x), one(static_cast<size_t>(n)), two(static_cast<size_t>(2 * n));
+      xx.insert(xx.end(), x.begin(), x.end());
+      lin->forward(x.data(), 1, one.data());
+      lin->forward(xx.data(), 2, two.data());
+      for (int64_t r = 0; r < n; ++r) {
+        ASSERT_EQ(one[size_t(r)], two[size_t(r)])
+            << p.scheme << " " << p.bits << "-bit g" << p.group_size << " k " << k << " row " << r;
+        ASSERT_EQ(one[size_t(r)], two[size_t(n + r)]);
+      }
+    }
 }
 
 TEST_P(PackedLinearLevels, DequantizeRowIsTheDequantizedRow) {

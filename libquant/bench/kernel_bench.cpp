@@ -24,6 +24,7 @@ std::vector<KernelColumn> default_kernel_columns() {
       {"affine8-g64-bf16", "affine", 8, 64, false, false, DType::BF16},
       {"affine4-g64-bf16", "affine", 4, 64, false, false, DType::BF16},
       {"nf4-b64", "nf4", 4, 64, false, false},
+      {"nf4-b64-bf16", "nf4", 4, 64, false, false, DType::BF16},
       {"w8a8-fp-act", "int8", 8, 0, false, true},
   };
 }

@@ -135,6 +135,30 @@ __attribute__((target("avx512f,avx512bw,fma"))) float dot_affine_avx512(const ui
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
+
+// The same for one nf4/fp4 row (blocks of bs, a multiple of 32, inside the row; element 2i is the
+// high nibble of byte i): each block's 16 weights table[q]·absmax (rounded to bf16 when `bf16`, as
+// decode_bnb4_avx2) once, the codes looked up in them; the bits of decode_row + dot_avx512.
+__attribute__((target("avx512f,avx512bw,fma"))) float dot_bnb4_avx512(const uint8_t* row, int64_t k, int64_t bs,
+                                                                      const float* absmax, const float* table,
+                                                                      bool bf16, const float* x) {
+  const __m512 tab = _mm512_loadu_ps(table);
+  auto codes = [&](int64_t j) {
+    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j / 2));
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)),
+                                                  _mm_and_si128(raw, _mm_set1_epi8(0x0f))));
+  };
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (int64_t j0 = 0; j0 < k; j0 += bs) {
+    __m512 block = _mm512_mul_ps(tab, _mm512_set1_ps(absmax[j0 / bs]));
+    if (bf16) block = round_bf16_16(block);
+    for (int64_t i = j0; i < j0 + bs; i += 32) {
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_permutexvar_ps(codes(i), block), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_permutexvar_ps(codes(i + 16), block), acc1);
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
 #pragma GCC diagnostic pop
 
 // The same functions on 8 lanes for AVX2 machines (bits 4 and 8, g a multiple of 8).
@@ -420,6 +444,16 @@ class WeightOnlyLinear final : public Linear {
       for (int64_t n = 0; n < n_; ++n)
         y[n] = dot(w_.data.data + n * row_bytes, k_, g, scales_.data() + n * groups_, biases_.data() + n * groups_,
                    bf16, x) +
+               (bias_.empty() ? 0.0f : bias_[size_t(n)]);
+      return;
+    }
+    if (!affine_ && fast_bnb_ && m == 1 && k_ % g == 0 && g % 32 == 0 && simd_dot_ >= KernelLevel::AVX512 &&
+        kernel_level() >= KernelLevel::AVX512) {  // decode: one token, blocks inside rows
+      const bool bf16 = w_.params.dtype == DType::BF16;
+      const float* absmax = w_.scales.as<float>();
+#pragma omp parallel for schedule(dynamic, 32) if (n_ * k_ > (1 << 16))
+      for (int64_t n = 0; n < n_; ++n)
+        y[n] = dot_bnb4_avx512(w_.data.data + n * k_ / 2, k_, g, absmax + n * k_ / g, table_, bf16, x) +
                (bias_.empty() ? 0.0f : bias_[size_t(n)]);
       return;
     }
