@@ -136,25 +136,25 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
   auto last_of_site = [&](const std::string& name) {
     return name.rfind("model.layers.", 0) != 0 || last_of_site_set.count(name) > 0;
   };
-  gptq_done_ = quantize_sequential(ck, targets, ids, so,
-                                   [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols,
-                                       std::vector<float>& H, const std::string& site) {
-                                     if (site != prepared_site) {  // the site's first projection: H is not needed after
-                                       prepared = GptqHessian();
-                                       prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
-                                     }
-                                     RefineResult rr;
-                                     auto r = gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared,
-                                                            go, nullptr, &rr);
-                                     if (go.refine_sweeps > 0)
-                                       fmt::print("gptq-refine {}: output error {:.6g} -> {:.6g} ({:+.2f}%), {} codes and "
-                                                  "{} scales changed\n",
-                                                  name, rr.before, rr.after,
-                                                  rr.before > 0 ? 100 * (rr.after / rr.before - 1) : 0.0,
-                                                  rr.codes_changed, rr.scales_changed);
-                                     if (last_of_site(name)) prepared = GptqHessian(), prepared_site.clear();
-                                     return r;
-                                   });
+  gptq_done_ = quantize_sequential(
+      ck, targets, ids, so,
+      [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<float>& H,
+          const std::string& site) {
+        if (site != prepared_site) {  // the site's first projection: H is not needed after
+          prepared = GptqHessian();
+          prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
+        }
+        RefineResult rr;
+        auto r = gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go, nullptr, &rr);
+        if (go.refine_sweeps > 0)
+          fmt::print(
+              "gptq-refine {}: output error {:.6g} -> {:.6g} ({:+.2f}%), {} codes and "
+              "{} scales changed\n",
+              name, rr.before, rr.after, rr.before > 0 ? 100 * (rr.after / rr.before - 1) : 0.0, rr.codes_changed,
+              rr.scales_changed);
+        if (last_of_site(name)) prepared = GptqHessian(), prepared_site.clear();
+        return r;
+      });
 }
 
 std::optional<PackedTensor> WeightCalibration::quantize(const std::string& name, const float* w, int64_t rows,
@@ -183,8 +183,8 @@ std::string WeightCalibration::describe() const {
                      a_.refit_groups ? " act-order refit-groups"
                      : a_.act_order  ? " act-order"
                                      : "",
-                     a_.gptq_refine > 0 ? fmt::format(" refine {}", a_.gptq_refine) : std::string(),
-                     a_.calib_chunks, a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
+                     a_.gptq_refine > 0 ? fmt::format(" refine {}", a_.gptq_refine) : std::string(), a_.calib_chunks,
+                     a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
   if (imatrix_) s += fmt::format("imatrix ({} tokens of {}); ", imatrix_->tokens, imatrix_->text);
   if (imatrix_ && imatrix_->experts_with_few_tokens > 0)
     s += fmt::format("{} expert inputs below {} routed tokens lean on their layer's expert average; ",

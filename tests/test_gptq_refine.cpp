@@ -116,7 +116,8 @@ TEST(GptqRefine, ConvergesToWhereNoSingleCodeOrE4m3ScaleDoesBetter) {
     const GroupParams keep = P[g];
     for (int code = 1; code <= 126; ++code) {
       P[g] = {e4m3_to_f32(uint8_t(code)) / gs, 0.0f};
-      EXPECT_GE(reference_error(grid, c.w, c.rows, c.cols, 16, c.H, q, P), f - tol) << "group " << g << " e4m3 " << code;
+      EXPECT_GE(reference_error(grid, c.w, c.rows, c.cols, 16, c.H, q, P), f - tol)
+          << "group " << g << " e4m3 " << code;
     }
     P[g] = keep;
   }
