@@ -30,6 +30,8 @@ WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
   if (!a.act_order && a.refit_groups) user_error("--refit-groups: needs --gptq --act-order");
   if (a.gptq_refine < 0) user_error("--gptq-refine: must be 0 or more sweeps, got {}", a.gptq_refine);
   if (!a.gptq && a.gptq_refine > 0) user_error("--gptq-refine: needs --gptq");
+  if (!(a.gptq_damp > 0 && a.gptq_damp <= 1)) user_error("--gptq-damp: must be in (0, 1], got {}", a.gptq_damp);
+  if (!a.gptq && a.gptq_damp != 0.01) user_error("--gptq-damp: needs --gptq");
   if (!a.gptq && !a.awq && !a.alpha_auto && !a.calib_text.empty())
     user_error("--calib: needs --gptq, --awq or --alpha auto");
   if (a.no_clip && !a.awq) user_error("--no-clip: needs --awq");
@@ -114,6 +116,7 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
   go.refit_groups = a_.refit_groups;
   go.weighted_groups = imatrix_.has_value();
   go.refine_sweeps = a_.gptq_refine;
+  go.damp = a_.gptq_damp;
   std::string prepared_site;  // the last site's prepared Hessian serves its other projections
   GptqHessian prepared;
   // Whether no later projection of name's site (q, k, v share one; gate, up another; an expert's
@@ -179,11 +182,12 @@ std::string WeightCalibration::describe() const {
     s += fmt::format("awq scale{} search ({} chunks of {}); ", a_.no_clip ? "" : " and clip", a_.search_chunks,
                      std::filesystem::path(a_.calib_text).filename().string());
   if (a_.gptq)
-    s += fmt::format("gptq{}{} ({} chunks of {} tokens of {}); ",
+    s += fmt::format("gptq{}{}{} ({} chunks of {} tokens of {}); ",
                      a_.refit_groups ? " act-order refit-groups"
                      : a_.act_order  ? " act-order"
                                      : "",
-                     a_.gptq_refine > 0 ? fmt::format(" refine {}", a_.gptq_refine) : std::string(), a_.calib_chunks,
+                     a_.gptq_refine > 0 ? fmt::format(" refine {}", a_.gptq_refine) : std::string(),
+                     a_.gptq_damp != 0.01 ? fmt::format(" damp {}", a_.gptq_damp) : std::string(), a_.calib_chunks,
                      a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
   if (imatrix_) s += fmt::format("imatrix ({} tokens of {}); ", imatrix_->tokens, imatrix_->text);
   if (imatrix_ && imatrix_->experts_with_few_tokens > 0)
