@@ -60,7 +60,6 @@ GptqHessian prepare_gptq_hessian(std::vector<float> Hv, int64_t cols, const Gptq
     std::reverse(h.U.begin(), h.U.end());
   }
   for (int64_t j = 0; j < n; ++j) h.U[size_t(j * n + j)] += std::max(damp, 1e-10f);
-
   const int ni = int(n);
   int info = 0;
   spotrf_("U", &ni, h.U.data(), &ni, &info, 1);

@@ -27,7 +27,8 @@ struct RefineResult {
 // w [rows, cols] the weight GPTQ started from, H [cols, cols] symmetric (the objective's matrix),
 // codes [rows, cols] and params [rows, cols / gl] (stored precision) of `grid` (the grid the
 // weight was bound to: for_weight), updated in place. `sweeps` passes over all codes then all
-// scales (the scale step only for grids that list their stored scales). Rows in parallel.
+// scales (the scale step only for grids that list their stored scales); scales_only: the scale
+// step alone, the codes kept as given. Rows in parallel; a row stops early when a pass changes nothing.
 RefineResult refine_codes_and_scales(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, int64_t gl,
                                      const float* H, int16_t* codes, GroupParams* params, int sweeps,
                                      bool scales_only = false);
