@@ -2,7 +2,7 @@
 //                   [--scheme NAME [--bits B] [--group-size G] [--embedding-bits B]
 //                    [--lm-head-bits B] [--recipe FILE] [--strict] [--untie]]
 //                   [--imatrix STATS] [--smooth STATS [--alpha A|auto]] [--awq [--no-clip]]
-//                   [--gptq [--act-order [--refit-groups]] [--calib-chunks N]] [--calib TEXT] [--search-chunks N]
+//                   [--gptq [--act-order [--refit-groups]] [--calib-chunks N] [--gptq-refine N] [--gptq-damp F]] [--calib TEXT] [--search-chunks N]
 //                   (calibration: calib/weight_calibration.h)
 //                   [--target-bpw B ...]  (--format mlx --scheme affine: per-weight bits and group
 //                    chosen for a size, the --target-bpw flags below; calib/mlx_target.h)
@@ -170,6 +170,8 @@ std::map<std::string, std::vector<uint8_t>> gptq_gguf(const Checkpoint& ck, cons
   go.act_order = c.act_order;
   go.refit_groups = c.refit_groups;
   go.weighted_groups = !c.imatrix.empty();
+  go.damp = c.gptq_damp;
+  if (c.gptq_refine > 0) user_error("--gptq-refine: not for --format gguf");
   const auto t0 = std::chrono::steady_clock::now();
   auto r = calib::gptq_gguf(ck, gguf_weight_types(ck, opt), tokens, so, go);
   std::printf("gptq%s: %zu weights (%d chunks of %d tokens of %s), %.0f s\n", c.act_order ? " act-order" : "", r.size(),
@@ -507,7 +509,9 @@ QuantPlanner plan_mlx_target(const Args& a, Checkpoint& ck, const calib::WeightC
                       (a.c.imatrix.empty() ? "" : " --imatrix " + a.c.imatrix);
   if (a.c.gptq)
     again += " --gptq --calib " + a.c.calib_text + " --calib-chunks " + std::to_string(a.c.calib_chunks) +
-             (a.c.act_order ? " --act-order" : "") + (a.c.refit_groups ? " --refit-groups" : "");
+             (a.c.act_order ? " --act-order" : "") + (a.c.refit_groups ? " --refit-groups" : "") +
+             (a.c.gptq_refine > 0 ? " --gptq-refine " + std::to_string(a.c.gptq_refine) : "") +
+             (a.c.gptq_damp != 0.01 ? fmt::format(" --gptq-damp {}", a.c.gptq_damp) : "");
   const std::string comment =
       fmt::format("convert --target-bpw {}: {:.4f} bpw over the 2-D weights, {} bytes; re-apply: {}", a.target_bpw,
                   plan.bpw(), plan.bytes, again);
@@ -756,6 +760,12 @@ const Registrar reg(
        sub.add_flag("--refit-groups", a->c.refit_groups,
                     "GPTQ --act-order: fit each group when the pass first reaches one of its columns, from the weights "
                     "as updated so far (default: from the original weights up front)");
+       sub.add_option("--gptq-refine", a->c.gptq_refine,
+                      "GPTQ: after each weight's sweep, N passes of coordinate descent on its output error over the "
+                      "codes and group scales (nvfp4: E4M3 scales; other grids: codes only)")
+           ->capture_default_str();
+       sub.add_option("--gptq-damp", a->c.gptq_damp, "GPTQ: dampening added to H's diagonal, times its mean")
+           ->capture_default_str();
        sub.add_flag("--rotate", a->rotate,
                     "turn the residual stream by a random orthogonal matrix folded into the weights "
                     "(QuaRot/SpinQuant; norms folded, head untied)");

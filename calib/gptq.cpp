@@ -46,6 +46,10 @@ GptqHessian prepare_gptq_hessian(std::vector<float> Hv, int64_t cols, const Gptq
   // LAPACK is column-major: the row-major buffer M holding S = J·Hp·J is S itself (symmetric), its
   // "upper" factor R (S = RᵀR) is L = Rᵀ read row-major, and strtri's R⁻¹ read row-major is L⁻¹.
   const int64_t n = cols;
+  if (opt.refine_sweeps > 0) {  // the refinement's objective: the same dampened H, column order
+    h.H = Hv;
+    for (int64_t j = 0; j < n; ++j) h.H[size_t(j * n + j)] += std::max(damp, 1e-10f);
+  }
   if (opt.act_order) {  // a permuted copy
     h.U.assign(size_t(n * n), 0.0f);
     for (int64_t i = 0; i < n; ++i)
@@ -185,13 +189,24 @@ struct SchemeRounder : GptqRounder {
 }  // namespace
 
 PackedTensor gptq_quantize(const SchemeGrid& unbound, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
-                           const GptqOptions& opt, double* loss) {
+                           const GptqOptions& opt, double* loss, RefineResult* refined) {
   const SchemeGrid grid = unbound.for_weight(w, rows, cols);  // the global scale of the weight before any update
   std::string why;
   if (!grid.fits(rows, cols, &why)) user_error("[{}, {}]: {}", rows, cols, why);
   SchemeRounder rd(grid, h, opt.weighted_groups, rows, cols);
   const double l = gptq_sweep(w, rows, cols, rd.gl, h, opt, rd);
   if (loss) *loss = l;
+  if (opt.refine_sweeps > 0) {
+    if (int64_t(h.H.size()) != cols * cols) user_error("gptq: the refinement needs the Hessian kept (refine_sweeps)");
+    // Dead columns (H_jj = 0) were swept as zeros: the refinement starts from those weights too.
+    std::vector<float> w0(w, w + rows * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j)
+        if (h.diag[size_t(j)] == 0) w0[size_t(r * cols + j)] = 0;
+    const RefineResult rr = refine_codes_and_scales(grid, w0.data(), rows, cols, rd.gl, h.H.data(), rd.codes.data(),
+                                                    rd.P.data(), opt.refine_sweeps);
+    if (refined) *refined = rr;
+  }
   return grid.pack(rd.codes.data(), rd.P.data(), rows, cols);
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "calib/gptq_refine.h"
 #include "libquant/schemes/grid.h"
 
 namespace qt::calib {
@@ -26,6 +27,9 @@ struct GptqOptions {
   // Fit group parameters with the importance-weighted search (weighted_fit.h, imp = diag H)
   // instead of the scheme's RTN rule.
   bool weighted_groups = false;
+  // After the sweep: this many passes of coordinate descent on the output error over the codes
+  // and group scales (gptq_refine.h), under the dampened H; 0 = none.
+  int refine_sweeps = 0;
 };
 
 // What GPTQ needs of a Hessian, computed once for all the projections that share an input
@@ -36,6 +40,7 @@ struct GptqHessian {
   std::vector<int64_t> perm;  // position -> column
   std::vector<float> diag;    // H_jj before dampening, by column
   std::vector<float> U;       // [cols, cols] row-major, in the permuted order
+  std::vector<float> H;       // the dampened H, column order (kept only for refine_sweeps > 0)
 };
 // H [cols, cols] = Σ_t x_tᵀ x_t over the layer's inputs (any positive multiple; symmetric).
 GptqHessian prepare_gptq_hessian(std::vector<float> H, int64_t cols, const GptqOptions& opt);
@@ -55,9 +60,9 @@ double gptq_sweep(const float* w, int64_t rows, int64_t cols, int64_t gl, const 
                   GptqRounder& rounder);
 
 // w [rows, cols] row-major (HF layout). `loss`, when given, receives Σ (w − q)² / [H⁻¹]_jj / 2,
-// AutoGPTQ's reported error.
+// AutoGPTQ's reported error; `refined`, with opt.refine_sweeps, the refinement's errors.
 PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
-                           const GptqOptions& opt, double* loss = nullptr);
+                           const GptqOptions& opt, double* loss = nullptr, RefineResult* refined = nullptr);
 // Both steps.
 PackedTensor gptq_quantize(const SchemeGrid& grid, const float* w, int64_t rows, int64_t cols, std::vector<float> H,
                            const GptqOptions& opt, double* loss = nullptr);

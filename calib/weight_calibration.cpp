@@ -28,6 +28,10 @@ WeightCalibration::WeightCalibration(const WeightCalibArgs& a) : a_(a) {
   if (a.awq && !a.smooth.empty()) user_error("--awq, --smooth: both fold scales into the model; give one");
   if (!a.gptq && a.act_order) user_error("--act-order: needs --gptq");
   if (!a.act_order && a.refit_groups) user_error("--refit-groups: needs --gptq --act-order");
+  if (a.gptq_refine < 0) user_error("--gptq-refine: must be 0 or more sweeps, got {}", a.gptq_refine);
+  if (!a.gptq && a.gptq_refine > 0) user_error("--gptq-refine: needs --gptq");
+  if (!(a.gptq_damp > 0 && a.gptq_damp <= 1)) user_error("--gptq-damp: must be in (0, 1], got {}", a.gptq_damp);
+  if (!a.gptq && a.gptq_damp != 0.01) user_error("--gptq-damp: needs --gptq");
   if (!a.gptq && !a.awq && !a.alpha_auto && !a.calib_text.empty())
     user_error("--calib: needs --gptq, --awq or --alpha auto");
   if (a.no_clip && !a.awq) user_error("--no-clip: needs --awq");
@@ -111,6 +115,8 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
   go.act_order = a_.act_order;
   go.refit_groups = a_.refit_groups;
   go.weighted_groups = imatrix_.has_value();
+  go.refine_sweeps = a_.gptq_refine;
+  go.damp = a_.gptq_damp;
   std::string prepared_site;  // the last site's prepared Hessian serves its other projections
   GptqHessian prepared;
   // Whether no later projection of name's site (q, k, v share one; gate, up another; an expert's
@@ -133,18 +139,25 @@ void WeightCalibration::run(Checkpoint& ck, std::map<std::string, SchemeParams>&
   auto last_of_site = [&](const std::string& name) {
     return name.rfind("model.layers.", 0) != 0 || last_of_site_set.count(name) > 0;
   };
-  gptq_done_ = quantize_sequential(ck, targets, ids, so,
-                                   [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols,
-                                       std::vector<float>& H, const std::string& site) {
-                                     if (site != prepared_site) {  // the site's first projection: H is not needed after
-                                       prepared = GptqHessian();
-                                       prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
-                                     }
-                                     auto r =
-                                         gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go);
-                                     if (last_of_site(name)) prepared = GptqHessian(), prepared_site.clear();
-                                     return r;
-                                   });
+  gptq_done_ = quantize_sequential(
+      ck, targets, ids, so,
+      [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<float>& H,
+          const std::string& site) {
+        if (site != prepared_site) {  // the site's first projection: H is not needed after
+          prepared = GptqHessian();
+          prepared = prepare_gptq_hessian(std::move(H), cols, go), prepared_site = site;
+        }
+        RefineResult rr;
+        auto r = gptq_quantize(SchemeGrid(plan.at(name)), w.data(), rows, cols, prepared, go, nullptr, &rr);
+        if (go.refine_sweeps > 0)
+          fmt::print(
+              "gptq-refine {}: output error {:.6g} -> {:.6g} ({:+.2f}%), {} codes and "
+              "{} scales changed\n",
+              name, rr.before, rr.after, rr.before > 0 ? 100 * (rr.after / rr.before - 1) : 0.0, rr.codes_changed,
+              rr.scales_changed);
+        if (last_of_site(name)) prepared = GptqHessian(), prepared_site.clear();
+        return r;
+      });
 }
 
 std::optional<PackedTensor> WeightCalibration::quantize(const std::string& name, const float* w, int64_t rows,
@@ -169,11 +182,13 @@ std::string WeightCalibration::describe() const {
     s += fmt::format("awq scale{} search ({} chunks of {}); ", a_.no_clip ? "" : " and clip", a_.search_chunks,
                      std::filesystem::path(a_.calib_text).filename().string());
   if (a_.gptq)
-    s += fmt::format("gptq{} ({} chunks of {} tokens of {}); ",
+    s += fmt::format("gptq{}{}{} ({} chunks of {} tokens of {}); ",
                      a_.refit_groups ? " act-order refit-groups"
                      : a_.act_order  ? " act-order"
                                      : "",
-                     a_.calib_chunks, a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
+                     a_.gptq_refine > 0 ? fmt::format(" refine {}", a_.gptq_refine) : std::string(),
+                     a_.gptq_damp != 0.01 ? fmt::format(" damp {}", a_.gptq_damp) : std::string(), a_.calib_chunks,
+                     a_.calib_ctx, std::filesystem::path(a_.calib_text).filename().string());
   if (imatrix_) s += fmt::format("imatrix ({} tokens of {}); ", imatrix_->tokens, imatrix_->text);
   if (imatrix_ && imatrix_->experts_with_few_tokens > 0)
     s += fmt::format("{} expert inputs below {} routed tokens lean on their layer's expert average; ",

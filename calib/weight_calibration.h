@@ -7,7 +7,9 @@
 //                                AWQ's scale and clip search, folded like SmoothQuant (scale_fold.h)
 //   --gptq --calib TEXT [--calib-chunks N] [--act-order]
 //                                sequential GPTQ over the calibration text (gptq.h, sequential.h);
-//                                with --imatrix the group parameters use the weighted search too
+//                                with --imatrix the group parameters use the weighted search too;
+//                                --gptq-refine N: then N sweeps of descent on the output error (gptq_refine.h);
+//                                --gptq-damp F: the dampening, F·mean(diag H) (default 0.01)
 // Tensors no method reaches (the embedding of an untied model, a shape the grid does not fit) are
 // quantized by the scheme's plain RTN rule.
 #pragma once
@@ -30,6 +32,8 @@ struct WeightCalibArgs {
   double alpha = 0.5;
   bool alpha_auto = false;
   int calib_chunks = 64, calib_ctx = 512, search_chunks = 8;
+  int gptq_refine = 0;
+  double gptq_damp = 0.01;
 };
 
 class WeightCalibration {

@@ -388,6 +388,10 @@ TEST(CalibratedConvertCli, ImatrixAndGptqBeatRtnOnSmolLM2) {
       " --imatrix " + dir + "/keep.json",                   // not an act-stats file
       " --smooth " + dir + "/stats.safetensors --alpha 2",  // alpha out of range
       " --act-order",                                       // needs --gptq
+      " --gptq-refine 2",                                   // needs --gptq
+      " --gptq-refine -1",                                  // negative
+      " --gptq-damp 0.1",                                   // needs --gptq
+      " --gptq-damp 0",                                     // out of range
   };
   for (const std::string& b : bad) {
     const std::string o = dir + "/bad";
