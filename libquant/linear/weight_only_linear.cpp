@@ -64,29 +64,6 @@ __attribute__((target("avx512f,fma"))) float dot_avx512(const float* a, const fl
   return s;
 }
 
-// One MLX affine group of 4- or 8-bit codes (g a multiple of 16) at `bytes`: out = q·s, then + b,
-// each rounded to bf16 when `bf16` (as affine_dequant), multiply and add never fused.
-__attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8_t* bytes, int bits, int64_t g, float s,
-                                                                     float b, bool bf16, float* out) {
-  const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
-  for (int64_t j = 0; j < g; j += 16) {
-    __m128i codes;
-    if (bits == 8) {
-      codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + j));
-    } else {  // element 2i is the low nibble of byte i
-      const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + j / 2));
-      const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
-      const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
-      codes = _mm_unpacklo_epi8(lo, hi);
-    }
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
-    __m512 prod = _mm512_mul_ps(q, vs);
-    if (bf16) prod = round_bf16_16(prod);
-    __m512 v = _mm512_add_ps(prod, vb);
-    if (bf16) v = round_bf16_16(v);
-    _mm512_storeu_ps(out + j, v);
-  }
-}
 // The 16 codes at element j of a row of 4- or 8-bit codes, widened to 32-bit lanes.
 template <int kBits>
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i codes_16(const uint8_t* row, int64_t j) {
@@ -101,7 +78,8 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i codes_
   return _mm512_cvtepu8_epi32(codes);
 }
 
-// decode_group_avx512's weights for the codes q: q·s, then + b, each rounded to bf16 when `bf16`.
+// The weights of codes q: q·s, then + b, each rounded to bf16 when `bf16` (as affine_dequant),
+// multiply and add never fused.
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 affine_of(__m512 q, __m512 vs, __m512 vb,
                                                                                    bool bf16) {
   __m512 w = _mm512_mul_ps(q, vs);
@@ -109,6 +87,17 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 affine_
   w = _mm512_add_ps(w, vb);
   if (bf16) w = round_bf16_16(w);
   return w;
+}
+
+// One MLX affine group of 4- or 8-bit codes (g a multiple of 16) at `bytes`: out = q·s, then + b,
+// each rounded to bf16 when `bf16` (as affine_dequant), multiply and add never fused.
+__attribute__((target("avx512f,avx512bw"))) void decode_group_avx512(const uint8_t* bytes, int bits, int64_t g, float s,
+                                                                     float b, bool bf16, float* out) {
+  const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
+  for (int64_t j = 0; j < g; j += 16) {
+    const __m512i q = bits == 8 ? codes_16<8>(bytes, j) : codes_16<4>(bytes, j);
+    _mm512_storeu_ps(out + j, affine_of(_mm512_cvtepi32_ps(q), vs, vb, bf16));
+  }
 }
 
 // One token against one affine row without the decoded row going through memory, in dot_avx512's
