@@ -30,7 +30,7 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
   if (!std::filesystem::is_regular_file(o.text)) user_error("{}: no such file (--text)", o.text);
   const auto t_start = std::chrono::steady_clock::now();
 
-  Checkpoint ck = load_checkpoint(o.model);
+  Checkpoint ck = load_checkpoint(o.model, LoadMode::Native);  // GGUF blocks stay as stored
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   const ModelConfig cfg = ck.config;
   const int ctx = o.prompt + o.gen;

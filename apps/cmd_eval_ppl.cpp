@@ -276,7 +276,9 @@ int run(const Options& o) {
   }
 
   const std::string text = read_text(o.text);
-  Checkpoint ck = load_checkpoint(o.model);
+  // On the CPU a GGUF's projections compute from their blocks (LoadMode::Native, ggml_linear.h).
+  const LoadMode mode = on_gpu ? LoadMode::Eager : LoadMode::Native;
+  Checkpoint ck = load_checkpoint(o.model, mode);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   // What the GPU forward does not run (some layouts, mixed dense and quantized projections) is
   // refused here, before tokenizing: one "not on cuda yet" line.
@@ -311,7 +313,7 @@ int run(const Options& o) {
 
   Engine e;
   if (!o.kl_base.empty()) {
-    Checkpoint bk = load_checkpoint(o.kl_base);
+    Checkpoint bk = load_checkpoint(o.kl_base, mode);
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, ids);  // shapes and vocabulary first
     if (!bk.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.kl_base);
     check_kl_baseline(ck.config, bk.config, o.kl_base, ids, bk.tokenizer->encode(text, true));

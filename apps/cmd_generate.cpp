@@ -73,7 +73,7 @@ int run(const Options& o) {
   const std::string text = prompt_text(o);
 
   const auto t_start = std::chrono::steady_clock::now();
-  Checkpoint ck = load_checkpoint(o.model);
+  Checkpoint ck = load_checkpoint(o.model, gpu ? LoadMode::Eager : LoadMode::Native);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", o.model);
   const std::shared_ptr<const Tokenizer> tok(std::move(ck.tokenizer));
   const ModelConfig cfg = ck.config;

@@ -36,7 +36,7 @@ int run(const Args& a) {
     if (a.kv != "f16") user_error("--device cuda keeps an f16 cache: give --kv f16");
     cuda::device_info();
   }
-  Checkpoint ck = load_checkpoint(a.model);
+  Checkpoint ck = load_checkpoint(a.model, gpu ? LoadMode::Eager : LoadMode::Native);
   if (!ck.tokenizer) user_error("{}: the checkpoint has no tokenizer", a.model);
   std::vector<int32_t> ids = ck.tokenizer->encode(text, false);
   if (int64_t(ids.size()) < a.tokens) user_error("{}: {} tokens, fewer than --tokens {}", a.text, ids.size(), a.tokens);

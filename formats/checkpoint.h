@@ -1,9 +1,11 @@
 // Checkpoint: the one in-memory representation every reader produces and every writer consumes.
 // Tensors carry Hugging Face names and HF layout (Q/K rows un-permuted for GGUF input).
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,18 @@
 #include "formats/vlm.h"
 
 namespace qt {
+
+// A GGUF weight kept in its ggml blocks (LoadMode::Native): an HF [rows, cols] matrix of ggml type
+// `type` (formats/ggml_blocks.h) whose row r is GGUF row row_of[r] (llama.cpp's Q/K permutation
+// undone by row; empty: the identity), row_bytes bytes a row from `data`, kept alive by `owner`.
+struct GgmlWeight {
+  uint32_t type = 0;
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0, row_bytes = 0;
+  int64_t rows = 0, cols = 0;
+  std::vector<int32_t> row_of;
+  std::shared_ptr<const void> owner;
+};
 
 struct Checkpoint {
   std::string path;
@@ -28,6 +42,9 @@ struct Checkpoint {
   // names; the vision tower, projector and the folder's own names are here (formats/vlm.h).
   // Null for a text model.
   std::shared_ptr<const Multimodal> multimodal;
+  // LoadMode::Native: the weights a Linear computes from in their ggml blocks, by HF name (their
+  // `tensors` entries are deferred fp32 tensors, dequantized only if something asks).
+  std::map<std::string, GgmlWeight> ggml_weights;
 
   const Tensor& get(const std::string& name) const;  // UserError if missing
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
@@ -44,7 +61,10 @@ struct Checkpoint {
 // Deferred: GGUF tensors stay deferred (formats/tensor.h) and are dequantized when materialized,
 // so that convert holds one tensor's fp32 copy at a time rather than the whole model's; HF folder
 // tensors are mapped views either way.
-enum class LoadMode { Eager, Deferred };
+// Native: as Eager, except that GGUF projection weights and the embedding in a quantized ggml type
+// stay in their blocks (Checkpoint::ggml_weights) for the Linears that compute from them
+// (libquant/linear/ggml_linear.cpp): memory and bytes per token as in the file.
+enum class LoadMode { Eager, Deferred, Native };
 Checkpoint load_checkpoint(const std::string& path, LoadMode mode = LoadMode::Eager);
 
 // GGUF tensor name -> HF tensor name ("" when the tensor has no HF counterpart, e.g. rope_freqs).

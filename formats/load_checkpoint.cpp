@@ -166,6 +166,38 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
       for (float& x : v) x -= 1.0f;
     return Tensor::from_f32(std::move(v), std::move(shape));
   };
+  // Native: the projections and the embedding in a block type stay as stored, for a Linear over
+  // the blocks (Phi-3's fused projections are split as fp32 below, so they are dequantized).
+  if (mode == LoadMode::Native && !c.desc().fused_proj) {
+    std::vector<Job> rest;
+    for (Job& j : jobs) {
+      const GgmlTypeRow* row = ggml_type_row(uint32_t(j.info.type));
+      const std::vector<int64_t> shape = j.info.torch_shape();
+      const bool linear =
+          j.hf.ends_with("_proj.weight") || j.hf == "lm_head.weight" || j.hf == "model.embed_tokens.weight";
+      if (!row || !row->to_float || row->block_size == 1 || shape.size() != 2 || !linear || !j.info.data) {
+        rest.push_back(std::move(j));
+        continue;
+      }
+      GgmlWeight w;
+      w.type = uint32_t(j.info.type);
+      w.data = j.info.data;
+      w.nbytes = j.info.nbytes;
+      w.rows = shape[0];
+      w.cols = shape[1];
+      w.row_bytes = j.info.nbytes / size_t(std::max<int64_t>(w.rows, 1));
+      if (j.permute_heads) {  // the GGUF row of each HF row: the permutation applied to the row numbers
+        std::vector<float> ids(size_t(w.rows));
+        for (int64_t r = 0; r < w.rows; ++r) ids[size_t(r)] = float(r);
+        const std::vector<float> hf_order = gguf_unpermute_rows(ids.data(), w.rows, 1, j.permute_heads);
+        w.row_of.assign(hf_order.begin(), hf_order.end());
+      }
+      w.owner = gp;
+      ck.ggml_weights.emplace(j.hf, std::move(w));
+      ck.tensors.emplace(j.hf, deferred_tensor(DType::F32, shape, [dequantize, j] { return dequantize(j); }));
+    }
+    jobs = std::move(rest);
+  }
   if (mode == LoadMode::Deferred) {
     for (const Job& j : jobs)
       ck.tensors.emplace(j.hf,

@@ -302,5 +302,29 @@ TEST(Kernels, EnvForcesLevel) {
   }
 }
 
+// The f32 AVX-512 panel (k-major, NR values per k, zeros past the last row) is the rows transposed
+// exactly: every shape class of its register transpose — whole 16×16 blocks, the K tail, a
+// partial last panel — against the definition.
+TEST(Kernels, F32PanelIsTheRowsTransposed) {
+  const kernels::Family* f = kernels::family_f32_avx512();
+  if (!f) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t K : {16, 37, 64, 83}) {
+    const int64_t N = f->nr + 5;
+    std::vector<float> w(size_t(N * K));
+    for (float& v : w) v = u(rng);
+    for (int64_t n0 : {int64_t(0), int64_t(f->nr)}) {
+      const int cols = int(std::min<int64_t>(f->nr, N - n0));
+      std::vector<float> panel(f->panel_bytes(K) / 4, 42.0f);
+      f->pack_panel(w.data(), K, n0, cols, panel.data());
+      for (int64_t k = 0; k < K; ++k)
+        for (int j = 0; j < f->nr; ++j)
+          ASSERT_EQ(panel[size_t(k * f->nr + j)], j < cols ? w[size_t((n0 + j) * K + k)] : 0.0f)
+              << "K " << K << " n0 " << n0 << " k " << k << " j " << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qt

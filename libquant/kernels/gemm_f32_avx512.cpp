@@ -50,13 +50,51 @@ void tile(int rows, int cols, int64_t kc, const void* av, int64_t lda, const voi
   with_tile_rows<MR>(rows, [&]<int R>() { tile_r<R>(cols, kc, a, lda, b, c, ldc, first, bias); });
 }
 
-void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {
-  auto d = static_cast<float*>(dst);
-  std::memset(d, 0, sizeof(float) * NR * size_t(K));
-  for (int j = 0; j < cols; ++j) {
-    const float* row = w + (n0 + j) * K;
-    for (int64_t k = 0; k < K; ++k) d[k * NR + j] = row[k];
+// r[i] (row i, 16 values) -> r[c] (column c: row 0..15's values): unpack pairs of rows, then pairs
+// of pairs (64-bit), then gather the 128-bit lanes in two rounds.
+QT_AVX512 inline __m512d pd(__m512 v) { return _mm512_castps_pd(v); }
+
+QT_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
   }
+  for (int q = 0; q < 16; q += 4) {  // r[q + c], 128-bit lane L: column 4L + c of rows q..q+3
+    r[q] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[q]), pd(t[q + 2])));
+    r[q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[q]), pd(t[q + 2])));
+    r[q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[q + 1]), pd(t[q + 3])));
+    r[q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[q + 1]), pd(t[q + 3])));
+  }
+  for (int c = 0; c < 4; ++c) {  // lanes 0, 2 (0x88) and 1, 3 (0xdd) of row quads (0, 1) and (2, 3)
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+// The panel is k-major (NR values per k): 16×16 blocks of the rows transposed in registers, the
+// K tail and the missing rows (cols < NR) as scalars / zeros.
+QT_AVX512 void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void* dst) {
+  auto d = static_cast<float*>(dst);
+  const int64_t k16 = K / 16 * 16;
+  for (int64_t k0 = 0; k0 < k16; k0 += 16)
+    for (int j0 = 0; j0 < NR; j0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < cols ? _mm512_loadu_ps(w + (n0 + j0 + i) * K + k0) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_ps(d + (k0 + c) * NR + j0, r[c]);
+    }
+  for (int64_t k = k16; k < K; ++k)
+    for (int j = 0; j < NR; ++j) d[k * NR + j] = j < cols ? w[(n0 + j) * K + k] : 0.0f;
 }
 
 const Family kFamily{

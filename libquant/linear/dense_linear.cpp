@@ -312,6 +312,7 @@ const char* dense_kernel_name(Compute compute) {
   const Family* f = pick_family(compute, true);
   return f ? f->name : compute == Compute::BF16 ? "bf16-ref" : "f32-ref";
 }
+const Family* dense_family(Compute compute) { return pick_family(compute, false); }
 }  // namespace kernels
 
 std::unique_ptr<Linear> make_dense_linear(const float* w, int64_t out, int64_t in, const float* bias, Compute compute) {

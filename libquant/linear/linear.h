@@ -69,9 +69,13 @@ void forward_shared_input(const Linear* const* ls, int count, const float* x, in
 
 // make_dense_linear's driver (dense_linear.cpp) over the kernel families of libquant/kernels/gemm.h.
 namespace kernels {
+struct Family;
 // Name of the family make_dense_linear picks now for `compute` ("f32-avx512", "bf16-avx2",
 // "f32-ref", ...).
 const char* dense_kernel_name(Compute compute);
+// The family itself (nullptr: the scalar reference), for Linears that feed it decoded rows
+// (decoded_rows.h) and so compute as a dense Linear over the same values would.
+const Family* dense_family(Compute compute);
 // Overrides of the driver's blocking for tuning experiments (0 = the driver's choice).
 struct Tuning {
   int64_t kc = 0;      // K slice

@@ -25,9 +25,9 @@
 #include "libquant/kernels/affine_gemv.h"
 #include "libquant/kernels/affine_i16_gemm.h"
 #include "libquant/kernels/affine_i8.h"
-#include "libquant/kernels/aligned_buffer.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
+#include "libquant/linear/decoded_rows.h"
 #include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
 #include "libquant/schemes/packed_values.h"
@@ -48,20 +48,6 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512 round_bf16_16(__m512 v
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
   return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(int(0xffff0000u))));
-}
-
-// Σ a[i]·b[i] in fp32, 16 lanes (the GEMV of a decoded row against one token).
-__attribute__((target("avx512f,fma"))) float dot_avx512(const float* a, const float* b, int64_t k) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-  }
-  for (; i + 16 <= k; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-  float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-  for (; i < k; ++i) s += a[i] * b[i];
-  return s;
 }
 
 // The 16 codes at element j of a row of 4- or 8-bit codes, widened to 32-bit lanes.
@@ -178,19 +164,6 @@ __attribute__((target("avx2"), always_inline)) inline __m256 affine_8(const uint
   w = _mm256_add_ps(w, vb);
   if (bf16) w = round_bf16_8(w);
   return w;
-}
-
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t k) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float s = kernels::hsum8(_mm256_add_ps(acc0, acc1));
-  for (; i < k; ++i) s += a[i] * b[i];
-  return s;
 }
 
 template <int kBits>
@@ -459,27 +432,8 @@ class WeightOnlyLinear final : public Linear {
       }
       return;
     }
-#pragma omp parallel if (n_ * k_ > (1 << 16))
-    {
-      std::vector<float> row(static_cast<size_t>(k_));
-#pragma omp for schedule(dynamic, 32)
-      for (int64_t n = 0; n < n_; ++n) {
-        decode_row(n, row.data());
-        for (int64_t t = 0; t < m; ++t) {
-          const float* xt = x + t * k_;
-          float acc;
-          if (simd_dot_ >= KernelLevel::AVX512) {
-            acc = dot_avx512(xt, row.data(), k_);
-          } else if (simd_dot_ == KernelLevel::AVX2) {
-            acc = dot_avx2(xt, row.data(), k_);
-          } else {
-            acc = 0.0f;
-            for (int64_t k = 0; k < k_; ++k) acc += xt[k] * row[size_t(k)];
-          }
-          y[t * n_ + n] = acc + (bias_.empty() ? 0.0f : bias_[size_t(n)]);
-        }
-      }
-    }
+    decoded_row_dots(
+        n_, k_, [this](int64_t r, float* out) { decode_row(r, out); }, x, m, bias, y, 0, n_, true, simd_dot_);
   }
 
   // The factored GEMVs of affine_gemv.h, one token at a time: the token prepared once, then blocks
@@ -499,40 +453,9 @@ class WeightOnlyLinear final : public Linear {
 
   // A batch: per panel of NR rows, decode, pack as the dense family packs, run its tiles.
   void forward_panels(const float* x, int64_t m, float* y) const {
-    const Family& f = *fam_;
-    const int64_t kp = f.k_padded(k_);
-    const void* a = x;
-    int64_t lda = k_;
-    thread_local kernels::AlignedBuffer conv;
-    if (f.convert_a) {
-      a = conv.reserve(size_t(m) * size_t(kp) * size_t(f.a_bytes));
-      f.convert_rows(x, m, k_, const_cast<void*>(a));
-      lda = kp;
-    }
-    const int64_t panels = (n_ + f.nr - 1) / f.nr;
-    const float* bias = bias_.empty() ? nullptr : bias_.data();
-#pragma omp parallel
-    {
-      thread_local kernels::AlignedBuffer rows_buf, panel_buf;
-      float* rows = static_cast<float*>(rows_buf.reserve(size_t(f.nr) * size_t(k_) * 4));
-      void* panel = panel_buf.reserve(f.panel_bytes(k_));
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t p = 0; p < panels; ++p) {
-        const int64_t n0 = p * f.nr;
-        const int cols = int(std::min<int64_t>(f.nr, n_ - n0));
-        for (int c = 0; c < cols; ++c) decode_row(n0 + c, rows + int64_t(c) * k_);
-        f.pack_panel(rows, k_, 0, cols, panel);  // the decoded rows are rows 0..cols of `rows`
-        for (int64_t k0 = 0; k0 < kp; k0 += f.kc) {
-          const int64_t kc = std::min<int64_t>(f.kc, kp - k0);
-          const char* b = static_cast<const char*>(panel) + size_t(k0) * size_t(f.nr) * size_t(f.b_bytes);
-          for (int64_t m0 = 0; m0 < m; m0 += f.mr) {
-            const int r = int(std::min<int64_t>(f.mr, m - m0));
-            const char* ap = static_cast<const char*>(a) + size_t(m0 * lda + k0) * size_t(f.a_bytes);
-            f.tile(r, cols, kc, ap, lda, b, y + m0 * n_ + n0, n_, k0 == 0, bias ? bias + n0 : nullptr);
-          }
-        }
-      }
-    }
+    decoded_panel_gemm(
+        *fam_, n_, k_, [this](int64_t r, float* out) { decode_row(r, out); }, x, m,
+        bias_.empty() ? nullptr : bias_.data(), y);
   }
 
   PackedTensor w_;

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "formats/error.h"
+#include "libquant/linear/ggml_linear.h"
 #include "libquant/model/block_tensors.h"
 #include "libquant/model/llama_layer.h"
 #include "libquant/schemes/packed_io.h"
@@ -29,6 +30,11 @@ LinearFactory dense_linear_factory(Compute compute) {
 LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinearOptions& opt) {
   LinearFactory dense = dense_linear_factory(opt.compute);
   return [&ck, opt, dense](const std::string& name, const Tensor& w, const Tensor* bias) {
+    if (auto g = ck.ggml_weights.find(name); g != ck.ggml_weights.end()) {  // GGUF blocks, LoadMode::Native
+      std::vector<float> b;
+      if (bias) b = to_f32(*bias);
+      return make_ggml_linear(g->second, bias ? b.data() : nullptr, opt.compute);
+    }
     std::optional<PackedTensor> p = packed_weight(ck, name);
     if (!p) return dense(name, w, bias);
     std::vector<float> b;
@@ -70,7 +76,7 @@ LlamaModel::LlamaModel(const Checkpoint& ck, const LinearFactory& make_linear, C
 
   const int64_t H = c.hidden;
   const Tensor& emb = ck.get("model.embed_tokens.weight");
-  if (is_float(emb.dtype)) {
+  if (is_float(emb.dtype) && !ck.ggml_weights.count("model.embed_tokens.weight")) {
     embedding_ = emb;
     if (embedding_.shape != std::vector<int64_t>{c.vocab, H})
       user_error("{}: model.embed_tokens.weight has an unexpected shape", ck.path);

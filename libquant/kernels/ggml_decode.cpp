@@ -1,0 +1,218 @@
+// ggml_decoder_avx512 (ggml_decode.h). Each loop restates its scalar twin's operations lane by lane:
+// the codes as integers, one conversion to fp32, then the twin's multiply and add/subtract, each
+// rounded on its own (this file is built without contraction, as the twins are).
+#pragma GCC optimize("fp-contract=off")
+#include "libquant/kernels/ggml_decode.h"
+
+#include <immintrin.h>
+
+#include "formats/ggml_blocks.h"
+#include "formats/ggml_quants_common.h"
+#include "libquant/cpu_features.h"
+
+namespace qt::kernels {
+namespace {
+
+#define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
+
+// The fp16 field at p -> fp32: VCVTPH2PS is exact, as h2f.
+QT_AVX512 inline float half(const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | p[1] << 8)); }
+
+// 16 bytes -> their low and high nibbles as 32-bit lanes.
+QT_AVX512 inline __m512i low_nibbles(__m128i raw) {
+  return _mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
+}
+QT_AVX512 inline __m512i high_nibbles(__m128i raw) {
+  return _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+}
+QT_AVX512 inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+QT_AVX512 inline __m512 to_f32(__m512i v) { return _mm512_cvtepi32_ps(v); }
+
+// Each walker hands out the row's values 16 at a time, out(i, w) with w the values i..i+15; a
+// decoder stores them, a dot product multiplies them into its accumulators.
+struct Store {
+  float* dst;
+  QT_AVX512 void operator()(size_t i, __m512 w) { _mm512_storeu_ps(dst + i, w); }
+};
+struct Dot {
+  const float* x;
+  __m512 acc0, acc1;  // zeroed by dot()
+  QT_AVX512 void operator()(size_t i, __m512 w) {
+    if (i & 16) {
+      acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), w, acc1);
+    } else {
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), w, acc0);
+    }
+  }
+};
+
+// Q4_0: d * (q - 8); low nibbles are elements 0..15, high nibbles 16..31.
+template <class Out>
+QT_AVX512 inline void q4_0(const uint8_t* src, size_t nb, Out& out) {
+  const __m512i eight = _mm512_set1_epi32(8);
+  for (size_t b = 0; b < nb; ++b, src += 18) {
+    const __m512 d = _mm512_set1_ps(half(src));
+    const __m128i raw = load16(src + 2);
+    out(32 * b, _mm512_mul_ps(d, to_f32(_mm512_sub_epi32(low_nibbles(raw), eight))));
+    out(32 * b + 16, _mm512_mul_ps(d, to_f32(_mm512_sub_epi32(high_nibbles(raw), eight))));
+  }
+}
+
+// Q4_1: (d * q) + m.
+template <class Out>
+QT_AVX512 inline void q4_1(const uint8_t* src, size_t nb, Out& out) {
+  for (size_t b = 0; b < nb; ++b, src += 20) {
+    const __m512 d = _mm512_set1_ps(half(src)), m = _mm512_set1_ps(half(src + 2));
+    const __m128i raw = load16(src + 4);
+    out(32 * b, _mm512_add_ps(_mm512_mul_ps(d, to_f32(low_nibbles(raw))), m));
+    out(32 * b + 16, _mm512_add_ps(_mm512_mul_ps(d, to_f32(high_nibbles(raw))), m));
+  }
+}
+
+// Q5_0 / Q5_1: the fifth bit of element j is bit j of the 32-bit qh; Q5_0 is d * (q - 16),
+// Q5_1 (d * q) + m.
+template <bool kMin, class Out>
+QT_AVX512 inline void q5(const uint8_t* src, size_t nb, Out& out) {
+  constexpr size_t kBytes = kMin ? 24 : 22;
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  for (size_t b = 0; b < nb; ++b, src += kBytes) {
+    const __m512 d = _mm512_set1_ps(half(src));
+    const uint8_t* p = src + (kMin ? 4 : 2);
+    const uint32_t qh = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    const __m128i raw = load16(p + 4);
+    const __m512i lo = _mm512_mask_or_epi32(low_nibbles(raw), __mmask16(qh & 0xffff), low_nibbles(raw), sixteen);
+    const __m512i hi = _mm512_mask_or_epi32(high_nibbles(raw), __mmask16(qh >> 16), high_nibbles(raw), sixteen);
+    if constexpr (kMin) {
+      const __m512 m = _mm512_set1_ps(half(src + 2));
+      out(32 * b, _mm512_add_ps(_mm512_mul_ps(d, to_f32(lo)), m));
+      out(32 * b + 16, _mm512_add_ps(_mm512_mul_ps(d, to_f32(hi)), m));
+    } else {
+      out(32 * b, _mm512_mul_ps(d, to_f32(_mm512_sub_epi32(lo, sixteen))));
+      out(32 * b + 16, _mm512_mul_ps(d, to_f32(_mm512_sub_epi32(hi, sixteen))));
+    }
+  }
+}
+
+// Q8_0: q * d.
+template <class Out>
+QT_AVX512 inline void q8_0(const uint8_t* src, size_t nb, Out& out) {
+  for (size_t b = 0; b < nb; ++b, src += 34) {
+    const __m512 d = _mm512_set1_ps(half(src));
+    out(32 * b, _mm512_mul_ps(to_f32(_mm512_cvtepi8_epi32(load16(src + 2))), d));
+    out(32 * b + 16, _mm512_mul_ps(to_f32(_mm512_cvtepi8_epi32(load16(src + 18))), d));
+  }
+}
+
+// Q4_K / Q5_K 6-bit scale and min of sub-block t (0..7), as scale_min_k4.
+inline void scale_min_k4(int t, const uint8_t* s, int* sc, int* mn) {
+  if (t < 4) {
+    *sc = s[t] & 63;
+    *mn = s[t + 4] & 63;
+  } else {
+    *sc = (s[t + 4] & 0xF) | ((s[t - 4] >> 6) << 4);
+    *mn = (s[t + 4] >> 4) | ((s[t] >> 6) << 4);
+  }
+}
+
+// Q4_K: (d * sc) * q - dmin * mn, 8 sub-blocks of 32; Q5_K the same with a fifth bit (bit t of
+// qh[l] for element l of sub-block t).
+template <bool kFive, class Out>
+QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
+  constexpr size_t kBytes = kFive ? 176 : 144;
+  for (size_t b = 0; b < nb; ++b, src += kBytes) {
+    const float d = half(src), dmin = half(src + 2);
+    const uint8_t* scales = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* qs = src + (kFive ? 48 : 16);
+    for (int t = 0; t < 8; ++t) {
+      int sc, mn;
+      scale_min_k4(t, scales, &sc, &mn);
+      const __m512 dl = _mm512_set1_ps(d * float(sc)), ml = _mm512_set1_ps(dmin * float(mn));
+      for (int l = 0; l < 32; l += 16) {
+        const __m128i raw = load16(qs + 32 * (t / 2) + l);
+        __m512i q = t % 2 ? high_nibbles(raw) : low_nibbles(raw);
+        if constexpr (kFive) {
+          const __m512i h = _mm512_cvtepu8_epi32(load16(qh + l));
+          q = _mm512_or_si512(
+              q, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, unsigned(t)), _mm512_set1_epi32(1)), 4));
+        }
+        out(256 * b + 32 * size_t(t) + size_t(l), _mm512_sub_ps(_mm512_mul_ps(dl, to_f32(q)), ml));
+      }
+    }
+  }
+}
+
+// Q6_K: (d * scale) * (q - 32), 16 sub-blocks of 16 with int8 scales.
+template <class Out>
+QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
+  const __m512i thirty_two = _mm512_set1_epi32(32), three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
+  for (size_t b = 0; b < nb; ++b, src += 210) {
+    const uint8_t* ql = src;
+    const uint8_t* qh = src + 128;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
+    const float d = half(src + 208);
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 4; ++k)
+        for (int hf = 0; hf < 2; ++hf) {
+          const __m512 dl = _mm512_set1_ps(d * float(scales[8 * h + 2 * k + hf]));
+          const __m512i lo = _mm512_cvtepu8_epi32(load16(ql + 64 * h + 32 * (k % 2) + 16 * hf));
+          const __m512i hi = _mm512_cvtepu8_epi32(load16(qh + 32 * h + 16 * hf));
+          const __m512i q =
+              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, unsigned(4 * (k / 2))), fifteen),
+                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, unsigned(2 * k)), three), 4));
+          out(256 * b + size_t(128 * h + 32 * k + 16 * hf), _mm512_mul_ps(dl, to_f32(_mm512_sub_epi32(q, thirty_two))));
+        }
+  }
+}
+
+// A walker as a decoder and as a dot product.
+template <void (*Walk)(const uint8_t*, size_t, Store&)>
+QT_AVX512 void decode(const uint8_t* src, float* dst, size_t nb) {
+  Store s{dst};
+  Walk(src, nb, s);
+}
+template <void (*Walk)(const uint8_t*, size_t, Dot&)>
+QT_AVX512 float dot(const uint8_t* src, const float* x, size_t nb) {
+  Dot d{x, _mm512_setzero_ps(), _mm512_setzero_ps()};
+  Walk(src, nb, d);
+  return _mm512_reduce_add_ps(_mm512_add_ps(d.acc0, d.acc1));
+}
+
+bool has_avx512() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512vl && f.f16c && f.fma;
+}
+
+}  // namespace
+
+GgmlDecodeFn ggml_decoder_avx512(uint32_t type) {
+  if (!has_avx512()) return nullptr;
+  switch (GgmlType(type)) {
+    case GgmlType::Q4_0: return decode<q4_0<Store>>;
+    case GgmlType::Q4_1: return decode<q4_1<Store>>;
+    case GgmlType::Q5_0: return decode<q5<false, Store>>;
+    case GgmlType::Q5_1: return decode<q5<true, Store>>;
+    case GgmlType::Q8_0: return decode<q8_0<Store>>;
+    case GgmlType::Q4_K: return decode<qk45<false, Store>>;
+    case GgmlType::Q5_K: return decode<qk45<true, Store>>;
+    case GgmlType::Q6_K: return decode<q6_k<Store>>;
+    default: return nullptr;
+  }
+}
+
+GgmlDotFn ggml_dot_avx512(uint32_t type) {
+  if (!has_avx512()) return nullptr;
+  switch (GgmlType(type)) {
+    case GgmlType::Q4_0: return dot<q4_0<Dot>>;
+    case GgmlType::Q4_1: return dot<q4_1<Dot>>;
+    case GgmlType::Q5_0: return dot<q5<false, Dot>>;
+    case GgmlType::Q5_1: return dot<q5<true, Dot>>;
+    case GgmlType::Q8_0: return dot<q8_0<Dot>>;
+    case GgmlType::Q4_K: return dot<qk45<false, Dot>>;
+    case GgmlType::Q5_K: return dot<qk45<true, Dot>>;
+    case GgmlType::Q6_K: return dot<q6_k<Dot>>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace qt::kernels

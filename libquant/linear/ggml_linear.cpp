@@ -1,0 +1,114 @@
+// make_ggml_linear (ggml_linear.h).
+#include "libquant/linear/ggml_linear.h"
+
+#include <immintrin.h>
+
+#include <cctype>
+
+#include "formats/error.h"
+#include "formats/ggml_blocks.h"
+#include "libquant/cpu_features.h"
+#include "libquant/kernels/ggml_decode.h"
+#include "libquant/linear/decoded_rows.h"
+
+namespace qt {
+namespace {
+
+// The one-token GEMV asks for the row about this many bytes ahead of the one it reads.
+constexpr int64_t kAheadBytes = 4096;  // measured best of 0.5–8 KiB (SmolLM2 Q4_1, 2 threads)
+
+class GgmlLinear final : public Linear {
+ public:
+  GgmlLinear(GgmlWeight w, const float* bias, Compute compute)
+      : w_(std::move(w)), row_(ggml_type_row(w_.type)), compute_(compute), fam_(kernels::dense_family(compute)) {
+    if (!row_ || !row_->to_float || w_.cols % row_->block_size != 0 ||
+        w_.row_bytes != size_t(w_.cols / row_->block_size) * size_t(row_->type_size) ||
+        w_.nbytes != w_.row_bytes * size_t(w_.rows) || (!w_.row_of.empty() && int64_t(w_.row_of.size()) != w_.rows))
+      user_error("ggml weight of type {} and shape [{}, {}]: not whole blocks of a type with a dequantizer",
+                 row_ ? row_->name : std::to_string(w_.type), w_.rows, w_.cols);
+    if (bias) bias_.assign(bias, bias + w_.rows);
+    blocks_ = size_t(w_.cols / row_->block_size);
+    simd_ = kernels::ggml_decoder_avx512(w_.type);
+    simd_dot_ = kernels::ggml_dot_avx512(w_.type);
+    ahead_ = (kAheadBytes + int64_t(w_.row_bytes) - 1) / int64_t(w_.row_bytes);
+  }
+
+  void forward(const float* x, int64_t m, float* y) const override {
+    if (m <= 0) return;
+    const float* bias = bias_.empty() ? nullptr : bias_.data();
+    const RowDecoder decode = [this](int64_t r, float* out) { decode_row(r, out); };
+    if (fam_ && m >= 4) return decoded_panel_gemm(*fam_, w_.rows, w_.cols, decode, x, m, bias, y);
+    rows(x, m, y, 0, w_.rows, true);
+  }
+
+  bool has_gemv_slices() const override { return true; }
+  RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
+    const int64_t r0 = w_.rows * part / parts, r1 = w_.rows * (part + 1) / parts;
+    rows(x, 1, y, r0, r1, false);
+    return {r0, r1};
+  }
+
+  void dequantize_row(int64_t r, float* out) const override {
+    if (r < 0 || r >= w_.rows) user_error("row {} outside a weight of {} rows", r, w_.rows);
+    decode_row(r, out);
+  }
+
+  int64_t in_features() const override { return w_.cols; }
+  int64_t out_features() const override { return w_.rows; }
+  size_t weight_bytes() const override { return w_.nbytes; }
+  bool borrows_weights() const override { return true; }
+  std::string kind() const override {
+    std::string k = std::string("gguf-") + row_->name;
+    for (char& ch : k) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    return compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? k + "-bf16" : k;
+  }
+
+ private:
+  // Output rows [r0, r1) for m tokens by dot products: the values never stored where a fused dot
+  // is written (ggml_decode.h), else each row decoded once and dotted with every token.
+  void rows(const float* x, int64_t m, float* y, int64_t r0, int64_t r1, bool threads) const {
+    const float* bias = bias_.empty() ? nullptr : bias_.data();
+    const int64_t n = w_.rows;
+    if (simd_dot_ && kernel_level() >= KernelLevel::AVX512) {
+#pragma omp parallel for schedule(dynamic, 32) if (threads && (r1 - r0) * w_.cols > (1 << 16))
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = w_.data + size_t(w_.row_of.empty() ? r : w_.row_of[size_t(r)]) * w_.row_bytes;
+        if (r + ahead_ < r1) {  // measured: the hardware prefetcher alone feeds these loops at half speed
+          const uint8_t* next =
+              w_.data + size_t(w_.row_of.empty() ? r + ahead_ : w_.row_of[size_t(r + ahead_)]) * w_.row_bytes;
+          for (size_t o = 0; o < w_.row_bytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
+        }
+        for (int64_t t = 0; t < m; ++t)
+          y[t * n + r] = simd_dot_(row, x + t * w_.cols, blocks_) + (bias ? bias[r] : 0.0f);
+      }
+      return;
+    }
+    const RowDecoder decode = [this](int64_t r, float* out) { decode_row(r, out); };
+    decoded_row_dots(n, w_.cols, decode, x, m, bias, y, r0, r1, threads, kernel_level());
+  }
+
+  void decode_row(int64_t r, float* out) const {
+    const int64_t g = w_.row_of.empty() ? r : w_.row_of[size_t(r)];
+    const bool simd = simd_ && kernel_level() >= KernelLevel::AVX512;  // the level may be lowered later
+    (simd ? simd_ : row_->to_float)(w_.data + size_t(g) * w_.row_bytes, out, blocks_);
+  }
+
+  GgmlWeight w_;
+  const GgmlTypeRow* row_;
+  Compute compute_;
+  const kernels::Family* fam_;
+  size_t blocks_ = 0;
+  kernels::GgmlDecodeFn simd_ = nullptr;   // the same values as row_->to_float, or null
+  kernels::GgmlDotFn simd_dot_ = nullptr;  // those values dotted with a token, or null
+  int64_t ahead_ = 1;                      // rows between the one read and the one prefetched
+  std::vector<float> bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_ggml_linear(GgmlWeight w, const float* bias, Compute compute) {
+  return std::make_unique<GgmlLinear>(std::move(w), bias, compute);
+}
+
+}  // namespace qt

@@ -1,0 +1,195 @@
+// GGUF weights computed from their ggml blocks (LoadMode::Native, libquant/linear/ggml_linear.cpp):
+//  - the AVX-512 block decoders give the type rows' to_float values (gguf-py's arithmetic, checked
+//    against gguf-py by the GGUF goldens) bit for bit, and their fused dot products equal a double
+//    dot product of those values to fp32 accuracy;
+//  - a batch through the ggml Linear has the bits of a dense Linear over the dequantized matrix
+//    (what an Eager load computes), the Q/K row permutation included; one token agrees to fp32
+//    accuracy and the decode team's slices have forward()'s bits;
+//  - whole models: llama.cpp's quantized tiny MoE files give, Native, the Eager load's logits bit
+//    for bit in a batch, and within fp32 accuracy one token at a time, from the file's bytes.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "formats/checkpoint.h"
+#include "formats/ggml_blocks.h"
+#include "libquant/cpu_features.h"
+#include "libquant/kernels/ggml_decode.h"
+#include "libquant/linear/ggml_linear.h"
+#include "libquant/model/llama.h"
+#include "tests/support.h"
+
+namespace qt {
+namespace {
+
+const char* const kTypes[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
+
+// `rows` rows of `cols` random values quantized with the type's reference quantizer.
+std::vector<uint8_t> random_blocks(const GgmlTypeRow& t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> x(size_t(rows * cols));
+  for (float& v : x) v = n(rng) * (1.0f + float(rng() % 4));
+  const size_t nb = size_t(rows * cols / t.block_size);
+  std::vector<uint8_t> b(nb * size_t(t.type_size));
+  t.from_float(x.data(), b.data(), nb);
+  return b;
+}
+
+TEST(GgmlDecode, SimdEqualsTheTypeRowBitForBit) {
+  int tested = 0;
+  for (const char* name : kTypes) {
+    const GgmlTypeRow& t = *ggml_type_row_by_name(name);
+    const kernels::GgmlDecodeFn simd = kernels::ggml_decoder_avx512(uint32_t(t.type));
+    if (!simd) continue;
+    ++tested;
+    const int64_t cols = 4 * 256;
+    const std::vector<uint8_t> b = random_blocks(t, 3, cols, 11);
+    const size_t nb = size_t(3 * cols / t.block_size);
+    std::vector<float> want(size_t(3 * cols)), got(size_t(3 * cols), 42.0f);
+    t.to_float(b.data(), want.data(), nb);
+    simd(b.data(), got.data(), nb);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << name << " element " << i;
+    // The fused dot product: the same values, summed in fp32.
+    std::vector<float> x(static_cast<size_t>(cols));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& v : x) v = u(rng);
+    const kernels::GgmlDotFn dot = kernels::ggml_dot_avx512(uint32_t(t.type));
+    ASSERT_NE(dot, nullptr) << name;
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < cols; ++i)
+      ref += double(want[size_t(i)]) * x[size_t(i)], mag += std::fabs(want[size_t(i)] * x[size_t(i)]);
+    const float d = dot(b.data(), x.data(), size_t(cols / t.block_size));
+    EXPECT_NEAR(d, ref, 1e-6 * mag) << name;
+  }
+  if (!tested) GTEST_SKIP() << "no AVX-512";
+  EXPECT_EQ(tested, 8);
+}
+
+// A weight of `type` with a Q/K-style row permutation, as LoadMode::Native hands it over.
+struct Weight {
+  std::vector<uint8_t> bytes;
+  GgmlWeight w;
+  std::vector<float> dense;  // the HF-order rows, dequantized
+};
+
+Weight make_weight(const char* type, int64_t rows, int64_t cols, bool permuted) {
+  const GgmlTypeRow& t = *ggml_type_row_by_name(type);
+  Weight r;
+  r.bytes = random_blocks(t, rows, cols, 3);
+  r.w.type = uint32_t(t.type);
+  r.w.data = r.bytes.data();
+  r.w.nbytes = r.bytes.size();
+  r.w.row_bytes = r.bytes.size() / size_t(rows);
+  r.w.rows = rows;
+  r.w.cols = cols;
+  std::vector<float> all(size_t(rows * cols));
+  t.to_float(r.bytes.data(), all.data(), all.size() / size_t(t.block_size));
+  r.dense = all;
+  if (permuted) {
+    for (int64_t i = 0; i < rows; ++i) r.w.row_of.push_back(int32_t((i * 7) % rows));  // rows coprime with 7
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(all.begin() + r.w.row_of[size_t(i)] * cols, cols, r.dense.begin() + i * cols);
+  }
+  return r;
+}
+
+TEST(GgmlLinear, BatchHasTheDenseBitsOneTokenAgrees) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const char* type : {"Q4_1", "Q6_K", "Q2_K"}) {  // Q2_K: the scalar decoder
+    for (Compute compute : {Compute::F32, Compute::BF16}) {
+      const int64_t rows = 50, cols = 512;
+      Weight W = make_weight(type, rows, cols, true);
+      std::vector<float> bias(static_cast<size_t>(rows));
+      for (float& v : bias) v = u(rng);
+      const auto g = make_ggml_linear(W.w, bias.data(), compute);
+      const auto d = make_dense_linear(W.dense.data(), rows, cols, bias.data(), compute);
+      const auto d32 = make_dense_linear(W.dense.data(), rows, cols, bias.data(), Compute::F32);
+      EXPECT_EQ(g->weight_bytes(), W.bytes.size());
+      for (int64_t m : {1, 3, 9, 40}) {
+        std::vector<float> x(size_t(m * cols)), yg(size_t(m * rows)), yd(size_t(m * rows));
+        for (float& v : x) v = u(rng);
+        g->forward(x.data(), m, yg.data());
+        (m >= 4 ? d : d32)->forward(x.data(), m, yd.data());
+        for (size_t i = 0; i < yg.size(); ++i) {
+          if (m >= 4)  // panels: the dense tiles over the same values
+            ASSERT_EQ(std::bit_cast<uint32_t>(yg[i]), std::bit_cast<uint32_t>(yd[i])) << type << " m " << m << " " << i;
+          else  // dot products in fp32 whatever the compute (decode's GEMV)
+            ASSERT_NEAR(yg[i], yd[i], 2e-4 + 1e-5 * std::fabs(yd[i])) << type << " m " << m << " " << i;
+        }
+        if (m != 1) continue;
+        std::vector<float> ys(size_t(rows), -1.0f);
+        for (int part = 0; part < 3; ++part) g->gemv_slice(x.data(), part, 3, ys.data());
+        for (size_t i = 0; i < ys.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(ys[i]), std::bit_cast<uint32_t>(yg[i])) << type << " slice row " << i;
+      }
+      std::vector<float> row(static_cast<size_t>(cols));
+      g->dequantize_row(7, row.data());
+      for (int64_t j = 0; j < cols; ++j) ASSERT_EQ(row[size_t(j)], W.dense[size_t(7 * cols + j)]);
+    }
+  }
+}
+
+// Logits of the Eager and the Native load of one file: batch (bit for bit when `exact`) and one token
+// at a time (the GEMVs, fp32 accuracy).
+void expect_native_logits(const std::string& path, bool exact) {
+  const Checkpoint eager = load_checkpoint(path);
+  Checkpoint native = load_checkpoint(path, LoadMode::Native);
+  ASSERT_FALSE(native.ggml_weights.empty()) << path;
+  EXPECT_TRUE(eager.ggml_weights.empty());
+  const std::vector<int32_t> ids = {1, 17, 30, 42, 7, 59, 51, 3, 25, 63, 11, 5};
+  const int n = int(ids.size());
+  const int64_t V = eager.config.vocab;
+  LlamaModel a(eager, checkpoint_linear_factory(eager, {}));
+  LlamaModel b(native, checkpoint_linear_factory(native, {}));
+  EXPECT_NE(b.linear_kind().find("gguf-"), std::string::npos) << b.linear_kind();
+  std::vector<float> la(size_t(n * V)), lb(size_t(n * V));
+  auto ca = a.make_cache(n), cb = b.make_cache(n);
+  a.forward(ids.data(), n, 0, *ca, 0, n, la.data());
+  b.forward(ids.data(), n, 0, *cb, 0, n, lb.data());
+  if (exact) {
+    for (size_t i = 0; i < la.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(la[i]), std::bit_cast<uint32_t>(lb[i])) << path << " logit " << i;
+  } else {
+    EXPECT_LT(test::max_abs_diff(la, lb), 1e-4) << path;
+  }
+  auto c1 = b.make_cache(n);
+  std::vector<float> step(static_cast<size_t>(V));
+  double worst = 0;
+  for (int t = 0; t < n; ++t) {
+    b.forward(ids.data() + t, 1, t, *c1, 0, 1, step.data());
+    for (int64_t v = 0; v < V; ++v) worst = std::max(worst, double(std::fabs(step[size_t(v)] - la[size_t(t * V + v)])));
+  }
+  EXPECT_LT(worst, 1e-3) << path;
+}
+
+// A dense llama (Q/K permuted in GGUF) written by our convert in two block types: every Linear sees
+// the whole batch, so the logits are the Eager load's bits.
+TEST(GgmlLinear, NativeDenseModelGivesTheEagerLogits) {
+  const std::string dir = test::temp_dir("ggml_linear");
+  for (const char* type : {"q4_k_m", "q8_0"}) {
+    const std::string out = dir + "/tiny-llama3." + type + ".gguf";
+    std::string log;
+    ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + test::source_dir() +
+                                "/tests/golden/logits/tiny-llama3 --out " + out + " --format gguf --gguf-type " + type,
+                            &log),
+              0)
+        << log;
+    expect_native_logits(out, true);
+  }
+}
+
+// llama.cpp's quantized tiny MoE files: experts that get fewer than 4 tokens take the dot-product
+// path, so the batch agrees to fp32 accuracy rather than bit for bit.
+TEST(GgmlLinear, NativeMoeModelsGiveTheEagerLogits) {
+  for (const char* file : {"tiny-mixtral8.q4_k_m.gguf", "tiny-mixtral8.q8_0.gguf", "tiny-qwen3moe.q4_k_m.gguf"})
+    expect_native_logits(test::source_dir() + "/tests/golden/gguf_moe/" + file, false);
+}
+
+}  // namespace
+}  // namespace qt
