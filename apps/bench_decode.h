@@ -14,6 +14,7 @@ struct DecodeBenchOptions {
   std::string kv_k = "f16", kv_v = "f16";
   std::string compute = "f32";
   std::string artifacts;
+  std::string weight_act;  // "", "int8" or "int8-token" (PackedLinearOptions::weight_act)
 };
 
 // Prints the result and returns it as JSON. UserError for bad options or inputs.

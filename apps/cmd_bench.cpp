@@ -331,6 +331,10 @@ Registrar reg(
        sub.add_option("--kv-k", o->dec.kv_k, "--decode: key cache method (default f16)");
        sub.add_option("--kv-v", o->dec.kv_v, "--decode: value cache method (default f16)");
        sub.add_option("--artifacts", o->dec.artifacts, "--decode: precompute folder for the KV methods");
+       sub.add_option("--weight-act", o->dec.weight_act,
+                      "--decode: int8 (affine 4-bit layers and GGUF blocks: tokens to int8 per group, llama.cpp's "
+                      "arithmetic) or int8-token; default: fp32 tokens")
+           ->check(CLI::IsMember({"int8", "int8-token"}));
        sub.add_option("--threads", o->threads, "threads (default: all cores)");
        sub.add_option("--device", o->device, "cpu (default) or cuda (--peak only: the GPU's GEMM rates)")
            ->check(CLI::IsMember({"cpu", "cuda"}));

@@ -465,8 +465,9 @@ const Registrar reg{
        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
            ->check(CLI::IsMember({"f32", "bf16"}));
        sub.add_option("--weight-act", o->weight_act,
-                      "cpu, affine 4-bit layers: int8 (tokens to int8 per weight group, llama.cpp's Q4_1 x Q8_1 "
-                      "arithmetic) or int8-token (one int8 step per token); default: fp32 tokens (int16 per group)")
+                      "cpu: affine 4-bit layers int8 (tokens to int8 per weight group, llama.cpp's Q4_1 x Q8_1 "
+                      "arithmetic) or int8-token (one int8 step per token), default fp32 tokens (int16 per group); "
+                      "GGUF blocks (either value): one token's GEMV through int8 tokens per block of 32")
            ->check(CLI::IsMember({"int8", "int8-token"}));
        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512, amx");
        add_kv_flags(sub, o->kvf);

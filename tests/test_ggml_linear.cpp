@@ -17,6 +17,7 @@
 #include "formats/ggml_blocks.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/ggml_decode.h"
+#include "libquant/kernels/ggml_dot_i8.h"
 #include "libquant/linear/ggml_linear.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
@@ -68,6 +69,44 @@ TEST(GgmlDecode, SimdEqualsTheTypeRowBitForBit) {
   }
   if (!tested) GTEST_SKIP() << "no AVX-512";
   EXPECT_EQ(tested, 8);
+}
+
+// The int8-token dots: exactly Σ w·(dx·q) of the decoded weights and the token as rounded, to fp32
+// accuracy, and the rounding is llama.cpp's Q8_0 rule (d = max|x|/127, q = nearest(x/d)).
+TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
+  int tested = 0;
+  for (const char* name : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}) {
+    const GgmlTypeRow& t = *ggml_type_row_by_name(name);
+    const kernels::GgmlDotI8Fn dot = kernels::ggml_dot_i8(uint32_t(t.type));
+    if (!dot) continue;
+    ++tested;
+    for (int64_t cols : {int64_t(256), int64_t(256 * 5), int64_t(32 * 17)}) {
+      if (cols % t.block_size) continue;
+      const std::vector<uint8_t> b = random_blocks(t, 1, cols, 21);
+      std::vector<float> w(static_cast<size_t>(cols)), x(static_cast<size_t>(cols));
+      t.to_float(b.data(), w.data(), size_t(cols / t.block_size));
+      std::mt19937 rng(2);
+      std::normal_distribution<float> n(0.0f, 1.0f);
+      for (float& v : x) v = n(rng);
+      kernels::GgmlTokenI8 q;
+      kernels::ggml_quantize_token(x.data(), cols, &q);
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const float amax = [&] {
+          float a = 0;
+          for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) a = std::max(a, std::fabs(x[size_t(j)]));
+          return a;
+        }();
+        ASSERT_EQ(q.q[size_t(i)], int(std::nearbyint(x[size_t(i)] * (127.0f / amax)))) << name << " " << i;
+        const double xi = double(q.d[size_t(i / 32)]) * q.q[size_t(i)];
+        ref += double(w[size_t(i)]) * xi;
+        mag += std::fabs(double(w[size_t(i)]) * xi);
+      }
+      EXPECT_NEAR(dot(b.data(), q, size_t(cols / t.block_size)), ref, 1e-5 * mag) << name << " cols " << cols;
+    }
+  }
+  if (!tested) GTEST_SKIP() << "no AVX-512 VNNI";
+  EXPECT_EQ(tested, 5);
 }
 
 // A weight of `type` with a Q/K-style row permutation, as LoadMode::Native hands it over.

@@ -59,6 +59,7 @@ template <class Out>
 QT_AVX512 inline void q4_0(const uint8_t* src, size_t nb, Out& out) {
   const __m512 codes = iota16(-8);
   for (size_t b = 0; b < nb; ++b, src += 18) {
+    ggml_prefetch_ahead(src, 1);
     const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), codes);
     const __m128i raw = load16(src + 2);
     out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
@@ -71,6 +72,7 @@ template <class Out>
 QT_AVX512 inline void q4_1(const uint8_t* src, size_t nb, Out& out) {
   const __m512 codes = iota16(0);
   for (size_t b = 0; b < nb; ++b, src += 20) {
+    ggml_prefetch_ahead(src, 1);
     const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(half(src)), codes), _mm512_set1_ps(half(src + 2)));
     const __m128i raw = load16(src + 4);
     out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
@@ -86,6 +88,7 @@ QT_AVX512 inline void q5(const uint8_t* src, size_t nb, Out& out) {
   const __m512i sixteen = _mm512_set1_epi32(16);
   const __m512 lo_codes = iota16(kMin ? 0 : -16), hi_codes = iota16(kMin ? 16 : 0);
   for (size_t b = 0; b < nb; ++b, src += kBytes) {
+    ggml_prefetch_ahead(src, 1);
     const __m512 d = _mm512_set1_ps(half(src));
     __m512 t0 = _mm512_mul_ps(d, lo_codes), t1 = _mm512_mul_ps(d, hi_codes);
     if constexpr (kMin) {
@@ -107,6 +110,7 @@ QT_AVX512 inline void q5(const uint8_t* src, size_t nb, Out& out) {
 template <class Out>
 QT_AVX512 inline void q8_0(const uint8_t* src, size_t nb, Out& out) {
   for (size_t b = 0; b < nb; ++b, src += 34) {
+    ggml_prefetch_ahead(src, 1);
     const __m512 d = _mm512_set1_ps(half(src));
     out(32 * b, _mm512_mul_ps(to_f32(_mm512_cvtepi8_epi32(load16(src + 2))), d));
     out(32 * b + 16, _mm512_mul_ps(to_f32(_mm512_cvtepi8_epi32(load16(src + 18))), d));
@@ -131,6 +135,7 @@ QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
   constexpr size_t kBytes = kFive ? 176 : 144;
   const __m512 lo_codes = iota16(0), hi_codes = iota16(16);
   for (size_t b = 0; b < nb; ++b, src += kBytes) {
+    ggml_prefetch_ahead(src, int(kBytes));
     const float d = half(src), dmin = half(src + 2);
     const uint8_t* scales = src + 4;
     const uint8_t* qh = src + 16;
@@ -164,6 +169,7 @@ template <class Out>
 QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
   const __m512i thirty_two = _mm512_set1_epi32(32), three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
   for (size_t b = 0; b < nb; ++b, src += 210) {
+    ggml_prefetch_ahead(src, 210);
     const uint8_t* ql = src;
     const uint8_t* qh = src + 128;
     const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);

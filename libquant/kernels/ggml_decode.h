@@ -3,10 +3,20 @@
 // never fused) bit for bit, 16 lanes at a time, for the GGUF Linear's row decode
 // (libquant/linear/ggml_linear.cpp): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 #pragma once
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
 
 namespace qt::kernels {
+
+// The block-walking loops ask, per block of `bytes`, for the bytes 4 KiB further on (the rest of the
+// row, then the next row's): measured, the hardware prefetcher alone feeds them at half a core's
+// read rate; 4 KiB was the best of 1–4 KiB (8B-shaped Q4_0, 1 and 2 threads: 6.1 -> 6.2 and
+// 11.0 -> 11.9 tok/s; SmolLM2 Q4_1 51 -> 110–125).
+inline void ggml_prefetch_ahead(const uint8_t* p, int bytes) {
+  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + o), _MM_HINT_T0);
+}
 
 using GgmlDecodeFn = void (*)(const uint8_t* src, float* dst, size_t nblocks);
 

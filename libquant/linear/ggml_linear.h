@@ -13,6 +13,9 @@
 namespace qt {
 
 // UserError when the type has no dequantizer or the shape is not whole blocks per row.
-std::unique_ptr<Linear> make_ggml_linear(GgmlWeight w, const float* bias, Compute compute);
+// int8_tokens: one token's GEMV rounds it to int8 per block of 32 and multiplies the codes as
+// integers (kernels/ggml_dot_i8.h: llama.cpp's arithmetic) where a kernel for the type exists; the
+// batches stay exact.
+std::unique_ptr<Linear> make_ggml_linear(GgmlWeight w, const float* bias, Compute compute, bool int8_tokens = false);
 
 }  // namespace qt

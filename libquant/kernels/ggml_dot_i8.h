@@ -1,0 +1,29 @@
+// One token against GGUF blocks through int8 activations, as llama.cpp's CPU backend computes
+// them (ggml-cpu's vec_dot_q4_0_q8_0 and friends: the token rounded to int8 per block of 32, the
+// codes multiplied as integers, the scales after): VPDPBUSD over 64 codes at a time. An opt-in
+// (--weight-act int8) beside the exact fp32 dots of ggml_decode.h: the token's rounding is the
+// price, measured in results/gguf.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace qt::kernels {
+
+// A token rounded to int8 per block of 32: d = max|x| / 127, q = nearest(x / d) (d = 0, q = 0 for a
+// block of zeros), and the sums of q over each 16 and each 32.
+struct GgmlTokenI8 {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum16;
+  std::vector<float> sum32;  // the sum over each 32, as fp32 (exact)
+};
+// k: a multiple of 256 or of 32 (the K-quant kernels need whole super-blocks, which their rows are).
+void ggml_quantize_token(const float* x, int64_t k, GgmlTokenI8* t);
+
+// Σ w·x over `nblocks` blocks of a row, x as quantized (its first element = the row's first).
+using GgmlDotI8Fn = float (*)(const uint8_t* src, const GgmlTokenI8& x, size_t nblocks);
+// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K where the CPU has AVX-512 VNNI (with BW, VL, DQ, F16C); else nullptr.
+GgmlDotI8Fn ggml_dot_i8(uint32_t type);
+
+}  // namespace qt::kernels
