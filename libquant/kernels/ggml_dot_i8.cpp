@@ -30,7 +30,7 @@ QT_VNNI inline __m256i nibbles32(const uint8_t* p) {
 }
 QT_VNNI inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// The legacy types, one block of 32 per VPDPBUSD (256-bit: three ports where 512-bit ops have two):
+// The legacy types, two blocks of 32 per VPDPBUSD:
 // Q4_0 (d, codes - 8), Q4_1 (d, m, codes), Q8_0 (d, signed codes, + 128 as unsigned). The block
 // scales d·dx and the offset terms are computed 16 blocks at a time (one VCVTPH2PS, one FMA).
 enum class Legacy { Q4_0, Q4_1, Q8_0 };
@@ -38,7 +38,14 @@ enum class Legacy { Q4_0, Q4_1, Q8_0 };
 template <Legacy kT>
 QT_VNNI float legacy(const uint8_t* src, const GgmlTokenI8& x, size_t nb) {
   constexpr size_t kBytes = kT == Legacy::Q4_0 ? 18 : kT == Legacy::Q4_1 ? 20 : 34;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  auto codes = [](const uint8_t* blk) QT_VNNI {  // a block's 32 codes, unsigned, in element order
+    if constexpr (kT == Legacy::Q8_0)
+      return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
+                              _mm256_set1_epi8(char(0x80)));
+    return nibbles32(blk + (kT == Legacy::Q4_1 ? 4 : 2));
+  };
+  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc = _mm512_setzero_ps();
   __m512 extra = _mm512_setzero_ps();  // the offsets' and Q4_1's minimums' terms, per block
   alignas(64) float scale[16];
   for (size_t b0 = 0; b0 < nb; b0 += 16) {
@@ -61,28 +68,24 @@ QT_VNNI float legacy(const uint8_t* src, const GgmlTokenI8& x, size_t nb) {
       const __m512 m = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mh)));
       extra = _mm512_fmadd_ps(_mm512_mul_ps(m, dx), sums, extra);
     }
-    for (size_t i = 0; i < n; ++i) {
-      const size_t b = b0 + i;
-      const uint8_t* blk = src + b * kBytes;
-      ggml_prefetch_ahead(blk, 1);
-      __m256i c;
-      if constexpr (kT == Legacy::Q8_0) {
-        c = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
-                             _mm256_set1_epi8(char(0x80)));
-      } else {
-        c = nibbles32(blk + (kT == Legacy::Q4_1 ? 4 : 2));
-      }
-      const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c,
-                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q.data() + 32 * b)));
-      if (i & 1) {
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(scale + i), acc1);
-      } else {
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(scale + i), acc0);
-      }
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {  // two blocks a VPDPBUSD: lanes 0..7 block i, 8..15 block i + 1
+      const uint8_t* blk = src + (b0 + i) * kBytes;
+      ggml_prefetch_ahead(blk, 2 * int(kBytes));
+      const __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(codes(blk)), codes(blk + kBytes), 1);
+      const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, _mm512_loadu_si512(x.q.data() + 32 * (b0 + i)));
+      const __m512 lane_s = _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(int(i))), s);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), lane_s, acc);
+    }
+    if (i < n) {  // an odd last block
+      const uint8_t* blk = src + (b0 + i) * kBytes;
+      const __m256i p =
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes(blk),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q.data() + 32 * (b0 + i))));
+      acc = _mm512_add_ps(acc, _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale[i]))));
     }
   }
-  const __m256 acc = _mm256_add_ps(acc0, acc1);
-  return _mm512_reduce_add_ps(_mm512_zextps256_ps512(acc)) + _mm512_reduce_add_ps(extra);
+  return _mm512_reduce_add_ps(acc) + _mm512_reduce_add_ps(extra);
 }
 
 // Q4_K: super-blocks of 256 = 8 sub-blocks of 32 with 6-bit scales and minimums (d·sc·q - dmin·mn);
