@@ -192,6 +192,7 @@ int run_bench(BenchOpts o) {
       user_error("--kernel-level: this CPU supports at most {}", kernel_level_name(max_kernel_level()));
     set_kernel_level(lvl);
   }
+  if (!o.dec.weight_act.empty() && !o.decode) user_error("--weight-act: a --decode option (give --decode)");
   if (o.decode) {  // a model's generation speed: its own run, not combined with the kernel tables
     if (o.peak || o.gemm || o.kernel || o.gemv) user_error("--decode runs alone; drop --peak/--gemm/--kernel/--gemv");
     o.dec.compute = o.compute == "both" ? "f32" : o.compute;

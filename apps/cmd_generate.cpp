@@ -24,7 +24,7 @@ namespace qt {
 namespace cmd_generate {
 
 struct Options {
-  std::string model, prompt, prompt_file, system, compute = "f32", device = "cpu", kernel;
+  std::string model, prompt, prompt_file, system, compute = "f32", device = "cpu", kernel, weight_act;
   bool chat = false, show_prompt = false;
   int max_tokens = 256, threads = 0;
   SamplingOptions sampling;
@@ -63,6 +63,7 @@ int run(const Options& o) {
     if (!cuda::built()) cuda::device_info();  // the one-line "built without CUDA" error
     if (o.compute != "bf16") user_error("--device cuda computes in bf16: give --compute bf16");
     if (!o.kernel.empty()) user_error("--kernel picks a CPU kernel level; it has no meaning with --device cuda");
+    if (!o.weight_act.empty()) user_error("--weight-act: not on cuda yet");
     const KvFlags none;
     if ((!o.kvf.kv.empty() && o.kvf.kv != "f16") || !o.kvf.kv_k.empty() || !o.kvf.kv_v.empty() ||
         !o.kvf.recipe.empty() || !o.kvf.key_center.empty() || o.kvf.residual != none.residual)
@@ -117,6 +118,8 @@ int run(const Options& o) {
     const kv::KVConfig kc = kv_config_from_flags(o.kvf, cfg);
     PackedLinearOptions lo;
     lo.compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
+    if (o.weight_act == "int8") lo.weight_act = WeightAct::Int8Group;
+    if (o.weight_act == "int8-token") lo.weight_act = WeightAct::Int8Token;
     model = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
     cache = model->make_cache(ctx, kc);
     step = model_step(*model, *cache);
@@ -169,6 +172,10 @@ const Registrar reg{
        sub.add_option("--seed", o->sampling.seed, "seed of the sampler (default 0)");
        sub.add_option("--stop", o->stops, "stop when the text contains STRING (repeatable)")->expected(1)->take_all();
        sub.add_option("--threads", o->threads, "threads (default: all cores)");
+       sub.add_option("--weight-act", o->weight_act,
+                      "cpu: int8 (affine 4-bit layers and GGUF blocks: tokens to int8 per group, llama.cpp's "
+                      "arithmetic) or int8-token; default: fp32 tokens")
+           ->check(CLI::IsMember({"int8", "int8-token"}));
        sub.add_option("--kernel", o->kernel, "force a lower kernel level: scalar, avx2, avx512, amx");
        sub.add_option("--compute", o->compute, "f32 (default) or bf16 weights for the matmuls (cuda: bf16)")
            ->check(CLI::IsMember({"f32", "bf16"}));

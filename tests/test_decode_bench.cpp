@@ -21,11 +21,15 @@ namespace {
 
 using namespace qt;
 
-TEST(DecodeBench, GreedyStepsEqualTheBatchArgmax) {
+// Eager: the GGUF expanded to fp32 (the dense Linears); Native: computed from its Q4_1 blocks (one
+// token through the fused block dots, the batch through decoded panels).
+class DecodeBench : public ::testing::TestWithParam<LoadMode> {};
+
+TEST_P(DecodeBench, GreedyStepsEqualTheBatchArgmax) {
   QT_REQUIRE_FILE(test::model_gguf());
-  Checkpoint ck = load_checkpoint(test::model_gguf());
+  Checkpoint ck = load_checkpoint(test::model_gguf(), GetParam());
   std::vector<int32_t> prompt = ck.tokenizer->encode("The history of the city begins in the Roman period, when", true);
-  LlamaModel model(std::move(ck), Compute::F32);
+  LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, {}));
   const int gen = 12, vocab = int(model.config().vocab);
   for (const char* kv : {"f16", "kivi:bits=4"}) {
     // r=0: no full-precision window, so every generated step reads quantized keys and values.
@@ -50,6 +54,8 @@ TEST(DecodeBench, GreedyStepsEqualTheBatchArgmax) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Loads, DecodeBench, ::testing::Values(LoadMode::Eager, LoadMode::Native));
+
 TEST(DecodeBench, CliRunsAndRefusesBadOptions) {
   QT_REQUIRE_FILE(test::model_gguf());
   const std::string bin =
@@ -67,6 +73,10 @@ TEST(DecodeBench, CliRunsAndRefusesBadOptions) {
   EXPECT_EQ(j["gen"], 8);
   EXPECT_EQ(j["generated"].size(), 8u);
   EXPECT_GT(j["decode_tokens_per_second"].get<double>(), 0.0);
+  // int8 tokens on the GGUF's blocks (llama.cpp's arithmetic): named in the Linears' kind.
+  ASSERT_EQ(test::run_cmd(bin + " --model " + test::model_gguf() + " --prompt 16 --gen 4 --weight-act int8", &out), 0)
+      << out;
+  EXPECT_NE(out.find("linears gguf-q4_1-a8"), std::string::npos) << out;
   for (const std::string bad :
        {" --model " + test::model_gguf() + " --prompt 0", " --model " + test::model_gguf() + " --kv-k nosuch",
         " --model " + dir + "/missing", std::string(" --prompt 8"), " --model " + test::model_gguf() + " --peak"}) {
