@@ -206,36 +206,40 @@ bool has_avx512() {
   return f.avx512f && f.avx512bw && f.avx512vl && f.f16c && f.fma;
 }
 
+// Each walker as a decoder and as a dot product, one row a type.
+struct Kernels {
+  GgmlType type;
+  GgmlDecodeFn decode;
+  GgmlDotFn dot;
+};
+
+const Kernels* find(uint32_t type) {
+  static const Kernels kRows[] = {
+      {GgmlType::Q4_0, decode<q4_0<Store>>, dot<q4_0<Dot>>},
+      {GgmlType::Q4_1, decode<q4_1<Store>>, dot<q4_1<Dot>>},
+      {GgmlType::Q5_0, decode<q5<false, Store>>, dot<q5<false, Dot>>},
+      {GgmlType::Q5_1, decode<q5<true, Store>>, dot<q5<true, Dot>>},
+      {GgmlType::Q8_0, decode<q8_0<Store>>, dot<q8_0<Dot>>},
+      {GgmlType::Q4_K, decode<qk45<false, Store>>, dot<qk45<false, Dot>>},
+      {GgmlType::Q5_K, decode<qk45<true, Store>>, dot<qk45<true, Dot>>},
+      {GgmlType::Q6_K, decode<q6_k<Store>>, dot<q6_k<Dot>>},
+  };
+  if (!has_avx512()) return nullptr;
+  for (const Kernels& k : kRows)
+    if (uint32_t(k.type) == type) return &k;
+  return nullptr;
+}
+
 }  // namespace
 
 GgmlDecodeFn ggml_decoder_avx512(uint32_t type) {
-  if (!has_avx512()) return nullptr;
-  switch (GgmlType(type)) {
-    case GgmlType::Q4_0: return decode<q4_0<Store>>;
-    case GgmlType::Q4_1: return decode<q4_1<Store>>;
-    case GgmlType::Q5_0: return decode<q5<false, Store>>;
-    case GgmlType::Q5_1: return decode<q5<true, Store>>;
-    case GgmlType::Q8_0: return decode<q8_0<Store>>;
-    case GgmlType::Q4_K: return decode<qk45<false, Store>>;
-    case GgmlType::Q5_K: return decode<qk45<true, Store>>;
-    case GgmlType::Q6_K: return decode<q6_k<Store>>;
-    default: return nullptr;
-  }
+  const Kernels* k = find(type);
+  return k ? k->decode : nullptr;
 }
 
 GgmlDotFn ggml_dot_avx512(uint32_t type) {
-  if (!has_avx512()) return nullptr;
-  switch (GgmlType(type)) {
-    case GgmlType::Q4_0: return dot<q4_0<Dot>>;
-    case GgmlType::Q4_1: return dot<q4_1<Dot>>;
-    case GgmlType::Q5_0: return dot<q5<false, Dot>>;
-    case GgmlType::Q5_1: return dot<q5<true, Dot>>;
-    case GgmlType::Q8_0: return dot<q8_0<Dot>>;
-    case GgmlType::Q4_K: return dot<qk45<false, Dot>>;
-    case GgmlType::Q5_K: return dot<qk45<true, Dot>>;
-    case GgmlType::Q6_K: return dot<q6_k<Dot>>;
-    default: return nullptr;
-  }
+  const Kernels* k = find(type);
+  return k ? k->dot : nullptr;
 }
 
 }  // namespace qt::kernels
