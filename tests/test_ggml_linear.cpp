@@ -7,6 +7,8 @@
 //    accuracy and the decode team's slices have forward()'s bits;
 //  - whole models: llama.cpp's quantized tiny MoE files give, Native, the Eager load's logits bit
 //    for bit in a batch, and within fp32 accuracy one token at a time, from the file's bytes.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
