@@ -52,8 +52,7 @@ nlohmann::json run_bench_decode(const DecodeBenchOptions& o) {
   kc.artifacts = o.artifacts;
   PackedLinearOptions lo;
   lo.compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
-  if (o.weight_act == "int8") lo.weight_act = WeightAct::Int8Group;
-  if (o.weight_act == "int8-token") lo.weight_act = WeightAct::Int8Token;
+  lo.weight_act = weight_act_from_flag(o.weight_act);
   LlamaModel model(std::move(ck), checkpoint_linear_factory(ck, lo));
   auto cache = model.make_cache(ctx, kc);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

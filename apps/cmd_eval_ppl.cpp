@@ -336,8 +336,7 @@ int run(const Options& o) {
   } else {
     PackedLinearOptions lo;
     lo.compute = compute;
-    if (o.weight_act == "int8") lo.weight_act = WeightAct::Int8Group;
-    if (o.weight_act == "int8-token") lo.weight_act = WeightAct::Int8Token;
+    lo.weight_act = weight_act_from_flag(o.weight_act);
     // Quantized folders compute from their packed codes; releases ck's tensors as it goes.
     e.cpu = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
     e.scorer = make_cpu_scorer(*e.cpu, e.cpu_base.get());

@@ -118,8 +118,7 @@ int run(const Options& o) {
     const kv::KVConfig kc = kv_config_from_flags(o.kvf, cfg);
     PackedLinearOptions lo;
     lo.compute = o.compute == "bf16" ? Compute::BF16 : Compute::F32;
-    if (o.weight_act == "int8") lo.weight_act = WeightAct::Int8Group;
-    if (o.weight_act == "int8-token") lo.weight_act = WeightAct::Int8Token;
+    lo.weight_act = weight_act_from_flag(o.weight_act);
     model = std::make_unique<LlamaModel>(std::move(ck), checkpoint_linear_factory(ck, lo));
     cache = model->make_cache(ctx, kc);
     step = model_step(*model, *cache);

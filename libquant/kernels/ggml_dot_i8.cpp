@@ -28,7 +28,6 @@ QT_VNNI inline __m256i nibbles32(const uint8_t* p) {
   return _mm256_and_si256(_mm256_srlv_epi16(both, _mm256_set_epi64x(0x0004000400040004, 0x0004000400040004, 0, 0)),
                           _mm256_set1_epi8(0x0f));
 }
-QT_VNNI inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 // The legacy types, two blocks of 32 per VPDPBUSD:
 // Q4_0 (d, codes - 8), Q4_1 (d, m, codes), Q8_0 (d, signed codes, + 128 as unsigned). The block
@@ -125,7 +124,7 @@ QT_VNNI float q4_k(const uint8_t* src, const GgmlTokenI8& x, size_t nb) {
     mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mnv)), dxv),
                            _mm256_loadu_ps(x.sum32.data() + 8 * b), mins);
   }
-  return hsum(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins));
+  return _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins));
 }
 
 // Q6_K: super-blocks of 256 = 16 sub-blocks of 16 with int8 scales, d·sc·(q - 32); element
@@ -167,7 +166,7 @@ QT_VNNI float q6_k(const uint8_t* src, const GgmlTokenI8& x, size_t nb) {
       }
     }
   }
-  return hsum(acc) - 32.0f * hsum(offs);
+  return _mm512_reduce_add_ps(acc) - 32.0f * _mm512_reduce_add_ps(offs);
 }
 
 QT_VNNI void quantize_vnni(const float* x, int64_t k, GgmlTokenI8* t) {

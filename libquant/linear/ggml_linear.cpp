@@ -13,8 +13,6 @@
 namespace qt {
 namespace {
 
-// The one-token GEMV asks for the row about this many bytes ahead of the one it reads.
-
 class GgmlLinear final : public Linear {
  public:
   GgmlLinear(GgmlWeight w, const float* bias, Compute compute, bool int8_tokens)
@@ -67,10 +65,7 @@ class GgmlLinear final : public Linear {
   template <class F>
   void each_row(int64_t r0, int64_t r1, bool threads, F f) const {
 #pragma omp parallel for schedule(dynamic, 32) if (threads && (r1 - r0) * w_.cols > (1 << 16))
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* row = row_bytes(r);
-      f(r, row);
-    }
+    for (int64_t r = r0; r < r1; ++r) f(r, row_bytes(r));
   }
 
   const uint8_t* row_bytes(int64_t r) const {
@@ -104,9 +99,8 @@ class GgmlLinear final : public Linear {
   }
 
   void decode_row(int64_t r, float* out) const {
-    const int64_t g = w_.row_of.empty() ? r : w_.row_of[size_t(r)];
     const bool simd = simd_ && kernel_level() >= KernelLevel::AVX512;  // the level may be lowered later
-    (simd ? simd_ : row_->to_float)(w_.data + size_t(g) * w_.row_bytes, out, blocks_);
+    (simd ? simd_ : row_->to_float)(row_bytes(r), out, blocks_);
   }
 
   GgmlWeight w_;

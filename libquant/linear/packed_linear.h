@@ -18,6 +18,7 @@
 // The scalar spec for both is reference_gemm (libquant/schemes/scheme.h).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "libquant/linear/linear.h"
 #include "libquant/schemes/scheme.h"
@@ -40,6 +41,11 @@ struct PackedLinearOptions {
   // batch size; Default runs them as `act` says.
   WeightAct weight_act = WeightAct::Default;
 };
+
+// The --weight-act flag's value ("", "int8", "int8-token") as a WeightAct.
+inline WeightAct weight_act_from_flag(const std::string& flag) {
+  return flag == "int8" ? WeightAct::Int8Group : flag == "int8-token" ? WeightAct::Int8Token : WeightAct::Default;
+}
 
 // Dispatches on the kernel family of w's scheme row (its kernel_form first, if any). `bias` (out_features floats) may be null. UserError when the
 // tensors do not match the scheme's layout (check_packed).
