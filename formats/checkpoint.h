@@ -26,6 +26,7 @@ struct GgmlWeight {
   int64_t rows = 0, cols = 0;
   std::vector<int32_t> row_of;
   std::shared_ptr<const void> owner;
+  bool mapped = false;  // `data` lies in a read-only file mapping (release_pages)
 };
 
 struct Checkpoint {

@@ -193,6 +193,7 @@ Checkpoint load_gguf(const std::string& path, LoadMode mode) {
         w.row_of.assign(hf_order.begin(), hf_order.end());
       }
       w.owner = gp;
+      w.mapped = true;  // GGUF files are always mapped (formats/mapped_file.cpp)
       ck.ggml_weights.emplace(j.hf, std::move(w));
       ck.tensors.emplace(j.hf, deferred_tensor(DType::F32, shape, [dequantize, j] { return dequantize(j); }));
     }

@@ -172,11 +172,15 @@ std::vector<float> to_f32(const Tensor& t) {
 }
 
 void release_pages(const Tensor& t) {
-  if (!t.mapped || !t.data || t.nbytes == 0) return;
+  if (t.mapped) release_pages(t.data, t.nbytes);
+}
+
+void release_pages(const void* data, size_t nbytes) {
+  if (!data || nbytes == 0) return;
   static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   // Only the pages wholly inside the tensor: its neighbours may share the first and last page.
-  const uintptr_t lo = (uintptr_t(t.data) + page - 1) / page * page;
-  const uintptr_t hi = (uintptr_t(t.data) + t.nbytes) / page * page;
+  const uintptr_t lo = (uintptr_t(data) + page - 1) / page * page;
+  const uintptr_t hi = (uintptr_t(data) + nbytes) / page * page;
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 

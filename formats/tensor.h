@@ -60,6 +60,7 @@ Tensor deferred_tensor(DType dtype, std::vector<int64_t> shape, std::function<Te
 // For a loader that has copied or repacked the tensor: without this, the source pages it read stay
 // resident beside the copy until the file is unmapped. No effect on owned tensors.
 void release_pages(const Tensor& t);
+void release_pages(const void* mapped_data, size_t nbytes);  // the same for bytes of a mapping
 
 // Convert any float tensor (F32/F16/BF16/F64) to a vector of float (a deferred one is made first).
 std::vector<float> to_f32(const Tensor& t);

@@ -19,7 +19,8 @@
 #include "formats/ggml_blocks.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/ggml_decode.h"
-#include "libquant/kernels/ggml_dot_i8.h"
+#include "libquant/kernels/ggml_token_i8.h"
+#include "libquant/kernels/ggml_interleaved.h"
 #include "libquant/linear/ggml_linear.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
@@ -73,38 +74,61 @@ TEST(GgmlDecode, SimdEqualsTheTypeRowBitForBit) {
   EXPECT_EQ(tested, 8);
 }
 
-// The int8-token dots: exactly Σ w·(dx·q) of the decoded weights and the token as rounded, to fp32
-// accuracy, and the rounding is llama.cpp's Q8_0 rule (d = max|x|/127, q = nearest(x/d)).
+// Σ w·(dx·q) over a row of decoded weights w and the token x as rounded to int8 (double), after
+// checking the rounding is llama.cpp's Q8_0 rule (d = max|x|/127, q = nearest(x/d)); mag: Σ|w·x|.
+void int8_reference(const std::vector<float>& w, const std::vector<float>& x, const kernels::GgmlTokenI8& q,
+                    double* ref, double* mag) {
+  *ref = *mag = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    float amax = 0;
+    for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    ASSERT_EQ(q.q[i], int(std::nearbyint(x[i] * (127.0f / amax)))) << i;
+    const double xi = double(q.d[i / 32]) * q.q[i];
+    *ref += double(w[i]) * xi;
+    *mag += std::fabs(double(w[i]) * xi);
+  }
+}
+
+// The int8-token kernels over 16 interleaved rows: exactly Σ w·(dx·q) of the decoded weights and
+// the token as rounded, to fp32 accuracy (one row left out of the group: its lane is 0), and every
+// row unpacks to its blocks.
 TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
   int tested = 0;
   for (const char* name : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}) {
     const GgmlTypeRow& t = *ggml_type_row_by_name(name);
-    const kernels::GgmlDotI8Fn dot = kernels::ggml_dot_i8(uint32_t(t.type));
-    if (!dot) continue;
+    const kernels::GgmlInterleaved* il = kernels::ggml_interleaved(uint32_t(t.type));
+    if (!il) continue;
     ++tested;
     for (int64_t cols : {int64_t(256), int64_t(256 * 5), int64_t(32 * 17)}) {
       if (cols % t.block_size) continue;
-      const std::vector<uint8_t> b = random_blocks(t, 1, cols, 21);
-      std::vector<float> w(static_cast<size_t>(cols)), x(static_cast<size_t>(cols));
-      t.to_float(b.data(), w.data(), size_t(cols / t.block_size));
+      const size_t nb = size_t(cols / t.block_size), rb = nb * size_t(t.type_size);
+      const std::vector<uint8_t> b = random_blocks(t, 16, cols, 21);
+      std::vector<float> x(static_cast<size_t>(cols));
       std::mt19937 rng(2);
       std::normal_distribution<float> n(0.0f, 1.0f);
       for (float& v : x) v = n(rng);
       kernels::GgmlTokenI8 q;
       kernels::ggml_quantize_token(x.data(), cols, &q);
-      double ref = 0, mag = 0;
-      for (int64_t i = 0; i < cols; ++i) {
-        const float amax = [&] {
-          float a = 0;
-          for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) a = std::max(a, std::fabs(x[size_t(j)]));
-          return a;
-        }();
-        ASSERT_EQ(q.q[size_t(i)], int(std::nearbyint(x[size_t(i)] * (127.0f / amax)))) << name << " " << i;
-        const double xi = double(q.d[size_t(i / 32)]) * q.q[size_t(i)];
-        ref += double(w[size_t(i)]) * xi;
-        mag += std::fabs(double(w[size_t(i)]) * xi);
+      alignas(64) float y[16];
+      std::vector<uint8_t> group(nb * il->group_block_bytes);
+      const uint8_t* rows[16];
+      for (int i = 0; i < 16; ++i) rows[i] = i == 5 ? nullptr : b.data() + size_t(i) * rb;
+      il->pack(rows, nb, group.data());
+      il->gemv(group.data(), q, nb, y);
+      for (int i = 0; i < 16; ++i) {
+        std::vector<float> w(static_cast<size_t>(cols));
+        t.to_float(b.data() + size_t(i) * rb, w.data(), nb);
+        double ref = 0, mag = 0;
+        int8_reference(w, x, q, &ref, &mag);
+        if (i == 5) {
+          EXPECT_EQ(y[i], 0.0f) << name;
+          continue;
+        }
+        EXPECT_NEAR(y[i], ref, 1e-5 * mag) << name << " cols " << cols << " row " << i;
+        std::vector<uint8_t> back(rb);
+        il->unpack(group.data(), i, nb, back.data());
+        EXPECT_TRUE(std::equal(back.begin(), back.end(), b.begin() + ptrdiff_t(size_t(i) * rb))) << name << " " << i;
       }
-      EXPECT_NEAR(dot(b.data(), q, size_t(cols / t.block_size)), ref, 1e-5 * mag) << name << " cols " << cols;
     }
   }
   if (!tested) GTEST_SKIP() << "no AVX-512 VNNI";
@@ -173,6 +197,67 @@ TEST(GgmlLinear, BatchHasTheDenseBitsOneTokenAgrees) {
       g->dequantize_row(7, row.data());
       for (int64_t j = 0; j < cols; ++j) ASSERT_EQ(row[size_t(j)], W.dense[size_t(7 * cols + j)]);
     }
+  }
+}
+
+// --weight-act int8 over the legacy types (16 interleaved rows, the file's rows let go of): batches
+// still give the dense bits (rows unpacked from their groups), one token is the int8 reference,
+// its slices are whole groups and every row is computed once.
+TEST(GgmlLinear, Int8TokensOverInterleavedRows) {
+  if (!kernels::ggml_i8_supported()) GTEST_SKIP() << "no AVX-512 VNNI";
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const char* type : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}) {
+    const int64_t rows = 50, cols = 512;  // 50: the last group padded
+    Weight W = make_weight(type, rows, cols, true);
+    std::vector<float> bias(static_cast<size_t>(rows));
+    for (float& v : bias) v = u(rng);
+    const auto g = make_ggml_linear(W.w, bias.data(), Compute::F32, true);
+    std::string kind = std::string("gguf-") + type + "-a8";
+    std::transform(kind.begin(), kind.end(), kind.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    EXPECT_EQ(g->kind(), kind);
+    const GgmlTypeRow& t = *ggml_type_row_by_name(type);
+    EXPECT_EQ(g->weight_bytes(),
+              4 * size_t(cols / t.block_size) * kernels::ggml_interleaved(uint32_t(t.type))->group_block_bytes);
+    EXPECT_FALSE(g->borrows_weights());
+    const auto d = make_dense_linear(W.dense.data(), rows, cols, bias.data(), Compute::F32);
+    for (int64_t m : {1, 2, 8}) {
+      std::vector<float> x(size_t(m * cols)), yg(size_t(m * rows)), yd(size_t(m * rows));
+      for (float& v : x) v = u(rng);
+      g->forward(x.data(), m, yg.data());
+      d->forward(x.data(), m, yd.data());
+      for (int64_t t = 0; t < m; ++t) {
+        const std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        kernels::GgmlTokenI8 q;
+        kernels::ggml_quantize_token(xt.data(), cols, &q);
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t i = size_t(t * rows + r);
+          if (m >= 4) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(yg[i]), std::bit_cast<uint32_t>(yd[i])) << type << " " << i;
+            continue;
+          }
+          const std::vector<float> w(W.dense.begin() + r * cols, W.dense.begin() + (r + 1) * cols);
+          double ref = 0, mag = 0;
+          int8_reference(w, xt, q, &ref, &mag);
+          ASSERT_NEAR(yg[i], ref + bias[size_t(r)], 1e-5 * mag + 1e-6) << type << " m " << m << " row " << r;
+        }
+      }
+      if (m != 1) continue;
+      std::vector<float> ys(size_t(rows), -1.0f);
+      int64_t next = 0;
+      for (int part = 0; part < 3; ++part) {
+        const RowSlice s = g->gemv_slice(x.data(), part, 3, ys.data());
+        EXPECT_EQ(s.r0, next) << type;
+        EXPECT_TRUE(s.r0 % 16 == 0 && (s.r1 % 16 == 0 || s.r1 == rows)) << type << " " << s.r0 << ".." << s.r1;
+        next = s.r1;
+      }
+      EXPECT_EQ(next, rows);
+      for (size_t i = 0; i < ys.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(ys[i]), std::bit_cast<uint32_t>(yg[i])) << type << " slice row " << i;
+    }
+    std::vector<float> row(static_cast<size_t>(cols));
+    g->dequantize_row(49, row.data());
+    for (int64_t j = 0; j < cols; ++j) ASSERT_EQ(row[size_t(j)], W.dense[size_t(49 * cols + j)]) << type;
   }
 }
 

@@ -1,13 +1,16 @@
 // make_ggml_linear (ggml_linear.h).
 #include "libquant/linear/ggml_linear.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "formats/error.h"
 #include "formats/ggml_blocks.h"
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/ggml_decode.h"
-#include "libquant/kernels/ggml_dot_i8.h"
+#include "libquant/kernels/aligned_buffer.h"
+#include "libquant/kernels/ggml_token_i8.h"
+#include "libquant/kernels/ggml_interleaved.h"
 #include "libquant/linear/decoded_rows.h"
 
 namespace qt {
@@ -26,7 +29,7 @@ class GgmlLinear final : public Linear {
     blocks_ = size_t(w_.cols / row_->block_size);
     simd_ = kernels::ggml_decoder_avx512(w_.type);
     simd_dot_ = kernels::ggml_dot_avx512(w_.type);
-    if (int8_tokens) dot_i8_ = kernels::ggml_dot_i8(w_.type);
+    if (int8_tokens && (il_ = kernels::ggml_interleaved(w_.type))) interleave();
   }
 
   void forward(const float* x, int64_t m, float* y) const override {
@@ -39,7 +42,10 @@ class GgmlLinear final : public Linear {
 
   bool has_gemv_slices() const override { return true; }
   RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
-    const int64_t r0 = w_.rows * part / parts, r1 = w_.rows * (part + 1) / parts;
+    const int64_t unit = il_ ? 16 : 1;  // interleaved: whole groups of rows
+    const int64_t units = (w_.rows + unit - 1) / unit;
+    const int64_t r0 = std::min(w_.rows, units * part / parts * unit);
+    const int64_t r1 = std::min(w_.rows, units * (part + 1) / parts * unit);
     rows(x, 1, y, r0, r1, false);
     return {r0, r1};
   }
@@ -51,12 +57,12 @@ class GgmlLinear final : public Linear {
 
   int64_t in_features() const override { return w_.cols; }
   int64_t out_features() const override { return w_.rows; }
-  size_t weight_bytes() const override { return w_.nbytes; }
-  bool borrows_weights() const override { return true; }
+  size_t weight_bytes() const override { return il_ ? groups_bytes_ : w_.nbytes; }
+  bool borrows_weights() const override { return !il_; }
   std::string kind() const override {
     std::string k = std::string("gguf-") + row_->name;
     for (char& ch : k) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    if (dot_i8_) k += "-a8";
+    if (il_) k += "-a8";
     return compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? k + "-bf16" : k;
   }
 
@@ -72,19 +78,47 @@ class GgmlLinear final : public Linear {
     return w_.data + size_t(w_.row_of.empty() ? r : w_.row_of[size_t(r)]) * w_.row_bytes;
   }
 
+  // The rows, in their computed (HF) order, as interleaved groups of 16 (the last padded with zero
+  // rows); the file's pages are let go of once copied (the copy is the weight now).
+  void interleave() {
+    const int64_t groups = (w_.rows + 15) / 16;
+    groups_bytes_ = size_t(groups) * group_bytes();
+    uint8_t* dst = static_cast<uint8_t*>(groups_.reserve(groups_bytes_));
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* rows[16];
+      for (int i = 0; i < 16; ++i) rows[i] = 16 * g + i < w_.rows ? row_bytes(16 * g + i) : nullptr;
+      il_->pack(rows, blocks_, dst + size_t(g) * group_bytes());
+    }
+    if (w_.mapped) release_pages(w_.data, w_.nbytes);
+    w_.data = nullptr;
+    simd_dot_ = nullptr;  // it reads the file's rows
+  }
+  size_t group_bytes() const { return blocks_ * il_->group_block_bytes; }
+  const uint8_t* group(int64_t g) const {
+    return static_cast<const uint8_t*>(groups_.data()) + size_t(g) * group_bytes();
+  }
+
   // Output rows [r0, r1) for m tokens by dot products: the values never stored where a fused dot
   // is written (ggml_decode.h), else each row decoded once and dotted with every token.
   void rows(const float* x, int64_t m, float* y, int64_t r0, int64_t r1, bool threads) const {
     const float* bias = bias_.empty() ? nullptr : bias_.data();
     const int64_t n = w_.rows;
-    if (dot_i8_ && kernel_level() >= KernelLevel::AVX512) {  // llama.cpp's arithmetic: int8 tokens
+    if (il_ && kernel_level() >= KernelLevel::AVX512) {  // llama.cpp's arithmetic: int8 tokens, 16 rows a call
       thread_local std::vector<kernels::GgmlTokenI8> tokens;
       tokens.resize(size_t(m));
       for (int64_t t = 0; t < m; ++t) kernels::ggml_quantize_token(x + t * w_.cols, w_.cols, &tokens[size_t(t)]);
       const std::vector<kernels::GgmlTokenI8>& tok = tokens;  // the caller's, shared with the team
-      each_row(r0, r1, threads, [&](int64_t r, const uint8_t* row) {
-        for (int64_t t = 0; t < m; ++t) y[t * n + r] = dot_i8_(row, tok[size_t(t)], blocks_) + (bias ? bias[r] : 0.0f);
-      });
+      const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;        // r0: a group's first row (gemv_slice, or 0)
+#pragma omp parallel for schedule(dynamic, 2) if (threads && (r1 - r0) * w_.cols > (1 << 16))
+      for (int64_t g = g0; g < g1; ++g) {
+        alignas(64) float out[16];
+        const int64_t rows = std::min<int64_t>(16, r1 - 16 * g);
+        for (int64_t t = 0; t < m; ++t) {
+          il_->gemv(group(g), tok[size_t(t)], blocks_, out);
+          for (int64_t i = 0; i < rows; ++i) y[t * n + 16 * g + i] = out[i] + (bias ? bias[16 * g + i] : 0.0f);
+        }
+      }
       return;
     }
     if (simd_dot_ && kernel_level() >= KernelLevel::AVX512) {
@@ -100,7 +134,16 @@ class GgmlLinear final : public Linear {
 
   void decode_row(int64_t r, float* out) const {
     const bool simd = simd_ && kernel_level() >= KernelLevel::AVX512;  // the level may be lowered later
-    (simd ? simd_ : row_->to_float)(row_bytes(r), out, blocks_);
+    const uint8_t* src = nullptr;
+    if (il_) {  // the row's blocks back out of its group
+      thread_local std::vector<uint8_t> blocks;
+      blocks.resize(w_.row_bytes);
+      il_->unpack(group(r / 16), int(r % 16), blocks_, blocks.data());
+      src = blocks.data();
+    } else {
+      src = row_bytes(r);
+    }
+    (simd ? simd_ : row_->to_float)(src, out, blocks_);
   }
 
   GgmlWeight w_;
@@ -108,9 +151,11 @@ class GgmlLinear final : public Linear {
   Compute compute_;
   const kernels::Family* fam_;
   size_t blocks_ = 0;
-  kernels::GgmlDecodeFn simd_ = nullptr;   // the same values as row_->to_float, or null
-  kernels::GgmlDotFn simd_dot_ = nullptr;  // those values dotted with a token, or null
-  kernels::GgmlDotI8Fn dot_i8_ = nullptr;  // int8 tokens instead (opt-in), or null
+  kernels::GgmlDecodeFn simd_ = nullptr;          // the same values as row_->to_float, or null
+  kernels::GgmlDotFn simd_dot_ = nullptr;         // those values dotted with a token, or null
+  const kernels::GgmlInterleaved* il_ = nullptr;  // int8 tokens over interleaved groups, or null
+  kernels::AlignedBuffer groups_;                 // il_'s groups (the weight; w_.data let go of)
+  size_t groups_bytes_ = 0;
   std::vector<float> bias_;
 };
 

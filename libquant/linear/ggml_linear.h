@@ -1,5 +1,5 @@
 // A Linear over a GGUF weight in its ggml blocks (LoadMode::Native, formats/checkpoint.h): the
-// blocks stay as the file stores them (mapped, never copied), and each forward decodes rows with
+// blocks stay as the file stores them (mapped, never copied; but see int8_tokens), and each forward decodes rows with
 // the type's dequantizer (formats/ggml_blocks.h; a SIMD decoder where one is written, bit for bit
 // the same values) — a batch through the dense family's tiles one panel at a time (the bits of a
 // dense Linear over the dequantized matrix, as an Eager load computes), a few tokens by row dot
@@ -13,9 +13,10 @@
 namespace qt {
 
 // UserError when the type has no dequantizer or the shape is not whole blocks per row.
-// int8_tokens: one token's GEMV rounds it to int8 per block of 32 and multiplies the codes as
-// integers (kernels/ggml_dot_i8.h: llama.cpp's arithmetic) where a kernel for the type exists; the
-// batches stay exact.
+// int8_tokens: where a kernel for the type exists (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; kernels/
+// ggml_interleaved.h), the rows are copied into interleaved groups of 16 at construction (the file's
+// pages let go of) and a few tokens' GEMV rounds each token to int8 per block of 32 and multiplies
+// the codes as integers (llama.cpp's arithmetic); the batches stay exact (rows decoded from the groups).
 std::unique_ptr<Linear> make_ggml_linear(GgmlWeight w, const float* bias, Compute compute, bool int8_tokens = false);
 
 }  // namespace qt

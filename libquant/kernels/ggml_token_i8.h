@@ -1,8 +1,8 @@
-// One token against GGUF blocks through int8 activations, as llama.cpp's CPU backend computes
-// them (ggml-cpu's vec_dot_q4_0_q8_0 and friends: the token rounded to int8 per block of 32, the
-// codes multiplied as integers, the scales after): VPDPBUSD over 64 codes at a time. An opt-in
+// A token rounded to int8 for the GEMVs over GGUF blocks through int8 activations, as llama.cpp's
+// CPU backend computes them (ggml-cpu's quantize_row_q8_0 then vec_dot_q4_0_q8_0 and friends: the
+// codes multiplied as integers, the scales after; the kernels: ggml_interleaved.h). An opt-in
 // (--weight-act int8) beside the exact fp32 dots of ggml_decode.h: the token's rounding is the
-// price, measured in results/gguf.md.
+// price, measured in results/bench.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,9 +21,7 @@ struct GgmlTokenI8 {
 // k: a multiple of 256 or of 32 (the K-quant kernels need whole super-blocks, which their rows are).
 void ggml_quantize_token(const float* x, int64_t k, GgmlTokenI8* t);
 
-// Σ w·x over `nblocks` blocks of a row, x as quantized (its first element = the row's first).
-using GgmlDotI8Fn = float (*)(const uint8_t* src, const GgmlTokenI8& x, size_t nblocks);
-// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K where the CPU has AVX-512 VNNI (with BW, VL, DQ, F16C); else nullptr.
-GgmlDotI8Fn ggml_dot_i8(uint32_t type);
+// The CPU has what the int8 kernels need: AVX-512 VNNI with BW, VL, DQ, F16C and FMA.
+bool ggml_i8_supported();
 
 }  // namespace qt::kernels
