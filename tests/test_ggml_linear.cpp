@@ -109,12 +109,18 @@ TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
       for (float& v : x) v = n(rng);
       kernels::GgmlTokenI8 q;
       kernels::ggml_quantize_token(x.data(), cols, &q);
-      alignas(64) float y[16];
-      std::vector<uint8_t> group(nb * il->group_block_bytes);
+      // two groups walked side by side: the rows, then the rows in reverse order
+      const size_t gb = nb * il->group_block_bytes;
+      std::vector<uint8_t> group(2 * gb);
       const uint8_t* rows[16];
+      const uint8_t* reversed[16];
       for (int i = 0; i < 16; ++i) rows[i] = i == 5 ? nullptr : b.data() + size_t(i) * rb;
+      for (int i = 0; i < 16; ++i) reversed[i] = rows[15 - i];
       il->pack(rows, nb, group.data());
-      il->gemv(group.data(), q, nb, y);
+      il->pack(reversed, nb, group.data() + gb);
+      alignas(64) float y[16], y2[32];
+      il->gemv(group.data(), gb, 1, q, nb, y);
+      il->gemv(group.data(), gb, 2, q, nb, y2);
       for (int i = 0; i < 16; ++i) {
         std::vector<float> w(static_cast<size_t>(cols));
         t.to_float(b.data() + size_t(i) * rb, w.data(), nb);
@@ -122,9 +128,12 @@ TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
         int8_reference(w, x, q, &ref, &mag);
         if (i == 5) {
           EXPECT_EQ(y[i], 0.0f) << name;
+          EXPECT_EQ(y2[26], 0.0f) << name;
           continue;
         }
         EXPECT_NEAR(y[i], ref, 1e-5 * mag) << name << " cols " << cols << " row " << i;
+        EXPECT_EQ(y2[i], y[i]) << name << " row " << i;
+        EXPECT_EQ(y2[31 - i], y[i]) << name << " row " << i << " reversed";
         std::vector<uint8_t> back(rb);
         il->unpack(group.data(), i, nb, back.data());
         EXPECT_TRUE(std::equal(back.begin(), back.end(), b.begin() + ptrdiff_t(size_t(i) * rb))) << name << " " << i;

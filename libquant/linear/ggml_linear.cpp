@@ -110,12 +110,15 @@ class GgmlLinear final : public Linear {
       for (int64_t t = 0; t < m; ++t) kernels::ggml_quantize_token(x + t * w_.cols, w_.cols, &tokens[size_t(t)]);
       const std::vector<kernels::GgmlTokenI8>& tok = tokens;  // the caller's, shared with the team
       const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;        // r0: a group's first row (gemv_slice, or 0)
-#pragma omp parallel for schedule(dynamic, 2) if (threads && (r1 - r0) * w_.cols > (1 << 16))
-      for (int64_t g = g0; g < g1; ++g) {
-        alignas(64) float out[16];
-        const int64_t rows = std::min<int64_t>(16, r1 - 16 * g);
+      const int64_t chunks = (g1 - g0 + 3) / 4;               // the kernel walks up to 4 groups side by side
+#pragma omp parallel for schedule(dynamic, 1) if (threads && (r1 - r0) * w_.cols > (1 << 16))
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t g = g0 + 4 * c;
+        const int count = int(std::min<int64_t>(4, g1 - g));
+        alignas(64) float out[64];
+        const int64_t rows = std::min<int64_t>(16 * count, r1 - 16 * g);
         for (int64_t t = 0; t < m; ++t) {
-          il_->gemv(group(g), tok[size_t(t)], blocks_, out);
+          il_->gemv(group(g), group_bytes(), count, tok[size_t(t)], blocks_, out);
           for (int64_t i = 0; i < rows; ++i) y[t * n + 16 * g + i] = out[i] + (bias ? bias[16 * g + i] : 0.0f);
         }
       }
