@@ -94,7 +94,7 @@ void int8_reference(const std::vector<float>& w, const std::vector<float>& x, co
 // row unpacks to its blocks.
 TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
   int tested = 0;
-  for (const char* name : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}) {
+  for (const char* name : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}) {
     const GgmlTypeRow& t = *ggml_type_row_by_name(name);
     const kernels::GgmlInterleaved* il = kernels::ggml_interleaved(uint32_t(t.type));
     if (!il) continue;
@@ -141,7 +141,7 @@ TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
     }
   }
   if (!tested) GTEST_SKIP() << "no AVX-512 VNNI";
-  EXPECT_EQ(tested, 5);
+  EXPECT_EQ(tested, 6);
 }
 
 // A weight of `type` with a Q/K-style row permutation, as LoadMode::Native hands it over.
@@ -216,7 +216,7 @@ TEST(GgmlLinear, Int8TokensOverInterleavedRows) {
   if (!kernels::ggml_i8_supported()) GTEST_SKIP() << "no AVX-512 VNNI";
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (const char* type : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}) {
+  for (const char* type : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}) {
     const int64_t rows = 50, cols = 512;  // 50: the last group padded
     Weight W = make_weight(type, rows, cols, true);
     std::vector<float> bias(static_cast<size_t>(rows));

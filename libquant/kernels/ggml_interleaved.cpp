@@ -1,6 +1,6 @@
 // ggml_interleaved (ggml_interleaved.h). Block layouts: ggml-common.h's block_q4_0 (d, qs[16]),
 // block_q4_1 (d, m, qs[16]), block_q8_0 (d, qs[32] signed), block_q4_K (d, dmin, scales[12], qs[128])
-// and block_q6_K (ql[128], qh[64], scales[16], d), as formats/ggml_quants_legacy.cpp and
+// block_q5_K (d, dmin, scales[12], qh[32], qs[128]) and block_q6_K (ql[128], qh[64], scales[16], d), as formats/ggml_quants_legacy.cpp and
 // ggml_quants_k.cpp read them.
 //
 // Each type is a struct: its group block's size, pack/unpack of one row's block, and the GEMV in
@@ -99,12 +99,16 @@ struct LegacyKernel {
   QT_VNNI static void finish(const uint8_t*, State&, __m512&) {}
 };
 
-// Q4_K: 16 fp16 d | 16 fp16 dmin | the sub-blocks' 6-bit scales, then minimums, a byte each
-// ([sub-block][row]; ggml's get_scale_min_k4 unpacks them) | 4 parts of 8 code words: part p holds
-// bytes 32p..32p+31 of each row's qs, low nibbles sub-block 2p, high 2p+1. w = d·sc·q - dmin·mn:
-// Σ w·x = d·Σ_s sc_s·dx_s·(q·xq)_s - dmin·Σ_s mn_s·dx_s·Σxq_s.
-struct Q4KKernel {
-  static constexpr size_t kBlock = 144, kScales = 64, kMins = 192, kCodes = 320, kGroupBlock = kCodes + 16 * 128;
+// Q4_K / Q5_K: 16 fp16 d | 16 fp16 dmin | the sub-blocks' 6-bit scales, then minimums, a byte each
+// ([sub-block][row]; ggml's get_scale_min_k4 unpacks them) | Q5_K: 8 words of qh | 4 parts of 8 code
+// words: part p holds bytes 32p..32p+31 of each row's qs, low nibbles sub-block 2p, high 2p+1 (Q5_K:
+// their fifth bits are bits 2p and 2p+1 of qh, as dequantize_row_q5_K reads them). w = d·sc·q -
+// dmin·mn: Σ w·x = d·Σ_s sc_s·dx_s·(q·xq)_s - dmin·Σ_s mn_s·dx_s·Σxq_s.
+template <bool kFifthBit>
+struct QKKernel {
+  static constexpr size_t kBlock = kFifthBit ? 176 : 144, kRowQs = kFifthBit ? 48 : 16;  // a row's block, its qs
+  static constexpr size_t kScales = 64, kMins = 192, kQh = 320;
+  static constexpr size_t kCodes = kFifthBit ? kQh + 512 : kQh, kGroupBlock = kCodes + 16 * 128;
   static constexpr int kParts = 4;
   static constexpr size_t begin(int p) { return p == 0 ? 0 : kCodes + 512 * size_t(p); }
 
@@ -118,7 +122,9 @@ struct Q4KKernel {
       o[kScales + 16 * (t + 4) + i] = s ? uint8_t((s[t + 8] & 0xF) | ((s[t] >> 6) << 4)) : 0;
       o[kMins + 16 * (t + 4) + i] = s ? uint8_t((s[t + 8] >> 4) | ((s[t + 4] >> 6) << 4)) : 0;
     }
-    for (int w = 0; w < 32; ++w) to_lane(o + kCodes + 64 * w, i, blk ? blk + 16 + 4 * w : nullptr, 4);
+    if constexpr (kFifthBit)
+      for (int w = 0; w < 8; ++w) to_lane(o + kQh + 64 * w, i, blk ? blk + 16 + 4 * w : nullptr, 4);
+    for (int w = 0; w < 32; ++w) to_lane(o + kCodes + 64 * w, i, blk ? blk + kRowQs + 4 * w : nullptr, 4);
   }
   static void unpack(const uint8_t* g, int i, uint8_t* blk) {
     from_lane(g, i, blk, 2);
@@ -131,23 +137,32 @@ struct Q4KKernel {
       s[t + 4] = uint8_t(mn | (mn4 >> 4) << 6);
       s[t + 8] = uint8_t((sc4 & 0xF) | (mn4 & 0xF) << 4);
     }
-    for (int w = 0; w < 32; ++w) from_lane(g + kCodes + 64 * w, i, blk + 16 + 4 * w, 4);
+    if constexpr (kFifthBit)
+      for (int w = 0; w < 8; ++w) from_lane(g + kQh + 64 * w, i, blk + 16 + 4 * w, 4);
+    for (int w = 0; w < 32; ++w) from_lane(g + kCodes + 64 * w, i, blk + kRowQs + 4 * w, 4);
   }
 
   struct State {
     __m512 scaled, mins;
   };
   QT_VNNI static void part(const uint8_t* g, const GgmlTokenI8& x, size_t j, int p, State& st, __m512&) {
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), bit0 = _mm512_set1_epi8(0x01);
     const int8_t* q = x.q.data() + 256 * j + 64 * p;
     const float* dx = x.d.data() + 8 * j;
     const float* sum = x.sum32.data() + 8 * j;
     if (p == 0) st.scaled = st.mins = _mm512_setzero_ps();
+    const __m128i shift_lo = _mm_cvtsi32_si128(2 * p), shift_hi = _mm_cvtsi32_si128(2 * p + 1);
     __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
     for (int t = 0; t < 8; ++t) {
       const __m512i c = _mm512_loadu_si512(g + kCodes + 512 * p + 64 * t);
-      lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(c, low4), broadcast4(q + 4 * t));
-      hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4), broadcast4(q + 32 + 4 * t));
+      __m512i cl = _mm512_and_si512(c, low4), ch = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+      if constexpr (kFifthBit) {  // bit s of each qh byte to bit 4 (16-bit shifts; the masks keep each byte's own bit)
+        const __m512i qh = _mm512_loadu_si512(g + kQh + 64 * t);
+        cl = _mm512_or_si512(cl, _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(qh, shift_lo), bit0), 4));
+        ch = _mm512_or_si512(ch, _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(qh, shift_hi), bit0), 4));
+      }
+      lo = _mm512_dpbusd_epi32(lo, cl, broadcast4(q + 4 * t));
+      hi = _mm512_dpbusd_epi32(hi, ch, broadcast4(q + 32 + 4 * t));
     }
     const int s0 = 2 * p, s1 = 2 * p + 1;
     st.scaled = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo),
@@ -288,7 +303,8 @@ const GgmlInterleaved* ggml_interleaved(uint32_t type) {
     case GgmlType::Q4_0: return &kKernels<LegacyKernel<Legacy::Q4_0>>;
     case GgmlType::Q4_1: return &kKernels<LegacyKernel<Legacy::Q4_1>>;
     case GgmlType::Q8_0: return &kKernels<LegacyKernel<Legacy::Q8_0>>;
-    case GgmlType::Q4_K: return &kKernels<Q4KKernel>;
+    case GgmlType::Q4_K: return &kKernels<QKKernel<false>>;
+    case GgmlType::Q5_K: return &kKernels<QKKernel<true>>;
     case GgmlType::Q6_K: return &kKernels<Q6KKernel>;
     default: return nullptr;
   }

@@ -1,4 +1,4 @@
-// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K rows interleaved 16 at a time, for one token through int8 activations
+// GGUF Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K rows interleaved 16 at a time, for one token through int8 activations
 // (--weight-act int8). A row-at-a-time dot over these blocks spends ~11 instructions on each block
 // of 32 (gather the scale, unpack, one half of a VPDPBUSD, a lane permute for the scale, convert,
 // FMA) and runs out of issue slots at about half a core's read rate. Interleaved, one 64-byte load
@@ -11,7 +11,7 @@
 // A group of 16 rows holds, per block j, each field of the 16 rows' blocks side by side (layouts in
 // ggml_interleaved.cpp): the legacy types their fp16 d (and m) vectors, then code words — word t is
 // 64 bytes, lane i = bytes 4t..4t+3 of row i's block codes (a 4-bit word's low nibbles are elements
-// 4t..4t+3, its high nibbles 16+4t..16+4t+3; a Q8_0 word elements 4t..4t+3). Q4_K unpacks its 6-bit
+// 4t..4t+3, its high nibbles 16+4t..16+4t+3; a Q8_0 word elements 4t..4t+3). Q4_K and Q5_K unpack their 6-bit
 // scales and minimums to a byte each (+64 bytes a group block, +2.8%); the others are the rows' size.
 #pragma once
 #include <cstddef>
@@ -22,7 +22,7 @@
 namespace qt::kernels {
 
 struct GgmlInterleaved {
-  size_t group_block_bytes;  // a group's bytes per block of the rows (16 × the type's, Q4_K: + 64)
+  size_t group_block_bytes;  // a group's bytes per block of the rows (16 × the type's; Q4_K, Q5_K: + 64)
   // 16 rows' blocks (rows[i] its first block; a null row packs as zeros) -> one group at dst.
   void (*pack)(const uint8_t* const rows[16], size_t nblocks, uint8_t* dst);
   // Row i of a group back in the file's block layout (row_bytes at out).
@@ -32,7 +32,7 @@ struct GgmlInterleaved {
   void (*gemv)(const uint8_t* groups, size_t stride, int count, const GgmlTokenI8& x, size_t nblocks, float* y);
 };
 
-// The kernels for ggml type id `type` (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) where the CPU has AVX-512 VNNI (with
+// The kernels for ggml type id `type` (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) where the CPU has AVX-512 VNNI (with
 // BW, VL, DQ, F16C); else nullptr.
 const GgmlInterleaved* ggml_interleaved(uint32_t type);
 
