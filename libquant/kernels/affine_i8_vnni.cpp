@@ -38,6 +38,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void nibble_gro
       __m512i wv[NP];
 #pragma GCC unroll 8
       for (int q = 0; q < NP; ++q) {
+        if (R == 1 && h == 0) _mm_prefetch(reinterpret_cast<const char*>(pan[q] + o * 64 + 2048), _MM_HINT_T0);
         const __m512i raw = _mm512_loadu_si512(pan[q] + o * 64);
         wv[q] = _mm512_and_si512(h == 0 ? raw : _mm512_srli_epi16(raw, 4), lo4);
       }

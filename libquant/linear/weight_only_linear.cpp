@@ -297,7 +297,8 @@ class WeightOnlyLinear final : public Linear {
 
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
-  size_t weight_bytes() const override { return w_.bytes(); }
+  // What a forward reads: the int8-token panels (fp32 scales and biases) when they run, else the codes.
+  size_t weight_bytes() const override { return i8_ ? i8_->bytes() : w_.bytes(); }
   std::string kind() const override {
     const std::string c = i8_ ? (i8_per_token_ ? "-a8-token" : "-a8")
                           : compute_ == Compute::BF16 && fam_ && fam_->a_bytes == 2 ? "-bf16"
