@@ -9,6 +9,7 @@
 //    for bit in a batch, and within fp32 accuracy one token at a time, from the file's bytes.
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "libquant/kernels/ggml_token_i8.h"
 #include "libquant/kernels/ggml_interleaved.h"
 #include "libquant/linear/ggml_linear.h"
+#include "libquant/linear/packed_linear.h"
 #include "libquant/model/llama.h"
 #include "tests/support.h"
 
@@ -75,7 +77,7 @@ TEST(GgmlDecode, SimdEqualsTheTypeRowBitForBit) {
 }
 
 // Σ w·(dx·q) over a row of decoded weights w and the token x as rounded to int8 (double), after
-// checking the rounding is llama.cpp's Q8_0 rule (d = max|x|/127, q = nearest(x/d)); mag: Σ|w·x|.
+// checking the rounding is llama.cpp's Q8_0 rule (d = max|x|/127, q = nearest(x·127/max|x|)); mag: Σ|w·x|.
 void int8_reference(const std::vector<float>& w, const std::vector<float>& x, const kernels::GgmlTokenI8& q,
                     double* ref, double* mag) {
   *ref = *mag = 0;
@@ -217,7 +219,8 @@ TEST(GgmlLinear, Int8TokensOverInterleavedRows) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const char* type : {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}) {
-    const int64_t rows = 50, cols = 512;  // 50: the last group padded
+    // 50 rows: the last group padded; 50 × 1536 weights: past the threads' threshold
+    const int64_t rows = 50, cols = 1536;
     Weight W = make_weight(type, rows, cols, true);
     std::vector<float> bias(static_cast<size_t>(rows));
     for (float& v : bias) v = u(rng);
@@ -252,17 +255,21 @@ TEST(GgmlLinear, Int8TokensOverInterleavedRows) {
         }
       }
       if (m != 1) continue;
-      std::vector<float> ys(size_t(rows), -1.0f);
-      int64_t next = 0;
-      for (int part = 0; part < 3; ++part) {
-        const RowSlice s = g->gemv_slice(x.data(), part, 3, ys.data());
-        EXPECT_EQ(s.r0, next) << type;
-        EXPECT_TRUE(s.r0 % 16 == 0 && (s.r1 % 16 == 0 || s.r1 == rows)) << type << " " << s.r0 << ".." << s.r1;
-        next = s.r1;
+      for (int parts : {3, 6}) {  // 6 parts of 4 groups: some slices empty
+        int64_t next = 0;
+        for (int part = 0; part < parts; ++part) {
+          std::vector<float> ys(size_t(rows), -1.0f);
+          const RowSlice s = g->gemv_slice(x.data(), part, parts, ys.data());
+          EXPECT_EQ(s.r0, next) << type;
+          EXPECT_TRUE(s.r0 % 16 == 0 && (s.r1 % 16 == 0 || s.r1 == rows)) << type << " " << s.r0 << ".." << s.r1;
+          next = s.r1;
+          for (int64_t i = 0; i < rows; ++i)  // its own rows, with forward()'s bits, and nothing else
+            ASSERT_EQ(std::bit_cast<uint32_t>(ys[size_t(i)]),
+                      std::bit_cast<uint32_t>(i >= s.r0 && i < s.r1 ? yg[size_t(i)] : -1.0f))
+                << type << " parts " << parts << " row " << i;
+        }
+        EXPECT_EQ(next, rows);
       }
-      EXPECT_EQ(next, rows);
-      for (size_t i = 0; i < ys.size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(ys[i]), std::bit_cast<uint32_t>(yg[i])) << type << " slice row " << i;
     }
     std::vector<float> row(static_cast<size_t>(cols));
     g->dequantize_row(49, row.data());
@@ -270,9 +277,37 @@ TEST(GgmlLinear, Int8TokensOverInterleavedRows) {
   }
 }
 
+// y = x·Wᵀ with x rounded as the int8-token kernels round it, summed in double: the reference of
+// the int8 path, over the Eager load's (dequantized) weights.
+class Int8TokenReference final : public Linear {
+ public:
+  explicit Int8TokenReference(const Tensor& w) : w_(to_f32(w)), n_(w.shape[0]), k_(w.shape[1]) {}
+  void forward(const float* x, int64_t m, float* y) const override {
+    for (int64_t t = 0; t < m; ++t) {
+      kernels::GgmlTokenI8 q;
+      kernels::ggml_quantize_token(x + t * k_, k_, &q);
+      for (int64_t r = 0; r < n_; ++r) {
+        double s = 0;
+        for (int64_t i = 0; i < k_; ++i) s += double(w_[size_t(r * k_ + i)]) * q.d[size_t(i / 32)] * q.q[size_t(i)];
+        y[t * n_ + r] = float(s);
+      }
+    }
+  }
+  int64_t in_features() const override { return k_; }
+  int64_t out_features() const override { return n_; }
+  size_t weight_bytes() const override { return w_.size() * 4; }
+  std::string kind() const override { return "int8-token-reference"; }
+
+ private:
+  std::vector<float> w_;
+  int64_t n_, k_;
+};
+
 // Logits of the Eager and the Native load of one file: batch (bit for bit when `exact`) and one token
-// at a time (the GEMVs, fp32 accuracy).
-void expect_native_logits(const std::string& path, bool exact) {
+// at a time (the GEMVs, fp32 accuracy). int8: the Native load with int8 tokens — the batch still the
+// Eager bits, one token at a time (the decode step's slices over interleaved rows) against the Eager
+// weights through Int8TokenReference.
+void expect_native_logits(const std::string& path, bool exact, bool int8 = false) {
   const Checkpoint eager = load_checkpoint(path);
   Checkpoint native = load_checkpoint(path, LoadMode::Native);
   ASSERT_FALSE(native.ggml_weights.empty()) << path;
@@ -280,9 +315,11 @@ void expect_native_logits(const std::string& path, bool exact) {
   const std::vector<int32_t> ids = {1, 17, 30, 42, 7, 59, 51, 3, 25, 63, 11, 5};
   const int n = int(ids.size());
   const int64_t V = eager.config.vocab;
+  PackedLinearOptions opt;
+  if (int8) opt.weight_act = WeightAct::Int8Group;
   LlamaModel a(eager, checkpoint_linear_factory(eager, {}));
-  LlamaModel b(native, checkpoint_linear_factory(native, {}));
-  EXPECT_NE(b.linear_kind().find("gguf-"), std::string::npos) << b.linear_kind();
+  LlamaModel b(native, checkpoint_linear_factory(native, opt));
+  EXPECT_NE(b.linear_kind().find(int8 ? "-a8" : "gguf-"), std::string::npos) << b.linear_kind();
   std::vector<float> la(size_t(n * V)), lb(size_t(n * V));
   auto ca = a.make_cache(n), cb = b.make_cache(n);
   a.forward(ids.data(), n, 0, *ca, 0, n, la.data());
@@ -293,21 +330,31 @@ void expect_native_logits(const std::string& path, bool exact) {
   } else {
     EXPECT_LT(test::max_abs_diff(la, lb), 1e-4) << path;
   }
-  auto c1 = b.make_cache(n);
-  std::vector<float> step(static_cast<size_t>(V));
+  std::unique_ptr<LlamaModel> ref;
+  if (int8) {
+    ref = std::make_unique<LlamaModel>(eager, [](const std::string&, const Tensor& w, const Tensor*) {
+      return std::unique_ptr<Linear>(new Int8TokenReference(w));
+    });
+  }
+  auto c1 = b.make_cache(n), cr = ref ? ref->make_cache(n) : nullptr;
+  std::vector<float> step(static_cast<size_t>(V)), want(static_cast<size_t>(V));
   double worst = 0;
   for (int t = 0; t < n; ++t) {
     b.forward(ids.data() + t, 1, t, *c1, 0, 1, step.data());
-    for (int64_t v = 0; v < V; ++v) worst = std::max(worst, double(std::fabs(step[size_t(v)] - la[size_t(t * V + v)])));
+    if (ref)
+      ref->forward(ids.data() + t, 1, t, *cr, 0, 1, want.data());
+    else
+      std::copy_n(la.begin() + t * V, V, want.begin());
+    for (int64_t v = 0; v < V; ++v) worst = std::max(worst, double(std::fabs(step[size_t(v)] - want[size_t(v)])));
   }
-  EXPECT_LT(worst, 1e-3) << path;
+  EXPECT_LT(worst, 1e-3) << path << (int8 ? " int8 tokens" : "");
 }
 
 // A dense llama (Q/K permuted in GGUF) written by our convert in two block types: every Linear sees
 // the whole batch, so the logits are the Eager load's bits.
 TEST(GgmlLinear, NativeDenseModelGivesTheEagerLogits) {
   const std::string dir = test::temp_dir("ggml_linear");
-  for (const char* type : {"q4_k_m", "q8_0"}) {
+  for (const char* type : {"q4_k_m", "q8_0", "q4_0", "q4_1"}) {
     const std::string out = dir + "/tiny-llama3." + type + ".gguf";
     std::string log;
     ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + test::source_dir() +
@@ -316,6 +363,9 @@ TEST(GgmlLinear, NativeDenseModelGivesTheEagerLogits) {
               0)
         << log;
     expect_native_logits(out, true);
+    // int8 tokens over interleaved rows (every Linear of these files has an int8 kernel; q4_k_m's
+    // tiny rows are not whole super-blocks, so its file is mostly Q5_0, which has none)
+    if (kernels::ggml_i8_supported() && std::string(type) != "q4_k_m") expect_native_logits(out, true, true);
   }
 }
 

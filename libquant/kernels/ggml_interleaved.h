@@ -12,7 +12,7 @@
 // ggml_interleaved.cpp): the legacy types their fp16 d (and m) vectors, then code words — word t is
 // 64 bytes, lane i = bytes 4t..4t+3 of row i's block codes (a 4-bit word's low nibbles are elements
 // 4t..4t+3, its high nibbles 16+4t..16+4t+3; a Q8_0 word elements 4t..4t+3). Q4_K and Q5_K unpack their 6-bit
-// scales and minimums to a byte each (+64 bytes a group block, +2.8%); the others are the rows' size.
+// scales and minimums to a byte each (+64 bytes a group block: +2.8%, +2.3%); the others are the rows' size.
 #pragma once
 #include <cstddef>
 #include <cstdint>

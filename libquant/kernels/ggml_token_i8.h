@@ -1,6 +1,7 @@
 // A token rounded to int8 for the GEMVs over GGUF blocks through int8 activations, as llama.cpp's
 // CPU backend computes them (ggml-cpu's quantize_row_q8_0 then vec_dot_q4_0_q8_0 and friends: the
-// codes multiplied as integers, the scales after; the kernels: ggml_interleaved.h). An opt-in
+// codes multiplied as integers, the scales after; the kernels: ggml_interleaved.h) — with fp32
+// scales, and per 32 for the K-quants too (llama.cpp: fp16 scales; Q8_K, per 256). An opt-in
 // (--weight-act int8) beside the exact fp32 dots of ggml_decode.h: the token's rounding is the
 // price, measured in results/bench.md.
 #pragma once

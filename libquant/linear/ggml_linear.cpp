@@ -29,7 +29,10 @@ class GgmlLinear final : public Linear {
     blocks_ = size_t(w_.cols / row_->block_size);
     simd_ = kernels::ggml_decoder_avx512(w_.type);
     simd_dot_ = kernels::ggml_dot_avx512(w_.type);
-    if (int8_tokens && (il_ = kernels::ggml_interleaved(w_.type))) interleave();
+    // At the AVX-512 level only (the int8 path's condition in rows()): below it the groups would cost
+    // an unpack per row and no kernel would read them.
+    if (int8_tokens && kernel_level() >= KernelLevel::AVX512 && (il_ = kernels::ggml_interleaved(w_.type)))
+      interleave();
   }
 
   void forward(const float* x, int64_t m, float* y) const override {
@@ -42,7 +45,9 @@ class GgmlLinear final : public Linear {
 
   bool has_gemv_slices() const override { return true; }
   RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
-    const int64_t unit = il_ ? 16 : 1;  // interleaved: whole groups of rows
+    // Whole 16-row blocks (interleaved: groups): the decode step's SwiGLU takes a slice from a
+    // multiple of 16, and gate and up must cut alike whatever their kernels.
+    const int64_t unit = 16;
     const int64_t units = (w_.rows + unit - 1) / unit;
     const int64_t r0 = std::min(w_.rows, units * part / parts * unit);
     const int64_t r1 = std::min(w_.rows, units * (part + 1) / parts * unit);
@@ -104,7 +109,7 @@ class GgmlLinear final : public Linear {
   void rows(const float* x, int64_t m, float* y, int64_t r0, int64_t r1, bool threads) const {
     const float* bias = bias_.empty() ? nullptr : bias_.data();
     const int64_t n = w_.rows;
-    if (il_ && kernel_level() >= KernelLevel::AVX512) {  // llama.cpp's arithmetic: int8 tokens, 16 rows a call
+    if (il_ && kernel_level() >= KernelLevel::AVX512) {  // int8 tokens, as llama.cpp; 16 rows a call
       thread_local std::vector<kernels::GgmlTokenI8> tokens;
       tokens.resize(size_t(m));
       for (int64_t t = 0; t < m; ++t) kernels::ggml_quantize_token(x + t * w_.cols, w_.cols, &tokens[size_t(t)]);

@@ -24,7 +24,7 @@ class Linear {
   virtual void forward(const float* x, int64_t n_tokens, float* y) const = 0;
   virtual int64_t in_features() const = 0;
   virtual int64_t out_features() const = 0;
-  virtual size_t weight_bytes() const = 0;  // bytes the packed weights occupy
+  virtual size_t weight_bytes() const = 0;  // bytes of the packed weights a forward reads
   virtual std::string kind() const = 0;     // "f32", "bf16", ...
   // Row r of the weight as fp32 (in_features values), as the forward uses it: the lookup of a
   // quantized embedding table that doubles as the output head. Packed weight-only Linears

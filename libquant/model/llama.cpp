@@ -33,7 +33,10 @@ LinearFactory checkpoint_linear_factory(const Checkpoint& ck, const PackedLinear
     if (auto g = ck.ggml_weights.find(name); g != ck.ggml_weights.end()) {  // GGUF blocks, LoadMode::Native
       std::vector<float> b;
       if (bias) b = to_f32(*bias);
-      return make_ggml_linear(g->second, bias ? b.data() : nullptr, opt.compute, opt.weight_act != WeightAct::Default);
+      // int8 tokens interleave the rows for the GEMV: not for an embedding table only looked up
+      const bool gemv = name != "model.embed_tokens.weight" || head_is_embedding(ck);
+      return make_ggml_linear(g->second, bias ? b.data() : nullptr, opt.compute,
+                              opt.weight_act != WeightAct::Default && gemv);
     }
     std::optional<PackedTensor> p = packed_weight(ck, name);
     if (!p) return dense(name, w, bias);
