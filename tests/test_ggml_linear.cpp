@@ -200,7 +200,10 @@ TEST(GgmlLinear, BatchHasTheDenseBitsOneTokenAgrees) {
         }
         if (m != 1) continue;
         std::vector<float> ys(size_t(rows), -1.0f);
-        for (int part = 0; part < 3; ++part) g->gemv_slice(x.data(), part, 3, ys.data());
+        for (int part = 0; part < 3; ++part) {  // whole 16-row blocks: the decode step's SwiGLU needs them
+          const RowSlice rs = g->gemv_slice(x.data(), part, 3, ys.data());
+          EXPECT_TRUE(rs.r0 % 16 == 0 && (rs.r1 % 16 == 0 || rs.r1 == rows)) << type << " " << rs.r0 << ".." << rs.r1;
+        }
         for (size_t i = 0; i < ys.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(ys[i]), std::bit_cast<uint32_t>(yg[i])) << type << " slice row " << i;
       }
