@@ -45,14 +45,9 @@ class GgmlLinear final : public Linear {
 
   bool has_gemv_slices() const override { return true; }
   RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
-    // Whole 16-row blocks (interleaved: groups): the decode step's SwiGLU takes a slice from a
-    // multiple of 16, and gate and up must cut alike whatever their kernels.
-    const int64_t unit = 16;
-    const int64_t units = (w_.rows + unit - 1) / unit;
-    const int64_t r0 = std::min(w_.rows, units * part / parts * unit);
-    const int64_t r1 = std::min(w_.rows, units * (part + 1) / parts * unit);
-    rows(x, 1, y, r0, r1, false);
-    return {r0, r1};
+    const RowSlice rs = row_block_slice(w_.rows, part, parts);  // interleaved: whole groups
+    rows(x, 1, y, rs.r0, rs.r1, false);
+    return rs;
   }
 
   void dequantize_row(int64_t r, float* out) const override {
@@ -62,7 +57,7 @@ class GgmlLinear final : public Linear {
 
   int64_t in_features() const override { return w_.cols; }
   int64_t out_features() const override { return w_.rows; }
-  size_t weight_bytes() const override { return il_ ? groups_bytes_ : w_.nbytes; }
+  size_t weight_bytes() const override { return il_ ? size_t(groups()) * group_bytes() : w_.nbytes; }
   bool borrows_weights() const override { return !il_; }
   std::string kind() const override {
     std::string k = std::string("gguf-") + row_->name;
@@ -86,11 +81,9 @@ class GgmlLinear final : public Linear {
   // The rows, in their computed (HF) order, as interleaved groups of 16 (the last padded with zero
   // rows); the file's pages are let go of once copied (the copy is the weight now).
   void interleave() {
-    const int64_t groups = (w_.rows + 15) / 16;
-    groups_bytes_ = size_t(groups) * group_bytes();
-    uint8_t* dst = static_cast<uint8_t*>(groups_.reserve(groups_bytes_));
+    uint8_t* dst = static_cast<uint8_t*>(groups_.reserve(size_t(groups()) * group_bytes()));
 #pragma omp parallel for schedule(dynamic, 4)
-    for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t g = 0; g < groups(); ++g) {
       const uint8_t* rows[16];
       for (int i = 0; i < 16; ++i) rows[i] = 16 * g + i < w_.rows ? row_bytes(16 * g + i) : nullptr;
       il_->pack(rows, blocks_, dst + size_t(g) * group_bytes());
@@ -99,6 +92,7 @@ class GgmlLinear final : public Linear {
     w_.data = nullptr;
     simd_dot_ = nullptr;  // it reads the file's rows
   }
+  int64_t groups() const { return (w_.rows + 15) / 16; }
   size_t group_bytes() const { return blocks_ * il_->group_block_bytes; }
   const uint8_t* group(int64_t g) const {
     return static_cast<const uint8_t*>(groups_.data()) + size_t(g) * group_bytes();
@@ -163,7 +157,6 @@ class GgmlLinear final : public Linear {
   kernels::GgmlDotFn simd_dot_ = nullptr;         // those values dotted with a token, or null
   const kernels::GgmlInterleaved* il_ = nullptr;  // int8 tokens over interleaved groups, or null
   kernels::AlignedBuffer groups_;                 // il_'s groups (the weight; w_.data let go of)
-  size_t groups_bytes_ = 0;
   std::vector<float> bias_;
 };
 

@@ -150,10 +150,7 @@ class IntLinear final : public Linear {
       a.resize(size_t(k_));
       float sx;
       kernels::quantize_activations_int8_avx2(x, 1, k_, a.data(), &sx);
-      // Slices of whole 16-row blocks (the last ends at n): the SwiGLU after gate/up runs on
-      // each thread's own rows and takes the whole row's path from a multiple of 16.
-      const int64_t blocks = (n_ + 15) / 16;
-      rs = {std::min(n_, blocks * part / parts * 16), std::min(n_, blocks * (part + 1) / parts * 16)};
+      rs = row_block_slice(n_, part, parts);
       kernels::gemv_s8s8_avx2(qp_, s_.data(), k_, gl_, a.data(), sx, rs.r0, rs.r1, y);
     }
     if (!bias_.empty())

@@ -1,6 +1,7 @@
 // Linear: y = x · Wᵀ (+ b) over a batch of tokens. The model's blocks only see this interface,
 // so packed / quantized weights plug in without touching the block code.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,14 @@ enum class Compute { F32, BF16 };
 struct RowSlice {
   int64_t r0 = 0, r1 = 0;
 };
+
+// Slice `part` of `parts` over n rows, cut at multiples of 16 (the last ends at n): the decode
+// step's SwiGLU runs on each thread's own gate/up rows and takes the whole row's path from a
+// multiple of 16, so Linears whose kernels work a row at a time slice this way.
+inline RowSlice row_block_slice(int64_t n, int part, int parts) {
+  const int64_t blocks = (n + 15) / 16;
+  return {std::min(n, blocks * part / parts * 16), std::min(n, blocks * (part + 1) / parts * 16)};
+}
 
 class Linear {
  public:
