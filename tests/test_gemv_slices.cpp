@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,6 +81,35 @@ TEST_P(GemvSlices, DenseSlicesEqualForward) {
             *l, x.data(), want,
             l->kind() + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + (with_bias ? " bias" : ""));
       }
+}
+
+// One token runs the family's streaming GEMV (kernels/panel_gemv.h), a batch the tiles: the token's
+// row of a batch must have the same bits — f32 and bf16-avx512 (the AMX tiles sum in another order:
+// test_amx.cpp bounds them against the reference, at one token too). Shapes: several chunks of
+// four panels and a short last one, features past a panel's end, K past the 4096 slice with bias.
+TEST_P(GemvSlices, OneTokenHasTheBatchTilesBits) {
+  struct S {
+    int64_t n, k;
+  };
+  for (Compute c : {Compute::F32, Compute::BF16}) {
+    if (std::string(kernels::dense_kernel_name(c)) == "bf16-amx") continue;
+    for (S s : {S{1, 3}, S{48, 576}, S{300, 257}, S{433, 130}, S{97, 8193}})
+      for (bool with_bias : {false, true}) {
+        const int64_t m = 5, row = 3;
+        const auto w = randn(size_t(s.n * s.k), uint32_t(7 * s.n + s.k));
+        const auto x = randn(size_t(m * s.k), 8);
+        const auto b = randn(size_t(s.n), 9);
+        auto l = make_dense_linear(w.data(), s.n, s.k, with_bias ? b.data() : nullptr, c);
+        std::vector<float> batch(size_t(m * s.n)), one(size_t(s.n) + 16, -7.0f);
+        l->forward(x.data(), m, batch.data());
+        l->forward(x.data() + row * s.k, 1, one.data());
+        const std::string what = l->kind() + " n " + std::to_string(s.n) + " k " + std::to_string(s.k);
+        for (int64_t i = 0; i < s.n; ++i)
+          ASSERT_EQ(std::memcmp(&one[size_t(i)], &batch[size_t(row * s.n + i)], 4), 0)
+              << what << " feature " << i << ": " << one[size_t(i)] << " vs " << batch[size_t(row * s.n + i)];
+        for (size_t i = size_t(s.n); i < one.size(); ++i) ASSERT_EQ(one[i], -7.0f) << what << ": wrote past y";
+      }
+  }
 }
 
 TEST_P(GemvSlices, IntegerSlicesEqualReferenceBitForBit) {

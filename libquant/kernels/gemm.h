@@ -43,6 +43,11 @@ struct Family {
   // c at y's tile (ldc). first: store acc (+ bias[0..cols) when bias); else c += acc.
   void (*tile)(int rows, int cols, int64_t kc, const void* a, int64_t lda, const void* b, float* c, int64_t ldc,
                bool first, const float* bias);
+  // One row of x (a: as the tile reads it, kp values) over panels [p0, p1) of a matrix of n
+  // features into y, bias at feature p0·nr: the tile's sums at one row, streamed for the decode
+  // step (panel_gemv.h). Null: the tile runs.
+  void (*gemv)(const void* a, const void* panels, size_t panel_bytes, int64_t p0, int64_t p1, int64_t n, int64_t kp,
+               int64_t kc, const float* bias, float* y) = nullptr;
 };
 
 // Families this build has; nullptr where the CPU/level cannot run them.

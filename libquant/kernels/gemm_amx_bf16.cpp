@@ -22,6 +22,8 @@
 #include "libquant/kernels/gemm_avx512_tile.h"
 
 #define QT_AMX_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+#define QT_PANEL_GEMV_TARGET QT_AMX_AVX512BF16
+#include "libquant/kernels/panel_gemv.h"
 
 namespace qt::kernels {
 namespace {
@@ -118,7 +120,7 @@ QT_AMX_AVX512BF16 void convert_rows(const float* x, int64_t rows, int64_t K, voi
 }
 
 const Family kFamily{
-    "bf16-amx", MR, NR, KG, KC, 2, 2, true, pack_panel, convert_rows, tile,
+    "bf16-amx", MR, NR, KG, KC, 2, 2, true, pack_panel, convert_rows, tile, panel_gemv_detail::gemv<NR, true>,
 };
 
 }  // namespace

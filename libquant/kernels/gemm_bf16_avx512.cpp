@@ -13,6 +13,8 @@
 #include "libquant/kernels/gemm_avx512_tile.h"
 
 #define QT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+#define QT_PANEL_GEMV_TARGET QT_AVX512BF16
+#include "libquant/kernels/panel_gemv.h"
 
 namespace qt::kernels {
 namespace {
@@ -67,7 +69,7 @@ QT_AVX512BF16 void convert_rows(const float* x, int64_t rows, int64_t K, void* d
 }
 
 const Family kFamily{
-    "bf16-avx512", MR, NR, 2, KC, 2, 2, true, pack_panel, convert_rows, tile,
+    "bf16-avx512", MR, NR, 2, KC, 2, 2, true, pack_panel, convert_rows, tile, panel_gemv_detail::gemv<NR, true>,
 };
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include "libquant/kernels/gemm_avx512_tile.h"
 
 #define QT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define QT_PANEL_GEMV_TARGET QT_AVX512
+#include "libquant/kernels/panel_gemv.h"
 
 namespace qt::kernels {
 namespace {
@@ -98,7 +100,7 @@ QT_AVX512 void pack_panel(const float* w, int64_t K, int64_t n0, int cols, void*
 }
 
 const Family kFamily{
-    "f32-avx512", MR, NR, 1, KC, 4, 4, false, pack_panel, nullptr, tile,
+    "f32-avx512", MR, NR, 1, KC, 4, 4, false, pack_panel, nullptr, tile, panel_gemv_detail::gemv<NR, false>,
 };
 
 }  // namespace

@@ -230,6 +230,10 @@ class DenseLinear final : public Linear {
   // and the row chunk's activations from L2 by every panel.
   void run_tiles(const Family& f, const Plan& pl, int64_t t0, int64_t t1, float* y, const float* bias) const {
     const auto* packed = static_cast<const char*>(packed_.data());
+    if (pl.m == 1 && f.gemv) {  // one token: the tiles are the panels, streamed side by side
+      f.gemv(pl.a, packed, panel_bytes_, t0, t1, n_, pl.kp, pl.kc, bias ? bias + t0 * f.nr : nullptr, y + t0 * f.nr);
+      return;
+    }
     const int64_t rb = pl.rblocks;
     const int64_t p_first = t0 / rb, p_last = (t1 - 1) / rb;
     const int64_t c_first = p_first == p_last ? t0 % rb : 0;
