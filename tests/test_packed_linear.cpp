@@ -287,6 +287,25 @@ TEST_P(PackedLinearLevels, Bnb4BlocksSpanningRowsMatchReference) {
         check_case(scheme_params(s, 4, b, DType::BF16), Shape{45, 200}, m, qt::Compute::F32, ActMode::Default, m == 6);
 }
 
+// A few tokens through 4-bit codes in groups of 64 or more with bf16 scales (MLX affine, rounded
+// per weight as MLX computes them) or bf16 nf4/fp4 absmax: the lookup GEMV (kernels/lut4_gemv.h)
+// at AVX-512, against the dequantized weights in double; 211 rows on the threads, groups of one
+// and two chunks of 64, k = 448 an odd number of chunks.
+TEST_P(PackedLinearLevels, FourBitLookupGemvMatchesReference) {
+  for (int g : {64, 128})
+    for (int64_t m : {1, 2, 3}) {
+      check_case(scheme_params("affine", 4, g, DType::BF16), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default,
+                 m == 2);
+      if (g == 64)
+        check_case(scheme_params("affine", 4, g, DType::BF16), Shape{37, 448}, m, qt::Compute::F32, ActMode::Default,
+                   m == 3);
+    }
+  for (const char* s : {"nf4", "fp4"})
+    for (int b : {64, 128})
+      for (int64_t m : {1, 2, 3})
+        check_case(scheme_params(s, 4, b, DType::BF16), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
+}
+
 TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
   for (auto p : {scheme_params("affine", 4, 64), scheme_params("nf4", 4, 64)})
     for (int64_t m : {4, 40}) check_case(p, Shape{70, 384}, m, qt::Compute::BF16, ActMode::Default, true);
@@ -294,7 +313,7 @@ TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
 
 // One token through bf16/f32-scale affine weights, or bf16 nf4/fp4 ones (the decode GEMV, weights
 // decoded in registers) gives the bits each row of a batch of two gets (the decoded row, then the
-// dot product), on threads.
+// dot product; 4-bit groups of 64: both the lookup GEMV), on threads.
 TEST_P(PackedLinearLevels, WeightOnlyOneTokenHasTheBatchBits) {
   std::vector<qt::SchemeParams> cases;
   for (int bits : {4, 8})

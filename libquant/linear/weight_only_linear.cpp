@@ -25,8 +25,10 @@
 #include "libquant/kernels/affine_gemv.h"
 #include "libquant/kernels/affine_i16_gemm.h"
 #include "libquant/kernels/affine_i8.h"
+#include "libquant/kernels/affine_weights_avx512.h"
 #include "libquant/kernels/gemm.h"
 #include "libquant/kernels/hsum_avx2.h"
+#include "libquant/kernels/lut4_gemv.h"
 #include "libquant/linear/decoded_rows.h"
 #include "libquant/linear/packed_linear.h"
 #include "libquant/parallel.h"
@@ -36,20 +38,14 @@ namespace qt {
 namespace {
 
 using namespace schemes_detail;
+using kernels::affine_of;
+using kernels::round_bf16_16;
 
 // GCC 12 reports its own AVX-512 intrinsics' undefined-vector idiom (cvtepu8, srli, reduce) as
 // uninitialised once they are inlined into the functions below.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-// fp32 -> bf16 -> fp32 with round-to-nearest-even on 16 lanes (finite values; as f32_to_bf16).
-__attribute__((target("avx512f,avx512bw"))) inline __m512 round_bf16_16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-  return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(int(0xffff0000u))));
-}
-
 // The 16 codes at element j of a row of 4- or 8-bit codes, widened to 32-bit lanes.
 template <int kBits>
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i codes_16(const uint8_t* row, int64_t j) {
@@ -62,17 +58,6 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i codes_
                               _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
   }
   return _mm512_cvtepu8_epi32(codes);
-}
-
-// The weights of codes q: q·s, then + b, each rounded to bf16 when `bf16` (as affine_dequant),
-// multiply and add never fused.
-__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 affine_of(__m512 q, __m512 vs, __m512 vb,
-                                                                                   bool bf16) {
-  __m512 w = _mm512_mul_ps(q, vs);
-  if (bf16) w = round_bf16_16(w);
-  w = _mm512_add_ps(w, vb);
-  if (bf16) w = round_bf16_16(w);
-  return w;
 }
 
 // One MLX affine group of 4- or 8-bit codes (g a multiple of 16) at `bytes`: out = q·s, then + b,
@@ -398,6 +383,21 @@ class WeightOnlyLinear final : public Linear {
           [&](const kernels::AffineGemvInput& in, int64_t r0, int64_t r1, float* yt) {
             kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
           });
+    }
+    // A few tokens against 4-bit codes in groups of 64: each group's 16 weights looked up (lut4_gemv.h).
+    if (((affine_ && fast_decode_ && bits_ == 4) || (!affine_ && fast_bnb_)) && kernels::lut4_gemv_supports(k_, g)) {
+      thread_local std::vector<float> xp;
+      xp.resize(size_t(m * k_));
+      kernels::lut4_prepare(x, m, k_, !affine_, xp.data());
+      const bool bf16 = w_.params.dtype == DType::BF16;
+      if (!affine_)
+        return kernels::bnb4_lut_rows(w_.data.data, w_.scales.as<float>(), table_, bf16, n_, k_, g, xp.data(), m, 0, n_,
+                                      bias, y, true);
+      const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
+      return kernels::affine4_lut_rows(w_.data.data, scales_.data(), biases_.data(),
+                                       raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
+                                       raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_,
+                                       g, xp.data(), m, 0, n_, bias, y, true);
     }
     if (fast_decode_ && m == 1 && g % 32 == 0 && kernel_level() >= KernelLevel::AVX512) {  // decode: one token
       const int64_t row_bytes = k_ * bits_ / 8;

@@ -1,0 +1,135 @@
+// lut4_gemv.h's kernel. A chunk is 64 codes (32 bytes, dwords d0..d7): nibble n of dword i is
+// element 8i + n (MLX: element 2i in the low nibble of byte i) or 8i + (n ^ 1) (bitsandbytes: in
+// the high nibble). Step s (0..3) of a chunk looks up lanes 0–7 at nibble s and lanes 8–15 at
+// nibble s + 4 of d0..d7, so the prepared token holds, at 64c + 16s + L, the element those lanes
+// meet.
+#include "libquant/kernels/lut4_gemv.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "libquant/cpu_features.h"
+#include "libquant/kernels/affine_weights_avx512.h"
+
+namespace qt::kernels {
+namespace {
+
+#define QT_LUT4 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+constexpr int kMaxTokens = 4;
+constexpr size_t kAhead = 2048;  // bytes of codes asked for ahead (as ggml_interleaved.cpp)
+
+// The 16 weights of a group.
+struct AffineTable {
+  const float *s32, *b32;     // fp32 scales and biases, or
+  const uint16_t *s16, *b16;  // bf16 ones
+  bool bf16;
+  QT_LUT4 __m512 operator()(int64_t gi) const {
+    const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    float s, b;
+    if (s16) {
+      const uint32_t su = uint32_t(s16[gi]) << 16, bu = uint32_t(b16[gi]) << 16;
+      std::memcpy(&s, &su, 4);
+      std::memcpy(&b, &bu, 4);
+    } else {
+      s = s32[gi];
+      b = b32[gi];
+    }
+    return affine_of(iota, _mm512_set1_ps(s), _mm512_set1_ps(b), bf16);
+  }
+};
+
+struct BnbTable {
+  const float* absmax;
+  const float* table;
+  bool bf16;
+  QT_LUT4 __m512 operator()(int64_t gi) const {
+    const __m512 w = _mm512_mul_ps(_mm512_loadu_ps(table), _mm512_set1_ps(absmax[gi]));
+    return bf16 ? round_bf16_16(w) : w;
+  }
+};
+
+// Row r against kM prepared tokens: four accumulators a token (one a step), summed at the end.
+template <int kM, class Table>
+QT_LUT4 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_group, const Table& table, const float* xp,
+                     float* out) {
+  // Lanes 8–15 shifted by 16 once a chunk: then step s is a shift by 4s of every lane.
+  const __m512i half_shift = _mm512_set_epi32(16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[kM][4];
+  for (int t = 0; t < kM; ++t)
+    for (int s = 0; s < 4; ++s) acc[t][s] = _mm512_setzero_ps();
+  __m512 tab = _mm512_setzero_ps();
+  const int64_t per_group = g / 64;
+  for (int64_t c = 0; c < k / 64; ++c) {
+    if (c % per_group == 0) tab = table(first_group + c / per_group);
+    const uint8_t* bytes = row + 32 * c;
+    _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead), _MM_HINT_T0);
+    const __m512i v = _mm512_srlv_epi32(
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))), half_shift);
+    const __m512 w[4] = {_mm512_permutexvar_ps(v, tab), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab),
+                         _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), tab),
+                         _mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), tab)};
+    for (int t = 0; t < kM; ++t)
+      for (int s = 0; s < 4; ++s)
+        acc[t][s] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + t * k + 64 * c + 16 * s), w[s], acc[t][s]);
+  }
+  for (int t = 0; t < kM; ++t)
+    out[t] =
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
+}
+
+template <class Table>
+void rows(const uint8_t* codes, const Table& table, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
+          int64_t r0, int64_t r1, const float* bias, float* y, bool threads) {
+  const int64_t groups = k / g;
+#pragma omp parallel for schedule(dynamic, 16) if (threads && (r1 - r0) * k > (1 << 16))
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = codes + size_t(r) * size_t(k / 2);
+    float out[kMaxTokens];
+    switch (m) {
+      case 1: row_dot<1>(row, k, g, r * groups, table, xp, out); break;
+      case 2: row_dot<2>(row, k, g, r * groups, table, xp, out); break;
+      case 3: row_dot<3>(row, k, g, r * groups, table, xp, out); break;
+      default: row_dot<4>(row, k, g, r * groups, table, xp, out);
+    }
+    for (int64_t t = 0; t < m; ++t) y[t * n + r] = out[t] + (bias ? bias[r] : 0.0f);
+  }
+}
+
+}  // namespace
+
+bool lut4_gemv_supports(int64_t k, int64_t g) {
+  return kernel_level() >= KernelLevel::AVX512 && g > 0 && g % 64 == 0 && k % g == 0;
+}
+
+void lut4_prepare(const float* x, int64_t m, int64_t k, bool high_first, float* out) {
+  const int flip = high_first ? 1 : 0;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t c = 0; c < k; c += 64)
+      for (int s = 0; s < 4; ++s)
+        for (int lane = 0; lane < 16; ++lane) {
+          const int nibble = s + 4 * (lane >> 3);
+          out[t * k + c + 16 * s + lane] = x[t * k + c + 8 * (lane & 7) + (nibble ^ flip)];
+        }
+}
+
+void affine4_lut_rows(const uint8_t* codes, const float* scales_f32, const float* biases_f32,
+                      const uint16_t* scales_bf16, const uint16_t* biases_bf16, bool bf16, int64_t n, int64_t k,
+                      int64_t g, const float* xp, int64_t m, int64_t r0, int64_t r1, const float* bias, float* y,
+                      bool threads) {
+  const AffineTable table{scales_f32, biases_f32, scales_bf16, biases_bf16, bf16};
+  for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
+    rows(codes, table, n, k, g, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), r0, r1, bias, y + t0 * n, threads);
+}
+
+void bnb4_lut_rows(const uint8_t* codes, const float* absmax, const float* table, bool bf16, int64_t n, int64_t k,
+                   int64_t bs, const float* xp, int64_t m, int64_t r0, int64_t r1, const float* bias, float* y,
+                   bool threads) {
+  const BnbTable tab{absmax, table, bf16};
+  for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
+    rows(codes, tab, n, k, bs, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), r0, r1, bias, y + t0 * n, threads);
+}
+
+}  // namespace qt::kernels
