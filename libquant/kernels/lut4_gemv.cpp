@@ -60,20 +60,20 @@ QT_LUT4 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_gro
   __m512 acc[kM][4];
   for (int t = 0; t < kM; ++t)
     for (int s = 0; s < 4; ++s) acc[t][s] = _mm512_setzero_ps();
-  __m512 tab = _mm512_setzero_ps();
-  const int64_t per_group = g / 64;
-  for (int64_t c = 0; c < k / 64; ++c) {
-    if (c % per_group == 0) tab = table(first_group + c / per_group);
-    const uint8_t* bytes = row + 32 * c;
-    _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead), _MM_HINT_T0);
-    const __m512i v = _mm512_srlv_epi32(
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))), half_shift);
-    const __m512 w[4] = {_mm512_permutexvar_ps(v, tab), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab),
-                         _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), tab),
-                         _mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), tab)};
-    for (int t = 0; t < kM; ++t)
-      for (int s = 0; s < 4; ++s)
-        acc[t][s] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + t * k + 64 * c + 16 * s), w[s], acc[t][s]);
+  for (int64_t c0 = 0; c0 < k / 64; c0 += g / 64) {
+    const __m512 tab = table(first_group + c0 * 64 / g);
+    for (int64_t c = c0; c < c0 + g / 64; ++c) {
+      const uint8_t* bytes = row + 32 * c;
+      _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead), _MM_HINT_T0);
+      const __m512i v = _mm512_srlv_epi32(
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))), half_shift);
+      const __m512 w[4] = {_mm512_permutexvar_ps(v, tab), _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab),
+                           _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), tab),
+                           _mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), tab)};
+      for (int t = 0; t < kM; ++t)
+        for (int s = 0; s < 4; ++s)
+          acc[t][s] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + t * k + 64 * c + 16 * s), w[s], acc[t][s]);
+    }
   }
   for (int t = 0; t < kM; ++t)
     out[t] =
