@@ -1,5 +1,6 @@
 // ggml_interleaved (ggml_interleaved.h). Block layouts: ggml-common.h's block_q4_0 (d, qs[16]),
-// block_q4_1 (d, m, qs[16]), block_q8_0 (d, qs[32] signed), block_q4_K (d, dmin, scales[12], qs[128])
+// block_q4_1 (d, m, qs[16]), block_q5_0 (d, qh[4], qs[16]), block_q5_1 (d, m, qh[4], qs[16]),
+// block_iq4_nl (d, qs[16]), block_q8_0 (d, qs[32] signed), block_q4_K (d, dmin, scales[12], qs[128])
 // block_q5_K (d, dmin, scales[12], qh[32], qs[128]) and block_q6_K (ql[128], qh[64], scales[16], d), as formats/ggml_quants_legacy.cpp and
 // ggml_quants_k.cpp read them.
 //
@@ -46,37 +47,75 @@ inline void from_lane(const uint8_t* vec, int i, uint8_t* dst, size_t bytes) {
   std::memcpy(dst, vec + bytes * size_t(i), bytes);
 }
 
-// The legacy types: 16 fp16 d | Q4_1: 16 fp16 m | the code words. VPDPBUSD sums unsigned codes ×
-// signed token values exactly in int32 lanes (Q8_0's codes made unsigned by + 128); the offset
-// (Q4_0's 8, Q8_0's 128) comes back through the token block's sum; then d·dx in fp32, and Q4_1
-// adds m·dx·Σq.
-enum class Legacy { Q4_0, Q4_1, Q8_0 };
+// The legacy types (blocks of 32): 16 fp16 d | Q4_1, Q5_1: 16 fp16 m | Q5_0, Q5_1: the rows' fifth
+// bits, 4 bytes a row rearranged (fifth_bits) | the code words. VPDPBUSD sums unsigned codes ×
+// signed token values exactly in int32 lanes (Q8_0's codes made unsigned by + 128, IQ4_NL's grid
+// values looked up + 128); the offset (Q4_0's 8, Q5_0's 16, Q8_0's and IQ4_NL's 128) comes back
+// through the token block's sum; then d·dx in fp32, and Q4_1/Q5_1 add m·dx·Σq.
+enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL };
+
+// ggml's kvalues_iq4nl (ggml-common.h) + 128: IQ4_NL's grid as unsigned bytes.
+constexpr uint8_t kIq4nlU8[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+
+// A Q5 row's qh (bit j: the fifth bit of element j) as the words want it: byte b holds at bit t the
+// fifth bit of element 4t + b (word t's low nibble b) and at bit 4 + t that of element 16 + 4t + b
+// (its high nibble b), so word t moves them to bit 4 with one shift and a mask.
+inline uint32_t fifth_bits(uint32_t qh) {
+  uint32_t p = 0;
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 4; ++t)
+      p |= ((qh >> (4 * t + b)) & 1u) << (8 * b + t) | ((qh >> (16 + 4 * t + b)) & 1u) << (8 * b + 4 + t);
+  return p;
+}
+inline uint32_t qh_of(uint32_t p) {
+  uint32_t qh = 0;
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 4; ++t)
+      qh |= ((p >> (8 * b + t)) & 1u) << (4 * t + b) | ((p >> (8 * b + 4 + t)) & 1u) << (16 + 4 * t + b);
+  return qh;
+}
 
 template <Legacy kT>
 struct LegacyKernel {
-  static constexpr size_t kBlock = kT == Legacy::Q4_0 ? 18 : kT == Legacy::Q4_1 ? 20 : 34;  // a row's block
-  static constexpr size_t kHeader = kT == Legacy::Q4_1 ? 4 : 2;                             // d (and m)
-  static constexpr int kWords = kT == Legacy::Q8_0 ? 8 : 4;                                 // 4 code bytes each
-  static constexpr size_t kWordsAt = 16 * kHeader;
+  static constexpr bool kMin = kT == Legacy::Q4_1 || kT == Legacy::Q5_1;
+  static constexpr bool kFifth = kT == Legacy::Q5_0 || kT == Legacy::Q5_1;
+  static constexpr size_t kHeader = kMin ? 4 : 2;                                    // d (and m)
+  static constexpr int kWords = kT == Legacy::Q8_0 ? 8 : 4;                          // 4 code bytes each
+  static constexpr size_t kBlock = kHeader + (kFifth ? 4 : 0) + 4 * size_t(kWords);  // a row's block
+  static constexpr size_t kQhAt = 16 * kHeader, kWordsAt = kQhAt + (kFifth ? 64 : 0);
   static constexpr size_t kGroupBlock = 16 * kBlock;
   static constexpr int kParts = 1;
   static constexpr size_t begin(int p) { return p == 0 ? 0 : kGroupBlock; }
+  static constexpr int32_t kOffset = kT == Legacy::Q4_0 ? 8 : kT == Legacy::Q5_0 ? 16 : kMin ? 0 : 128;
 
   static void pack(const uint8_t* blk, int i, uint8_t* o) {  // blk: null for a padding row
     for (size_t h = 0; h < kHeader; h += 2) to_lane(o + 16 * h, i, blk ? blk + h : nullptr, 2);
-    for (int t = 0; t < kWords; ++t) to_lane(o + kWordsAt + 64 * t, i, blk ? blk + kHeader + 4 * t : nullptr, 4);
+    if constexpr (kFifth) {
+      uint32_t qh = 0;
+      if (blk) std::memcpy(&qh, blk + kHeader, 4);
+      const uint32_t p = fifth_bits(qh);
+      std::memcpy(o + kQhAt + 4 * size_t(i), &p, 4);
+    }
+    const size_t qs = kHeader + (kFifth ? 4 : 0);
+    for (int t = 0; t < kWords; ++t) to_lane(o + kWordsAt + 64 * t, i, blk ? blk + qs + 4 * t : nullptr, 4);
   }
   static void unpack(const uint8_t* g, int i, uint8_t* blk) {
     for (size_t h = 0; h < kHeader; h += 2) from_lane(g + 16 * h, i, blk + h, 2);
-    for (int t = 0; t < kWords; ++t) from_lane(g + kWordsAt + 64 * t, i, blk + kHeader + 4 * t, 4);
+    if constexpr (kFifth) {
+      uint32_t p;
+      std::memcpy(&p, g + kQhAt + 4 * size_t(i), 4);
+      const uint32_t qh = qh_of(p);
+      std::memcpy(blk + kHeader, &qh, 4);
+    }
+    const size_t qs = kHeader + (kFifth ? 4 : 0);
+    for (int t = 0; t < kWords; ++t) from_lane(g + kWordsAt + 64 * t, i, blk + qs + 4 * t, 4);
   }
 
   struct State {};
   QT_VNNI static void part(const uint8_t* g, const GgmlTokenI8& x, size_t j, int, State&, __m512& acc) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const int8_t* q = x.q.data() + 32 * j;
-    const int32_t offset = kT == Legacy::Q4_0 ? 8 : kT == Legacy::Q8_0 ? 128 : 0;
-    __m512i a0 = _mm512_set1_epi32(-offset * int32_t(x.sum32[j])), a1 = _mm512_setzero_si512();
+    __m512i a0 = _mm512_set1_epi32(-kOffset * int32_t(x.sum32[j])), a1 = _mm512_setzero_si512();
     const uint8_t* words = g + kWordsAt;
     if constexpr (kT == Legacy::Q8_0) {
       const __m512i sign = _mm512_set1_epi8(char(0x80));
@@ -86,15 +125,30 @@ struct LegacyKernel {
                                  broadcast4(q + 4 * t + 4));
       }
     } else {
+      [[maybe_unused]] __m512i fifth, grid;
+      if constexpr (kFifth) fifth = _mm512_loadu_si512(g + kQhAt);
+      if constexpr (kT == Legacy::IQ4_NL)
+        grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlU8)));
       for (int t = 0; t < 4; ++t) {
         const __m512i c = _mm512_loadu_si512(words + 64 * t);
-        a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(c, low4), broadcast4(q + 4 * t));
-        a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4), broadcast4(q + 16 + 4 * t));
+        __m512i cl = _mm512_and_si512(c, low4), ch = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+        if constexpr (
+            kFifth) {  // bit t (low) and 4 + t (high) of each byte to bit 4; 16-bit shifts keep each byte's own bit
+          const __m512i bit4 = _mm512_set1_epi8(0x10);
+          cl = _mm512_or_si512(cl, _mm512_and_si512(_mm512_slli_epi16(fifth, 4 - t), bit4));
+          ch = _mm512_or_si512(ch, _mm512_and_si512(_mm512_srli_epi16(fifth, t), bit4));
+        }
+        if constexpr (kT == Legacy::IQ4_NL) {
+          cl = _mm512_shuffle_epi8(grid, cl);
+          ch = _mm512_shuffle_epi8(grid, ch);
+        }
+        a0 = _mm512_dpbusd_epi32(a0, cl, broadcast4(q + 4 * t));
+        a1 = _mm512_dpbusd_epi32(a1, ch, broadcast4(q + 16 + 4 * t));
       }
     }
     const __m512 dx = _mm512_set1_ps(x.d[j]);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), _mm512_mul_ps(half16(g), dx), acc);
-    if constexpr (kT == Legacy::Q4_1) acc = _mm512_fmadd_ps(half16(g + 32), _mm512_set1_ps(x.d[j] * x.sum32[j]), acc);
+    if constexpr (kMin) acc = _mm512_fmadd_ps(half16(g + 32), _mm512_set1_ps(x.d[j] * x.sum32[j]), acc);
   }
   QT_VNNI static void finish(const uint8_t*, State&, __m512&) {}
 };
@@ -302,7 +356,10 @@ const GgmlInterleaved* ggml_interleaved(uint32_t type) {
   switch (GgmlType(type)) {
     case GgmlType::Q4_0: return &kKernels<LegacyKernel<Legacy::Q4_0>>;
     case GgmlType::Q4_1: return &kKernels<LegacyKernel<Legacy::Q4_1>>;
+    case GgmlType::Q5_0: return &kKernels<LegacyKernel<Legacy::Q5_0>>;
+    case GgmlType::Q5_1: return &kKernels<LegacyKernel<Legacy::Q5_1>>;
     case GgmlType::Q8_0: return &kKernels<LegacyKernel<Legacy::Q8_0>>;
+    case GgmlType::IQ4_NL: return &kKernels<LegacyKernel<Legacy::IQ4_NL>>;
     case GgmlType::Q4_K: return &kKernels<QKKernel<false>>;
     case GgmlType::Q5_K: return &kKernels<QKKernel<true>>;
     case GgmlType::Q6_K: return &kKernels<Q6KKernel>;
