@@ -1,6 +1,7 @@
 // ggml_interleaved (ggml_interleaved.h). Block layouts: ggml-common.h's block_q4_0 (d, qs[16]),
 // block_q4_1 (d, m, qs[16]), block_q5_0 (d, qh[4], qs[16]), block_q5_1 (d, m, qh[4], qs[16]),
-// block_iq4_nl (d, qs[16]), block_q8_0 (d, qs[32] signed), block_q4_K (d, dmin, scales[12], qs[128])
+// block_iq4_nl (d, qs[16]), block_q8_0 (d, qs[32] signed), block_q2_K (scales[16], qs[64], d, dmin),
+// block_q3_K (hmask[32], qs[64], scales[12], d), block_q4_K (d, dmin, scales[12], qs[128])
 // block_q5_K (d, dmin, scales[12], qh[32], qs[128]) and block_q6_K (ql[128], qh[64], scales[16], d), as formats/ggml_quants_legacy.cpp and
 // ggml_quants_k.cpp read them.
 //
@@ -18,6 +19,11 @@
 
 namespace qt::kernels {
 namespace {
+
+// GCC 12 reports its own AVX-512 intrinsics' undefined-vector idiom (cvtepu8, cvtepi32) as
+// uninitialised once inlined into the kernels below.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define QT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 
@@ -298,6 +304,110 @@ struct Q6KKernel {
   QT_VNNI static void finish(const uint8_t* g, State& st, __m512& acc) { acc = _mm512_fmadd_ps(st.f, half16(g), acc); }
 };
 
+// Q2_K / Q3_K: 2-bit codes in sub-blocks of 16 (Q3_K: a third bit in hmask). Element 128h + 32j +
+// 16·half + l (l < 16) is (qs[32h + 16·half + l] >> 2j) & 3 of sub-block 8h + 2j + half; Q3_K's third
+// bit is bit 4h + j of hmask[16·half + l] (ggml's dequantize_row_q2_K / q3_K). A group block:
+// Q2_K: 16 fp16 d | 16 fp16 dmin | the sub-blocks' scale bytes (scale | min << 4), [sub-block][row] |
+// Q3_K: 16 fp16 d | the sub-blocks' 6-bit scales - 32 as int8, [sub-block][row] (+4 bytes a row:
+// +3.6%) | 8 words of hmask, [half][c] | both: 4 parts (h, half) of 4 code words c, bytes 4c..4c+3
+// of the row's qs[32h + 16·half ..]: each word feeds the four sub-blocks j at shifts 2j.
+// Q2_K: w = d·sc·q - dmin·mn; Q3_K: w = d·sc·(u - 4), u = q | bit << 2 unsigned.
+template <bool kQ3>
+struct LowBitKKernel {
+  static constexpr size_t kBlock = kQ3 ? 110 : 84;  // a row's block
+  static constexpr size_t kRowQs = kQ3 ? 32 : 16;   // where its qs start
+  static constexpr size_t kSc = kQ3 ? 32 : 64, kHm = kSc + 256, kQs = kQ3 ? kHm + 512 : kSc + 256;
+  static constexpr size_t kGroupBlock = kQs + 1024;
+  static constexpr int kParts = 4;
+  static constexpr size_t begin(int p) { return p == 0 ? 0 : kQs + 256 * size_t(p); }
+
+  // Q3_K's 12 scale bytes <-> its 16 6-bit scales (dequantize_row_q3_K's unpacking and its inverse).
+  static void q3_scales(const uint8_t* b, int* s) {
+    for (int k = 0; k < 16; ++k)
+      s[k] = ((k < 8 ? b[k] : b[k - 8] >> 4) & 0xF) | ((b[8 + k % 4] >> (2 * (k / 4))) & 3) << 4;
+  }
+  static void q3_bytes(const int* s, uint8_t* b) {
+    for (int i = 0; i < 8; ++i) b[i] = uint8_t((s[i] & 0xF) | (s[i + 8] & 0xF) << 4);
+    for (int i = 0; i < 4; ++i)
+      b[8 + i] = uint8_t((s[i] >> 4) | (s[4 + i] >> 4) << 2 | (s[8 + i] >> 4) << 4 | (s[12 + i] >> 4) << 6);
+  }
+
+  static void pack(const uint8_t* blk, int i, uint8_t* o) {
+    if constexpr (kQ3) {
+      to_lane(o, i, blk ? blk + 108 : nullptr, 2);
+      int sc[16] = {};
+      if (blk) q3_scales(blk + 96, sc);
+      for (int sb = 0; sb < 16; ++sb) o[kSc + 16 * sb + i] = blk ? uint8_t(int8_t(sc[sb] - 32)) : 0;
+      for (int w = 0; w < 8; ++w) to_lane(o + kHm + 64 * w, i, blk ? blk + 4 * w : nullptr, 4);
+    } else {
+      to_lane(o, i, blk ? blk + 80 : nullptr, 2);
+      to_lane(o + 32, i, blk ? blk + 82 : nullptr, 2);
+      for (int sb = 0; sb < 16; ++sb) o[kSc + 16 * sb + i] = blk ? blk[sb] : 0;
+    }
+    for (int w = 0; w < 16; ++w) to_lane(o + kQs + 64 * w, i, blk ? blk + kRowQs + 4 * w : nullptr, 4);
+  }
+  static void unpack(const uint8_t* g, int i, uint8_t* blk) {
+    if constexpr (kQ3) {
+      from_lane(g, i, blk + 108, 2);
+      int sc[16];
+      for (int sb = 0; sb < 16; ++sb) sc[sb] = int(int8_t(g[kSc + 16 * sb + i])) + 32;
+      q3_bytes(sc, blk + 96);
+      for (int w = 0; w < 8; ++w) from_lane(g + kHm + 64 * w, i, blk + 4 * w, 4);
+    } else {
+      from_lane(g, i, blk + 80, 2);
+      from_lane(g + 32, i, blk + 82, 2);
+      for (int sb = 0; sb < 16; ++sb) blk[sb] = g[kSc + 16 * sb + i];
+    }
+    for (int w = 0; w < 16; ++w) from_lane(g + kQs + 64 * w, i, blk + kRowQs + 4 * w, 4);
+  }
+
+  struct State {
+    __m512 scaled, mins;
+  };
+  QT_VNNI static void part(const uint8_t* g, const GgmlTokenI8& x, size_t j, int p, State& st, __m512&) {
+    const __m512i two = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+    const int h = p / 2, half = p % 2;
+    const int8_t* q = x.q.data() + 256 * j + 128 * h + 16 * half;
+    const float* dx = x.d.data() + 8 * j;
+    const int32_t* sum16 = x.sum16.data() + 16 * j;
+    if (p == 0) st.scaled = st.mins = _mm512_setzero_ps();
+    __m512i a[4];
+    for (int k = 0; k < 4; ++k) a[k] = _mm512_set1_epi32(kQ3 ? -4 * sum16[8 * h + 2 * k + half] : 0);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i w = _mm512_loadu_si512(g + kQs + 256 * size_t(p) + 64 * c);
+      [[maybe_unused]] __m512i hm;
+      if constexpr (kQ3) hm = _mm512_loadu_si512(g + kHm + 64 * (4 * half + c));
+      for (int k = 0; k < 4; ++k) {
+        __m512i code = _mm512_and_si512(_mm512_srli_epi16(w, unsigned(2 * k)), two);
+        if constexpr (kQ3) {  // hmask bit 4h + k to bit 2 (16-bit shifts; the mask keeps each byte's own bit)
+          const int bit = 4 * h + k;
+          const __m512i moved =
+              bit >= 2 ? _mm512_srli_epi16(hm, unsigned(bit - 2)) : _mm512_slli_epi16(hm, unsigned(2 - bit));
+          code = _mm512_or_si512(code, _mm512_and_si512(moved, bit2));
+        }
+        a[k] = _mm512_dpbusd_epi32(a[k], code, broadcast4(q + 32 * k + 4 * c));
+      }
+    }
+    for (int k = 0; k < 4; ++k) {
+      const int sb = 8 * h + 2 * k + half;
+      const __m512 d = _mm512_set1_ps(dx[sb / 2]);
+      if constexpr (kQ3) {
+        st.scaled = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[k]), _mm512_mul_ps(i8x16(g + kSc + 16 * sb), d), st.scaled);
+      } else {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 16 * sb)));
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0xF)));
+        const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+        st.scaled = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[k]), _mm512_mul_ps(sc, d), st.scaled);
+        st.mins = _mm512_fmadd_ps(mn, _mm512_set1_ps(dx[sb / 2] * float(sum16[sb])), st.mins);
+      }
+    }
+  }
+  QT_VNNI static void finish(const uint8_t* g, State& st, __m512& acc) {
+    acc = _mm512_fmadd_ps(st.scaled, half16(g), acc);
+    if constexpr (!kQ3) acc = _mm512_fnmadd_ps(st.mins, half16(g + 32), acc);
+  }
+};
+
 template <class K>
 void pack(const uint8_t* const rows[16], size_t nb, uint8_t* dst) {
   for (size_t j = 0; j < nb; ++j)
@@ -346,6 +456,8 @@ void gemv(const uint8_t* groups, size_t stride, int count, const GgmlTokenI8& x,
   }
 }
 
+#pragma GCC diagnostic pop
+
 template <class K>
 constexpr GgmlInterleaved kKernels = {K::kGroupBlock, pack<K>, unpack<K>, gemv<K>};
 
@@ -360,6 +472,8 @@ const GgmlInterleaved* ggml_interleaved(uint32_t type) {
     case GgmlType::Q5_1: return &kKernels<LegacyKernel<Legacy::Q5_1>>;
     case GgmlType::Q8_0: return &kKernels<LegacyKernel<Legacy::Q8_0>>;
     case GgmlType::IQ4_NL: return &kKernels<LegacyKernel<Legacy::IQ4_NL>>;
+    case GgmlType::Q2_K: return &kKernels<LowBitKKernel<false>>;
+    case GgmlType::Q3_K: return &kKernels<LowBitKKernel<true>>;
     case GgmlType::Q4_K: return &kKernels<QKKernel<false>>;
     case GgmlType::Q5_K: return &kKernels<QKKernel<true>>;
     case GgmlType::Q6_K: return &kKernels<Q6KKernel>;
