@@ -1,7 +1,7 @@
 // ggml_interleaved (ggml_interleaved.h). Block layouts: ggml-common.h's block_q4_0 (d, qs[16]),
 // block_q4_1 (d, m, qs[16]), block_q5_0 (d, qh[4], qs[16]), block_q5_1 (d, m, qh[4], qs[16]),
 // block_iq4_nl (d, qs[16]), block_q8_0 (d, qs[32] signed), block_q2_K (scales[16], qs[64], d, dmin),
-// block_q3_K (hmask[32], qs[64], scales[12], d), block_q4_K (d, dmin, scales[12], qs[128])
+// block_q3_K (hmask[32], qs[64], scales[12], d), block_iq4_xs (d, scales_h, scales_l[4], qs[128]), block_q4_K (d, dmin, scales[12], qs[128])
 // block_q5_K (d, dmin, scales[12], qh[32], qs[128]) and block_q6_K (ql[128], qh[64], scales[16], d), as formats/ggml_quants_legacy.cpp and
 // ggml_quants_k.cpp read them.
 //
@@ -408,6 +408,63 @@ struct LowBitKKernel {
   }
 };
 
+// IQ4_XS: 8 sub-blocks of 32, each d·(ls - 32)·grid[nibble], the nibbles of sub-block ib in
+// qs[16ib..] as IQ4_NL's (ggml's dequantize_row_iq4_xs). A group block: 16 fp16 d | the sub-blocks'
+// 6-bit ls - 32 as int8, [sub-block][row] (+2 bytes a row: +1.5%) | 4 parts of two sub-blocks, each
+// 4 code words (bytes 4t..4t+3 of the sub-block's 16).
+struct IQ4XSKernel {
+  static constexpr size_t kBlock = 136, kSc = 32, kCodes = kSc + 128, kPart = 512;
+  static constexpr size_t kGroupBlock = kCodes + 4 * kPart;
+  static constexpr int kParts = 4;
+  static constexpr size_t begin(int p) { return p == 0 ? 0 : kCodes + kPart * size_t(p); }
+
+  static void pack(const uint8_t* blk, int i, uint8_t* o) {
+    to_lane(o, i, blk, 2);
+    for (int ib = 0; ib < 8; ++ib) {
+      int ls = 32;  // a padding row: scale 0
+      if (blk) ls = ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((blk[2] | blk[3] << 8) >> (2 * ib)) & 3) << 4;
+      o[kSc + 16 * ib + i] = uint8_t(int8_t(ls - 32));
+    }
+    for (int w = 0; w < 32; ++w) to_lane(o + kCodes + 64 * w, i, blk ? blk + 8 + 4 * w : nullptr, 4);
+  }
+  static void unpack(const uint8_t* g, int i, uint8_t* blk) {
+    from_lane(g, i, blk, 2);
+    uint16_t sh = 0;
+    std::memset(blk + 4, 0, 4);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = int(int8_t(g[kSc + 16 * ib + i])) + 32;
+      blk[4 + ib / 2] = uint8_t(blk[4 + ib / 2] | (ls & 0xF) << (4 * (ib % 2)));
+      sh = uint16_t(sh | (ls >> 4) << (2 * ib));
+    }
+    blk[2] = uint8_t(sh & 0xFF);
+    blk[3] = uint8_t(sh >> 8);
+    for (int w = 0; w < 32; ++w) from_lane(g + kCodes + 64 * w, i, blk + 8 + 4 * w, 4);
+  }
+
+  struct State {
+    __m512 f;
+  };
+  QT_VNNI static void part(const uint8_t* g, const GgmlTokenI8& x, size_t j, int p, State& st, __m512&) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlU8)));
+    if (p == 0) st.f = _mm512_setzero_ps();
+    for (int s = 0; s < 2; ++s) {
+      const int ib = 2 * p + s;
+      const int8_t* q = x.q.data() + 256 * j + 32 * ib;
+      __m512i a0 = _mm512_set1_epi32(-128 * int32_t(x.sum32[8 * j + ib])), a1 = _mm512_setzero_si512();
+      for (int t = 0; t < 4; ++t) {
+        const __m512i c = _mm512_loadu_si512(g + kCodes + 256 * size_t(ib) + 64 * t);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_shuffle_epi8(grid, _mm512_and_si512(c, low4)), broadcast4(q + 4 * t));
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4)),
+                                 broadcast4(q + 16 + 4 * t));
+      }
+      st.f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
+                             _mm512_mul_ps(i8x16(g + kSc + 16 * ib), _mm512_set1_ps(x.d[8 * j + ib])), st.f);
+    }
+  }
+  QT_VNNI static void finish(const uint8_t* g, State& st, __m512& acc) { acc = _mm512_fmadd_ps(st.f, half16(g), acc); }
+};
+
 template <class K>
 void pack(const uint8_t* const rows[16], size_t nb, uint8_t* dst) {
   for (size_t j = 0; j < nb; ++j)
@@ -472,6 +529,7 @@ const GgmlInterleaved* ggml_interleaved(uint32_t type) {
     case GgmlType::Q5_1: return &kKernels<LegacyKernel<Legacy::Q5_1>>;
     case GgmlType::Q8_0: return &kKernels<LegacyKernel<Legacy::Q8_0>>;
     case GgmlType::IQ4_NL: return &kKernels<LegacyKernel<Legacy::IQ4_NL>>;
+    case GgmlType::IQ4_XS: return &kKernels<IQ4XSKernel>;
     case GgmlType::Q2_K: return &kKernels<LowBitKKernel<false>>;
     case GgmlType::Q3_K: return &kKernels<LowBitKKernel<true>>;
     case GgmlType::Q4_K: return &kKernels<QKKernel<false>>;
