@@ -1,12 +1,13 @@
 // The decode step's pieces (Linear::gemv_slice, llama_decode.cpp) at every kernel level this
 // machine has:
 //  * a Linear's slices for any number of parts are disjoint, cover its rows in order, and write
-//    the bits forward() gives at one token — dense f32/bf16 (the family's tile at one row) and
-//    the integer schemes (kernels/int8_gemv_avx2.cpp, the VNNI tiles), which equal reference_gemm,
-//    the scalar spec;
+//    the bits forward() gives at one token — dense f32/bf16 (the family's streaming GEMV, itself
+//    the batch tiles' bits), the integer schemes (kernels/int8_gemv_avx2.cpp, the VNNI tiles), which
+//    equal reference_gemm, the scalar spec, and the weight-only ones that slice (affine-4, NF4);
 //  * the model's decode step (one OpenMP team, slices and barriers) gives the logits of the
-//    per-Linear path bit for bit, on 2 and 3 threads, f32 and W8A8 with an int8 head, with the
-//    dense f16 cache (attention shared by the team) and a quantized one (one thread attends).
+//    per-Linear path bit for bit, on 2 and 3 threads, f32, W8A8 with an int8 head and MLX affine-4
+//    (fp32 or int8 tokens), with the dense f16 cache (attention shared by the team) and a quantized
+//    one (one thread attends).
 #include <omp.h>
 
 #include <algorithm>
@@ -140,15 +141,51 @@ TEST_P(GemvSlices, IntegerSlicesEqualReferenceBitForBit) {
       }
 }
 
+// The weight-only Linears whose one-token path runs on a row range — MLX affine-4 and NF4 with bf16
+// scales (the lookup GEMV, kernels/lut4_gemv.h) and affine-4 through int8 tokens per group or per
+// token (kernels/affine_i8.h) — slice with forward()'s bits; the others keep the per-Linear path.
+TEST_P(GemvSlices, WeightOnlySlicesEqualForward) {
+  struct C {
+    SchemeParams p;
+    WeightAct act;
+  };
+  const std::vector<C> cases = {{scheme_params("affine", 4, 64, DType::BF16), WeightAct::Default},
+                                {scheme_params("affine", 4, 128, DType::BF16), WeightAct::Default},
+                                {scheme_params("nf4", 4, 64, DType::BF16), WeightAct::Default},
+                                {scheme_params("affine", 4, 64, DType::BF16), WeightAct::Int8Group},
+                                {scheme_params("affine", 4, 32), WeightAct::Int8Token}};
+  for (const C& c : cases)
+    for (int64_t n : {37, 130})
+      for (bool with_bias : {false, true}) {
+        const int64_t k = 384;
+        const auto w = randn(size_t(n * k), uint32_t(n + 3), 0.1f);
+        const auto x = randn(size_t(k), 12);
+        const auto b = randn(size_t(n), 13);
+        PackedLinearOptions opt;
+        opt.weight_act = c.act;
+        auto l = make_packed_linear(quantize_weights(w.data(), n, k, c.p), with_bias ? b.data() : nullptr, opt);
+        const std::string what = l->kind() + " n " + std::to_string(n) + (with_bias ? " bias" : "");
+        if (!l->has_gemv_slices()) {  // no SIMD level for these paths
+          EXPECT_LT(GetParam(), c.act == WeightAct::Default ? KernelLevel::AVX512 : KernelLevel::AVX2) << what;
+          continue;
+        }
+        std::vector<float> want(static_cast<size_t>(n));
+        l->forward(x.data(), 1, want.data());
+        check_slices(*l, x.data(), want, what);
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, GemvSlices, ::testing::ValuesIn(available_kernel_levels()),
                          [](const auto& info) { return std::string(kernel_level_name(info.param)); });
 
-// A factory quantizing every projection (and the tied head) to W8A8 per channel in memory.
-LinearFactory int8_factory() {
-  return [](const std::string&, const Tensor& w, const Tensor*) -> std::unique_ptr<Linear> {
+// A factory quantizing every projection (and the tied head) in memory: W8A8 per channel, or MLX
+// affine-4 g64 with bf16 scales (the lookup GEMV; with int8 tokens, the int8 panels).
+LinearFactory packed_factory(SchemeParams p, WeightAct act = WeightAct::Default) {
+  return [p, act](const std::string&, const Tensor& w, const Tensor*) -> std::unique_ptr<Linear> {
     const std::vector<float> f = to_f32(w);
-    return make_packed_linear(quantize_weights(f.data(), w.shape[0], w.shape[1], scheme_params("int8", 8, 0)), nullptr,
-                              PackedLinearOptions{});
+    PackedLinearOptions opt;
+    opt.weight_act = act;
+    return make_packed_linear(quantize_weights(f.data(), w.shape[0], w.shape[1], p), nullptr, opt);
   };
 }
 
@@ -175,10 +212,15 @@ std::vector<float> step_logits(LlamaModel& model, const std::vector<int32_t>& pr
 TEST(DecodeStep, EqualsPerLinearPathBitForBit) {
   QT_REQUIRE_FILE(test::model_gguf());
   const int saved = omp_get_max_threads();
-  for (bool int8 : {false, true}) {
+  const std::string names[] = {"f32", "w8a8", "affine4", "affine4-a8"};
+  for (const std::string& name : names) {
     Checkpoint ck = load_checkpoint(test::model_gguf());
     const std::vector<int32_t> prompt = ck.tokenizer->encode("The history of the city begins", true);
-    LlamaModel model(std::move(ck), int8 ? int8_factory() : dense_linear_factory(Compute::F32));
+    const SchemeParams a4 = scheme_params("affine", 4, 64, DType::BF16);
+    LlamaModel model(std::move(ck), name == "f32"       ? dense_linear_factory(Compute::F32)
+                                    : name == "w8a8"    ? packed_factory(scheme_params("int8", 8, 0))
+                                    : name == "affine4" ? packed_factory(a4)
+                                                        : packed_factory(a4, WeightAct::Int8Group));
     // f16: every thread attends to its own heads; kivi (a quantized cache): thread 0 alone.
     for (const char* kv : {"f16", "kivi:bits=4"})
       for (int threads : {2, 3}) {
@@ -188,7 +230,7 @@ TEST(DecodeStep, EqualsPerLinearPathBitForBit) {
         const auto got = step_logits(model, prompt, 4, false, kv);
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << (int8 ? "w8a8" : "f32") << " " << kv << " threads " << threads << " at " << i;
+          ASSERT_EQ(got[i], want[i]) << name << " " << kv << " threads " << threads << " at " << i;
       }
   }
   omp_set_num_threads(saved);

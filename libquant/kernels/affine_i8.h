@@ -47,6 +47,12 @@ void affine_i8_gemm_ref(const uint8_t* codes, const float* scales, const float* 
 // spec on the packed codes), tokens quantized first; OpenMP over tiles. The same bits as
 // quantize_token_i8_ref + affine_i8_gemm_ref.
 void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token, const float* bias, float* y);
+// One token over panels [p0, p1) on the calling thread (the decode step's slices): the same bits
+// as affine_i8_gemm's row of that token; bias and y indexed from row 0. Needs a SIMD level
+// (affine_i8_slices_supported).
+bool affine_i8_slices_supported();
+void affine_i8_gemv_panels(const AffineI8& w, const float* x, bool per_token, int64_t p0, int64_t p1, const float* bias,
+                           float* y);
 
 namespace i8 {  // between the driver (affine_i8_gemm.cpp) and the tiles (affine_i8_vnni.cpp, affine_i8_avx2.cpp)
 struct TileArgs {

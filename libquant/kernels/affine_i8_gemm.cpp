@@ -179,4 +179,24 @@ void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token
   }
 }
 
+bool affine_i8_slices_supported() { return isa() != nullptr; }
+
+void affine_i8_gemv_panels(const AffineI8& w, const float* x, bool per_token, int64_t p0, int64_t p1, const float* bias,
+                           float* y) {
+  const i8::Isa* is = isa();
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d, bx;
+  q.resize(size_t(w.k));
+  d.resize(size_t(w.ng));
+  bx.resize(size_t(w.ng));
+  quantize_token_i8(x, w.k, w.g, per_token, q.data(), d.data(), bx.data());
+  for (int64_t p = p0; p < p1; p += is->np) {
+    const int panels = int(std::min<int64_t>(is->np, p1 - p));
+    i8::TileArgs ta{&w,         p,         q.data(),
+                    d.data(),   bx.data(), bias ? bias + p * 16 : nullptr,
+                    y + p * 16, w.n,       int(std::min<int64_t>(16, w.n - (p + panels - 1) * 16))};
+    is->tile(ta, 1, panels);
+  }
+}
+
 }  // namespace qt::kernels

@@ -280,6 +280,20 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
+  // The decode step's slices (llama_decode.cpp): the one-token paths that run on a row range —
+  // int8 tokens over the panels, or the lookup GEMV — with forward()'s bits for that token.
+  bool has_gemv_slices() const override { return i8_ ? kernels::affine_i8_slices_supported() : lut4(); }
+  RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
+    const RowSlice rs = row_block_slice(n_, part, parts);  // whole 16-row panels
+    if (!i8_) {
+      lut4_rows(x, 1, rs.r0, rs.r1, y, false);
+      return rs;
+    }
+    kernels::affine_i8_gemv_panels(*i8_, x, i8_per_token_, rs.r0 / 16, (rs.r1 + 15) / 16,
+                                   bias_.empty() ? nullptr : bias_.data(), y);
+    return rs;
+  }
+
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
   // What a forward reads: the int8-token panels (fp32 scales and biases) when they run, else the codes.
@@ -360,6 +374,32 @@ class WeightOnlyLinear final : public Linear {
   // A few tokens (decode), or no SIMD family: the factored GEMV where it applies, else one decoded
   // row at a time against every token — no panel packing, which would cost more than the few dot
   // products.
+  // A few tokens against 4-bit codes in groups of 64: each group's 16 weights looked up
+  // (lut4_gemv.h) — where forward_rows takes it: not for fp32 scales, which the factored GEMVs take.
+  bool lut4() const {
+    const int64_t g = w_.params.group_size;
+    if (w_.params.dtype == DType::F32 &&
+        (affine_ ? int16_act_ && kernels::affine_gemv_supports(bits_, k_, g) : kernels::bnb4_gemv_supports(k_, g)))
+      return false;
+    return (affine_ ? fast_decode_ && bits_ == 4 : fast_bnb_) && kernels::lut4_gemv_supports(k_, g);
+  }
+  void lut4_rows(const float* x, int64_t m, int64_t r0, int64_t r1, float* y, bool threads) const {
+    const int64_t g = w_.params.group_size;
+    const float* bias = bias_.empty() ? nullptr : bias_.data();
+    thread_local std::vector<float> xp;
+    xp.resize(size_t(m * k_));
+    kernels::lut4_prepare(x, m, k_, !affine_, xp.data());
+    const bool bf16 = w_.params.dtype == DType::BF16;
+    if (!affine_)
+      return kernels::bnb4_lut_rows(w_.data.data, w_.scales.as<float>(), table_, bf16, n_, k_, g, xp.data(), m, r0, r1,
+                                    bias, y, threads);
+    const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
+    kernels::affine4_lut_rows(w_.data.data, scales_.data(), biases_.data(),
+                              raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
+                              raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_, g,
+                              xp.data(), m, r0, r1, bias, y, threads);
+  }
+
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
@@ -384,21 +424,7 @@ class WeightOnlyLinear final : public Linear {
             kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
           });
     }
-    // A few tokens against 4-bit codes in groups of 64: each group's 16 weights looked up (lut4_gemv.h).
-    if (((affine_ && fast_decode_ && bits_ == 4) || (!affine_ && fast_bnb_)) && kernels::lut4_gemv_supports(k_, g)) {
-      thread_local std::vector<float> xp;
-      xp.resize(size_t(m * k_));
-      kernels::lut4_prepare(x, m, k_, !affine_, xp.data());
-      const bool bf16 = w_.params.dtype == DType::BF16;
-      if (!affine_)
-        return kernels::bnb4_lut_rows(w_.data.data, w_.scales.as<float>(), table_, bf16, n_, k_, g, xp.data(), m, 0, n_,
-                                      bias, y, true);
-      const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
-      return kernels::affine4_lut_rows(w_.data.data, scales_.data(), biases_.data(),
-                                       raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
-                                       raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_,
-                                       g, xp.data(), m, 0, n_, bias, y, true);
-    }
+    if (lut4()) return lut4_rows(x, m, 0, n_, y, true);
     if (fast_decode_ && m == 1 && g % 32 == 0 && kernel_level() >= KernelLevel::AVX512) {  // decode: one token
       const int64_t row_bytes = k_ * bits_ / 8;
       const bool bf16 = w_.params.dtype == DType::BF16;
