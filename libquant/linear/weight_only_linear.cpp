@@ -280,15 +280,13 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
-  // The decode step's slices (llama_decode.cpp): the one-token paths that run on a row range —
-  // int8 tokens over the panels, or the lookup GEMV — with forward()'s bits for that token.
-  bool has_gemv_slices() const override { return i8_ ? kernels::affine_i8_slices_supported() : lut4(); }
+  // The decode step's slices (llama_decode.cpp): affine-4 through int8 tokens, over its panels,
+  // with forward()'s bits for that token. Not the lookup GEMV: arithmetic-bound, its rows want the
+  // dynamic schedule of forward() — in fixed slices the team waits for its slowest thread (16-core
+  // Xeon: affine-4 37–38 → 32–33 tok/s, NF4 42 → 36–40; int8 tokens 73–76 → 82–95).
+  bool has_gemv_slices() const override { return i8_ && kernels::affine_i8_slices_supported(); }
   RowSlice gemv_slice(const float* x, int part, int parts, float* y) const override {
     const RowSlice rs = row_block_slice(n_, part, parts);  // whole 16-row panels
-    if (!i8_) {
-      lut4_rows(x, 1, rs.r0, rs.r1, y, false);
-      return rs;
-    }
     kernels::affine_i8_gemv_panels(*i8_, x, i8_per_token_, rs.r0 / 16, (rs.r1 + 15) / 16,
                                    bias_.empty() ? nullptr : bias_.data(), y);
     return rs;
