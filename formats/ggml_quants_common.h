@@ -12,6 +12,9 @@
 
 namespace qt::ggml {
 
+// ggml's kvalues_iq4nl (ggml-common.h): the non-uniform 4-bit grid of IQ4_NL and IQ4_XS.
+inline constexpr int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // Per family, for its types t (legacy: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; k: Q2_K..Q6_K; iq4_nl:
 // IQ4_NL, IQ4_XS; mxfp4: MXFP4): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;
 // quantize_F writes one block, by the reference rule when imp is null, else with `imp` (one

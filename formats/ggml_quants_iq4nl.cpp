@@ -18,9 +18,6 @@ namespace qt::ggml {
 
 namespace {
 
-// ggml's kvalues_iq4nl (ggml-common.h): the non-uniform 4-bit grid of both types.
-constexpr int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
 // IQ4_NL (block_iq4_nl {f16 d; u8 qs[16]} = 18 bytes, nibbles as q4_0): d * kvalues[nibble].
 void deq_iq4_nl(const uint8_t* src, float* dst, size_t nb) {
   const int8_t* kv = kIq4nl;

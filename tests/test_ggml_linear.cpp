@@ -30,7 +30,8 @@
 namespace qt {
 namespace {
 
-const char* const kTypes[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
+const char* const kTypes[] = {"Q4_0",   "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL",
+                              "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
 
 // `rows` rows of `cols` random values quantized with the type's reference quantizer.
 std::vector<uint8_t> random_blocks(const GgmlTypeRow& t, int64_t rows, int64_t cols, uint32_t seed) {
@@ -73,7 +74,7 @@ TEST(GgmlDecode, SimdEqualsTheTypeRowBitForBit) {
     EXPECT_NEAR(d, ref, 1e-6 * mag) << name;
   }
   if (!tested) GTEST_SKIP() << "no AVX-512";
-  EXPECT_EQ(tested, 8);
+  EXPECT_EQ(tested, 12);
 }
 
 // Σ w·(dx·q) over a row of decoded weights w and the token x as rounded to int8 (double), after

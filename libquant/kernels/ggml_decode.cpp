@@ -188,6 +188,76 @@ QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
   }
 }
 
+// IQ4_NL: d * kvalues[q], nibbles as Q4_0's (the grid as fp32, times d: one product a value).
+QT_AVX512 inline __m512 iq4nl_grid() {
+  return to_f32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ggml::kIq4nl))));
+}
+template <class Out>
+QT_AVX512 inline void iq4_nl(const uint8_t* src, size_t nb, Out& out) {
+  const __m512 grid = iq4nl_grid();
+  for (size_t b = 0; b < nb; ++b, src += 18) {
+    ggml_prefetch_ahead(src, 1);
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), grid);
+    const __m128i raw = load16(src + 2);
+    out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
+    out(32 * b + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
+  }
+}
+
+// IQ4_XS: (d * (ls - 32)) * kvalues[q] per sub-block of 32, ls 6 bits (scales_l nibble, scales_h pair).
+template <class Out>
+QT_AVX512 inline void iq4_xs(const uint8_t* src, size_t nb, Out& out) {
+  const __m512 grid = iq4nl_grid();
+  for (size_t b = 0; b < nb; ++b, src += 136) {
+    ggml_prefetch_ahead(src, 136);
+    const float d = half(src);
+    const int sh = src[2] | src[3] << 8;
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((src[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((sh >> (2 * ib)) & 3) << 4;
+      const __m512 table = _mm512_mul_ps(_mm512_set1_ps(d * float(ls - 32)), grid);
+      const __m128i raw = load16(src + 8 + 16 * ib);
+      out(256 * b + 32 * size_t(ib), _mm512_permutexvar_ps(low_nibbles(raw), table));
+      out(256 * b + 32 * size_t(ib) + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
+    }
+  }
+}
+
+// Q2_K: (d * (sc & 15)) * q - dmin * (sc >> 4); Q3_K: (d * (sc - 32)) * q, q = low 2 bits - (hmask
+// bit set ? 0 : 4). Sub-block 8h + 2j + half holds elements 128h + 32j + 16·half + l, l < 16: its
+// codes (qs[32h + 16·half + l] >> 2j) & 3 (Q3_K: + 4 · bit 4h + j of hmask[16·half + l]) index the
+// sub-block's 4 (8) values.
+template <bool kQ3, class Out>
+QT_AVX512 inline void q23_k(const uint8_t* src, size_t nb, Out& out) {
+  const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
+  const __m512 codes = iota16(kQ3 ? -4 : 0);
+  for (size_t b = 0; b < nb; ++b, src += kQ3 ? 110 : 84) {
+    ggml_prefetch_ahead(src, kQ3 ? 110 : 84);
+    const uint8_t* qs = src + (kQ3 ? 32 : 16);
+    const float d = half(src + (kQ3 ? 108 : 80));
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 4; ++j)
+        for (int hf = 0; hf < 2; ++hf) {
+          const int sb = 8 * h + 2 * j + hf;
+          __m512 table;
+          if constexpr (kQ3) {
+            const uint8_t* sc = src + 96;
+            const int lsc = (sb < 8 ? sc[sb] : sc[sb - 8] >> 4) & 0xF, hsc = (sc[8 + sb % 4] >> (2 * (sb / 4))) & 3;
+            table = _mm512_mul_ps(_mm512_set1_ps(d * float((lsc | hsc << 4) - 32)), codes);
+          } else {
+            const float dl = d * float(src[sb] & 0xF), ml = half(src + 82) * float(src[sb] >> 4);
+            table = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), codes), _mm512_set1_ps(ml));
+          }
+          __m512i q = _mm512_and_si512(
+              _mm512_srli_epi32(_mm512_cvtepu8_epi32(load16(qs + 32 * h + 16 * hf)), unsigned(2 * j)), three);
+          if constexpr (kQ3) {
+            const __m512i hm = _mm512_cvtepu8_epi32(load16(src + 16 * hf));
+            q = _mm512_mask_or_epi32(q, _mm512_test_epi32_mask(hm, _mm512_set1_epi32(1 << (4 * h + j))), q, four);
+          }
+          out(256 * b + size_t(128 * h + 32 * j + 16 * hf), _mm512_permutexvar_ps(q, table));
+        }
+  }
+}
+
 // A walker as a decoder and as a dot product.
 template <void (*Walk)(const uint8_t*, size_t, Store&)>
 QT_AVX512 void decode(const uint8_t* src, float* dst, size_t nb) {
@@ -223,6 +293,10 @@ const Kernels* find(uint32_t type) {
       {GgmlType::Q4_K, decode<qk45<false, Store>>, dot<qk45<false, Dot>>},
       {GgmlType::Q5_K, decode<qk45<true, Store>>, dot<qk45<true, Dot>>},
       {GgmlType::Q6_K, decode<q6_k<Store>>, dot<q6_k<Dot>>},
+      {GgmlType::IQ4_NL, decode<iq4_nl<Store>>, dot<iq4_nl<Dot>>},
+      {GgmlType::IQ4_XS, decode<iq4_xs<Store>>, dot<iq4_xs<Dot>>},
+      {GgmlType::Q2_K, decode<q23_k<false, Store>>, dot<q23_k<false, Dot>>},
+      {GgmlType::Q3_K, decode<q23_k<true, Store>>, dot<q23_k<true, Dot>>},
   };
   if (!has_avx512()) return nullptr;
   for (const Kernels& k : kRows)

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "formats/ggml_blocks.h"
+#include "formats/ggml_quants_common.h"
 
 namespace qt::kernels {
 namespace {
@@ -60,8 +61,15 @@ inline void from_lane(const uint8_t* vec, int i, uint8_t* dst, size_t bytes) {
 // through the token block's sum; then d·dx in fp32, and Q4_1/Q5_1 add m·dx·Σq.
 enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL };
 
-// ggml's kvalues_iq4nl (ggml-common.h) + 128: IQ4_NL's grid as unsigned bytes.
-constexpr uint8_t kIq4nlU8[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+// IQ4_NL's grid (ggml::kIq4nl) + 128 as unsigned bytes.
+struct Iq4nlU8 {
+  uint8_t v[16];
+  constexpr Iq4nlU8() : v{} {
+    for (int i = 0; i < 16; ++i) v[i] = uint8_t(ggml::kIq4nl[i] + 128);
+  }
+};
+constexpr Iq4nlU8 kIq4nlU8Table;
+const uint8_t* const kIq4nlU8 = kIq4nlU8Table.v;
 
 // A Q5 row's qh (bit j: the fifth bit of element j) as the words want it: byte b holds at bit t the
 // fifth bit of element 4t + b (word t's low nibble b) and at bit 4 + t that of element 16 + 4t + b
