@@ -54,13 +54,19 @@ QT_AVX512 inline __m512 iota16(int first) {
                        _mm512_set1_ps(float(first)));
 }
 
-// Q4_0: d * (q - 8); low nibbles are elements 0..15, high nibbles 16..31.
-template <class Out>
-QT_AVX512 inline void q4_0(const uint8_t* src, size_t nb, Out& out) {
-  const __m512 codes = iota16(-8);
+// IQ4_NL's grid (ggml::kIq4nl) as fp32.
+QT_AVX512 inline __m512 iq4nl_grid() {
+  return to_f32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ggml::kIq4nl))));
+}
+
+// Q4_0: d * (q - 8); IQ4_NL: d * kvalues[q] (the grid as fp32, times d: one product a value). Low
+// nibbles are elements 0..15, high nibbles 16..31.
+template <bool kGrid, class Out>
+QT_AVX512 inline void d_times_value(const uint8_t* src, size_t nb, Out& out) {
+  const __m512 values = kGrid ? iq4nl_grid() : iota16(-8);
   for (size_t b = 0; b < nb; ++b, src += 18) {
     ggml_prefetch_ahead(src, 1);
-    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), codes);
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), values);
     const __m128i raw = load16(src + 2);
     out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
     out(32 * b + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
@@ -188,22 +194,6 @@ QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
   }
 }
 
-// IQ4_NL: d * kvalues[q], nibbles as Q4_0's (the grid as fp32, times d: one product a value).
-QT_AVX512 inline __m512 iq4nl_grid() {
-  return to_f32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ggml::kIq4nl))));
-}
-template <class Out>
-QT_AVX512 inline void iq4_nl(const uint8_t* src, size_t nb, Out& out) {
-  const __m512 grid = iq4nl_grid();
-  for (size_t b = 0; b < nb; ++b, src += 18) {
-    ggml_prefetch_ahead(src, 1);
-    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), grid);
-    const __m128i raw = load16(src + 2);
-    out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
-    out(32 * b + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
-  }
-}
-
 // IQ4_XS: (d * (ls - 32)) * kvalues[q] per sub-block of 32, ls 6 bits (scales_l nibble, scales_h pair).
 template <class Out>
 QT_AVX512 inline void iq4_xs(const uint8_t* src, size_t nb, Out& out) {
@@ -285,7 +275,7 @@ struct Kernels {
 
 const Kernels* find(uint32_t type) {
   static const Kernels kRows[] = {
-      {GgmlType::Q4_0, decode<q4_0<Store>>, dot<q4_0<Dot>>},
+      {GgmlType::Q4_0, decode<d_times_value<false, Store>>, dot<d_times_value<false, Dot>>},
       {GgmlType::Q4_1, decode<q4_1<Store>>, dot<q4_1<Dot>>},
       {GgmlType::Q5_0, decode<q5<false, Store>>, dot<q5<false, Dot>>},
       {GgmlType::Q5_1, decode<q5<true, Store>>, dot<q5<true, Dot>>},
@@ -293,7 +283,7 @@ const Kernels* find(uint32_t type) {
       {GgmlType::Q4_K, decode<qk45<false, Store>>, dot<qk45<false, Dot>>},
       {GgmlType::Q5_K, decode<qk45<true, Store>>, dot<qk45<true, Dot>>},
       {GgmlType::Q6_K, decode<q6_k<Store>>, dot<q6_k<Dot>>},
-      {GgmlType::IQ4_NL, decode<iq4_nl<Store>>, dot<iq4_nl<Dot>>},
+      {GgmlType::IQ4_NL, decode<d_times_value<true, Store>>, dot<d_times_value<true, Dot>>},
       {GgmlType::IQ4_XS, decode<iq4_xs<Store>>, dot<iq4_xs<Dot>>},
       {GgmlType::Q2_K, decode<q23_k<false, Store>>, dot<q23_k<false, Dot>>},
       {GgmlType::Q3_K, decode<q23_k<true, Store>>, dot<q23_k<true, Dot>>},
