@@ -14,6 +14,8 @@ namespace qt::ggml {
 
 // ggml's kvalues_iq4nl (ggml-common.h): the non-uniform 4-bit grid of IQ4_NL and IQ4_XS.
 inline constexpr int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// ggml's kvalues_mxfp4 (ggml-common.h): MXFP4's E2M1 values, doubled.
+inline constexpr int8_t kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Per family, for its types t (legacy: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; k: Q2_K..Q6_K; iq4_nl:
 // IQ4_NL, IQ4_XS; mxfp4: MXFP4): dequantize_F turns `nb` consecutive blocks into fp32, bit-exact with gguf-py;

@@ -13,8 +13,6 @@ namespace qt::ggml {
 
 namespace {
 
-constexpr int8_t kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 // ggml-impl.h ggml_e8m0_to_fp32_half: 2^(e − 128), the two smallest exponents as denormals.
 float e8m0_half(uint8_t e) {
   const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;

@@ -98,7 +98,7 @@ void int8_reference(const std::vector<float>& w, const std::vector<float>& x, co
 TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
   int tested = 0;
   for (const char* name :
-       {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
+       {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
     const GgmlTypeRow& t = *ggml_type_row_by_name(name);
     const kernels::GgmlInterleaved* il = kernels::ggml_interleaved(uint32_t(t.type));
     if (!il) continue;
@@ -145,7 +145,7 @@ TEST(GgmlDotI8, EqualsTheDecodedWeightsTimesTheRoundedToken) {
     }
   }
   if (!tested) GTEST_SKIP() << "no AVX-512 VNNI";
-  EXPECT_EQ(tested, 12);
+  EXPECT_EQ(tested, 13);
 }
 
 // A weight of `type` with a Q/K-style row permutation, as LoadMode::Native hands it over.
@@ -224,7 +224,7 @@ TEST(GgmlLinear, Int8TokensOverInterleavedRows) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const char* type :
-       {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
+       {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}) {
     // 50 rows: the last group padded; 50 × 1536 weights: past the threads' threshold
     const int64_t rows = 50, cols = 1536;
     Weight W = make_weight(type, rows, cols, true);

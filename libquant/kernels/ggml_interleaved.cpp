@@ -1,6 +1,6 @@
 // ggml_interleaved (ggml_interleaved.h). Block layouts: ggml-common.h's block_q4_0 (d, qs[16]),
 // block_q4_1 (d, m, qs[16]), block_q5_0 (d, qh[4], qs[16]), block_q5_1 (d, m, qh[4], qs[16]),
-// block_iq4_nl (d, qs[16]), block_q8_0 (d, qs[32] signed), block_q2_K (scales[16], qs[64], d, dmin),
+// block_iq4_nl (d, qs[16]), block_mxfp4 (e, qs[16]), block_q8_0 (d, qs[32] signed), block_q2_K (scales[16], qs[64], d, dmin),
 // block_q3_K (hmask[32], qs[64], scales[12], d), block_iq4_xs (d, scales_h, scales_l[4], qs[128]), block_q4_K (d, dmin, scales[12], qs[128])
 // block_q5_K (d, dmin, scales[12], qh[32], qs[128]) and block_q6_K (ql[128], qh[64], scales[16], d), as formats/ggml_quants_legacy.cpp and
 // ggml_quants_k.cpp read them.
@@ -54,22 +54,32 @@ inline void from_lane(const uint8_t* vec, int i, uint8_t* dst, size_t bytes) {
   std::memcpy(dst, vec + bytes * size_t(i), bytes);
 }
 
-// The legacy types (blocks of 32): 16 fp16 d | Q4_1, Q5_1: 16 fp16 m | Q5_0, Q5_1: the rows' fifth
-// bits, 4 bytes a row rearranged (fifth_bits) | the code words. VPDPBUSD sums unsigned codes ×
-// signed token values exactly in int32 lanes (Q8_0's codes made unsigned by + 128, IQ4_NL's grid
-// values looked up + 128); the offset (Q4_0's 8, Q5_0's 16, Q8_0's and IQ4_NL's 128) comes back
-// through the token block's sum; then d·dx in fp32, and Q4_1/Q5_1 add m·dx·Σq.
-enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL };
+// The legacy types (blocks of 32): 16 fp16 d (MXFP4: 16 E8M0 exponents) | Q4_1, Q5_1: 16 fp16 m |
+// Q5_0, Q5_1: the rows' fifth bits, 4 bytes a row rearranged (fifth_bits) | the code words.
+// VPDPBUSD sums unsigned codes × signed token values exactly in int32 lanes (Q8_0's codes made
+// unsigned by + 128, IQ4_NL's and MXFP4's grid values looked up + 128); the offset (Q4_0's 8, Q5_0's
+// 16, the others' 128) comes back through the token block's sum; then d·dx in fp32, and Q4_1/Q5_1
+// add m·dx·Σq.
+enum class Legacy { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 };
 
-// IQ4_NL's grid (ggml::kIq4nl) + 128 as unsigned bytes.
-struct Iq4nlU8 {
+// A 16-value int8 grid (ggml::kIq4nl, ggml::kMxfp4) + 128 as unsigned bytes.
+struct GridU8 {
   uint8_t v[16];
-  constexpr Iq4nlU8() : v{} {
-    for (int i = 0; i < 16; ++i) v[i] = uint8_t(ggml::kIq4nl[i] + 128);
+  constexpr explicit GridU8(const int8_t* grid) : v{} {
+    for (int i = 0; i < 16; ++i) v[i] = uint8_t(grid[i] + 128);
   }
 };
-constexpr Iq4nlU8 kIq4nlU8Table;
-const uint8_t* const kIq4nlU8 = kIq4nlU8Table.v;
+constexpr GridU8 kIq4nlU8(ggml::kIq4nl), kMxfp4U8(ggml::kMxfp4);
+
+// MXFP4's d for 16 rows' E8M0 bytes: 2^(e − 128), the two smallest as denormals (ggml-impl.h
+// ggml_e8m0_to_fp32_half: bits (e − 1) << 23, or 0x00200000 << e below 2).
+QT_VNNI inline __m512 e8m0_half16(const uint8_t* p) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  return _mm512_castsi512_ps(
+      _mm512_mask_blend_epi32(small, normal, _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e)));
+}
 
 // A Q5 row's qh (bit j: the fifth bit of element j) as the words want it: byte b holds at bit t the
 // fifth bit of element 4t + b (word t's low nibble b) and at bit 4 + t that of element 16 + 4t + b
@@ -93,7 +103,9 @@ template <Legacy kT>
 struct LegacyKernel {
   static constexpr bool kMin = kT == Legacy::Q4_1 || kT == Legacy::Q5_1;
   static constexpr bool kFifth = kT == Legacy::Q5_0 || kT == Legacy::Q5_1;
-  static constexpr size_t kHeader = kMin ? 4 : 2;                                    // d (and m)
+  static constexpr bool kGrid = kT == Legacy::IQ4_NL || kT == Legacy::MXFP4;
+  static constexpr size_t kField = kT == Legacy::MXFP4 ? 1 : 2;                      // d: fp16, or E8M0
+  static constexpr size_t kHeader = kMin ? 4 : kField;                               // d (and m)
   static constexpr int kWords = kT == Legacy::Q8_0 ? 8 : 4;                          // 4 code bytes each
   static constexpr size_t kBlock = kHeader + (kFifth ? 4 : 0) + 4 * size_t(kWords);  // a row's block
   static constexpr size_t kQhAt = 16 * kHeader, kWordsAt = kQhAt + (kFifth ? 64 : 0);
@@ -103,7 +115,7 @@ struct LegacyKernel {
   static constexpr int32_t kOffset = kT == Legacy::Q4_0 ? 8 : kT == Legacy::Q5_0 ? 16 : kMin ? 0 : 128;
 
   static void pack(const uint8_t* blk, int i, uint8_t* o) {  // blk: null for a padding row
-    for (size_t h = 0; h < kHeader; h += 2) to_lane(o + 16 * h, i, blk ? blk + h : nullptr, 2);
+    for (size_t h = 0; h < kHeader; h += kField) to_lane(o + 16 * h, i, blk ? blk + h : nullptr, kField);
     if constexpr (kFifth) {
       uint32_t qh = 0;
       if (blk) std::memcpy(&qh, blk + kHeader, 4);
@@ -114,7 +126,7 @@ struct LegacyKernel {
     for (int t = 0; t < kWords; ++t) to_lane(o + kWordsAt + 64 * t, i, blk ? blk + qs + 4 * t : nullptr, 4);
   }
   static void unpack(const uint8_t* g, int i, uint8_t* blk) {
-    for (size_t h = 0; h < kHeader; h += 2) from_lane(g + 16 * h, i, blk + h, 2);
+    for (size_t h = 0; h < kHeader; h += kField) from_lane(g + 16 * h, i, blk + h, kField);
     if constexpr (kFifth) {
       uint32_t p;
       std::memcpy(&p, g + kQhAt + 4 * size_t(i), 4);
@@ -141,8 +153,9 @@ struct LegacyKernel {
     } else {
       [[maybe_unused]] __m512i fifth, grid;
       if constexpr (kFifth) fifth = _mm512_loadu_si512(g + kQhAt);
-      if constexpr (kT == Legacy::IQ4_NL)
-        grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlU8)));
+      if constexpr (kGrid)
+        grid = _mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(kT == Legacy::MXFP4 ? kMxfp4U8.v : kIq4nlU8.v)));
       for (int t = 0; t < 4; ++t) {
         const __m512i c = _mm512_loadu_si512(words + 64 * t);
         __m512i cl = _mm512_and_si512(c, low4), ch = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
@@ -152,7 +165,7 @@ struct LegacyKernel {
           cl = _mm512_or_si512(cl, _mm512_and_si512(_mm512_slli_epi16(fifth, 4 - t), bit4));
           ch = _mm512_or_si512(ch, _mm512_and_si512(_mm512_srli_epi16(fifth, t), bit4));
         }
-        if constexpr (kT == Legacy::IQ4_NL) {
+        if constexpr (kGrid) {
           cl = _mm512_shuffle_epi8(grid, cl);
           ch = _mm512_shuffle_epi8(grid, ch);
         }
@@ -161,7 +174,8 @@ struct LegacyKernel {
       }
     }
     const __m512 dx = _mm512_set1_ps(x.d[j]);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), _mm512_mul_ps(half16(g), dx), acc);
+    const __m512 d = kT == Legacy::MXFP4 ? e8m0_half16(g) : half16(g);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), _mm512_mul_ps(d, dx), acc);
     if constexpr (kMin) acc = _mm512_fmadd_ps(half16(g + 32), _mm512_set1_ps(x.d[j] * x.sum32[j]), acc);
   }
   QT_VNNI static void finish(const uint8_t*, State&, __m512&) {}
@@ -454,7 +468,7 @@ struct IQ4XSKernel {
   };
   QT_VNNI static void part(const uint8_t* g, const GgmlTokenI8& x, size_t j, int p, State& st, __m512&) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlU8)));
+    const __m512i grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlU8.v)));
     if (p == 0) st.f = _mm512_setzero_ps();
     for (int s = 0; s < 2; ++s) {
       const int ib = 2 * p + s;
@@ -537,6 +551,7 @@ const GgmlInterleaved* ggml_interleaved(uint32_t type) {
     case GgmlType::Q5_1: return &kKernels<LegacyKernel<Legacy::Q5_1>>;
     case GgmlType::Q8_0: return &kKernels<LegacyKernel<Legacy::Q8_0>>;
     case GgmlType::IQ4_NL: return &kKernels<LegacyKernel<Legacy::IQ4_NL>>;
+    case GgmlType::MXFP4: return &kKernels<LegacyKernel<Legacy::MXFP4>>;
     case GgmlType::IQ4_XS: return &kKernels<IQ4XSKernel>;
     case GgmlType::Q2_K: return &kKernels<LowBitKKernel<false>>;
     case GgmlType::Q3_K: return &kKernels<LowBitKKernel<true>>;

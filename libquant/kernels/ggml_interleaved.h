@@ -1,4 +1,4 @@
-// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / IQ4_XS / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows interleaved 16 at a time, for one token through int8 activations
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 / IQ4_XS / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows interleaved 16 at a time, for one token through int8 activations
 // (--weight-act int8). A row-at-a-time dot over these blocks spends ~11 instructions on each block
 // of 32 (gather the scale, unpack, one half of a VPDPBUSD, a lane permute for the scale, convert,
 // FMA) and runs out of issue slots at about half a core's read rate. Interleaved, one 64-byte load
@@ -32,7 +32,7 @@ struct GgmlInterleaved {
   void (*gemv)(const uint8_t* groups, size_t stride, int count, const GgmlTokenI8& x, size_t nblocks, float* y);
 };
 
-// The kernels for ggml type id `type` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) where the CPU has AVX-512 VNNI (with
+// The kernels for ggml type id `type` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) where the CPU has AVX-512 VNNI (with
 // BW, VL, DQ, F16C); else nullptr.
 const GgmlInterleaved* ggml_interleaved(uint32_t type);
 
