@@ -13,7 +13,7 @@
 namespace qt {
 
 // UserError when the type has no dequantizer or the shape is not whole blocks per row.
-// int8_tokens: where a kernel for the type exists (every type but MXFP4 and the float ones; kernels/
+// int8_tokens: where a kernel for the type exists (every quantized type; kernels/
 // ggml_interleaved.h), the rows are copied into interleaved groups of 16 at construction (the file's
 // pages let go of) and a few tokens' GEMV rounds each token to int8 per block of 32 and multiplies
 // the codes as integers (llama.cpp's scheme, with fp32 token scales per 32); the batches stay exact (rows decoded from the groups).
