@@ -168,9 +168,10 @@ std::vector<float> dense_bf16(KernelLevel level, const Bf16Case& c, const std::v
 
 TEST_F(AmxLevel, Bf16TilesWithinSummationBoundOfReference) {
   QT_REQUIRE_AMX();
-  const std::vector<Bf16Case> cases = {
-      {1, 1, 1, false},   {1, 48, 576, true},   {15, 33, 31, false},   {16, 32, 32, true},   {17, 31, 33, false},
-      {32, 64, 64, true}, {33, 65, 100, false}, {70, 100, 4100, true}, {5, 17, 8200, false}, {64, 96, 576, true}};
+  const std::vector<Bf16Case> cases = {{1, 1, 1, false},     {1, 48, 576, true},    {15, 33, 31, false},
+                                       {16, 32, 32, true},   {17, 31, 33, false},   {32, 64, 64, true},
+                                       {33, 65, 100, false}, {70, 100, 4100, true}, {5, 17, 8200, false},
+                                       {64, 96, 576, true},  {1, 140, 8200, true}};
   uint32_t seed = 50;
   for (const auto& c : cases) {
     std::mt19937 rng(seed++);

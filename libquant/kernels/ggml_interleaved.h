@@ -12,7 +12,8 @@
 // ggml_interleaved.cpp): the legacy types their fp16 d (and m) vectors, then code words — word t is
 // 64 bytes, lane i = bytes 4t..4t+3 of row i's block codes (a 4-bit word's low nibbles are elements
 // 4t..4t+3, its high nibbles 16+4t..16+4t+3; a Q8_0 word elements 4t..4t+3). Q4_K and Q5_K unpack their 6-bit
-// scales and minimums to a byte each (+64 bytes a group block: +2.8%, +2.3%); the others are the rows' size.
+// scales and minimums to a byte each (+64 bytes a group block: +2.8%, +2.3%), Q3_K its 6-bit scales
+// (+64: +3.6%), IQ4_XS its sub-block scales (+32: +1.5%); the others are the rows' size.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +23,7 @@
 namespace qt::kernels {
 
 struct GgmlInterleaved {
-  size_t group_block_bytes;  // a group's bytes per block of the rows (16 × the type's; Q4_K, Q5_K: + 64)
+  size_t group_block_bytes;  // a group's bytes per block of the rows (16 × the type's; + 64 for Q3_K–Q5_K, + 32 IQ4_XS)
   // 16 rows' blocks (rows[i] its first block; a null row packs as zeros) -> one group at dst.
   void (*pack)(const uint8_t* const rows[16], size_t nblocks, uint8_t* dst);
   // Row i of a group back in the file's block layout (row_bytes at out).

@@ -33,7 +33,7 @@ QT_PANEL_GEMV_TARGET void gemv_panels(const void* a, const char* panel0, size_t 
                                       const float* bias, int cols, float* y) {
   constexpr int NV = NR / 16;
   constexpr int64_t kStep = NR * 4;  // bytes of one panel per step
-  const int64_t steps = kBf16 ? kp / 2 : kp, slice = kBf16 ? kc / 2 : kc;
+  const int64_t steps = kBf16 ? kp / 2 : kp, slice = std::max<int64_t>(1, kBf16 ? kc / 2 : kc);
   for (int64_t s0 = 0; s0 < steps; s0 += slice) {
     const int64_t s1 = std::min(steps, s0 + slice);
     __m512 acc[kCount][NV];
