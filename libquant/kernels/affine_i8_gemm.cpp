@@ -143,6 +143,16 @@ void gemm_scalar(const AffineI8& w, const int8_t* q, const float* d, const float
   }
 }
 
+// One tile: `rows` token rows from q/d/bx/y (each at the tile's first token) against `panels`
+// panels from p0.
+void run_tile(const i8::Isa& is, const AffineI8& w, int64_t p0, int panels, int rows, const int8_t* q, const float* d,
+              const float* bx, const float* bias, float* y) {
+  i8::TileArgs ta{&w,          p0,  q,
+                  d,           bx,  bias ? bias + p0 * 16 : nullptr,
+                  y + p0 * 16, w.n, int(std::min<int64_t>(16, w.n - (p0 + panels - 1) * 16))};
+  is.tile(ta, rows, panels);
+}
+
 }  // namespace
 
 void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token, const float* bias, float* y) {
@@ -166,16 +176,8 @@ void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token
   for (int64_t i = 0; i < col_blocks * row_blocks; ++i) {
     const int64_t p0 = i / row_blocks * is->np, t0 = i % row_blocks * is->mr;
     const int panels = int(std::min<int64_t>(is->np, w.n_panels - p0));
-    i8::TileArgs ta{&w,
-                    p0,
-                    q + t0 * w.k,
-                    d + t0 * w.ng,
-                    bx + t0 * w.ng,
-                    bias ? bias + p0 * 16 : nullptr,
-                    y + t0 * w.n + p0 * 16,
-                    w.n,
-                    int(std::min<int64_t>(16, w.n - (p0 + panels - 1) * 16))};
-    is->tile(ta, int(std::min<int64_t>(is->mr, m - t0)), panels);
+    run_tile(*is, w, p0, panels, int(std::min<int64_t>(is->mr, m - t0)), q + t0 * w.k, d + t0 * w.ng, bx + t0 * w.ng,
+             bias, y + t0 * w.n);
   }
 }
 
@@ -192,10 +194,7 @@ void affine_i8_gemv_panels(const AffineI8& w, const float* x, bool per_token, in
   quantize_token_i8(x, w.k, w.g, per_token, q.data(), d.data(), bx.data());
   for (int64_t p = p0; p < p1; p += is->np) {
     const int panels = int(std::min<int64_t>(is->np, p1 - p));
-    i8::TileArgs ta{&w,         p,         q.data(),
-                    d.data(),   bx.data(), bias ? bias + p * 16 : nullptr,
-                    y + p * 16, w.n,       int(std::min<int64_t>(16, w.n - (p + panels - 1) * 16))};
-    is->tile(ta, 1, panels);
+    run_tile(*is, w, p, panels, 1, q.data(), d.data(), bx.data(), bias, y);
   }
 }
 

@@ -82,10 +82,10 @@ QT_LUT4 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_gro
 
 template <class Table>
 void rows(const uint8_t* codes, const Table& table, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
-          int64_t r0, int64_t r1, const float* bias, float* y, bool threads) {
+          const float* bias, float* y) {
   const int64_t groups = k / g;
-#pragma omp parallel for schedule(dynamic, 16) if (threads && (r1 - r0) * k > (1 << 16))
-  for (int64_t r = r0; r < r1; ++r) {
+#pragma omp parallel for schedule(dynamic, 16) if (n * k > (1 << 16))
+  for (int64_t r = 0; r < n; ++r) {
     const uint8_t* row = codes + size_t(r) * size_t(k / 2);
     float out[kMaxTokens];
     switch (m) {
@@ -117,19 +117,17 @@ void lut4_prepare(const float* x, int64_t m, int64_t k, bool high_first, float* 
 
 void affine4_lut_rows(const uint8_t* codes, const float* scales_f32, const float* biases_f32,
                       const uint16_t* scales_bf16, const uint16_t* biases_bf16, bool bf16, int64_t n, int64_t k,
-                      int64_t g, const float* xp, int64_t m, int64_t r0, int64_t r1, const float* bias, float* y,
-                      bool threads) {
+                      int64_t g, const float* xp, int64_t m, const float* bias, float* y) {
   const AffineTable table{scales_f32, biases_f32, scales_bf16, biases_bf16, bf16};
   for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
-    rows(codes, table, n, k, g, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), r0, r1, bias, y + t0 * n, threads);
+    rows(codes, table, n, k, g, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), bias, y + t0 * n);
 }
 
 void bnb4_lut_rows(const uint8_t* codes, const float* absmax, const float* table, bool bf16, int64_t n, int64_t k,
-                   int64_t bs, const float* xp, int64_t m, int64_t r0, int64_t r1, const float* bias, float* y,
-                   bool threads) {
+                   int64_t bs, const float* xp, int64_t m, const float* bias, float* y) {
   const BnbTable tab{absmax, table, bf16};
   for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
-    rows(codes, tab, n, k, bs, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), r0, r1, bias, y + t0 * n, threads);
+    rows(codes, tab, n, k, bs, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), bias, y + t0 * n);
 }
 
 }  // namespace qt::kernels

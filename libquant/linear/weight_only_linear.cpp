@@ -369,19 +369,12 @@ class WeightOnlyLinear final : public Linear {
     }
   }
 
-  // A few tokens (decode), or no SIMD family: the factored GEMV where it applies, else one decoded
-  // row at a time against every token — no panel packing, which would cost more than the few dot
-  // products.
-  // A few tokens against 4-bit codes in groups of 64: each group's 16 weights looked up
-  // (lut4_gemv.h) — where forward_rows takes it: not for fp32 scales, which the factored GEMVs take.
+  // A few tokens against 4-bit codes in groups of 64 with bf16 scales: each group's 16 weights
+  // looked up (lut4_gemv.h). forward_rows asks after the factored GEMVs, which take fp32 scales.
   bool lut4() const {
-    const int64_t g = w_.params.group_size;
-    if (w_.params.dtype == DType::F32 &&
-        (affine_ ? int16_act_ && kernels::affine_gemv_supports(bits_, k_, g) : kernels::bnb4_gemv_supports(k_, g)))
-      return false;
-    return (affine_ ? fast_decode_ && bits_ == 4 : fast_bnb_) && kernels::lut4_gemv_supports(k_, g);
+    return (affine_ ? fast_decode_ && bits_ == 4 : fast_bnb_) && kernels::lut4_gemv_supports(k_, w_.params.group_size);
   }
-  void lut4_rows(const float* x, int64_t m, int64_t r0, int64_t r1, float* y, bool threads) const {
+  void lut4_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
     thread_local std::vector<float> xp;
@@ -389,15 +382,17 @@ class WeightOnlyLinear final : public Linear {
     kernels::lut4_prepare(x, m, k_, !affine_, xp.data());
     const bool bf16 = w_.params.dtype == DType::BF16;
     if (!affine_)
-      return kernels::bnb4_lut_rows(w_.data.data, w_.scales.as<float>(), table_, bf16, n_, k_, g, xp.data(), m, r0, r1,
-                                    bias, y, threads);
+      return kernels::bnb4_lut_rows(w_.data.data, w_.scales.as<float>(), table_, bf16, n_, k_, g, xp.data(), m, bias,
+                                    y);
     const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
-    kernels::affine4_lut_rows(w_.data.data, scales_.data(), biases_.data(),
-                              raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
-                              raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_, g,
-                              xp.data(), m, r0, r1, bias, y, threads);
+    kernels::affine4_lut_rows(
+        w_.data.data, scales_.data(), biases_.data(), raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
+        raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_, g, xp.data(), m, bias, y);
   }
 
+  // A few tokens (decode), or no SIMD family: the factored GEMV where it applies, else one decoded
+  // row at a time against every token — no panel packing, which would cost more than the few dot
+  // products.
   void forward_rows(const float* x, int64_t m, float* y) const {
     const int64_t g = w_.params.group_size;
     const float* bias = bias_.empty() ? nullptr : bias_.data();
@@ -422,7 +417,7 @@ class WeightOnlyLinear final : public Linear {
             kernels::bnb4_gemv_rows(w_.data.data, w_.scales.as<float>(), table_, k_, g, in, r0, r1, bias, yt);
           });
     }
-    if (lut4()) return lut4_rows(x, m, 0, n_, y, true);
+    if (lut4()) return lut4_rows(x, m, y);
     if (fast_decode_ && m == 1 && g % 32 == 0 && kernel_level() >= KernelLevel::AVX512) {  // decode: one token
       const int64_t row_bytes = k_ * bits_ / 8;
       const bool bf16 = w_.params.dtype == DType::BF16;
