@@ -306,6 +306,18 @@ TEST_P(PackedLinearLevels, FourBitLookupGemvMatchesReference) {
         check_case(scheme_params(s, 4, b, DType::BF16), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default, m == 3);
 }
 
+// 8-bit MLX groups with bf16 scales, one to three tokens: the VCVTNE2PS2BF16 GEMV (affine8_gemv.h)
+// where the CPU has AVX512-BF16, within fp32 rounding of the bf16-rounded weights' double product.
+TEST_P(PackedLinearLevels, Affine8GemvMatchesReference) {
+  for (int g : {32, 64, 128})
+    for (int64_t m : {1, 2, 3}) {
+      check_case(scheme_params("affine", 8, g, DType::BF16), Shape{211, 384}, m, qt::Compute::F32, ActMode::Default,
+                 m == 2);
+      check_case(scheme_params("affine", 8, g, DType::BF16), Shape{37, 512}, m, qt::Compute::F32, ActMode::None,
+                 m == 3);
+    }
+}
+
 TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {
   for (auto p : {scheme_params("affine", 4, 64), scheme_params("nf4", 4, 64)})
     for (int64_t m : {4, 40}) check_case(p, Shape{70, 384}, m, qt::Compute::BF16, ActMode::Default, true);

@@ -22,6 +22,7 @@
 
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/affine8_gemv.h"
 #include "libquant/kernels/affine_gemv.h"
 #include "libquant/kernels/affine_i16_gemm.h"
 #include "libquant/kernels/affine_i8.h"
@@ -390,6 +391,23 @@ class WeightOnlyLinear final : public Linear {
         raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_, g, xp.data(), m, bias, y);
   }
 
+  // A few tokens against 8-bit codes with bf16 scales, each weight rounded as MLX does through
+  // VCVTNE2PS2BF16 (affine8_gemv.h). forward_rows asks after the factored GEMVs, as for lut4.
+  bool affine8() const {
+    return affine_ && fast_decode_ && bits_ == 8 && w_.params.dtype == DType::BF16 &&
+           kernels::affine8_gemv_supports(k_, w_.params.group_size);
+  }
+  void affine8_rows(const float* x, int64_t m, float* y) const {
+    thread_local std::vector<float> xp;
+    xp.resize(size_t(m * k_));
+    kernels::affine8_prepare(x, m, k_, xp.data());
+    const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
+    kernels::affine8_rows(w_.data.data, scales_.data(), biases_.data(),
+                          raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
+                          raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, n_, k_,
+                          w_.params.group_size, xp.data(), m, bias_.empty() ? nullptr : bias_.data(), y);
+  }
+
   // A few tokens (decode), or no SIMD family: the factored GEMV where it applies, else one decoded
   // row at a time against every token — no panel packing, which would cost more than the few dot
   // products.
@@ -418,6 +436,7 @@ class WeightOnlyLinear final : public Linear {
           });
     }
     if (lut4()) return lut4_rows(x, m, y);
+    if (affine8()) return affine8_rows(x, m, y);
     if (fast_decode_ && m == 1 && g % 32 == 0 && kernel_level() >= KernelLevel::AVX512) {  // decode: one token
       const int64_t row_bytes = k_ * bits_ / 8;
       const bool bf16 = w_.params.dtype == DType::BF16;
