@@ -68,7 +68,8 @@ QT_AFFINE8 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_
     for (int64_t j = j0; j < j0 + g; j += 32) {
       const uint8_t* bytes = row + j;
       _mm_prefetch(reinterpret_cast<const char*>(bytes + kAhead), _MM_HINT_T0);
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes))));
+      const __m512 lo =
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes))));
       const __m512 hi =
           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16))));
       const __m512i qs = to_bf16_pairs(_mm512_mul_ps(hi, vs), _mm512_mul_ps(lo, vs));  // bf16(q·s), word j = element j

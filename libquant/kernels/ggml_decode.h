@@ -29,4 +29,9 @@ GgmlDecodeFn ggml_decoder_avx512(uint32_t type);
 using GgmlDotFn = float (*)(const uint8_t* src, const float* x, size_t nblocks);
 GgmlDotFn ggml_dot_avx512(uint32_t type);
 
+// Some dots read the token permuted within each block (fewer shuffles a block): this puts x
+// (nblocks blocks) in that order, and the dot is given the result. nullptr: x as it is.
+using GgmlTokenOrderFn = void (*)(const float* x, size_t nblocks, float* out);
+GgmlTokenOrderFn ggml_dot_token_order(uint32_t type);
+
 }  // namespace qt::kernels

@@ -29,6 +29,7 @@ class GgmlLinear final : public Linear {
     blocks_ = size_t(w_.cols / row_->block_size);
     simd_ = kernels::ggml_decoder_avx512(w_.type);
     simd_dot_ = kernels::ggml_dot_avx512(w_.type);
+    dot_order_ = kernels::ggml_dot_token_order(w_.type);
     // At the AVX-512 level only (the int8 path's condition in rows()): below it the groups would cost
     // an unpack per row and no kernel would read them.
     if (int8_tokens && kernel_level() >= KernelLevel::AVX512 && (il_ = kernels::ggml_interleaved(w_.type)))
@@ -124,9 +125,16 @@ class GgmlLinear final : public Linear {
       return;
     }
     if (simd_dot_ && kernel_level() >= KernelLevel::AVX512) {
+      const float* xd = x;
+      if (dot_order_) {  // the dot's token order: each caller (a team thread's slice) its own copy
+        thread_local std::vector<float> ordered;
+        ordered.resize(size_t(m * w_.cols));
+        for (int64_t t = 0; t < m; ++t) dot_order_(x + t * w_.cols, blocks_, ordered.data() + t * w_.cols);
+        xd = ordered.data();
+      }
       each_row(r0, r1, threads, [&](int64_t r, const uint8_t* row) {
         for (int64_t t = 0; t < m; ++t)
-          y[t * n + r] = simd_dot_(row, x + t * w_.cols, blocks_) + (bias ? bias[r] : 0.0f);
+          y[t * n + r] = simd_dot_(row, xd + t * w_.cols, blocks_) + (bias ? bias[r] : 0.0f);
       });
       return;
     }
@@ -153,10 +161,11 @@ class GgmlLinear final : public Linear {
   Compute compute_;
   const kernels::Family* fam_;
   size_t blocks_ = 0;
-  kernels::GgmlDecodeFn simd_ = nullptr;          // the same values as row_->to_float, or null
-  kernels::GgmlDotFn simd_dot_ = nullptr;         // those values dotted with a token, or null
-  const kernels::GgmlInterleaved* il_ = nullptr;  // int8 tokens over interleaved groups, or null
-  kernels::AlignedBuffer groups_;                 // il_'s groups (the weight; w_.data let go of)
+  kernels::GgmlDecodeFn simd_ = nullptr;           // the same values as row_->to_float, or null
+  kernels::GgmlDotFn simd_dot_ = nullptr;          // those values dotted with a token, or null
+  kernels::GgmlTokenOrderFn dot_order_ = nullptr;  // the token order simd_dot_ reads, or null: as it is
+  const kernels::GgmlInterleaved* il_ = nullptr;   // int8 tokens over interleaved groups, or null
+  kernels::AlignedBuffer groups_;                  // il_'s groups (the weight; w_.data let go of)
   std::vector<float> bias_;
 };
 
