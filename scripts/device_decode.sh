@@ -26,12 +26,12 @@ for l in $layouts; do
   m=$(model_of "$l")
   [ -e "$m" ] && continue
   case $l in
-    a4) "$new" convert --model $ck --out "$m" --scheme affine --bits 4 --group-size 64 ;;
-    a8) "$new" convert --model $ck --out "$m" --scheme affine --bits 8 --group-size 64 ;;
-    nf4) "$new" convert --model $ck --out "$m" --scheme nf4 ;;
-    w8) "$new" convert --model $ck --out "$m" --scheme int8 --group-size 0 ;;
+    a4) "$new" convert --in $ck --out "$m" --scheme affine --bits 4 --group-size 64 ;;
+    a8) "$new" convert --in $ck --out "$m" --scheme affine --bits 8 --group-size 64 ;;
+    nf4) "$new" convert --in $ck --out "$m" --scheme nf4 ;;
+    w8) "$new" convert --in $ck --out "$m" --scheme int8 --group-size 0 ;;
     bf16) ;;
-    *) "$new" convert --model $ck --out "$m" --format gguf --gguf-type "$l" ;;
+    *) "$new" convert --in $ck --out "$m" --format gguf --gguf-type "$l" ;;
   esac | tail -1
 done
 for t in ${GEMV_THREADS:-}; do
