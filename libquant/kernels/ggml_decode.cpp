@@ -78,17 +78,20 @@ QT_AVX512 inline void d_times_value(const uint8_t* src, size_t nb, Out& out) {
 // lane i's low bits (VPERMPS reads only those), then a shift by 16 gives nibbles n + 4: one
 // VPERMPS per 16 codes, where widening them first costs a VPMOVZXBD each on the same port. Nibble
 // n of dword D is element 4D + n / 2 (+ 16 for odd n, the high nibbles): the token is read in that
-// order (nibble_token_order).
+// order (nibble_token_order). lookup_shifted: one block's 32 lookups.
+QT_AVX512 inline void lookup_shifted(const uint8_t* codes, __m512 table, size_t at, Dot& out) {
+  const __m512i lane_shift = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+  const __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(load16(codes)), lane_shift);
+  out(at, _mm512_permutexvar_ps(v, table));
+  out(at + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table));
+}
+
 template <bool kGrid>
 QT_AVX512 inline void d_times_value_shifted(const uint8_t* src, size_t nb, Dot& out) {
   const __m512 values = kGrid ? iq4nl_grid() : iota16(-8);
-  const __m512i lane_shift = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
   for (size_t b = 0; b < nb; ++b, src += 18) {
     ggml_prefetch_ahead(src, 1);
-    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), values);
-    const __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(load16(src + 2)), lane_shift);
-    out(32 * b, _mm512_permutexvar_ps(v, table));
-    out(32 * b + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table));
+    lookup_shifted(src + 2, _mm512_mul_ps(_mm512_set1_ps(half(src)), values), 32 * b, out);
   }
 }
 
