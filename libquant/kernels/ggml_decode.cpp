@@ -119,6 +119,17 @@ QT_AVX512 inline void q4_1(const uint8_t* src, size_t nb, Out& out) {
   }
 }
 
+// Q4_1's one-token dot on lookup_shifted (Q4_0's nibble layout; x in nibble_token_order).
+QT_AVX512 inline void q4_1_shifted(const uint8_t* src, size_t nb, Dot& out) {
+  const __m512 codes = iota16(0);
+  for (size_t b = 0; b < nb; ++b, src += 20) {
+    ggml_prefetch_ahead(src, 1);
+    lookup_shifted(src + 4,
+                   _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(half(src)), codes), _mm512_set1_ps(half(src + 2))),
+                   32 * b, out);
+  }
+}
+
 // Q5_0 / Q5_1: the fifth bit of element j is bit j of the 32-bit qh; Q5_0 is d * (q - 16),
 // Q5_1 (d * q) + m. Codes 0..15 in one table, 16..31 in the other.
 template <bool kMin, class Out>
@@ -351,7 +362,7 @@ struct Kernels {
 const Kernels* find(uint32_t type) {
   static const Kernels kRows[] = {
       {GgmlType::Q4_0, decode<d_times_value<false, Store>>, dot<d_times_value_shifted<false>>, nibble_token_order},
-      {GgmlType::Q4_1, decode<q4_1<Store>>, dot<q4_1<Dot>>},
+      {GgmlType::Q4_1, decode<q4_1<Store>>, dot<q4_1_shifted>, nibble_token_order},
       {GgmlType::Q5_0, decode<q5<false, Store>>, dot<q5<false, Dot>>},
       {GgmlType::Q5_1, decode<q5<true, Store>>, dot<q5<true, Dot>>},
       {GgmlType::Q8_0, decode<q8_0<Store>>, dot<q8_0<Dot>>},
