@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/few_token_rows.h"
 
 namespace qt::kernels {
 namespace {
@@ -24,7 +25,6 @@ namespace {
 
 #define QT_AFFINE8 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 
-constexpr int kMaxTokens = 4;
 constexpr size_t kAhead = 2048;  // bytes of codes asked for ahead (as lut4_gemv.cpp)
 
 // The element lane i of the first (second) weight vector of a chunk holds.
@@ -85,24 +85,15 @@ QT_AFFINE8 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_
   for (int t = 0; t < kM; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
-#pragma GCC diagnostic pop
-
 void rows(const uint8_t* codes, const GroupParams& params, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
           const float* bias, float* y) {
   const int64_t groups = k / g;
-#pragma omp parallel for schedule(dynamic, 16) if (n * k > (1 << 16))
-  for (int64_t r = 0; r < n; ++r) {
-    const uint8_t* row = codes + size_t(r) * size_t(k);
-    float out[kMaxTokens];
-    switch (m) {
-      case 1: row_dot<1>(row, k, g, r * groups, params, xp, out); break;
-      case 2: row_dot<2>(row, k, g, r * groups, params, xp, out); break;
-      case 3: row_dot<3>(row, k, g, r * groups, params, xp, out); break;
-      default: row_dot<4>(row, k, g, r * groups, params, xp, out);
-    }
-    for (int64_t t = 0; t < m; ++t) y[t * n + r] = out[t] + (bias ? bias[r] : 0.0f);
-  }
+  few_token_rows(n, k, m, bias, y, [&](auto tokens, int64_t r, float* out) {
+    row_dot<decltype(tokens)::value>(codes + size_t(r) * size_t(k), k, g, r * groups, params, xp, out);
+  });
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -123,8 +114,8 @@ void affine8_rows(const uint8_t* codes, const float* scales_f32, const float* bi
                   const uint16_t* biases_bf16, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
                   const float* bias, float* y) {
   const GroupParams params{scales_f32, biases_f32, scales_bf16, biases_bf16};
-  for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
-    rows(codes, params, n, k, g, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), bias, y + t0 * n);
+  for (int64_t t0 = 0; t0 < m; t0 += kFewTokens)
+    rows(codes, params, n, k, g, xp + t0 * k, std::min<int64_t>(kFewTokens, m - t0), bias, y + t0 * n);
 }
 
 }  // namespace qt::kernels

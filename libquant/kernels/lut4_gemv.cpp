@@ -12,13 +12,18 @@
 
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/affine_weights_avx512.h"
+#include "libquant/kernels/few_token_rows.h"
 
 namespace qt::kernels {
 namespace {
 
+// GCC 12 reads the intrinsics' undefined-vector idiom as an uninitialized use once inlined here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #define QT_LUT4 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
-constexpr int kMaxTokens = 4;
 constexpr size_t kAhead = 2048;  // bytes of codes asked for ahead (as ggml_interleaved.cpp)
 
 // The 16 weights of a group.
@@ -84,19 +89,12 @@ template <class Table>
 void rows(const uint8_t* codes, const Table& table, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
           const float* bias, float* y) {
   const int64_t groups = k / g;
-#pragma omp parallel for schedule(dynamic, 16) if (n * k > (1 << 16))
-  for (int64_t r = 0; r < n; ++r) {
-    const uint8_t* row = codes + size_t(r) * size_t(k / 2);
-    float out[kMaxTokens];
-    switch (m) {
-      case 1: row_dot<1>(row, k, g, r * groups, table, xp, out); break;
-      case 2: row_dot<2>(row, k, g, r * groups, table, xp, out); break;
-      case 3: row_dot<3>(row, k, g, r * groups, table, xp, out); break;
-      default: row_dot<4>(row, k, g, r * groups, table, xp, out);
-    }
-    for (int64_t t = 0; t < m; ++t) y[t * n + r] = out[t] + (bias ? bias[r] : 0.0f);
-  }
+  few_token_rows(n, k, m, bias, y, [&](auto tokens, int64_t r, float* out) {
+    row_dot<decltype(tokens)::value>(codes + size_t(r) * size_t(k / 2), k, g, r * groups, table, xp, out);
+  });
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -119,15 +117,15 @@ void affine4_lut_rows(const uint8_t* codes, const float* scales_f32, const float
                       const uint16_t* scales_bf16, const uint16_t* biases_bf16, bool bf16, int64_t n, int64_t k,
                       int64_t g, const float* xp, int64_t m, const float* bias, float* y) {
   const AffineTable table{scales_f32, biases_f32, scales_bf16, biases_bf16, bf16};
-  for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
-    rows(codes, table, n, k, g, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), bias, y + t0 * n);
+  for (int64_t t0 = 0; t0 < m; t0 += kFewTokens)
+    rows(codes, table, n, k, g, xp + t0 * k, std::min<int64_t>(kFewTokens, m - t0), bias, y + t0 * n);
 }
 
 void bnb4_lut_rows(const uint8_t* codes, const float* absmax, const float* table, bool bf16, int64_t n, int64_t k,
                    int64_t bs, const float* xp, int64_t m, const float* bias, float* y) {
   const BnbTable tab{absmax, table, bf16};
-  for (int64_t t0 = 0; t0 < m; t0 += kMaxTokens)
-    rows(codes, tab, n, k, bs, xp + t0 * k, std::min<int64_t>(kMaxTokens, m - t0), bias, y + t0 * n);
+  for (int64_t t0 = 0; t0 < m; t0 += kFewTokens)
+    rows(codes, tab, n, k, bs, xp + t0 * k, std::min<int64_t>(kFewTokens, m - t0), bias, y + t0 * n);
 }
 
 }  // namespace qt::kernels
