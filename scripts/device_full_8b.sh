@@ -24,7 +24,7 @@ case $step in
     echo "== eval $(date -u +%T): $bin eval-ppl --model $ck-w8 --text data/wikitext-2/wiki.test.raw --threads 16 --compute bf16"
     t0=$(date +%s.%N)
     "$bin" eval-ppl --model $ck-w8 --text data/wikitext-2/wiki.test.raw --threads 16 --compute bf16
-    echo "whole process $(echo "$(date +%s.%N) - $t0" | bc) s"
+    echo "whole process $(awk "BEGIN{print $(date +%s.%N) - $t0}") s"
     echo "== eval done $(date -u +%T)"
     ;;
 esac
