@@ -214,36 +214,61 @@ QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
   }
 }
 
-// Q4_K's one-token dot in fewer shuffles, as d_times_value_shifted: a pair of sub-blocks' 32 code
-// bytes (low nibbles: sub-block 2j, high: 2j + 1) broadcast to both 256-bit halves, the upper half
-// shifted by 8 bits; shifts by 0, 4, 16, 20 then put nibbles (0, 2), (1, 3), (4, 6), (5, 7) of
-// dword i % 8 in lane i's low bits — all low nibbles or all high ones, so one table a lookup.
-// Nibble n of dword D is element 4D + n / 2 (+ 32 for odd n) of the pair (q4k_token_order).
-QT_AVX512 inline void q4_k_shifted(const uint8_t* src, size_t nb, Dot& out) {
-  const __m512 codes = iota16(0);
+// Q4_K's and Q5_K's one-token dot in fewer shuffles, as d_times_value_shifted: a pair of
+// sub-blocks' 32 code bytes (low nibbles: sub-block 2j, high: 2j + 1) broadcast to both 256-bit
+// halves, the upper half shifted by 8 bits; shifts by 0, 4, 16, 20 then put nibbles (0, 2), (1, 3),
+// (4, 6), (5, 7) of dword i % 8 in lane i's low bits — all low nibbles or all high ones, so one
+// table (Q5_K: one pair of tables) a lookup. Nibble n of dword D is element l = 4D + n / 2 (+ 32 for
+// odd n) of the pair (q4k_token_order). Q5_K's fifth bit, bit 2j + n % 2 of qh[l], is byte n / 2
+// of qh's dword D too: qh broadcast the same way and rotated right by 8(n / 2) + n % 2 − 4 + 2j
+// lands it on bit 4 of the lane, VPERMT2PS's table select.
+template <bool kFive>
+QT_AVX512 inline void qk_shifted(const uint8_t* src, size_t nb, Dot& out) {
+  constexpr size_t kBytes = kFive ? 176 : 144;
+  static constexpr int kFirst[4] = {0, 1, 4, 5}, kShift[4] = {0, 4, 16, 20};
+  const __m512 lo_codes = iota16(0), hi_codes = iota16(16);
   const __m512i half_shift = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (size_t b = 0; b < nb; ++b, src += 144) {
-    ggml_prefetch_ahead(src, 144);
+  const __m512i bit4 = _mm512_set1_epi32(0x10);
+  __m512i rot[4];  // the rotation to bit 4 of step s's fifth bits, before + 2j
+  for (int st = 0; st < 4; ++st) {
+    const int lo = kFirst[st], hi = kFirst[st] + 2;
+    rot[st] = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((8 * (lo / 2) + lo % 2 - 4) & 31),
+                                      _mm512_set1_epi32((8 * (hi / 2) + hi % 2 - 4) & 31));
+  }
+  for (size_t b = 0; b < nb; ++b, src += kBytes) {
+    ggml_prefetch_ahead(src, int(kBytes));
     const float d = half(src), dmin = half(src + 2);
+    const uint8_t* qs = src + (kFive ? 48 : 16);
+    [[maybe_unused]] __m512i qh;
+    if constexpr (kFive) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)));
     for (int j = 0; j < 4; ++j) {
-      __m512 table[2];
+      __m512 t0[2], t1[2];
       for (int h = 0; h < 2; ++h) {
         int sc, mn;
         scale_min_k4(2 * j + h, src + 4, &sc, &mn);
-        table[h] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * float(sc)), codes), _mm512_set1_ps(dmin * float(mn)));
+        const __m512 dl = _mm512_set1_ps(d * float(sc)), ml = _mm512_set1_ps(dmin * float(mn));
+        t0[h] = _mm512_sub_ps(_mm512_mul_ps(dl, lo_codes), ml);
+        if constexpr (kFive) t1[h] = _mm512_sub_ps(_mm512_mul_ps(dl, hi_codes), ml);
       }
       const __m512i v = _mm512_srlv_epi32(
-          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16 + 32 * j))), half_shift);
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j))), half_shift);
       const size_t at = 256 * b + 64 * size_t(j);
-      out(at, _mm512_permutexvar_ps(v, table[0]));
-      out(at + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table[1]));
-      out(at + 32, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table[0]));
-      out(at + 48, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), table[1]));
+      for (int st = 0; st < 4; ++st) {
+        const __m512i idx = _mm512_srli_epi32(v, unsigned(kShift[st]));
+        const int h = st % 2;
+        if constexpr (kFive) {
+          const __m512i fifth = _mm512_rorv_epi32(qh, _mm512_add_epi32(rot[st], _mm512_set1_epi32(2 * j)));
+          const __m512i i5 = _mm512_ternarylogic_epi32(idx, fifth, bit4, 0xd8);  // idx's bit 4 from fifth
+          out(at + 16 * size_t(st), _mm512_permutex2var_ps(t0[h], i5, t1[h]));
+        } else {
+          out(at + 16 * size_t(st), _mm512_permutexvar_ps(idx, t0[h]));
+        }
+      }
     }
   }
 }
 
-// x in q4_k_shifted's order: out[256b + 64j + 16s + i] = x[256b + 64j + element of nibble
+// x in qk_shifted's order: out[256b + 64j + 16s + i] = x[256b + 64j + element of nibble
 // (0, 1, 4, 5)[s] + (i < 8 ? 0 : 2) of dword i % 8].
 void q4k_token_order(const float* x, size_t nb, float* out) {
   static constexpr int kFirst[4] = {0, 1, 4, 5};
@@ -366,8 +391,8 @@ const Kernels* find(uint32_t type) {
       {GgmlType::Q5_0, decode<q5<false, Store>>, dot<q5<false, Dot>>},
       {GgmlType::Q5_1, decode<q5<true, Store>>, dot<q5<true, Dot>>},
       {GgmlType::Q8_0, decode<q8_0<Store>>, dot<q8_0<Dot>>},
-      {GgmlType::Q4_K, decode<qk45<false, Store>>, dot<q4_k_shifted>, q4k_token_order},
-      {GgmlType::Q5_K, decode<qk45<true, Store>>, dot<qk45<true, Dot>>},
+      {GgmlType::Q4_K, decode<qk45<false, Store>>, dot<qk_shifted<false>>, q4k_token_order},
+      {GgmlType::Q5_K, decode<qk45<true, Store>>, dot<qk_shifted<true>>, q4k_token_order},
       {GgmlType::Q6_K, decode<q6_k<Store>>, dot<q6_k<Dot>>},
       {GgmlType::IQ4_NL, decode<d_times_value<true, Store>>, dot<d_times_value_shifted<true>>, nibble_token_order},
       {GgmlType::IQ4_XS, decode<iq4_xs<Store>>, dot<iq4_xs<Dot>>},
