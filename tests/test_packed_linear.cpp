@@ -16,7 +16,9 @@
 
 #include "formats/error.h"
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/affine8_gemv.h"
 #include "libquant/linear/packed_linear.h"
+#include "libquant/schemes/packed_values.h"
 #include "libquant/schemes/scheme.h"
 #include "tests/support.h"
 
@@ -316,6 +318,44 @@ TEST_P(PackedLinearLevels, Affine8GemvMatchesReference) {
       check_case(scheme_params("affine", 8, g, DType::BF16), Shape{37, 512}, m, qt::Compute::F32, ActMode::None,
                  m == 3);
     }
+}
+
+// The affine-8 kernel itself (where the CPU has AVX512-BF16): against one-hot tokens every output is
+// one weight, so each of a row's weights must come out as dequantize_weights rounds it, bit for bit —
+// both bf16 roundings and the token order — from the stored bf16 scales and from fp32 copies, 1–4
+// tokens a call.
+TEST(Affine8Gemv, OneHotTokensGiveEachWeightExactly) {
+  const int64_t n = 19, k = 256;
+  int tested = 0;
+  for (int g : {32, 64, 128}) {
+    if (!qt::kernels::affine8_gemv_supports(k, g)) continue;
+    ++tested;
+    auto w = randn(size_t(n * k), uint32_t(g), 0.05f);
+    const PackedTensor pt = qt::quantize_weights(w.data(), n, k, scheme_params("affine", 8, g, DType::BF16));
+    ASSERT_EQ(pt.scales.dtype, DType::BF16);
+    const auto deq = qt::dequantize_weights(pt);
+    const auto* s16 = reinterpret_cast<const uint16_t*>(pt.scales.data);
+    const auto* b16 = reinterpret_cast<const uint16_t*>(pt.biases.data);
+    std::vector<float> s32(size_t(n * k / g)), b32(s32.size());
+    for (size_t i = 0; i < s32.size(); ++i)
+      s32[i] = qt::schemes_detail::load_float(pt.scales, i), b32[i] = qt::schemes_detail::load_float(pt.biases, i);
+    for (int64_t m : {4, 3})
+      for (int64_t j0 = 0; j0 < k; j0 += m) {
+        const int64_t tokens = std::min<int64_t>(m, k - j0);
+        std::vector<float> x(size_t(tokens * k), 0.0f), xp(x.size()), y(size_t(tokens * n));
+        for (int64_t t = 0; t < tokens; ++t) x[size_t(t * k + j0 + t)] = 1.0f;
+        qt::kernels::affine8_prepare(x.data(), tokens, k, xp.data());
+        for (bool raw : {true, false}) {
+          qt::kernels::affine8_rows(pt.data.data, s32.data(), b32.data(), raw ? s16 : nullptr, raw ? b16 : nullptr, n,
+                                    k, g, xp.data(), tokens, nullptr, y.data());
+          for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t r = 0; r < n; ++r)
+              ASSERT_EQ(y[size_t(t * n + r)], deq[size_t(r * k + j0 + t)])
+                  << "g " << g << " row " << r << " column " << j0 + t << (raw ? " bf16" : " fp32") << " scales";
+        }
+      }
+  }
+  if (!tested) GTEST_SKIP() << "no AVX512-BF16";
 }
 
 TEST_P(PackedLinearLevels, WeightOnlyBf16ComputeWithinBf16Rounding) {

@@ -26,6 +26,7 @@ GgmlDecodeFn ggml_decoder_avx512(uint32_t type);
 
 // Σ w[i]·x[i] over `nblocks` blocks of one row: the decoder's values, never stored, multiplied into
 // two accumulators (alternate 16-value halves) with FMAs — the one-token GEMV. nullptr as above.
+// Where ggml_dot_token_order(type) is not null, x must be the token put in that order first.
 using GgmlDotFn = float (*)(const uint8_t* src, const float* x, size_t nblocks);
 GgmlDotFn ggml_dot_avx512(uint32_t type);
 
