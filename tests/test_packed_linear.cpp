@@ -346,8 +346,8 @@ TEST(Affine8Gemv, OneHotTokensGiveEachWeightExactly) {
         for (int64_t t = 0; t < tokens; ++t) x[size_t(t * k + j0 + t)] = 1.0f;
         qt::kernels::affine8_prepare(x.data(), tokens, k, xp.data());
         for (bool raw : {true, false}) {
-          qt::kernels::affine8_rows(pt.data.data, s32.data(), b32.data(), raw ? s16 : nullptr, raw ? b16 : nullptr, n,
-                                    k, g, xp.data(), tokens, nullptr, y.data());
+          const qt::kernels::AffineGroupScales scales{s32.data(), b32.data(), raw ? s16 : nullptr, raw ? b16 : nullptr};
+          qt::kernels::affine8_rows(pt.data.data, scales, n, k, g, xp.data(), tokens, nullptr, y.data());
           for (int64_t t = 0; t < tokens; ++t)
             for (int64_t r = 0; r < n; ++r)
               ASSERT_EQ(y[size_t(t * n + r)], deq[size_t(r * k + j0 + t)])

@@ -9,9 +9,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "libquant/cpu_features.h"
+#include "libquant/kernels/affine_weights_avx512.h"
 #include "libquant/kernels/few_token_rows.h"
 
 namespace qt::kernels {
@@ -31,21 +31,6 @@ constexpr size_t kAhead = 2048;  // bytes of codes asked for ahead (as lut4_gemv
 constexpr int first_element(int i) { return i < 8 ? 4 * i : 4 * i - 31; }
 constexpr int second_element(int i) { return i < 8 ? 4 * i + 2 : 4 * i - 29; }
 
-struct GroupParams {
-  const float *s32, *b32;     // fp32 scales and biases, or
-  const uint16_t *s16, *b16;  // bf16 ones
-  void operator()(int64_t gi, float* s, float* b) const {
-    if (s16) {
-      const uint32_t su = uint32_t(s16[gi]) << 16, bu = uint32_t(b16[gi]) << 16;
-      std::memcpy(s, &su, 4);
-      std::memcpy(b, &bu, 4);
-    } else {
-      *s = s32[gi];
-      *b = b32[gi];
-    }
-  }
-};
-
 // bf16 pairs (word 2i low, 2i + 1 high of dword i) as fp32: the even words, the odd words.
 QT_AFFINE8 inline __m512 even_words(__m512i z) { return _mm512_castsi512_ps(_mm512_slli_epi32(z, 16)); }
 QT_AFFINE8 inline __m512 odd_words(__m512i z) {
@@ -57,13 +42,13 @@ QT_AFFINE8 inline __m512i to_bf16_pairs(__m512 high, __m512 low) {
 
 // Row r against kM prepared tokens: two accumulators a token, summed at the end.
 template <int kM>
-QT_AFFINE8 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_group, const GroupParams& params,
+QT_AFFINE8 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_group, const AffineGroupScales& scales,
                         const float* xp, float* out) {
   __m512 acc[kM][2];
   for (int t = 0; t < kM; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   for (int64_t j0 = 0; j0 < k; j0 += g) {
     float s, b;
-    params(first_group + j0 / g, &s, &b);
+    scales(first_group + j0 / g, &s, &b);
     const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
     for (int64_t j = j0; j < j0 + g; j += 32) {
       const uint8_t* bytes = row + j;
@@ -85,11 +70,11 @@ QT_AFFINE8 void row_dot(const uint8_t* row, int64_t k, int64_t g, int64_t first_
   for (int t = 0; t < kM; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
-void rows(const uint8_t* codes, const GroupParams& params, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
-          const float* bias, float* y) {
+void rows(const uint8_t* codes, const AffineGroupScales& scales, int64_t n, int64_t k, int64_t g, const float* xp,
+          int64_t m, const float* bias, float* y) {
   const int64_t groups = k / g;
   few_token_rows(n, k, m, bias, y, [&](auto tokens, int64_t r, float* out) {
-    row_dot<decltype(tokens)::value>(codes + size_t(r) * size_t(k), k, g, r * groups, params, xp, out);
+    row_dot<decltype(tokens)::value>(codes + size_t(r) * size_t(k), k, g, r * groups, scales, xp, out);
   });
 }
 
@@ -110,12 +95,10 @@ void affine8_prepare(const float* x, int64_t m, int64_t k, float* out) {
       }
 }
 
-void affine8_rows(const uint8_t* codes, const float* scales_f32, const float* biases_f32, const uint16_t* scales_bf16,
-                  const uint16_t* biases_bf16, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
-                  const float* bias, float* y) {
-  const GroupParams params{scales_f32, biases_f32, scales_bf16, biases_bf16};
+void affine8_rows(const uint8_t* codes, const AffineGroupScales& scales, int64_t n, int64_t k, int64_t g,
+                  const float* xp, int64_t m, const float* bias, float* y) {
   for (int64_t t0 = 0; t0 < m; t0 += kFewTokens)
-    rows(codes, params, n, k, g, xp + t0 * k, std::min<int64_t>(kFewTokens, m - t0), bias, y + t0 * n);
+    rows(codes, scales, n, k, g, xp + t0 * k, std::min<int64_t>(kFewTokens, m - t0), bias, y + t0 * n);
 }
 
 }  // namespace qt::kernels

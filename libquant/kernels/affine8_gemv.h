@@ -15,6 +15,8 @@
 #pragma once
 #include <cstdint>
 
+#include "libquant/kernels/affine_weights_avx512.h"
+
 namespace qt::kernels {
 
 // The CPU level this needs (AVX-512 F/BW/DQ/VL, FMA and AVX512-BF16), k a multiple of the group
@@ -25,10 +27,8 @@ bool affine8_gemv_supports(int64_t k, int64_t g);
 void affine8_prepare(const float* x, int64_t m, int64_t k, float* out);
 
 // y[t·n + r] = Σ_j w_rj · x_tj (+ bias[r]) for every row of a codes matrix [n, k bytes] and m
-// prepared tokens xp, OpenMP-parallel over rows. Scale and bias per group of g as bf16 bits (the
-// stored arrays, read as they are) or, when those are null, as fp32 (holding bf16 values).
-void affine8_rows(const uint8_t* codes, const float* scales_f32, const float* biases_f32, const uint16_t* scales_bf16,
-                  const uint16_t* biases_bf16, int64_t n, int64_t k, int64_t g, const float* xp, int64_t m,
-                  const float* bias, float* y);
+// prepared tokens xp, OpenMP-parallel over rows; scale and bias per group of g.
+void affine8_rows(const uint8_t* codes, const AffineGroupScales& scales, int64_t n, int64_t k, int64_t g,
+                  const float* xp, int64_t m, const float* bias, float* y);
 
 }  // namespace qt::kernels

@@ -8,7 +8,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "libquant/cpu_features.h"
 #include "libquant/kernels/affine_weights_avx512.h"
@@ -28,20 +27,12 @@ constexpr size_t kAhead = 2048;  // bytes of codes asked for ahead (as ggml_inte
 
 // The 16 weights of a group.
 struct AffineTable {
-  const float *s32, *b32;     // fp32 scales and biases, or
-  const uint16_t *s16, *b16;  // bf16 ones
+  AffineGroupScales scales;
   bool bf16;
   QT_LUT4 __m512 operator()(int64_t gi) const {
     const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     float s, b;
-    if (s16) {
-      const uint32_t su = uint32_t(s16[gi]) << 16, bu = uint32_t(b16[gi]) << 16;
-      std::memcpy(&s, &su, 4);
-      std::memcpy(&b, &bu, 4);
-    } else {
-      s = s32[gi];
-      b = b32[gi];
-    }
+    scales(gi, &s, &b);
     return affine_of(iota, _mm512_set1_ps(s), _mm512_set1_ps(b), bf16);
   }
 };
@@ -113,10 +104,9 @@ void lut4_prepare(const float* x, int64_t m, int64_t k, bool high_first, float* 
         }
 }
 
-void affine4_lut_rows(const uint8_t* codes, const float* scales_f32, const float* biases_f32,
-                      const uint16_t* scales_bf16, const uint16_t* biases_bf16, bool bf16, int64_t n, int64_t k,
-                      int64_t g, const float* xp, int64_t m, const float* bias, float* y) {
-  const AffineTable table{scales_f32, biases_f32, scales_bf16, biases_bf16, bf16};
+void affine4_lut_rows(const uint8_t* codes, const AffineGroupScales& scales, bool bf16, int64_t n, int64_t k, int64_t g,
+                      const float* xp, int64_t m, const float* bias, float* y) {
+  const AffineTable table{scales, bf16};
   for (int64_t t0 = 0; t0 < m; t0 += kFewTokens)
     rows(codes, table, n, k, g, xp + t0 * k, std::min<int64_t>(kFewTokens, m - t0), bias, y + t0 * n);
 }

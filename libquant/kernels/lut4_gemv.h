@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "libquant/kernels/affine_weights_avx512.h"
+
 namespace qt::kernels {
 
 // The CPU level this needs (AVX-512 F/BW/DQ/VL with FMA), k a multiple of the group size g, and g
@@ -29,11 +31,9 @@ void lut4_prepare(const float* x, int64_t m, int64_t k, bool high_first, float* 
 
 // y[t·n + r] = Σ_j w_rj · x_tj (+ bias[r]) for every row of a codes matrix [n, k/2 bytes] and m
 // prepared tokens xp, OpenMP-parallel over rows.
-// Affine: scale and bias per group of g as fp32 (scales_f32/biases_f32) or bf16 bits (the stored
-// bf16 arrays, read as they are: half the bytes), bf16: round each step as MLX does.
-void affine4_lut_rows(const uint8_t* codes, const float* scales_f32, const float* biases_f32,
-                      const uint16_t* scales_bf16, const uint16_t* biases_bf16, bool bf16, int64_t n, int64_t k,
-                      int64_t g, const float* xp, int64_t m, const float* bias, float* y);
+// Affine: scale and bias per group of g (AffineGroupScales), bf16: round each step as MLX does.
+void affine4_lut_rows(const uint8_t* codes, const AffineGroupScales& scales, bool bf16, int64_t n, int64_t k, int64_t g,
+                      const float* xp, int64_t m, const float* bias, float* y);
 // NF4/FP4: absmax per block of bs (fp32), table[16] the scheme's code values, bf16 as above.
 void bnb4_lut_rows(const uint8_t* codes, const float* absmax, const float* table, bool bf16, int64_t n, int64_t k,
                    int64_t bs, const float* xp, int64_t m, const float* bias, float* y);

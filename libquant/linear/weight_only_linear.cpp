@@ -385,10 +385,13 @@ class WeightOnlyLinear final : public Linear {
     if (!affine_)
       return kernels::bnb4_lut_rows(w_.data.data, w_.scales.as<float>(), table_, bf16, n_, k_, g, xp.data(), m, bias,
                                     y);
-    const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
-    kernels::affine4_lut_rows(
-        w_.data.data, scales_.data(), biases_.data(), raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
-        raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, bf16, n_, k_, g, xp.data(), m, bias, y);
+    kernels::affine4_lut_rows(w_.data.data, group_scales(), bf16, n_, k_, g, xp.data(), m, bias, y);
+  }
+  // The stored bf16 scales and biases where they are bf16 (half the bytes), else the fp32 copies.
+  kernels::AffineGroupScales group_scales() const {
+    const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;
+    return {scales_.data(), biases_.data(), raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
+            raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr};
   }
 
   // A few tokens against 8-bit codes with bf16 scales, each weight rounded as MLX does through
@@ -401,11 +404,8 @@ class WeightOnlyLinear final : public Linear {
     thread_local std::vector<float> xp;
     xp.resize(size_t(m * k_));
     kernels::affine8_prepare(x, m, k_, xp.data());
-    const bool raw = w_.scales.dtype == DType::BF16 && w_.biases.dtype == DType::BF16;  // half the bytes
-    kernels::affine8_rows(w_.data.data, scales_.data(), biases_.data(),
-                          raw ? reinterpret_cast<const uint16_t*>(w_.scales.data) : nullptr,
-                          raw ? reinterpret_cast<const uint16_t*>(w_.biases.data) : nullptr, n_, k_,
-                          w_.params.group_size, xp.data(), m, bias_.empty() ? nullptr : bias_.data(), y);
+    kernels::affine8_rows(w_.data.data, group_scales(), n_, k_, w_.params.group_size, xp.data(), m,
+                          bias_.empty() ? nullptr : bias_.data(), y);
   }
 
   // A few tokens (decode), or no SIMD family: the factored GEMV where it applies, else one decoded
