@@ -59,43 +59,43 @@ QT_AVX512 inline __m512 iq4nl_grid() {
   return to_f32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ggml::kIq4nl))));
 }
 
-// Q4_0: d * (q - 8); IQ4_NL: d * kvalues[q] (the grid as fp32, times d: one product a value). Low
-// nibbles are elements 0..15, high nibbles 16..31.
-template <bool kGrid, class Out>
+// One block's 32 lookups of its 16 code bytes (low nibbles: elements 0..15, high: 16..31) in
+// `table`, handed out from element `at`: in the elements' order (the decoders) ...
+struct NibblesInOrder {
+  template <class Out>
+  QT_AVX512 static void run(const uint8_t* codes, __m512 table, size_t at, Out& out) {
+    const __m128i raw = load16(codes);
+    out(at, _mm512_permutexvar_ps(low_nibbles(raw), table));
+    out(at + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
+  }
+};
+// ... or, for the one-token dots, in fewer shuffles: the 16 code bytes broadcast to the four
+// 128-bit lanes and shifted by 0, 4, 8, 12 bits a lane put nibble n = i / 4 of dword i % 4 in lane
+// i's low bits (VPERMPS reads only those), then a shift by 16 gives nibbles n + 4: one VPERMPS per
+// 16 codes, where widening them first costs a VPMOVZXBD each on the same port. Nibble n of dword D
+// is element 4D + n / 2 (+ 16 for odd n, the high nibbles): the token is read in that order
+// (nibble_token_order).
+struct NibblesShifted {
+  template <class Out>
+  QT_AVX512 static void run(const uint8_t* codes, __m512 table, size_t at, Out& out) {
+    const __m512i lane_shift = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(load16(codes)), lane_shift);
+    out(at, _mm512_permutexvar_ps(v, table));
+    out(at + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table));
+  }
+};
+
+// Q4_0: d * (q - 8); IQ4_NL: d * kvalues[q] (the grid as fp32, times d: one product a value).
+template <bool kGrid, class Lookup, class Out>
 QT_AVX512 inline void d_times_value(const uint8_t* src, size_t nb, Out& out) {
   const __m512 values = kGrid ? iq4nl_grid() : iota16(-8);
   for (size_t b = 0; b < nb; ++b, src += 18) {
     ggml_prefetch_ahead(src, 1);
-    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(half(src)), values);
-    const __m128i raw = load16(src + 2);
-    out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
-    out(32 * b + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
+    Lookup::run(src + 2, _mm512_mul_ps(_mm512_set1_ps(half(src)), values), 32 * b, out);
   }
 }
 
-// The one-token dot of the same types in fewer shuffles: the block's 16 code bytes broadcast to the
-// four 128-bit lanes and shifted by 0, 4, 8, 12 bits a lane put nibble n = i / 4 of dword i % 4 in
-// lane i's low bits (VPERMPS reads only those), then a shift by 16 gives nibbles n + 4: one
-// VPERMPS per 16 codes, where widening them first costs a VPMOVZXBD each on the same port. Nibble
-// n of dword D is element 4D + n / 2 (+ 16 for odd n, the high nibbles): the token is read in that
-// order (nibble_token_order). lookup_shifted: one block's 32 lookups.
-QT_AVX512 inline void lookup_shifted(const uint8_t* codes, __m512 table, size_t at, Dot& out) {
-  const __m512i lane_shift = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
-  const __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(load16(codes)), lane_shift);
-  out(at, _mm512_permutexvar_ps(v, table));
-  out(at + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table));
-}
-
-template <bool kGrid>
-QT_AVX512 inline void d_times_value_shifted(const uint8_t* src, size_t nb, Dot& out) {
-  const __m512 values = kGrid ? iq4nl_grid() : iota16(-8);
-  for (size_t b = 0; b < nb; ++b, src += 18) {
-    ggml_prefetch_ahead(src, 1);
-    lookup_shifted(src + 2, _mm512_mul_ps(_mm512_set1_ps(half(src)), values), 32 * b, out);
-  }
-}
-
-// x in d_times_value_shifted's order: out[32b + 16h + i] = x[32b + element of nibble i / 4 + 4h of
+// x in NibblesShifted's order: out[32b + 16h + i] = x[32b + element of nibble i / 4 + 4h of
 // dword i % 4].
 void nibble_token_order(const float* x, size_t nb, float* out) {
   for (size_t b = 0; b < nb; ++b)
@@ -107,26 +107,13 @@ void nibble_token_order(const float* x, size_t nb, float* out) {
 }
 
 // Q4_1: (d * q) + m.
-template <class Out>
+template <class Lookup, class Out>
 QT_AVX512 inline void q4_1(const uint8_t* src, size_t nb, Out& out) {
   const __m512 codes = iota16(0);
   for (size_t b = 0; b < nb; ++b, src += 20) {
     ggml_prefetch_ahead(src, 1);
-    const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(half(src)), codes), _mm512_set1_ps(half(src + 2)));
-    const __m128i raw = load16(src + 4);
-    out(32 * b, _mm512_permutexvar_ps(low_nibbles(raw), table));
-    out(32 * b + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
-  }
-}
-
-// Q4_1's one-token dot on lookup_shifted (Q4_0's nibble layout; x in nibble_token_order).
-QT_AVX512 inline void q4_1_shifted(const uint8_t* src, size_t nb, Dot& out) {
-  const __m512 codes = iota16(0);
-  for (size_t b = 0; b < nb; ++b, src += 20) {
-    ggml_prefetch_ahead(src, 1);
-    lookup_shifted(src + 4,
-                   _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(half(src)), codes), _mm512_set1_ps(half(src + 2))),
-                   32 * b, out);
+    Lookup::run(src + 4, _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(half(src)), codes), _mm512_set1_ps(half(src + 2))),
+                32 * b, out);
   }
 }
 
@@ -178,8 +165,20 @@ inline void scale_min_k4(int t, const uint8_t* s, int* sc, int* mn) {
   }
 }
 
-// Q4_K: (d * sc) * q - dmin * mn, 8 sub-blocks of 32; Q5_K the same with a fifth bit (bit t of
-// qh[l] for element l of sub-block t).
+// Q4_K / Q5_K sub-block t's values, (d * sc) * q - dmin * mn: codes 0..15 (lo_codes: iota16(0)) in
+// t0, Q5_K's 16..31 (hi_codes) in t1 — for the decoder and the dot alike.
+template <bool kFive>
+QT_AVX512 inline void qk_tables(const uint8_t* scales, int t, float d, float dmin, __m512 lo_codes, __m512 hi_codes,
+                                __m512* t0, __m512* t1) {
+  int sc, mn;
+  scale_min_k4(t, scales, &sc, &mn);
+  const __m512 dl = _mm512_set1_ps(d * float(sc)), ml = _mm512_set1_ps(dmin * float(mn));
+  *t0 = _mm512_sub_ps(_mm512_mul_ps(dl, lo_codes), ml);
+  *t1 = kFive ? _mm512_sub_ps(_mm512_mul_ps(dl, hi_codes), ml) : *t0;
+}
+
+// Q4_K: 8 sub-blocks of 32 (qk_tables); Q5_K the same with a fifth bit (bit t of qh[l] for element
+// l of sub-block t).
 template <bool kFive, class Out>
 QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
   constexpr size_t kBytes = kFive ? 176 : 144;
@@ -187,15 +186,11 @@ QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
   for (size_t b = 0; b < nb; ++b, src += kBytes) {
     ggml_prefetch_ahead(src, int(kBytes));
     const float d = half(src), dmin = half(src + 2);
-    const uint8_t* scales = src + 4;
     const uint8_t* qh = src + 16;
     const uint8_t* qs = src + (kFive ? 48 : 16);
     for (int t = 0; t < 8; ++t) {
-      int sc, mn;
-      scale_min_k4(t, scales, &sc, &mn);
-      const __m512 dl = _mm512_set1_ps(d * float(sc)), ml = _mm512_set1_ps(dmin * float(mn));
-      const __m512 t0 = _mm512_sub_ps(_mm512_mul_ps(dl, lo_codes), ml);
-      const __m512 t1 = kFive ? _mm512_sub_ps(_mm512_mul_ps(dl, hi_codes), ml) : t0;
+      __m512 t0, t1;
+      qk_tables<kFive>(src + 4, t, d, dmin, lo_codes, hi_codes, &t0, &t1);
       for (int l = 0; l < 32; l += 16) {
         const __m128i raw = load16(qs + 32 * (t / 2) + l);
         __m512i q = t % 2 ? high_nibbles(raw) : low_nibbles(raw);
@@ -214,7 +209,7 @@ QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
   }
 }
 
-// Q4_K's and Q5_K's one-token dot in fewer shuffles, as d_times_value_shifted: a pair of
+// Q4_K's and Q5_K's one-token dot in fewer shuffles, as NibblesShifted: a pair of
 // sub-blocks' 32 code bytes (low nibbles: sub-block 2j, high: 2j + 1) broadcast to both 256-bit
 // halves, the upper half shifted by 8 bits; shifts by 0, 4, 16, 20 then put nibbles (0, 2), (1, 3),
 // (4, 6), (5, 7) of dword i % 8 in lane i's low bits — all low nibbles or all high ones, so one
@@ -222,16 +217,18 @@ QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
 // odd n) of the pair (q4k_token_order). Q5_K's fifth bit, bit 2j + n % 2 of qh[l], is byte n / 2
 // of qh's dword D too: qh broadcast the same way and rotated right by 8(n / 2) + n % 2 − 4 + 2j
 // lands it on bit 4 of the lane, VPERMT2PS's table select.
+constexpr int kQkStepNibble[4] = {0, 1, 4, 5};  // lanes 0–7's nibble at step s (lanes 8–15: + 2)
+
 template <bool kFive>
 QT_AVX512 inline void qk_shifted(const uint8_t* src, size_t nb, Dot& out) {
   constexpr size_t kBytes = kFive ? 176 : 144;
-  static constexpr int kFirst[4] = {0, 1, 4, 5}, kShift[4] = {0, 4, 16, 20};
+  static constexpr int kShift[4] = {0, 4, 16, 20};
   const __m512 lo_codes = iota16(0), hi_codes = iota16(16);
   const __m512i half_shift = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i bit4 = _mm512_set1_epi32(0x10);
   __m512i rot[4];  // the rotation to bit 4 of step s's fifth bits, before + 2j
   for (int st = 0; st < 4; ++st) {
-    const int lo = kFirst[st], hi = kFirst[st] + 2;
+    const int lo = kQkStepNibble[st], hi = kQkStepNibble[st] + 2;
     rot[st] = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((8 * (lo / 2) + lo % 2 - 4) & 31),
                                       _mm512_set1_epi32((8 * (hi / 2) + hi % 2 - 4) & 31));
   }
@@ -243,13 +240,7 @@ QT_AVX512 inline void qk_shifted(const uint8_t* src, size_t nb, Dot& out) {
     if constexpr (kFive) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)));
     for (int j = 0; j < 4; ++j) {
       __m512 t0[2], t1[2];
-      for (int h = 0; h < 2; ++h) {
-        int sc, mn;
-        scale_min_k4(2 * j + h, src + 4, &sc, &mn);
-        const __m512 dl = _mm512_set1_ps(d * float(sc)), ml = _mm512_set1_ps(dmin * float(mn));
-        t0[h] = _mm512_sub_ps(_mm512_mul_ps(dl, lo_codes), ml);
-        if constexpr (kFive) t1[h] = _mm512_sub_ps(_mm512_mul_ps(dl, hi_codes), ml);
-      }
+      for (int h = 0; h < 2; ++h) qk_tables<kFive>(src + 4, 2 * j + h, d, dmin, lo_codes, hi_codes, &t0[h], &t1[h]);
       const __m512i v = _mm512_srlv_epi32(
           _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j))), half_shift);
       const size_t at = 256 * b + 64 * size_t(j);
@@ -271,11 +262,10 @@ QT_AVX512 inline void qk_shifted(const uint8_t* src, size_t nb, Dot& out) {
 // x in qk_shifted's order: out[256b + 64j + 16s + i] = x[256b + 64j + element of nibble
 // (0, 1, 4, 5)[s] + (i < 8 ? 0 : 2) of dword i % 8].
 void q4k_token_order(const float* x, size_t nb, float* out) {
-  static constexpr int kFirst[4] = {0, 1, 4, 5};
   for (size_t p = 0; p < 4 * nb; ++p)  // pairs of sub-blocks
     for (int s = 0; s < 4; ++s)
       for (int i = 0; i < 16; ++i) {
-        const int n = kFirst[s] + (i < 8 ? 0 : 2), dw = i % 8;
+        const int n = kQkStepNibble[s] + (i < 8 ? 0 : 2), dw = i % 8;
         out[64 * p + 16 * size_t(s) + size_t(i)] = x[64 * p + size_t(4 * dw + n / 2 + 32 * (n % 2))];
       }
 }
@@ -314,10 +304,8 @@ QT_AVX512 inline void iq4_xs(const uint8_t* src, size_t nb, Out& out) {
     const int sh = src[2] | src[3] << 8;
     for (int ib = 0; ib < 8; ++ib) {
       const int ls = ((src[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((sh >> (2 * ib)) & 3) << 4;
-      const __m512 table = _mm512_mul_ps(_mm512_set1_ps(d * float(ls - 32)), grid);
-      const __m128i raw = load16(src + 8 + 16 * ib);
-      out(256 * b + 32 * size_t(ib), _mm512_permutexvar_ps(low_nibbles(raw), table));
-      out(256 * b + 32 * size_t(ib) + 16, _mm512_permutexvar_ps(high_nibbles(raw), table));
+      NibblesInOrder::run(src + 8 + 16 * ib, _mm512_mul_ps(_mm512_set1_ps(d * float(ls - 32)), grid),
+                          256 * b + 32 * size_t(ib), out);
     }
   }
 }
@@ -386,15 +374,17 @@ struct Kernels {
 
 const Kernels* find(uint32_t type) {
   static const Kernels kRows[] = {
-      {GgmlType::Q4_0, decode<d_times_value<false, Store>>, dot<d_times_value_shifted<false>>, nibble_token_order},
-      {GgmlType::Q4_1, decode<q4_1<Store>>, dot<q4_1_shifted>, nibble_token_order},
+      {GgmlType::Q4_0, decode<d_times_value<false, NibblesInOrder, Store>>,
+       dot<d_times_value<false, NibblesShifted, Dot>>, nibble_token_order},
+      {GgmlType::Q4_1, decode<q4_1<NibblesInOrder, Store>>, dot<q4_1<NibblesShifted, Dot>>, nibble_token_order},
       {GgmlType::Q5_0, decode<q5<false, Store>>, dot<q5<false, Dot>>},
       {GgmlType::Q5_1, decode<q5<true, Store>>, dot<q5<true, Dot>>},
       {GgmlType::Q8_0, decode<q8_0<Store>>, dot<q8_0<Dot>>},
       {GgmlType::Q4_K, decode<qk45<false, Store>>, dot<qk_shifted<false>>, q4k_token_order},
       {GgmlType::Q5_K, decode<qk45<true, Store>>, dot<qk_shifted<true>>, q4k_token_order},
       {GgmlType::Q6_K, decode<q6_k<Store>>, dot<q6_k<Dot>>},
-      {GgmlType::IQ4_NL, decode<d_times_value<true, Store>>, dot<d_times_value_shifted<true>>, nibble_token_order},
+      {GgmlType::IQ4_NL, decode<d_times_value<true, NibblesInOrder, Store>>,
+       dot<d_times_value<true, NibblesShifted, Dot>>, nibble_token_order},
       {GgmlType::IQ4_XS, decode<iq4_xs<Store>>, dot<iq4_xs<Dot>>},
       {GgmlType::Q2_K, decode<q23_k<false, Store>>, dot<q23_k<false, Dot>>},
       {GgmlType::Q3_K, decode<q23_k<true, Store>>, dot<q23_k<true, Dot>>},
