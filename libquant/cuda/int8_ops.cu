@@ -11,6 +11,7 @@
 
 #include "libquant/cuda/check.h"
 #include "libquant/cuda/int8_ops.h"
+#include "libquant/cuda/q8_math.cuh"
 #include "libquant/cuda/reduce.cuh"
 #include "libquant/schemes/e4m3.h"
 
@@ -23,11 +24,6 @@ __device__ __forceinline__ int8_t q8(float v, float inv) {
 // q8 rounding and converting in one instruction (cvt.rni, ties to even as rintf), clamped as integers.
 __device__ __forceinline__ int8_t q8_rni(float v, float inv) {
   return int8_t(min(max(__float2int_rn(v * inv), -128), 127));
-}
-// sx · (sw · acc), each product rounded (no contraction into an FMA with a following add).
-template <typename A>
-__device__ __forceinline__ float deq(float sx, float sw, A acc) {
-  return __fmul_rn(sx, __fmul_rn(sw, float(acc)));
 }
 
 struct I8 {
@@ -217,14 +213,8 @@ __device__ __forceinline__ float4 deq4(float sx, float4 w, A4 a) {
 }
 
 // swiglu_q8_kernel, four columns per thread and step; h in shared memory (F floats); the scalar
-// kernel's bits. silu_mul skips the IEEE division's slow path where 1 + exp(−g) is infinite
-// (g/∞ = ±0: the same code 0); the int8 codes through q8_rni. Of the exact forms timed on the 8B
-// shape (512 or 1024 threads, with or without these two), this one was the fastest.
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  const float d = 1.0f + expf(-g);
-  if (d == INFINITY) return copysignf(0.0f, g) * u;
-  return g / d * u;
-}
+// kernel's bits (silu_mul, q8_math.cuh); the int8 codes through q8_rni. Of the exact forms timed on
+// the 8B shape (512 or 1024 threads, with or without silu_mul's shortcut), this one was the fastest.
 template <class P>
 __global__ void __launch_bounds__(1024)
     swiglu_q8_v4_kernel(const typename P::Acc* __restrict__ acc, int F, const float* __restrict__ sx_in,

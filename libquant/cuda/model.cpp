@@ -436,6 +436,7 @@ GpuModel::Impl::Impl(Checkpoint& ck, bool fused_attention, int dev, int first, i
   if (q8 && !residual_rmsnorm_q8_fits(int(H))) q8_fuse = false;
   for (const Layer& L : layers)  // the fused residual norm has no place for o_proj's bias
     if (L.bo.bytes()) q8_fuse = false;
+  if (q8) use_q8_fused_gemms();
   if (has_head()) ck.tensors.clear();
 }
 
@@ -560,7 +561,7 @@ void GpuModel::Impl::tune_gemms(int n) {
   one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);
   one("o", L.wo.get(), H, Q, a, n, y);
   if (!L.router.bytes()) {  // a sparse layer's experts run per-expert row counts (run_rows8)
-    one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);
+    if (!q8_cutlass) one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);  // else CUTLASS's (gemm_q8_fused.h)
     one("down", L.wdown.get(), H, F, a, n, y);
   }
   if (head_q8 && head_rows >= 1024) {  // the output head, at the slice eval-ppl runs (head_rows)
@@ -717,70 +718,6 @@ const bf16* GpuModel::Impl::weight(const DeviceBuffer& dense, const AffineWeight
   affine_dequant(a, wdec.get<bf16>(), stream);
   prof.mark("affine decode", stream);
   return wdec.get<bf16>();
-}
-
-template <typename C, typename A>
-void GpuModel::Impl::gemm8(const DeviceBuffer& W, int out, int in, const C* X, int n, A* Y) {
-  if constexpr (std::is_same_v<C, int8_t>)
-    gemm->run_i8(W.get<int8_t>(), out, in, X, n, Y, stream);
-  else
-    gemm->run_f8(W.get(), out, in, X, n, Y, stream);
-}
-
-template <typename C, typename A>
-void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last) {
-  const ModelConfig& c = cfg;
-  const int N = chunks * T, H = c.hidden, F = c.intermediate;
-  C* a = xq.get<C>();
-  float *sa = sxa.get<float>(), *sb = sxb.get<float>();
-  A* y = acc.get<A>();
-  if (q8_fuse && prev)  // the previous layer's down output (acc, sb) added here
-    residual_rmsnorm_q8(y, sb, prev->sdown.get<float>(), x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a,
-                        sa, stream);
-  else
-    rmsnorm_q8(x.get<float>(), L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
-  prof.mark("norm", stream);
-  gemm8(L.wqkv, Q + 2 * KV, H, a, N, y);
-  prof.mark("gemm qkv", stream);
-  if (q8_fuse && q8_plain_qkv(L)) {
-    rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
-    prof.mark("rope", stream);
-  } else {  // the epilogue alone, then the fp32 block's biases, q/k norms and the layer's RoPE
-    dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
-    prof.mark("dequant", stream);
-    qkv_to_heads(L, N);
-  }
-  attend(chunks, L);
-  quant_rows(att.get<float>(), N, Q, a, sa, stream);
-  prof.mark("act convert", stream);
-  gemm8(L.wo, H, Q, a, N, y);
-  prof.mark("gemm o", stream);
-  if (q8_fuse) {
-    residual_rmsnorm_q8(y, sa, L.so.get<float>(), x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa,
-                        stream);
-  } else {
-    dequant(y, N, H, sa, L.so.get<float>(), x.get<float>(), true, stream);
-    if (L.bo.bytes()) add_bias(x.get<float>(), L.bo.get<float>(), N, H, stream);
-    prof.mark("dequant", stream);
-    rmsnorm_q8(x.get<float>(), L.ffn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
-  }
-  prof.mark("norm", stream);
-  if (L.router.bytes()) {  // the router reads the normed rows in bf16, the experts their codes
-    pre_norm(L.ffn_norm, N);
-    moe_ffn_q8<C, A>(L, N, a, sa);
-    return;
-  }
-  gemm8(L.wgu, 2 * F, H, a, N, y);
-  prof.mark("gemm gate|up", stream);
-  swiglu_q8(y, N, F, sa, L.sgu.get<float>(), a, sb, stream);
-  prof.mark("swiglu", stream);
-  gemm8(L.wdown, H, F, a, N, y);
-  prof.mark("gemm down", stream);
-  if (!q8_fuse || last) {  // else the next layer's first norm adds it
-    dequant(y, N, H, sb, L.sdown.get<float>(), x.get<float>(), true, stream);
-    prof.mark("dequant", stream);
-  }
 }
 
 // ------------------------------------------------------------------------------- GpuModel

@@ -72,6 +72,10 @@ struct GpuModel::Impl {
   // W8A8: epilogues fused into RoPE and the next norm (the same values as the separate kernels,
   // which run where the hidden row does not fit shared memory).
   bool q8_fuse = true;
+  // W8A8 / W4A8: the gate|up GEMM through CUTLASS with SwiGLU in its epilogue (gemm_q8_fused.h;
+  // gate and up rows interleaved at load); use_q8_fused_gemms decides.
+  bool q8_cutlass = false;
+  void use_q8_fused_gemms();
   bool w4 = false;       // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool fp8 = false;      // q8 with E4M3 weights and activations (FP8_DYNAMIC), fp32 sums
   bool bnb4 = false;     // every projection bitsandbytes NF4 / FP4 (weight-only, as affine)
@@ -177,6 +181,7 @@ struct GpuModel::Impl {
   void run_layers(int chunks);
   // prev: the layer before (its down GEMM's sums still in acc, added to x by this layer's first
   // norm when q8_fuse); last: add this layer's down output to x here.
+  // (model_q8.cpp)
   // C, A: int8_t, int32_t (W8A8 / W4A8) or e4m3, float (FP8): the codes and the GEMM's sums.
   template <typename C, typename A>
   void forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last);

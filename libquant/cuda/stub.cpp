@@ -83,6 +83,12 @@ std::vector<int32_t> gemm_i8_tuned(const std::vector<int8_t>&, int, int, const s
 F8 rmsnorm_f8(const std::vector<float>&, const std::vector<float>&, int, int, float) { no_cuda(); }
 F8 quant_rows_f8(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_f8(const std::vector<uint8_t>&, int, int, const std::vector<uint8_t>&, int) { no_cuda(); }
+bool q8_fused_available() { return false; }
+std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>&, int, int, const std::vector<float>&,
+                                  const std::vector<int8_t>&, int, const std::vector<float>&) {
+  no_cuda();
+}
+float q8_swiglu_ms(bool, int, int, int, int) { no_cuda(); }
 F8 swiglu_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
 std::vector<float> dequant_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&,
                               std::vector<float>, bool) {

@@ -10,6 +10,7 @@
 #include "libquant/cuda/blockfp.h"
 #include "libquant/cuda/buffer.h"
 #include "libquant/cuda/gemm_lt.h"
+#include "libquant/cuda/gemm_q8_fused.h"
 #include "libquant/cuda/int8_ops.h"
 #include "libquant/cuda/kv.h"
 #include "libquant/cuda/model_impl.h"
@@ -234,6 +235,54 @@ std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, 
   DeviceBuffer da = up(acc), ds = up(sx), dw = up(sw), dy = up(y);
   cuda::dequant(da.get<float>(), rows, out, ds.get<float>(), dw.get<float>(), dy.get<float>(), accumulate, nullptr);
   return down<float>(dy, y.size());
+}
+
+bool q8_fused_available() { return cuda::q8_fused_available(); }
+
+std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>& w, int F, int in, const std::vector<float>& sw,
+                                  const std::vector<int8_t>& x, int n, const std::vector<float>& sx) {
+  DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx), dh(size_t(n) * F * 4);
+  interleave_gate_up(dw.get(), F, size_t(in), nullptr);
+  interleave_gate_up(dsw.get(), F, sizeof(float), nullptr);
+  cuda::gemm_q8_swiglu(dw.get<int8_t>(), F, in, dsw.get<float>(), dx.get<int8_t>(), n, dsx.get<float>(),
+                       dh.get<float>(), nullptr);
+  return down<float>(dh, size_t(n) * F);
+}
+
+float q8_swiglu_ms(bool fused, int F, int in, int n, int reps) {
+  const int out = 2 * F;
+  // every int8 code; scales 1/64
+  DeviceBuffer w(size_t(out) * in), x(size_t(n) * in), sw(size_t(out) * 4), sx(size_t(n) * 4), y(size_t(n) * out * 4),
+      q(size_t(n) * out), sq(size_t(n) * 4);
+  fill_random(w.get<uint32_t>(), w.bytes() / 4, 1, 0xffffffffu, nullptr);
+  fill_random(x.get<uint32_t>(), x.bytes() / 4, 2, 0xffffffffu, nullptr);
+  const std::vector<float> s64(size_t(std::max(out, n)), 1.0f / 64);
+  QT_CUDA_CHECK(cudaMemcpy(sw.get(), s64.data(), sw.bytes(), cudaMemcpyHostToDevice));
+  QT_CUDA_CHECK(cudaMemcpy(sx.get(), s64.data(), sx.bytes(), cudaMemcpyHostToDevice));
+  QT_CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
+  GemmLt g;
+  const int8_t *W = w.get<int8_t>(), *X = x.get<int8_t>();
+  auto once = [&] {
+    if (fused) {
+      cuda::gemm_q8_swiglu(W, F, in, sw.get<float>(), X, n, sx.get<float>(), y.get<float>(), nullptr);
+      cuda::quant_rows(y.get<float>(), n, F, q.get<int8_t>(), sq.get<float>(), nullptr);
+    } else {
+      g.run_i8(W, out, in, X, n, y.get<int32_t>(), nullptr);
+      cuda::swiglu_q8(y.get<int32_t>(), n, F, sx.get<float>(), sw.get<float>(), q.get<int8_t>(), sq.get<float>(),
+                      nullptr);
+    }
+  };
+  once();  // plans, first launches
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  for (int i = 0; i < reps; ++i) once();
+  cudaEventRecord(e1);
+  QT_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  QT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return ms / float(reps);
 }
 
 void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }

@@ -1,0 +1,42 @@
+// The W8A8 gate|up GEMM with SwiGLU in its epilogue, so the int32 sums of the FFN's widest
+// projection never reach global memory: X [n, in] int8 codes (per-token scales sx) times W [2F, in]
+// int8 codes (per-channel scales sw) through a CUTLASS Hopper (sm_90a) kernel — TMA loads,
+// ping-pong warp groups on wgmma, the epilogue as a visitor tree (CUTLASS 3 "EVT"; the
+// construction of vLLM's cutlass_scaled_mm). cuBLASLt's int8 GEMMs write only int32 or int8, so
+// with them the gate|up sums (2F int32 a token) are written and read back by the SwiGLU pass;
+// here h = silu(g)·u (F fp32 a token) is what leaves the GEMM.
+//
+// h is the unfused path's bit for bit (q8_math.cuh's deq and silu_mul on the same exact int32
+// sums), so quant_rows(h) gives swiglu_q8's codes. Not fused (measured, results/cuda.md "GEMMs with
+// fused epilogues"): the o / down GEMMs' residual add (the epilogue's extra read and write of x is
+// not hidden in a 256-row cooperative kernel and a 128-row ping-pong one is slower; cuBLASLt's GEMM
+// plus the fused residual-norm pass was faster), and FP8 (CUTLASS's FP8 kernels with the fp32
+// promotion of partial sums, which cuBLASLt's default and the CPU keep, ran 4-20% slower than
+// cuBLASLt's GEMM plus the pass).
+//
+// Available where built with CUTLASS (scripts/build_cuda.sh fetches its headers; QT_HAVE_CUTLASS)
+// and the device is compute capability 9.0; elsewhere the callers keep the cuBLASLt path.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qt::cuda {
+
+// Built with the CUTLASS kernel and running on an sm_90 device (the current one).
+bool q8_fused_available();
+// The shapes the kernel takes: in a multiple of 16 (TMA rows of 16 bytes), F a multiple of 4.
+bool q8_fused_fits(int F, int in);
+
+// W [2F, in] holds gate row j at row 2j and up row j at 2j + 1 (interleave_gate_up below; sw
+// likewise), so each thread's accumulator holds both halves of its columns; h [n, F] = silu(g)·u
+// in fp32 with g, u = sx · (sw · acc) (swiglu_q8's values before its quantization).
+void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
+                    cudaStream_t s);
+
+// Rows [gate (F); up (F)] of `rows` (F·2 rows of `row_bytes`) into the interleaved order above, in
+// place through a scratch copy; used for the codes (row_bytes = in) and the scales (4).
+void interleave_gate_up(void* rows, int F, size_t row_bytes, cudaStream_t s);
+
+}  // namespace qt::cuda
