@@ -270,27 +270,39 @@ void q4k_token_order(const float* x, size_t nb, float* out) {
       }
 }
 
-// Q6_K: (d * scale) * (q - 32), 16 sub-blocks of 16 with int8 scales.
+// Q6_K: (d * scale) * (q - 32), 16 sub-blocks of 16 with int8 scales. Elements 128h + 32k + 16hf + l
+// take the low (k < 2) or high nibble of ql[64h + 32(k % 2) + 16hf + l] and bits 2k, 2k + 1 of
+// qh[32h + 16hf + l]: the four k of one (h, hf) read the same 16 qh bytes and two 16-byte ql runs,
+// so the 6-bit codes of all four are put together as bytes (shifts of 16-bit lanes, each byte's own
+// bits kept by the masks) and q - 32 formed there, then widened once each.
 template <class Out>
 QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
-  const __m512i thirty_two = _mm512_set1_epi32(32), three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
+  const __m128i m4 = _mm_set1_epi8(0x0f), m30 = _mm_set1_epi8(0x30), b32 = _mm_set1_epi8(32);
+  auto code = [&](__m128i nibbles, __m128i high2) {  // (nibbles & 15 | high2 & 0x30) - 32, as fp32
+    return to_f32(
+        _mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_or_si128(_mm_and_si128(nibbles, m4), _mm_and_si128(high2, m30)), b32)));
+  };
   for (size_t b = 0; b < nb; ++b, src += 210) {
     ggml_prefetch_ahead(src, 210);
     const uint8_t* ql = src;
     const uint8_t* qh = src + 128;
     const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
     const float d = half(src + 208);
-    for (int h = 0; h < 2; ++h)
-      for (int k = 0; k < 4; ++k)
-        for (int hf = 0; hf < 2; ++hf) {
-          const __m512 dl = _mm512_set1_ps(d * float(scales[8 * h + 2 * k + hf]));
-          const __m512i lo = _mm512_cvtepu8_epi32(load16(ql + 64 * h + 32 * (k % 2) + 16 * hf));
-          const __m512i hi = _mm512_cvtepu8_epi32(load16(qh + 32 * h + 16 * hf));
-          const __m512i q =
-              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, unsigned(4 * (k / 2))), fifteen),
-                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, unsigned(2 * k)), three), 4));
-          out(256 * b + size_t(128 * h + 32 * k + 16 * hf), _mm512_mul_ps(dl, to_f32(_mm512_sub_epi32(q, thirty_two))));
-        }
+    for (int h = 0; h < 2; ++h) {
+      __m512 q[2][4];
+      for (int hf = 0; hf < 2; ++hf) {
+        const __m128i a = load16(ql + 64 * h + 16 * hf), c = load16(ql + 64 * h + 32 + 16 * hf);
+        const __m128i hb = load16(qh + 32 * h + 16 * hf);
+        q[hf][0] = code(a, _mm_slli_epi16(hb, 4));
+        q[hf][1] = code(c, _mm_slli_epi16(hb, 2));
+        q[hf][2] = code(_mm_srli_epi16(a, 4), hb);
+        q[hf][3] = code(_mm_srli_epi16(c, 4), _mm_srli_epi16(hb, 2));
+      }
+      for (int k = 0; k < 4; ++k)  // in the elements' order: a dot's two accumulators alternate
+        for (int hf = 0; hf < 2; ++hf)
+          out(256 * b + size_t(128 * h + 32 * k + 16 * hf),
+              _mm512_mul_ps(_mm512_set1_ps(d * float(scales[8 * h + 2 * k + hf])), q[hf][k]));
+    }
   }
 }
 
