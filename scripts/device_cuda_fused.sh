@@ -2,15 +2,16 @@
 # The W8A8 gate|up GEMM with SwiGLU fused (libquant/cuda/gemm_q8_fused.cu; figures in
 # results/cuda.md "W8A8: the gate|up GEMM with SwiGLU fused"), as measured: on the device machine, from the
 # repository root: QT_BUILD_SRC=DIR bash scripts/device_cuda_fused.sh KIT STEP[,STEP]
-# KIT holds qt.xz and test_cuda.xz (xz-packed build-cuda/quanttool and test_cuda, built by
+# KIT holds qt.xz, qt_base.xz and test_cuda.xz (xz-packed build-cuda/quanttool of this tree and of
+# the release before it, and test_cuda, built by
 # scripts/build_cuda.sh in the folder QT_BUILD_SRC names, linked here for the tests' data),
 # lib.tar.xz (the shared libraries the device lacks, device_cuda.sh says which) and tok/ (SmolLM2's
 # tokenizer). Steps:
 #   prep  — start writing the 8b step's checkpoints in the background
 #   tests — the fused GEMM's and the tiny models' GPU tests (QT_REQUIRE_GPU=1), then the whole test_cuda
 #   8b    — the Llama-3-8B-shaped checkpoint (written here) and its W8A8 and FP8 folders; full text,
-#           two rounds of bf16, W8A8 with cuBLASLt's GEMMs (QT_CUDA_NO_FUSED_GEMM=1), W8A8 with the
-#           fused ones, and FP8, alternated; then W8A8's stage profiles both ways and bf16's
+#           two rounds of bf16, W8A8 with cuBLASLt's gate|up GEMM and swiglu_q8 (qt_base), W8A8 with the
+#           fused one, and FP8, alternated; then W8A8's stage profiles both ways and bf16's
 #           (QT_CUDA_PROFILE=1), and bench --peak
 set -o pipefail
 K=$(cd "$1" && pwd); R=$(pwd); STEPS=${2:-tests,8b}
@@ -18,7 +19,7 @@ T0=$EPOCHREALTIME; el() { python3 -c "print(f'{$EPOCHREALTIME-$T0:.0f}')"; }
 [ -n "${QT_BUILD_SRC:-}" ] || { echo "error: set QT_BUILD_SRC to the folder the kit's binaries were built in" >&2; exit 2; }
 S=$QT_BUILD_SRC; mkdir -p "$(dirname "$S")" && ln -sfn "$R" "$S"
 if [ ! -x /tmp/kit/qt ] || [ "$K/qt.xz" -nt /tmp/kit/stamp ]; then
-  mkdir -p /tmp/kit; for b in qt test_cuda; do xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
+  mkdir -p /tmp/kit; for b in qt qt_base test_cuda; do xz -dc "$K/$b.xz" > /tmp/kit/$b && chmod +x /tmp/kit/$b; done
   tar -xJf "$K/lib.tar.xz" -C /tmp/kit; touch /tmp/kit/stamp
 fi
 CUBLAS_PY=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null)
@@ -45,15 +46,15 @@ for s in ${STEPS//,/ }; do case $s in
       --out /tmp/l8b > /dev/null
     [ -d /tmp/l8b-w8 ] || run 300 $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0
     [ -d /tmp/l8b-f8 ] || run 300 $Q convert --in /tmp/l8b --out /tmp/l8b-f8 --scheme fp8
-    E="$Q eval-ppl --text $T --device cuda --model"
+    E="$Q eval-ppl --text $T --device cuda --model" B="/tmp/kit/qt_base eval-ppl --text $T --device cuda --model"
     for round in 1 2; do
       run 100 $E /tmp/l8b
-      run 100 env QT_CUDA_NO_FUSED_GEMM=1 $E /tmp/l8b-w8
+      run 100 $B /tmp/l8b-w8
       run 100 $E /tmp/l8b-w8
       run 100 $E /tmp/l8b-f8
     done
     run 100 env QT_CUDA_PROFILE=1 $E /tmp/l8b-w8
-    run 100 env QT_CUDA_PROFILE=1 QT_CUDA_NO_FUSED_GEMM=1 $E /tmp/l8b-w8
+    run 100 env QT_CUDA_PROFILE=1 $B /tmp/l8b-w8
     run 100 env QT_CUDA_PROFILE=1 $E /tmp/l8b
     $Q bench --peak --device cuda 2>&1 | tail -4 ;;
   *) echo "usage: $0 KIT prep|tests|8b[,..]" >&2; exit 2 ;;

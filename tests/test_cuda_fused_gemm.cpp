@@ -57,16 +57,15 @@ TEST(CudaFusedGemm, Int8SwigluGivesSwigluQ8Codes) {
   EXPECT_LT(worst, 1e-6);
 }
 
-// The tiny llama's W8A8 forward with the fused GEMM and without (QT_CUDA_NO_FUSED_GEMM at load):
+// The tiny llama's W8A8 forward with the fused GEMM and without (force_unfused_gate_up):
 // the same logits, bit for bit.
 TEST(CudaFusedGemm, TinyLlamaW8A8SameLogitsBothWays) {
   QT_REQUIRE_FUSED();
   const std::string dir = convert_tiny("cuda-fused-w8a8", "--scheme int8 --group-size 0");
   ASSERT_FALSE(dir.empty());
   const auto ids = random_ids(40, 21);
-  setenv("QT_CUDA_NO_FUSED_GEMM", "1", 1);
   cuda::GpuModel lt(load_checkpoint(dir));
-  unsetenv("QT_CUDA_NO_FUSED_GEMM");
+  cuda::testing::force_unfused_gate_up(lt);
   cuda::GpuModel fused(load_checkpoint(dir));
   const auto a = cuda::forward_logits(lt, ids), b = cuda::forward_logits(fused, ids);
   ASSERT_EQ(a.size(), b.size());

@@ -189,6 +189,9 @@ std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts
 // FP8_BLOCK's projections through the bf16 decode instead of the block-scaled FP8 GEMMs (the
 // tensor-core path's comparison); call before the model's first forward.
 void force_fp8_block_decode(GpuModel& m);
+// W8A8's gate|up through cuBLASLt's GEMM and swiglu_q8 instead of the fused GEMM (gemm_q8_fused.h):
+// the rows interleaved at load put back; call before the model's first forward.
+void force_unfused_gate_up(GpuModel& m);
 // The row's activation rounding (blockfp.h) of x [rows, k]: io 0 fp32 out, 1 bf16 out (the GEMM's
 // operand), 2 nvfp4's factored form (bf16 q·e, then the rows' global scales appended); as float.
 std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io);

@@ -137,20 +137,24 @@ void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_
 #else  // built without CUTLASS: q8_fused_available() is false and the callers never get here
 
 bool q8_fused_available() { return false; }
-void gemm_q8_swiglu(const int8_t*, int, int, const float*, const int8_t*, int, const float*, float*, cudaStream_t) {
+void gemm_q8_swiglu(const int8_t *, int, int, const float *, const int8_t *, int, const float *, float *,
+                    cudaStream_t) {
   throw std::logic_error("gemm_q8_swiglu: built without CUTLASS");
 }
 
 #endif
 
-void interleave_gate_up(void* rows, int F, size_t row_bytes, cudaStream_t s) {
+void interleave_gate_up(void* rows, int F, size_t row_bytes, cudaStream_t s, bool undo) {
   DeviceBuffer tmp(size_t(2) * F * row_bytes);
-  char* r = static_cast<char*>(rows);
-  QT_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), r, tmp.bytes(), cudaMemcpyDeviceToDevice, s));
-  // gate row j → row 2j, up row j → row 2j + 1: two strided copies
-  for (int half = 0; half < 2; ++half)
-    QT_CUDA_CHECK(cudaMemcpy2DAsync(r + half * row_bytes, 2 * row_bytes, tmp.get<char>() + half * F * row_bytes,
-                                    row_bytes, row_bytes, F, cudaMemcpyDeviceToDevice, s));
+  char *r = static_cast<char*>(rows), *t = tmp.get<char>();
+  QT_CUDA_CHECK(cudaMemcpyAsync(t, r, tmp.bytes(), cudaMemcpyDeviceToDevice, s));
+  // gate row j ↔ row 2j, up row j ↔ row 2j + 1: two strided copies
+  const size_t stacked = size_t(F) * row_bytes, interleaved = row_bytes;
+  for (int half = 0; half < 2; ++half) {
+    char *to = r + half * (undo ? stacked : interleaved), *from = t + half * (undo ? interleaved : stacked);
+    QT_CUDA_CHECK(cudaMemcpy2DAsync(to, (undo ? 1 : 2) * row_bytes, from, (undo ? 2 : 1) * row_bytes, row_bytes, F,
+                                    cudaMemcpyDeviceToDevice, s));
+  }
   QT_CUDA_CHECK(cudaStreamSynchronize(s));  // tmp is freed on return
 }
 

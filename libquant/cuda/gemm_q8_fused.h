@@ -35,8 +35,8 @@ bool q8_fused_fits(int F, int in);
 void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
                     cudaStream_t s);
 
-// Rows [gate (F); up (F)] of `rows` (F·2 rows of `row_bytes`) into the interleaved order above, in
-// place through a scratch copy; used for the codes (row_bytes = in) and the scales (4).
-void interleave_gate_up(void* rows, int F, size_t row_bytes, cudaStream_t s);
+// Rows [gate (F); up (F)] of `rows` (F·2 rows of `row_bytes`) into the interleaved order above (undo:
+// back), in place through a scratch copy; used for the codes (row_bytes = in) and the scales (4).
+void interleave_gate_up(void* rows, int F, size_t row_bytes, cudaStream_t s, bool undo = false);
 
 }  // namespace qt::cuda

@@ -11,7 +11,6 @@
 // add fused into the next RMSNorm, SwiGLU into the quantization (int8_ops.h). Except, for int8 codes
 // on an sm_90 GPU (q8_cutlass), gate|up: a CUTLASS GEMM with SwiGLU in its epilogue
 // (gemm_q8_fused.h) writes h, half the bytes of its sums, then quant_rows — the same codes.
-// QT_CUDA_NO_FUSED_GEMM (read at load) keeps cuBLASLt's for gate|up too, for comparison.
 #include <stdexcept>
 #include <type_traits>
 
@@ -34,7 +33,7 @@ void fused_swiglu(const DeviceBuffer&, int, int, const DeviceBuffer&, const e4m3
 
 void GpuModel::Impl::use_q8_fused_gemms() {
   const int H = cfg.hidden, F = cfg.intermediate;
-  q8_cutlass = !fp8 && q8_fused_available() && q8_fused_fits(F, H) && std::getenv("QT_CUDA_NO_FUSED_GEMM") == nullptr;
+  q8_cutlass = !fp8 && q8_fused_available() && q8_fused_fits(F, H);
   if (!q8_cutlass) return;
   for (Layer& L : layers) {
     if (L.router.bytes()) continue;  // a sparse layer's experts keep their own GEMMs (moe_ffn.cpp)

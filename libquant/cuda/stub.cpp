@@ -100,6 +100,7 @@ std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector
 }
 std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>&) { no_cuda(); }
 void force_fp8_block_decode(GpuModel&) { no_cuda(); }
+void force_unfused_gate_up(GpuModel&) { no_cuda(); }
 std::vector<float> round_activations(const Scheme&, const std::vector<float>&, int, int, int) { no_cuda(); }
 F8 quantize_fp8_groups(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_fp8_block(const std::vector<const PackedTensor*>&, const std::vector<float>&, int,

@@ -32,6 +32,23 @@ std::vector<T> down(const DeviceBuffer& b, size_t n) {
   QT_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
 }
+// Device milliseconds per call of `once` on the default stream: one call first (plans, first
+// launches), then the mean of `reps`.
+template <class Once>
+float ms_per_call(int reps, Once once) {
+  once();
+  cudaEvent_t e0, e1;
+  QT_CUDA_CHECK(cudaEventCreate(&e0));
+  QT_CUDA_CHECK(cudaEventCreate(&e1));
+  QT_CUDA_CHECK(cudaEventRecord(e0, nullptr));
+  for (int i = 0; i < reps; ++i) once();
+  QT_CUDA_CHECK(cudaEventRecord(e1, nullptr));
+  QT_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  QT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return ms / float(reps);
+}
 std::vector<float> bf16_to_host_f32(const DeviceBuffer& b, size_t n) {
   std::vector<bf16> h = down<bf16>(b, n);
   std::vector<float> f(n);
@@ -121,18 +138,7 @@ float attention_ms(int B, int T, int nh, int nkv, int hd, int tile, int reps) {
     else
       a.run(B, scale, nullptr);
   };
-  once();
-  cudaEvent_t e0, e1;
-  QT_CUDA_CHECK(cudaEventCreate(&e0));
-  QT_CUDA_CHECK(cudaEventCreate(&e1));
-  QT_CUDA_CHECK(cudaEventRecord(e0, nullptr));
-  for (int i = 0; i < reps; ++i) once();
-  QT_CUDA_CHECK(cudaEventRecord(e1, nullptr));
-  QT_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  QT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  return ms / float(reps);
+  return ms_per_call(reps, once);
 }
 
 Q8 rmsnorm_q8(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, float eps) {
@@ -272,20 +278,21 @@ float q8_swiglu_ms(bool fused, int F, int in, int n, int reps) {
                       nullptr);
     }
   };
-  once();  // plans, first launches
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  cudaEventRecord(e0);
-  for (int i = 0; i < reps; ++i) once();
-  cudaEventRecord(e1);
-  QT_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  QT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  return ms / float(reps);
+  return ms_per_call(reps, once);
 }
 
 void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }
+
+void force_unfused_gate_up(GpuModel& m) {
+  GpuModel::Impl& I = m.impl();
+  if (!I.q8_cutlass) return;
+  for (GpuModel::Impl::Layer& L : I.layers) {
+    if (L.router.bytes()) continue;  // as use_q8_fused_gemms
+    interleave_gate_up(L.wgu.get(), I.cfg.intermediate, size_t(I.cfg.hidden), I.stream, true);
+    interleave_gate_up(L.sgu.get(), I.cfg.intermediate, sizeof(float), I.stream, true);
+  }
+  I.q8_cutlass = false;
+}
 
 std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>& parts) {
   const BlockFpWeight w = upload_blockfp(parts, "test");
