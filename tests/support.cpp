@@ -117,9 +117,11 @@ std::vector<float> randn(size_t count, uint32_t seed, float scale) {
   return v;
 }
 
-void write_wide_llama(const std::string& dir, int layers, float weight_scale) {
+void write_wide_llama(const std::string& dir, int layers, float weight_scale, int head_dim) {
   nlohmann::json cfg = read_json(source_dir() + "/tests/golden/logits/tiny-llama3/config.json");
-  cfg["hidden_size"] = 128, cfg["intermediate_size"] = 256, cfg["head_dim"] = 32, cfg["num_hidden_layers"] = layers;
+  cfg["hidden_size"] = 128, cfg["intermediate_size"] = 256, cfg["head_dim"] = head_dim;
+  cfg["num_hidden_layers"] = layers;
+  const int64_t Q = 4 * head_dim, KV = 2 * head_dim;  // tiny-llama3's 4 query and 2 kv heads
   NamedTensors ts;
   uint32_t seed = 1;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
@@ -133,10 +135,10 @@ void write_wide_llama(const std::string& dir, int layers, float weight_scale) {
   for (int l = 0; l < layers; ++l) {
     const std::string L = "model.layers." + std::to_string(l) + ".";
     add(L + "input_layernorm.weight", {128}, 0.1f);
-    add(L + "self_attn.q_proj.weight", {128, 128}, w);
-    add(L + "self_attn.k_proj.weight", {64, 128}, w);
-    add(L + "self_attn.v_proj.weight", {64, 128}, w);
-    add(L + "self_attn.o_proj.weight", {128, 128}, w);
+    add(L + "self_attn.q_proj.weight", {Q, 128}, w);
+    add(L + "self_attn.k_proj.weight", {KV, 128}, w);
+    add(L + "self_attn.v_proj.weight", {KV, 128}, w);
+    add(L + "self_attn.o_proj.weight", {128, Q}, w);
     add(L + "post_attention_layernorm.weight", {128}, 0.1f);
     add(L + "mlp.gate_proj.weight", {256, 128}, w);
     add(L + "mlp.up_proj.weight", {256, 128}, w);

@@ -41,9 +41,10 @@ TinyGolden tiny_golden(const std::string& name);
 // `count` draws of N(0, scale^2) from mt19937(seed): synthetic weights and activations.
 std::vector<float> randn(size_t count, uint32_t seed, float scale = 1.0f);
 // A random llama 128 wide (the widths fp8_block's 128-blocks and activation groups divide): tiny-llama3's
-// config with hidden 128, MLP 256, head_dim 32 and `layers` layers; projections and the head
-// N(0, weight_scale²), norms 1 + N(0, 0.1²), the embedding N(0, 1); model.safetensors and config.json in dir.
-void write_wide_llama(const std::string& dir, int layers, float weight_scale);
+// config with hidden 128, MLP 256, 4 query and 2 kv heads of head_dim and `layers` layers; projections
+// and the head N(0, weight_scale²), norms 1 + N(0, 0.1²), the embedding N(0, 1); model.safetensors and
+// config.json in dir.
+void write_wide_llama(const std::string& dir, int layers, float weight_scale, int head_dim = 32);
 // The parameters of `scheme` at `bits`, group size `group` (0: per channel), unquantized dtype `dt`.
 SchemeParams scheme_params(const char* scheme, int bits, int group, DType dt = DType::F32);
 // A JSON file (a failed expectation when it cannot be opened).

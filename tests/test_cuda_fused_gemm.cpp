@@ -1,6 +1,6 @@
-// The W8A8 gate|up GEMM with SwiGLU fused (libquant/cuda/gemm_q8_fused.cu) against the path it
-// replaces: cuBLASLt's GEMM into int32 sums, then swiglu_q8 (int8_ops.cu). The sums are exact, so
-// the fused h must give those codes bit for bit. Then a whole W8A8 model both ways.
+// The W8A8 GEMMs with fused epilogues (libquant/cuda/gemm_q8_*.cu) against the paths they replace:
+// cuBLASLt's GEMM into int32 sums, then swiglu_q8 or rope_split_q8 (int8_ops.cu). The sums are
+// exact, so the fused outputs must give those bits. Then whole W8A8 models both ways.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +72,72 @@ TEST(CudaFusedGemm, TinyLlamaW8A8SameLogitsBothWays) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << i;
 }
 
+// The q|k|v GEMM with RoPE in its epilogue against cuBLASLt's int32 sums and rope_split_q8: the same
+// f16 bits, q, k and v side by side in each row. Head dims 64 and 128 with widths off the 128-wide
+// tiles (a tile holding k and v heads, a partial last tile), tokens off the 128-row tiles, positions
+// wrapping at T.
+TEST(CudaFusedGemm, Int8RopeGivesRopeSplitQ8Bits) {
+  QT_REQUIRE_FUSED();
+  struct Case {
+    int hd, nh, nkv, n, T;
+  };
+  for (const Case c : {Case{64, 5, 1, 300, 100}, Case{128, 3, 1, 300, 77}, Case{128, 4, 2, 200, 200}}) {
+    const int Q = c.nh * c.hd, KV = c.nkv * c.hd, out = Q + 2 * KV;
+    const auto w = random_i8(size_t(out) * kIn, 10 + c.hd), x = random_i8(size_t(c.n) * kIn, 11);
+    const auto sw = random_scales(out, 12, 2e-4f), sx = random_scales(c.n, 13, 2e-2f);
+    std::vector<float> cs(size_t(c.T) * c.hd / 2), sn(cs.size());
+    for (int p = 0; p < c.T; ++p)
+      for (int i = 0; i < c.hd / 2; ++i) {
+        const double a = p * std::pow(10000.0, -2.0 * i / c.hd);
+        cs[size_t(p) * c.hd / 2 + i] = float(std::cos(a)), sn[size_t(p) * c.hd / 2 + i] = float(std::sin(a));
+      }
+    const auto acc = cuda::testing::gemm_i8(w, out, kIn, x, c.n);
+    const auto want = cuda::testing::rope_split_q8(acc, sx, sw, c.n, c.T, c.nh, c.nkv, c.hd, cs, sn);  // q, k, v
+    const auto got = cuda::testing::gemm_q8_rope(w, out, kIn, sw, x, c.n, sx, c.T, c.hd, Q + KV, cs, sn);
+    ASSERT_EQ(got.size(), want.size());
+    double mag = 0;
+    for (int t = 0; t < c.n; ++t)
+      for (int j = 0; j < out; ++j) {
+        const size_t from = j < Q        ? size_t(t) * Q + j
+                            : j < Q + KV ? size_t(c.n) * Q + size_t(t) * KV + (j - Q)
+                                         : size_t(c.n) * (Q + KV) + size_t(t) * KV + (j - Q - KV);
+        const float g = got[size_t(t) * out + j];
+        mag = std::max(mag, double(std::abs(g)));
+        ASSERT_EQ(bits_of(g), bits_of(want[from])) << "hd " << c.hd << " token " << t << " column " << j;
+      }
+    EXPECT_GT(mag, 1e-3);  // not a comparison of zeros
+  }
+}
+
+// A W8A8 llama with head dim 64 (the fused attention's; the tiny llama's 8 keeps it off) with the
+// q|k|v GEMM fused and without (force_unfused_qkv): the same logits, bit for bit — q, k, v read in
+// place from the GEMM's rows give the attention the same values in the same order.
+TEST(CudaFusedGemm, WideLlamaW8A8SameLogitsWithRopeFused) {
+  QT_REQUIRE_FUSED();
+  const std::string base = test::temp_dir("cuda-fused-rope"), src = base + "/src", dir = base + "/w8";
+  test::write_wide_llama(src, 2, 0.1f, 64);
+  std::string log;
+  ASSERT_EQ(
+      test::run_cmd(test::quanttool_bin() + " convert --in " + src + " --out " + dir + " --scheme int8 --group-size 0",
+                    &log),
+      0)
+      << log;
+  const auto ids = random_ids(100, 22);
+  cuda::GpuModel lt(load_checkpoint(dir));
+  cuda::testing::force_unfused_qkv(lt);
+  cuda::GpuModel fused(load_checkpoint(dir));
+  ASSERT_TRUE(cuda::testing::runs_q8_rope(fused));
+  ASSERT_FALSE(cuda::testing::runs_q8_rope(lt));
+  const auto a = cuda::forward_logits(lt, ids), b = cuda::forward_logits(fused, ids);
+  ASSERT_EQ(a.size(), b.size());
+  double mag = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << i;
+    mag = std::max(mag, double(std::abs(a[i])));
+  }
+  EXPECT_GT(mag, 0.1);
+}
+
 // Device time of each way at the 8B shape's FFN (n tokens, QT_FUSED_TIMING_N, default 32768: the
 // default batch of eval-ppl at ctx 512), over the kernel shapes, tile orders and swizzles: printed,
 // for the results page (results/cuda.md).
@@ -86,6 +152,10 @@ TEST(CudaFusedGemm, Timing) {
     std::printf("int8 gate|up n=%d: cuBLASLt + swiglu_q8 %.3f ms, fused + quant_rows %.3f ms (%.0f T/s): %.3fx\n", n,
                 lt, fu, gflop / fu, lt / fu);
     EXPECT_GT(fu, 0.0f);
+    const float rl = cuda::testing::q8_rope_ms(false, H, 32, 8, 128, n, reps),
+                rf = cuda::testing::q8_rope_ms(true, H, 32, 8, 128, n, reps);
+    std::printf("int8 q|k|v n=%d: cuBLASLt + rope_split_q8 %.3f ms, RoPE in the GEMM %.3f ms (%.0f T/s): %.3fx\n", n,
+                rl, rf, 2.0 * n * H * 6144 / 1e9 / rf, rl / rf);
   }
 }
 

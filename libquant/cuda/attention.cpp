@@ -1,5 +1,6 @@
 #include "libquant/cuda/attention.h"
 
+#include <stdexcept>
 #include <vector>
 
 #include "libquant/cuda/ops.h"
@@ -12,12 +13,13 @@ Attention::~Attention() {
 }
 
 void Attention::bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k, const __half* v,
-                     float* out, const __half* k2, const __half* v2, const __half* q2, KvBound kb, KvBound vb) {
+                     float* out, const __half* k2, const __half* v2, const __half* q2, KvBound kb, KvBound vb, int ld) {
   max_chunks_ = max_chunks, T_ = T, nh_ = nh, nkv_ = nkv, hd_ = hd;
   k2_ = k2 != nullptr, v2_ = v2 != nullptr;
   kb_ = kb, vb_ = vb;
   fused_now_ = runs_fused(fused_, hd, k2_, v2_);
-  q_ = q, k_ = k, v_ = v, out_ = out;
+  if (ld && !fused_now_) throw std::logic_error("Attention::bind: strided q, k, v on the fused path only");
+  q_ = q, k_ = k, v_ = v, out_ = out, ld_ = ld;
   if (fused_now_) {  // no scratch: release what a materialised binding held
     for (DeviceBuffer* b : {&S_, &P_, &S2_, &P2_, &ptrs_, &bptrs_}) b->resize(0);
     band_ = nbf_ = tail_ = 0;
@@ -85,7 +87,7 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
   if (chunks <= 0) return;
   if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
   if (fused_now_) {
-    fused_attention(q_, k_, v_, out_, chunks, T_, nh_, nkv_, hd_, scale, s, window, softcap, sinks);
+    fused_attention(q_, k_, v_, out_, chunks, T_, nh_, nkv_, hd_, scale, s, window, softcap, sinks, 0, ld_);
     return;
   }
   QT_CUBLAS_CHECK(cublasSetStream(h_, s));

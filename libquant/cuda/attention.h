@@ -31,14 +31,15 @@ class Attention {
   // and/or v2 (exact values: a second probability matrix, P2·V2 added to the output); the
   // softmax then reads S or S2 per (query, key) by the bounds given to run(). q2: the queries S2
   // uses (head space, where q is in a rotated key domain: exact keys are scored as q · k).
-  // kb / vb: the key and value bounds of k2 / v2.
+  // kb / vb: the key and value bounds of k2 / v2. ld: q, k and v as columns of one matrix with this
+  // row stride (the W8A8 q|k|v GEMM's output; the fused path only), 0: packed as above.
   // Banded windows: every query t reads exact positions within [t − W + 1, t] only (W the
   // widest bound's width()), so where 2W < T the second GEMMs run over a band instead of T × T:
   // per block of W queries, the 2W keys from band_start (kv.h) — S2 and P2 are T × 2W per head,
   // not T × T, and the window costs O(T·W) instead of doubling the attention.
   void bind(int max_chunks, int T, int nh, int nkv, int hd, const __half* q, const __half* k, const __half* v,
             float* out, const __half* k2 = nullptr, const __half* v2 = nullptr, const __half* q2 = nullptr,
-            KvBound kb = {}, KvBound vb = {});
+            KvBound kb = {}, KvBound vb = {}, int ld = 0);
   // Runs the first `chunks` chunks; window > 0: each query sees its newest `window` keys only
   // (sliding layers); softcap > 0: scores soft-capped before the softmax (causal_softmax, ops.h).
   // sinks: null, or one fp32 logit per query head (gpt_oss): joins each softmax's max and
@@ -69,7 +70,7 @@ class Attention {
   bool fused_ = true, fused_now_ = false;
   const __half *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;  // the fused path's operands
   float* out_ = nullptr;
-  int max_chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0, hd_ = 0;
+  int max_chunks_ = 0, T_ = 0, nh_ = 0, nkv_ = 0, hd_ = 0, ld_ = 0;
   bool k2_ = false, v2_ = false;
   KvBound kb_, vb_;
   int band_ = 0, nbf_ = 0, tail_ = 0;    // band block, whole blocks per chunk, rows of the last partial one

@@ -33,7 +33,7 @@ struct Params {
   const __half *q, *k, *v;
   float* out;
   const float* sinks;
-  int T, group, ldq, ldkv, window;
+  int T, group, ldq, ldkv, ldo, window;  // row strides of q, of k and v, of out
   float scale, softcap;
   float scale_log2;  // scale · log2(e): raw scores straight to exp2's argument
 };
@@ -268,7 +268,7 @@ __device__ __forceinline__ void store_out(const Params& p, size_t row0, int h, i
       const float inv = sum > 0 ? 1.0f / sum : 0.0f;
       const int qi = wq0 + mt * 16 + (lane >> 2) + 8 * i;
       if (qi >= p.T) continue;
-      float* dst = p.out + (row0 + qi) * p.ldq + size_t(h) * D + (lane & 3) * 2;
+      float* dst = p.out + (row0 + qi) * p.ldo + size_t(h) * D + (lane & 3) * 2;
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[mt][d][2 * i] * inv, o[mt][d][2 * i + 1] * inv);
@@ -374,11 +374,14 @@ void launch_any(const Params& p, int chunks, int nh, cudaStream_t s) {
 bool fused_attention_fits(int hd) { return hd == 64 || hd == 128; }
 
 void fused_attention(const __half* q, const __half* k, const __half* v, float* out, int chunks, int T, int nh, int nkv,
-                     int hd, float scale, cudaStream_t s, int window, float softcap, const float* sinks, int tile) {
+                     int hd, float scale, cudaStream_t s, int window, float softcap, const float* sinks, int tile,
+                     int ld) {
   if (chunks <= 0 || T <= 0) return;
   if (!fused_attention_fits(hd) || nkv <= 0 || nh % nkv != 0)
     throw std::logic_error("fused_attention: head dim 64 or 128 and whole groups of query heads only");
-  const Params p{q, k, v, out, sinks, T, nh / nkv, nh * hd, nkv * hd, window, scale, softcap, scale * kLog2e};
+  if (ld % 8 != 0) throw std::logic_error("fused_attention: rows of whole 16-byte units only");
+  const int Q = nh * hd, ldq = ld ? ld : Q, ldkv = ld ? ld : nkv * hd;
+  const Params p{q, k, v, out, sinks, T, nh / nkv, ldq, ldkv, Q, window, scale, softcap, scale * kLog2e};
   if (hd == 64) {
     if (tile == 1) return launch_any<64, 4, 1, 64>(p, chunks, nh, s);
     if (tile == 3) return launch_any<64, 4, 2, 32>(p, chunks, nh, s);

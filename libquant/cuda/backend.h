@@ -178,6 +178,13 @@ bool q8_fused_available();
 std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>& w, int F, int in, const std::vector<float>& sw,
                                   const std::vector<int8_t>& x, int n, const std::vector<float>& sx);
 float q8_swiglu_ms(bool fused, int F, int in, int n, int reps);
+// The q|k|v GEMM with RoPE fused (gemm_q8_fused.h): D [n, out] (f16, as float); device ms per call
+// at a shape (q heads nh, kv heads nkv, T 512) of that GEMM (fused) or of cuBLASLt's GEMM +
+// rope_split_q8 (the path it replaces).
+std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
+                                const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
+                                int rot, const std::vector<float>& cos, const std::vector<float>& sin);
+float q8_rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps);
 // MLX affine codes (rows of LSB-first bit streams), fp32 scales/biases [rows, cols/group], rounding
 // to the stored dtype (0 f32, 1 bf16, 2 f16) → the bf16 matrix, returned as float.
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
@@ -192,6 +199,11 @@ void force_fp8_block_decode(GpuModel& m);
 // W8A8's gate|up through cuBLASLt's GEMM and swiglu_q8 instead of the fused GEMM (gemm_q8_fused.h):
 // the rows interleaved at load put back; call before the model's first forward.
 void force_unfused_gate_up(GpuModel& m);
+// W8A8's q|k|v through cuBLASLt's GEMM and rope_split_q8 instead of the fused GEMM, attention on
+// packed q, k, v; call before the model's first forward.
+void force_unfused_qkv(GpuModel& m);
+// Whether m's next forward runs that fused GEMM.
+bool runs_q8_rope(GpuModel& m);
 // The row's activation rounding (blockfp.h) of x [rows, k]: io 0 fp32 out, 1 bf16 out (the GEMM's
 // operand), 2 nvfp4's factored form (bf16 q·e, then the rows' global scales appended); as float.
 std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io);

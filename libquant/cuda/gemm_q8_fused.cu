@@ -1,21 +1,8 @@
-// gemm_q8_fused.h: the kernel (with CUTLASS), availability, the shapes, the gate|up interleave.
-//
-// Orientation: CUTLASS's M = tokens, N = 2F output channels, K = in. A = X [n, in] row-major, B = W
-// [2F, in] (column-major K × N: K contiguous, the "TN" the int8 tensor cores read), D [n, 2F]
-// 16-bit row-major = h [n, F] fp32. The epilogue is a visitor tree over each thread's accumulator
-// fragment: sw by column (Sm90RowBroadcast), sx by row (Sm90ColBroadcast), the int32 sums
-// (Sm90AccFetch, converted to fp32 with round-to-nearest as float(acc) is) and one compute node of
-// ours (SwigluPack) — the construction of vLLM's cutlass_scaled_mm epilogues
-// (csrc/quantization/cutlass_w8a8/c3x/scaled_mm_epilogues_c3x.hpp).
-//
-// Kernel: 128×128×128 tiles, clusters of 2 along M (each weight tile multicast to both CTAs),
-// ping-pong warp groups (each a whole tile; one's epilogue — SwiGLU's exp and division — overlaps
-// the other's main loop), tiles visited along N in groups of 8 for L2 reuse: of the shapes, tile
-// orders and swizzles timed at the 8B shape's gate|up with 32768 tokens (results/cuda.md), the
-// fastest; a 256×128 cooperative kernel (epilogue not overlapped) was 10-15% slower.
+// gemm_q8_fused.h: the gate|up kernel (with CUTLASS; cutlass_q8.cuh has the GEMM it shares with
+// gemm_q8_rope.cu), availability, the shapes, the gate|up interleave. D here is 16-bit and [n, 2F]
+// wide in memory: h [n, F] fp32.
 #include "libquant/cuda/gemm_q8_fused.h"
 
-#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -23,16 +10,7 @@
 #include "libquant/cuda/check.h"
 
 #ifdef QT_HAVE_CUTLASS
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/util/packed_stride.hpp"
-#include "libquant/cuda/q8_math.cuh"
+#include "libquant/cuda/cutlass_q8.cuh"
 #endif
 
 namespace qt::cuda {
@@ -41,7 +19,7 @@ bool q8_fused_fits(int F, int in) { return F > 0 && in > 0 && F % 4 == 0 && in %
 
 #ifdef QT_HAVE_CUTLASS
 namespace {
-using namespace cute;
+using namespace q8cutlass;
 
 // The compute node: Sm90Compute instantiates it with Array<float, FragmentSize>, the thread's share
 // of one epilogue step, inputs in the tree's child order. Accumulator fragments hold columns in
@@ -67,37 +45,10 @@ struct SwigluPack<cutlass::Array<float, N>> {
   }
 };
 
-using Tile = Shape<_128, _128, _128>;
-using Cluster = Shape<_2, _1, _1>;
-namespace fu = cutlass::epilogue::fusion;
-using RowScale = fu::Sm90RowBroadcast<0, Tile, float, float, Stride<_0, _1, _0>>;  // sw[c]
-using ColScale = fu::Sm90ColBroadcast<0, Tile, float, float, Stride<_1, _0, _0>>;  // sx[t]
 using Tree = fu::Sm90EVT<fu::Sm90Compute<SwigluPack, uint16_t, float, cutlass::FloatRoundStyle::round_to_nearest>,
                          RowScale, ColScale, fu::Sm90AccFetch>;
-using RowMajor = cutlass::layout::RowMajor;
-using Epilogue =
-    cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-                                                     cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float,
-                                                     void, RowMajor, 8, uint16_t, RowMajor, 8,
-                                                     cutlass::epilogue::TmaWarpSpecialized, Tree>::CollectiveOp;
-using Mainloop = cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, RowMajor, 16, int8_t, cutlass::layout::ColumnMajor, 16,
-    int32_t, Tile, Cluster,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
-    cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>>;
+using Gemm = Q8Gemm<Tree, uint16_t, cutlass::epilogue::collective::EpilogueTileAuto>;
 
-// The kernel's workspace (CUTLASS's persistent scheduler asks for a few bytes, or none): one
-// buffer per device and thread, grown as needed (each device's model runs on one stream).
-void* workspace(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  thread_local std::map<int, DeviceBuffer> ws;
-  int dev = 0;
-  QT_CUDA_CHECK(cudaGetDevice(&dev));
-  ws[dev].reserve(bytes);
-  return ws[dev].get();
-}
 }  // namespace
 
 bool q8_fused_available() {
@@ -110,28 +61,8 @@ bool q8_fused_available() {
 
 void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
                     cudaStream_t s) {
-  using GK = Gemm::GemmKernel;
-  if (n <= 0) return;
-  const int out = 2 * F;
-  const auto sa = cutlass::make_cute_packed_stride(GK::StrideA{}, make_shape(n, in, 1));
-  const auto sb = cutlass::make_cute_packed_stride(GK::StrideB{}, make_shape(out, in, 1));
-  const auto sd = cutlass::make_cute_packed_stride(GK::StrideD{}, make_shape(n, out, 1));
-  Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                       {n, out, in, 1},
-                       {X, sa, W, sb},
-                       {{}, nullptr, {}, reinterpret_cast<uint16_t*>(h), sd}};
-  args.epilogue.thread = {{sw}, {sx}, {}, {}};  // the tree's children in order, then the node's (none)
-  args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
-  args.scheduler.max_swizzle_size = 8;
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess)
-    throw std::logic_error("gemm_q8_swiglu: CUTLASS cannot run F " + std::to_string(F) + ", in " + std::to_string(in) +
-                           " (q8_fused_fits checks the shapes)");
-  cutlass::Status st = gemm.initialize(args, workspace(Gemm::get_workspace_size(args)), s);
-  if (st == cutlass::Status::kSuccess) st = gemm.run(s);
-  if (st != cutlass::Status::kSuccess)
-    throw std::runtime_error(std::string("gemm_q8_swiglu: CUTLASS: ") + cutlassGetStatusString(st));
-  QT_CUDA_LAUNCHED();
+  // the tree's children in order (sw, sx, the sums), then the node's arguments (none)
+  run<Gemm>("gemm_q8_swiglu", W, 2 * F, in, X, n, reinterpret_cast<uint16_t*>(h), {{sw}, {sx}, {}, {}}, s);
 }
 
 #else  // built without CUTLASS: q8_fused_available() is false and the callers never get here

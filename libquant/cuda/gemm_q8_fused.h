@@ -17,6 +17,7 @@
 // Available where built with CUTLASS (scripts/build_cuda.sh fetches its headers; QT_HAVE_CUTLASS)
 // and the device is compute capability 9.0; elsewhere the callers keep the cuBLASLt path.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -34,6 +35,15 @@ bool q8_fused_fits(int F, int in);
 // in fp32 with g, u = sx · (sw · acc) (swiglu_q8's values before its quantization).
 void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
                     cudaStream_t s);
+
+// The q|k|v GEMM with RoPE in its epilogue (gemm_q8_rope.cu): D [n, out] f16 = sx · (sw · acc) of
+// X [n, in] · W [out, in]ᵀ with the first `rot` columns (the q and k heads, hd wide) rotated as
+// rope_split_q8 rotates them (rotate-half; row t at position t % T; cos, sin [T, hd/2]): the same
+// bits as that pass, q, k and v side by side in each row instead of in three arrays.
+// The shapes it takes: in a multiple of 16, out of 8, hd 64 or 128, rot a multiple of hd.
+bool q8_rope_fits(int out, int in, int hd, int rot);
+void gemm_q8_rope(const int8_t* W, int out, int in, const float* sw, const int8_t* X, int n, const float* sx, int T,
+                  int hd, int rot, const float* cos, const float* sin, __half* D, cudaStream_t s);
 
 // Rows [gate (F); up (F)] of `rows` (F·2 rows of `row_bytes`) into the interleaved order above (undo:
 // back), in place through a scratch copy; used for the codes (row_bytes = in) and the scales (4).

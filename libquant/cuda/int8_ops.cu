@@ -185,7 +185,8 @@ __global__ void rope_split_q8_kernel(const typename P::Acc* acc, const float* sx
   for (int t = threadIdx.x; t < (nh + nkv) * half; t += blockDim.x) {
     const int h = t / half, i = t % half, j = h * hd + i;
     const float x0 = deq(s_in, sw[j], in[j]), x1 = deq(s_in, sw[j + half], in[j + half]);
-    const float y0 = x0 * c[i] - x1 * s[i], y1 = x1 * c[i] + x0 * s[i];
+    float y0 = x0, y1 = x1;
+    rope_pair(y0, y1, c[i], s[i]);
     __half* o = h < nh ? q + int64_t(r) * Q + h * hd : k + int64_t(r) * KV + (h - nh) * hd;
     o[i] = __float2half_rn(y0);
     o[i + half] = __float2half_rn(y1);
@@ -333,9 +334,9 @@ __global__ void quant_rows_v4_kernel(const float* x, int dim, typename P::Code* 
 
 // rope_split_q8_kernel, four rotation pairs per thread (half a multiple of 4, no fp32 copies).
 __device__ __forceinline__ void rope1(float x0, float x1, float c, float s, __half& o0, __half& o1) {
-  const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
-  o0 = __float2half_rn(y0);
-  o1 = __float2half_rn(y1);
+  rope_pair(x0, x1, c, s);
+  o0 = __float2half_rn(x0);
+  o1 = __float2half_rn(x1);
 }
 template <class P>
 __global__ void rope_split_q8_v4_kernel(const typename P::Acc* __restrict__ acc, const float* sx,

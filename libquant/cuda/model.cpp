@@ -528,6 +528,10 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, kvq->q_ptr(qh), kvq->k_ptr(kh), kvq->v_ptr(vh),
                att.get<float>(), kvq->key_window() ? kvq->k2_ptr(kh) : nullptr,
                kvq->value_window() ? kvq->v2_ptr(vh) : nullptr, qh, kvq->keys().bound(), kvq->values().bound());
+  } else if (q8_rope_now()) {  // q, k, v: columns of the q|k|v GEMM's f16 rows, in qkv's bytes
+    const __half* r = qkv.get<__half>();
+    attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, r, r + Q, r + Q + KV, att.get<float>(), nullptr,
+               nullptr, nullptr, {}, {}, Q + 2 * KV);
   } else {
     attn->bind(chunks, T_, c.n_heads, c.n_kv_heads, c.head_dim, q.get<__half>(), k.get<__half>(), v.get<__half>(),
                att.get<float>());
@@ -558,7 +562,7 @@ void GpuModel::Impl::tune_gemms(int n) {
   fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);
   void* y = acc.get();
   const void* a = xq.get();
-  one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);
+  if (!q8_rope) one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);  // else CUTLASS's (gemm_q8_fused.h)
   one("o", L.wo.get(), H, Q, a, n, y);
   if (!L.router.bytes()) {  // a sparse layer's experts run per-expert row counts (run_rows8)
     if (!q8_cutlass) one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);  // else CUTLASS's (gemm_q8_fused.h)

@@ -75,6 +75,11 @@ struct GpuModel::Impl {
   // W8A8 / W4A8: the gate|up GEMM through CUTLASS with SwiGLU in its epilogue (gemm_q8_fused.h;
   // gate and up rows interleaved at load); use_q8_fused_gemms decides.
   bool q8_cutlass = false;
+  // And the q|k|v GEMM with RoPE in its epilogue, writing q, k, v as f16 columns of one matrix in
+  // qkv's bytes that the fused attention reads in place: where every layer is q8_plain_qkv and
+  // the attention runs fused on the f16 cache (q8_rope_now: not with a quantized cache).
+  bool q8_rope = false;
+  bool q8_rope_now() const { return q8_rope && !kvq; }
   void use_q8_fused_gemms();
   bool w4 = false;       // q8 with int4 weights (W4A8), unpacked to int8 at load
   bool fp8 = false;      // q8 with E4M3 weights and activations (FP8_DYNAMIC), fp32 sums
@@ -187,6 +192,9 @@ struct GpuModel::Impl {
   void forward_layer_q8(const Layer& L, int chunks, const Layer* prev, bool last);
   template <typename C, typename A>
   void gemm8(const DeviceBuffer& W, int out, int in, const C* X, int n, A* Y);
+  // The q|k|v projection of the codes a (scales sa) to attention's q, k, v.
+  template <typename C, typename A>
+  void qkv_q8(const Layer& L, int N, const C* a, const float* sa);
   // The bf16 matrix of a projection: its own, or (affine, nf4, blockfp) its codes decoded into wdec.
   const bf16* weight(const DeviceBuffer& dense, const AffineWeight& a, const Bnb4Weight& n, const BlockFpWeight& f);
   // The final norm of rows first … first+n−1 of every chunk into hs ([chunks·n, H], bf16).

@@ -11,6 +11,7 @@
 // add fused into the next RMSNorm, SwiGLU into the quantization (int8_ops.h). Except, for int8 codes
 // on an sm_90 GPU (q8_cutlass), gate|up: a CUTLASS GEMM with SwiGLU in its epilogue
 // (gemm_q8_fused.h) writes h, half the bytes of its sums, then quant_rows — the same codes.
+#include <algorithm>
 #include <stdexcept>
 #include <type_traits>
 
@@ -31,10 +32,42 @@ void fused_swiglu(const DeviceBuffer&, int, int, const DeviceBuffer&, const e4m3
 }
 }  // namespace
 
+// The q|k|v GEMM with RoPE inside (q8_rope_now) into qkv's bytes, or cuBLASLt's into acc and then
+// rope_split_q8, or (a layer with biases, q/k norms or another RoPE) its epilogue alone and the
+// fp32 block's steps.
+template <typename C, typename A>
+void GpuModel::Impl::qkv_q8(const Layer& L, int N, const C* a, const float* sa) {
+  const ModelConfig& c = cfg;
+  const int H = c.hidden;
+  if constexpr (std::is_same_v<C, int8_t>) {
+    if (q8_rope_now()) {
+      gemm_q8_rope(L.wqkv.get<int8_t>(), Q + 2 * KV, H, L.sqkv.get<float>(), a, N, sa, T, c.head_dim, Q + KV,
+                   rope_cos.get<float>(), rope_sin.get<float>(), qkv.get<__half>(), stream);
+      prof.mark("gemm qkv", stream);
+      return;
+    }
+  }
+  A* y = acc.get<A>();
+  gemm8(L.wqkv, Q + 2 * KV, H, a, N, y);
+  prof.mark("gemm qkv", stream);
+  if (q8_fuse && q8_plain_qkv(L)) {
+    rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
+                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
+    prof.mark("rope", stream);
+  } else {  // the epilogue alone, then the fp32 block's biases, q/k norms and the layer's RoPE
+    dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
+    prof.mark("dequant", stream);
+    qkv_to_heads(L, N);
+  }
+}
+
 void GpuModel::Impl::use_q8_fused_gemms() {
   const int H = cfg.hidden, F = cfg.intermediate;
   q8_cutlass = !fp8 && q8_fused_available() && q8_fused_fits(F, H);
   if (!q8_cutlass) return;
+  q8_rope = q8_fuse && Attention::runs_fused(fused_attention, cfg.head_dim, false, false) &&
+            q8_rope_fits(Q + 2 * KV, H, cfg.head_dim, Q + KV) &&
+            std::all_of(layers.begin(), layers.end(), [&](const Layer& L) { return q8_plain_qkv(L); });
   for (Layer& L : layers) {
     if (L.router.bytes()) continue;  // a sparse layer's experts keep their own GEMMs (moe_ffn.cpp)
     interleave_gate_up(L.wgu.get(), F, size_t(H), stream);
@@ -63,17 +96,7 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   else
     rmsnorm_q8(xf, L.attn_norm.get<float>(), N, H, c.rms_eps, a, sa, stream);
   prof.mark("norm", stream);
-  gemm8(L.wqkv, Q + 2 * KV, H, a, N, y);
-  prof.mark("gemm qkv", stream);
-  if (q8_fuse && q8_plain_qkv(L)) {
-    rope_split_q8(y, sa, L.sqkv.get<float>(), N, T, c.n_heads, c.n_kv_heads, c.head_dim, rope_cos.get<float>(),
-                  rope_sin.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), stream);
-    prof.mark("rope", stream);
-  } else {  // the epilogue alone, then the fp32 block's biases, q/k norms and the layer's RoPE
-    dequant(y, N, Q + 2 * KV, sa, L.sqkv.get<float>(), qkv.get<float>(), false, stream);
-    prof.mark("dequant", stream);
-    qkv_to_heads(L, N);
-  }
+  qkv_q8<C, A>(L, N, a, sa);
   attend(chunks, L);
   quant_rows(att.get<float>(), N, Q, a, sa, stream);
   prof.mark("act convert", stream);
@@ -111,6 +134,8 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
   }
 }
 
+template void GpuModel::Impl::qkv_q8<int8_t, int32_t>(const Layer&, int, const int8_t*, const float*);
+template void GpuModel::Impl::qkv_q8<e4m3, float>(const Layer&, int, const e4m3*, const float*);
 template void GpuModel::Impl::forward_layer_q8<int8_t, int32_t>(const Layer&, int, const Layer*, bool);
 template void GpuModel::Impl::forward_layer_q8<e4m3, float>(const Layer&, int, const Layer*, bool);
 

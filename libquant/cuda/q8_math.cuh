@@ -17,4 +17,13 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / d * u;
 }
 
+// RoPE (rotate-half) of one pair (x0, x1) = (x[i], x[i + hd/2]) by the angle with cosine c and sine
+// s: (x0·c − x1·s, x1·c + x0·s), each with one rounded product and one FMA, written out so that
+// the q|k|v pass and the GEMM epilogue (gemm_q8_rope.cu) give the same bits.
+__device__ __forceinline__ void rope_pair(float& x0, float& x1, float c, float s) {
+  const float y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s)), y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+  x0 = y0;
+  x1 = y1;
+}
+
 }  // namespace qt::cuda

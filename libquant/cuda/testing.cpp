@@ -281,7 +281,49 @@ float q8_swiglu_ms(bool fused, int F, int in, int n, int reps) {
   return ms_per_call(reps, once);
 }
 
+std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
+                                const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
+                                int rot, const std::vector<float>& cos, const std::vector<float>& sin) {
+  DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx), dc = up(cos), ds = up(sin), dy(size_t(n) * out * 2);
+  cuda::gemm_q8_rope(dw.get<int8_t>(), out, in, dsw.get<float>(), dx.get<int8_t>(), n, dsx.get<float>(), T, hd, rot,
+                     dc.get<float>(), ds.get<float>(), dy.get<__half>(), nullptr);
+  return f16_to_host_f32(dy, size_t(n) * out);
+}
+
+float q8_rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps) {
+  const int Q = nh * hd, KV = nkv * hd, out = Q + 2 * KV, T = 512;
+  DeviceBuffer w(size_t(out) * in), x(size_t(n) * in), sw(size_t(out) * 4), sx(size_t(n) * 4), y(size_t(n) * out * 4),
+      q(size_t(n) * Q * 2), k(size_t(n) * KV * 2), v(size_t(n) * KV * 2), cs(size_t(T) * hd / 2 * 4),
+      sn(size_t(T) * hd / 2 * 4);
+  fill_random(w.get<uint32_t>(), w.bytes() / 4, 3, 0xffffffffu, nullptr);
+  fill_random(x.get<uint32_t>(), x.bytes() / 4, 4, 0xffffffffu, nullptr);
+  const std::vector<float> s64(size_t(std::max({out, n, T * hd / 2})), 1.0f / 64);
+  for (DeviceBuffer* b : {&sw, &sx, &cs, &sn})
+    QT_CUDA_CHECK(cudaMemcpy(b->get(), s64.data(), b->bytes(), cudaMemcpyHostToDevice));
+  QT_CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
+  GemmLt g;
+  const int8_t *W = w.get<int8_t>(), *X = x.get<int8_t>();
+  auto once = [&] {
+    if (fused) {
+      cuda::gemm_q8_rope(W, out, in, sw.get<float>(), X, n, sx.get<float>(), T, hd, Q + KV, cs.get<float>(),
+                         sn.get<float>(), y.get<__half>(), nullptr);
+    } else {
+      g.run_i8(W, out, in, X, n, y.get<int32_t>(), nullptr);
+      cuda::rope_split_q8(y.get<int32_t>(), sx.get<float>(), sw.get<float>(), n, T, nh, nkv, hd, cs.get<float>(),
+                          sn.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), nullptr);
+    }
+  };
+  return ms_per_call(reps, once);
+}
+
 void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }
+
+bool runs_q8_rope(GpuModel& m) { return m.impl().q8_rope_now(); }
+
+void force_unfused_qkv(GpuModel& m) {
+  m.impl().q8_rope = false;
+  m.impl().max_chunks = 0;  // the next reserve binds attention to packed q, k, v
+}
 
 void force_unfused_gate_up(GpuModel& m) {
   GpuModel::Impl& I = m.impl();
