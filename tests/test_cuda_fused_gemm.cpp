@@ -153,9 +153,7 @@ TEST(CudaFusedGemm, Timing) {
                 lt, fu, gflop / fu, lt / fu);
     EXPECT_GT(fu, 0.0f);
     const float rl = cuda::testing::q8_rope_ms(false, H, 32, 8, 128, n, reps),
-                rf = cuda::testing::q8_rope_ms(1, H, 32, 8, 128, n, reps),
-                r0 = cuda::testing::q8_rope_ms(2, H, 32, 8, 128, n, reps);
-    std::printf("int8 q|k|v n=%d: the fused GEMM without rotating %.3f ms\n", n, r0);
+                rf = cuda::testing::q8_rope_ms(true, H, 32, 8, 128, n, reps);
     std::printf("int8 q|k|v n=%d: cuBLASLt + rope_split_q8 %.3f ms, RoPE in the GEMM %.3f ms (%.0f T/s): %.3fx\n", n,
                 rl, rf, 2.0 * n * H * 6144 / 1e9 / rf, rl / rf);
   }

@@ -87,7 +87,7 @@ void Attention::run(int chunks, float scale, cudaStream_t s, int window, float s
   if (chunks <= 0) return;
   if (chunks > max_chunks_) throw std::logic_error("Attention::run: more chunks than bound");
   if (fused_now_) {
-    fused_attention(q_, k_, v_, out_, chunks, T_, nh_, nkv_, hd_, scale, s, window, softcap, sinks, 0, ld_, ld_ != 0);
+    fused_attention(q_, k_, v_, out_, chunks, T_, nh_, nkv_, hd_, scale, s, window, softcap, sinks, 0, ld_);
     return;
   }
   QT_CUBLAS_CHECK(cublasSetStream(h_, s));

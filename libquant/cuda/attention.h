@@ -32,8 +32,7 @@ class Attention {
   // softmax then reads S or S2 per (query, key) by the bounds given to run(). q2: the queries S2
   // uses (head space, where q is in a rotated key domain: exact keys are scored as q · k).
   // kb / vb: the key and value bounds of k2 / v2. ld: q, k and v as columns of one matrix with this
-  // row stride, q's and k's heads in pair_rope_blocks' order (the W8A8 q|k|v GEMM's output,
-  // gemm_q8_fused.h; the fused path only), 0: packed, in head order, as above.
+  // row stride (the W8A8 q|k|v GEMM's output; the fused path only), 0: packed as above.
   // Banded windows: every query t reads exact positions within [t − W + 1, t] only (W the
   // widest bound's width()), so where 2W < T the second GEMMs run over a band instead of T × T:
   // per block of W queries, the 2W keys from band_start (kv.h) — S2 and P2 are T × 2W per head,

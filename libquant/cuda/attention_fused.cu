@@ -34,7 +34,6 @@ struct Params {
   float* out;
   const float* sinks;
   int T, group, ldq, ldkv, ldo, window;  // row strides of q, of k and v, of out
-  bool paired;                           // q and k in pair_rope_blocks' order
   float scale, softcap;
   float scale_log2;  // scale · log2(e): raw scores straight to exp2's argument
 };
@@ -82,24 +81,21 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 // Rows [r0, r0 + R) of one or two [T, ld] f16 matrices (columns 0 … D−1 from a and b) into shared
 // [R][D + kPad] each. Offsets within a chunk fit 32 bits: the loop-invariant parts the compiler
-// hoists out of the tile loop then take one register each, shared by K and V. paired: a's 8-column
-// blocks come in the order of gemm_q8_fused.h's pair_rope_blocks (block b at 2b, b + D/16 at
-// 2b + 1) and go to shared memory in head order.
+// hoists out of the tile loop then take one register each, shared by K and V.
 template <int D, int R, int kThreads>
 __device__ __forceinline__ void load_tiles(__half* da, const __half* a, __half* db, const __half* b, int ld, int r0,
-                                           int T, int tid, bool paired = false) {
+                                           int T, int tid) {
   constexpr int per_row = D / 8;  // 16-byte pieces
   static_assert(R * per_row % kThreads == 0, "whole rounds of 16-byte copies");
   constexpr int kRounds = R * per_row / kThreads, kStep = kThreads / per_row;  // rows a round
-  const int r = tid / per_row, c = tid % per_row * 8, blk = c / 8, half = per_row / 2;
-  const int shift = paired ? (blk < half ? 2 * blk : 2 * (blk - half) + 1) * 8 - c : 0;  // a's column − c
+  const int r = tid / per_row, c = tid % per_row * 8;
   uint32_t off = uint32_t(r0 + r) * uint32_t(ld) + c;
   const uint32_t step = uint32_t(kStep) * uint32_t(ld);
   __half *pa = da + r * (D + kPad) + c, *pb = db ? db + r * (D + kPad) + c : nullptr;
 #pragma unroll
   for (int it = 0; it < kRounds; ++it) {
     const bool ok = r0 + r + it * kStep < T;
-    cp_async16(pa + it * kStep * (D + kPad), a + (ok ? int64_t(off) + shift : 0), ok);
+    cp_async16(pa + it * kStep * (D + kPad), a + (ok ? off : 0), ok);
     if (db) cp_async16(pb + it * kStep * (D + kPad), b + (ok ? off : 0), ok);
     off += step;
   }
@@ -309,9 +305,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd(Params p) {
 #pragma unroll
   for (int j = 0; j < kHeads; ++j) {
     const __half* Qg = p.q + b.row0 * p.ldq + size_t(blockIdx.x * kHeads + j) * D;
-    load_tiles<D, B::kP, kThreads>(sQ + j * B::kP * S, Qg, nullptr, nullptr, p.ldq, b.q0, p.T, tid, p.paired);
+    load_tiles<D, B::kP, kThreads>(sQ + j * B::kP * S, Qg, nullptr, nullptr, p.ldq, b.q0, p.T, tid);
   }
-  load_tiles<D, kN, kThreads>(sK, b.Kg, sV, b.Vg, p.ldkv, b.t_lo * kN, p.T, tid, p.paired);
+  load_tiles<D, kN, kThreads>(sK, b.Kg, sV, b.Vg, p.ldkv, b.t_lo * kN, p.T, tid);
   cp_async_commit();
 
   // Per thread: rows (lane / 4) and (lane / 4 + 8) of each of its kM tiles.
@@ -324,7 +320,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd(Params p) {
     __syncthreads();
     if (t < b.t_hi)
       load_tiles<D, kN, kThreads>(sK + (buf ^ 1) * kN * S, b.Kg, sV + (buf ^ 1) * kN * S, b.Vg, p.ldkv, (t + 1) * kN,
-                                  p.T, tid, p.paired);
+                                  p.T, tid);
     cp_async_commit();
     const int kbase = t * kN;
     if (kbase > b.w_last) continue;  // a tile wholly after this warp's last query adds nothing to its rows
@@ -379,13 +375,13 @@ bool fused_attention_fits(int hd) { return hd == 64 || hd == 128; }
 
 void fused_attention(const __half* q, const __half* k, const __half* v, float* out, int chunks, int T, int nh, int nkv,
                      int hd, float scale, cudaStream_t s, int window, float softcap, const float* sinks, int tile,
-                     int ld, bool paired) {
+                     int ld) {
   if (chunks <= 0 || T <= 0) return;
   if (!fused_attention_fits(hd) || nkv <= 0 || nh % nkv != 0)
     throw std::logic_error("fused_attention: head dim 64 or 128 and whole groups of query heads only");
   if (ld % 8 != 0) throw std::logic_error("fused_attention: rows of whole 16-byte units only");
   const int Q = nh * hd, ldq = ld ? ld : Q, ldkv = ld ? ld : nkv * hd;
-  const Params p{q, k, v, out, sinks, T, nh / nkv, ldq, ldkv, Q, window, paired, scale, softcap, scale * kLog2e};
+  const Params p{q, k, v, out, sinks, T, nh / nkv, ldq, ldkv, Q, window, scale, softcap, scale * kLog2e};
   if (hd == 64) {
     if (tile == 1) return launch_any<64, 4, 1, 64>(p, chunks, nh, s);
     if (tile == 3) return launch_any<64, 4, 2, 32>(p, chunks, nh, s);

@@ -24,10 +24,9 @@ bool fused_attention_fits(int hd);
 // × 64 positions (4 warps), where nh / nkv is a multiple of 4 or 2 (else 2). Default at hd 128: 5
 // where nh / nkv is even, else 2; at hd 64: 2. The timing test compares them.
 // ld: the row stride of q, k and v (elements, a multiple of 8) where they are columns of one
-// matrix (the W8A8 q|k|v GEMM's output, gemm_q8_fused.h); 0: each packed as above. paired: q's and
-// k's heads in that GEMM's column order (pair_rope_blocks), read back into head order.
+// matrix (the W8A8 q|k|v GEMM's output, gemm_q8_fused.h); 0: each packed as above.
 void fused_attention(const __half* q, const __half* k, const __half* v, float* out, int chunks, int T, int nh, int nkv,
                      int hd, float scale, cudaStream_t s, int window = 0, float softcap = 0,
-                     const float* sinks = nullptr, int tile = 0, int ld = 0, bool paired = false);
+                     const float* sinks = nullptr, int tile = 0, int ld = 0);
 
 }  // namespace qt::cuda

@@ -184,7 +184,7 @@ float q8_swiglu_ms(bool fused, int F, int in, int n, int reps);
 std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
                                 const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
                                 int rot, const std::vector<float>& cos, const std::vector<float>& sin);
-float q8_rope_ms(int fused, int in, int nh, int nkv, int hd, int n, int reps);
+float q8_rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps);
 // MLX affine codes (rows of LSB-first bit streams), fp32 scales/biases [rows, cols/group], rounding
 // to the stored dtype (0 f32, 1 bf16, 2 f16) → the bf16 matrix, returned as float.
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,

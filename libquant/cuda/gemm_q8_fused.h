@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace qt::cuda {
 
@@ -38,16 +39,15 @@ void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_
 
 // The q|k|v GEMM with RoPE in its epilogue (gemm_q8_rope.cu): D [n, out] f16 = sx · (sw · acc) of
 // X [n, in] · W [out, in]ᵀ with the first `rot` columns (the q and k heads, hd wide) rotated as
-// rope_split_q8 rotates them (rotate-half; row t at position t % T; cos, sin [T, hd/2]): the same
-// bits as that pass, q, k and v side by side in each row instead of in three arrays, and the q and
-// k heads' columns in the block order of W's rows: loaded through pair_rope_blocks (sw likewise).
+// rope_split_q8 rotates them (rotate-half; row t at position t % T; cs [T, hd/2, 2]: rope_split_q8's
+// cos and sin tables interleaved, rope_cos_sin): the same bits as that pass, q, k and v side by side
+// in each row instead of in three arrays.
 // The shapes it takes: in a multiple of 16, out of 8, hd 64 or 128, rot a multiple of hd.
 bool q8_rope_fits(int out, int in, int hd, int rot);
 void gemm_q8_rope(const int8_t* W, int out, int in, const float* sw, const int8_t* X, int n, const float* sx, int T,
-                  int hd, int rot, const float* cos, const float* sin, __half* D, cudaStream_t s);
-// Each of `heads` heads of `rows` (hd rows of row_bytes each) with its 8-row blocks paired: block b
-// and b + hd/16 at positions 2b and 2b + 1 (undo: back), in place through a scratch copy.
-void pair_rope_blocks(void* rows, int heads, int hd, size_t row_bytes, cudaStream_t s, bool undo = false);
+                  int hd, int rot, const float* cs, __half* D, cudaStream_t s);
+// The interleaved table gemm_q8_rope reads: (cos[i], sin[i]) for each of `count` angles.
+std::vector<float> rope_cos_sin(const float* cos, const float* sin, size_t count);
 
 // Rows [gate (F); up (F)] of `rows` (F·2 rows of `row_bytes`) into the interleaved order above (undo:
 // back), in place through a scratch copy; used for the codes (row_bytes = in) and the scales (4).

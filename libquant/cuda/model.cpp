@@ -45,6 +45,7 @@
 #include "formats/error.h"
 #include "libquant/cuda/device_guard.h"
 #include "libquant/cuda/int8_ops.h"
+#include "libquant/cuda/gemm_q8_fused.h"
 #include "libquant/cuda/model_impl.h"
 #include "libquant/kernels/bf16.h"
 #include "libquant/math/ops.h"
@@ -476,7 +477,7 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   rows = has_head() ? std::max(rows, head_rows) : 0;
   const size_t N = size_t(chunks) * T_, H = c.hidden, F = dense_ffn ? c.intermediate : 0;
   if (T_ != T) {
-    auto upload_table = [&](ops::RopeTable rope, DeviceBuffer& cos_b, DeviceBuffer& sin_b) {
+    auto upload_table = [&](ops::RopeTable rope, DeviceBuffer& cos_b, DeviceBuffer& sin_b, DeviceBuffer* both) {
       rope.ensure(T_);
       const size_t half = size_t(c.head_dim / 2);
       std::vector<float> cs(size_t(T_) * half), sn(size_t(T_) * half);
@@ -486,9 +487,10 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
       }
       cos_b = upload_f32(cs);
       sin_b = upload_f32(sn);
+      if (both) *both = upload_f32(rope_cos_sin(cs.data(), sn.data(), cs.size()));
     };
-    upload_table(ops::RopeTable(c), rope_cos, rope_sin);
-    if (c.rope_local_theta > 0) upload_table(ops::RopeTable(c, c.rope_local_theta), rope_cos_l, rope_sin_l);
+    upload_table(ops::RopeTable(c), rope_cos, rope_sin, q8_rope ? &rope_cs : nullptr);
+    if (c.rope_local_theta > 0) upload_table(ops::RopeTable(c, c.rope_local_theta), rope_cos_l, rope_sin_l, nullptr);
   }
   tok.resize(N * 4);
   x.resize(N * H * 4);

@@ -109,6 +109,7 @@ struct GpuModel::Impl {
   // Scratch for up to max_chunks chunks of T tokens.
   int max_chunks = 0, T = 0;
   DeviceBuffer rope_cos, rope_sin;      // fp32 [T, hd/2]
+  DeviceBuffer rope_cs;                 // q8_rope: the two interleaved (gemm_q8_fused.h rope_cos_sin)
   DeviceBuffer rope_cos_l, rope_sin_l;  // gemma3's sliding layers: the local base's table
   DeviceBuffer post;                    // fp32 [N, H]: a sublayer's output before its post-norm
   DeviceBuffer tok, x, xb, qkv, q, k, v, att, attb, gu, hb;

@@ -42,7 +42,7 @@ void GpuModel::Impl::qkv_q8(const Layer& L, int N, const C* a, const float* sa) 
   if constexpr (std::is_same_v<C, int8_t>) {
     if (q8_rope_now()) {
       gemm_q8_rope(L.wqkv.get<int8_t>(), Q + 2 * KV, H, L.sqkv.get<float>(), a, N, sa, T, c.head_dim, Q + KV,
-                   rope_cos.get<float>(), rope_sin.get<float>(), qkv.get<__half>(), stream);
+                   rope_cs.get<float>(), qkv.get<__half>(), stream);
       prof.mark("gemm qkv", stream);
       return;
     }
@@ -68,11 +68,6 @@ void GpuModel::Impl::use_q8_fused_gemms() {
   q8_rope = q8_fuse && Attention::runs_fused(fused_attention, cfg.head_dim, false, false) &&
             q8_rope_fits(Q + 2 * KV, H, cfg.head_dim, Q + KV) &&
             std::all_of(layers.begin(), layers.end(), [&](const Layer& L) { return q8_plain_qkv(L); });
-  if (q8_rope)
-    for (Layer& L : layers) {  // the q and k heads' rows in the order the GEMM's epilogue pairs them
-      pair_rope_blocks(L.wqkv.get(), cfg.n_heads + cfg.n_kv_heads, cfg.head_dim, size_t(H), stream);
-      pair_rope_blocks(L.sqkv.get(), cfg.n_heads + cfg.n_kv_heads, cfg.head_dim, sizeof(float), stream);
-    }
   for (Layer& L : layers) {
     if (L.router.bytes()) continue;  // a sparse layer's experts keep their own GEMMs (moe_ffn.cpp)
     interleave_gate_up(L.wgu.get(), F, size_t(H), stream);

@@ -284,39 +284,30 @@ float q8_swiglu_ms(bool fused, int F, int in, int n, int reps) {
 std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
                                 const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
                                 int rot, const std::vector<float>& cos, const std::vector<float>& sin) {
-  DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx), dc = up(cos), ds = up(sin), dy(size_t(n) * out * 2);
-  pair_rope_blocks(dw.get(), rot / hd, hd, size_t(in), nullptr);  // as the loader does
-  pair_rope_blocks(dsw.get(), rot / hd, hd, sizeof(float), nullptr);
+  DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx),
+               dcs = up(rope_cos_sin(cos.data(), sin.data(), cos.size())), dy(size_t(n) * out * 2);
   cuda::gemm_q8_rope(dw.get<int8_t>(), out, in, dsw.get<float>(), dx.get<int8_t>(), n, dsx.get<float>(), T, hd, rot,
-                     dc.get<float>(), ds.get<float>(), dy.get<__half>(), nullptr);
-  const std::vector<float> got = f16_to_host_f32(dy, size_t(n) * out);
-  std::vector<float> y = got;  // the q and k columns back in head order
-  const int half = hd / 16;
-  for (int t = 0; t < n; ++t)
-    for (int c = 0; c < rot; ++c) {
-      const int b = c % hd / 8, at = b < half ? 2 * b : 2 * (b - half) + 1;
-      y[size_t(t) * out + c] = got[size_t(t) * out + c - c % hd + at * 8 + c % 8];
-    }
-  return y;
+                     dcs.get<float>(), dy.get<__half>(), nullptr);
+  return f16_to_host_f32(dy, size_t(n) * out);
 }
 
-float q8_rope_ms(int fused, int in, int nh, int nkv, int hd, int n, int reps) {
+float q8_rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps) {
   const int Q = nh * hd, KV = nkv * hd, out = Q + 2 * KV, T = 512;
   DeviceBuffer w(size_t(out) * in), x(size_t(n) * in), sw(size_t(out) * 4), sx(size_t(n) * 4), y(size_t(n) * out * 4),
       q(size_t(n) * Q * 2), k(size_t(n) * KV * 2), v(size_t(n) * KV * 2), cs(size_t(T) * hd / 2 * 4),
-      sn(size_t(T) * hd / 2 * 4);
-  fill_random(w.get<uint32_t>(), w.bytes() / 4, 3, 0xffffffffu, nullptr);  // any order of rows
+      sn(size_t(T) * hd / 2 * 4), both(size_t(T) * hd * 4);
+  fill_random(w.get<uint32_t>(), w.bytes() / 4, 3, 0xffffffffu, nullptr);
   fill_random(x.get<uint32_t>(), x.bytes() / 4, 4, 0xffffffffu, nullptr);
-  const std::vector<float> s64(size_t(std::max({out, n, T * hd / 2})), 1.0f / 64);
-  for (DeviceBuffer* b : {&sw, &sx, &cs, &sn})
+  const std::vector<float> s64(size_t(std::max({out, n, T * hd})), 1.0f / 64);
+  for (DeviceBuffer* b : {&sw, &sx, &cs, &sn, &both})
     QT_CUDA_CHECK(cudaMemcpy(b->get(), s64.data(), b->bytes(), cudaMemcpyHostToDevice));
   QT_CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
   GemmLt g;
   const int8_t *W = w.get<int8_t>(), *X = x.get<int8_t>();
   auto once = [&] {
     if (fused) {
-      cuda::gemm_q8_rope(W, out, in, sw.get<float>(), X, n, sx.get<float>(), T, hd, fused == 2 ? 0 : Q + KV,
-                         cs.get<float>(), sn.get<float>(), y.get<__half>(), nullptr);
+      cuda::gemm_q8_rope(W, out, in, sw.get<float>(), X, n, sx.get<float>(), T, hd, Q + KV, both.get<float>(),
+                         y.get<__half>(), nullptr);
     } else {
       g.run_i8(W, out, in, X, n, y.get<int32_t>(), nullptr);
       cuda::rope_split_q8(y.get<int32_t>(), sx.get<float>(), sw.get<float>(), n, T, nh, nkv, hd, cs.get<float>(),
@@ -331,15 +322,8 @@ void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }
 bool runs_q8_rope(GpuModel& m) { return m.impl().q8_rope_now(); }
 
 void force_unfused_qkv(GpuModel& m) {
-  GpuModel::Impl& I = m.impl();
-  if (!I.q8_rope) return;
-  for (GpuModel::Impl::Layer& L : I.layers) {  // the rows back in head order
-    pair_rope_blocks(L.wqkv.get(), I.cfg.n_heads + I.cfg.n_kv_heads, I.cfg.head_dim, size_t(I.cfg.hidden), I.stream,
-                     true);
-    pair_rope_blocks(L.sqkv.get(), I.cfg.n_heads + I.cfg.n_kv_heads, I.cfg.head_dim, sizeof(float), I.stream, true);
-  }
-  I.q8_rope = false;
-  I.max_chunks = 0;  // the next reserve binds attention to packed q, k, v
+  m.impl().q8_rope = false;
+  m.impl().max_chunks = 0;  // the next reserve binds attention to packed q, k, v
 }
 
 void force_unfused_gate_up(GpuModel& m) {
