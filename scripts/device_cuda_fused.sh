@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The W8A8 gate|up GEMM with SwiGLU fused (libquant/cuda/gemm_q8_fused.cu; figures in
-# results/cuda.md "W8A8: the gate|up GEMM with SwiGLU fused"), as measured: on the device machine, from the
+# The W8A8 GEMMs with fused epilogues (libquant/cuda/gemm_q8_fused.cu: gate|up with SwiGLU;
+# gemm_q8_rope.cu: q|k|v with RoPE; figures in results/cuda.md "W8A8: the gate|up GEMM with SwiGLU in
+# its epilogue" and "W8A8: the q|k|v GEMM with RoPE in its epilogue"), as measured: on the device machine, from the
 # repository root: QT_BUILD_SRC=DIR bash scripts/device_cuda_fused.sh KIT STEP[,STEP]
 # KIT holds qt.xz, qt_base.xz and test_cuda.xz (xz-packed build-cuda/quanttool of this tree and of
 # the release before it, and test_cuda, built by
@@ -10,8 +11,8 @@
 #   prep  — start writing the 8b step's checkpoints in the background
 #   tests — the fused GEMM's and the tiny models' GPU tests (QT_REQUIRE_GPU=1), then the whole test_cuda
 #   8b    — the Llama-3-8B-shaped checkpoint (written here) and its W8A8 and FP8 folders; full text,
-#           two rounds of bf16, W8A8 with cuBLASLt's gate|up GEMM and swiglu_q8 (qt_base), W8A8 with the
-#           fused one, and FP8, alternated; then W8A8's stage profiles both ways and bf16's
+#           two rounds of bf16, W8A8 of the release before (qt_base), W8A8 of this tree, and FP8,
+#           alternated; then W8A8's stage profiles both ways and bf16's
 #           (QT_CUDA_PROFILE=1), and bench --peak
 set -o pipefail
 K=$(cd "$1" && pwd); R=$(pwd); STEPS=${2:-tests,8b}

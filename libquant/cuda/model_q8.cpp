@@ -10,7 +10,9 @@
 // The GEMMs run on cuBLASLt into int32 (fp32 for FP8) sums that the next pass reads: the residual
 // add fused into the next RMSNorm, SwiGLU into the quantization (int8_ops.h). Except, for int8 codes
 // on an sm_90 GPU (q8_cutlass), gate|up: a CUTLASS GEMM with SwiGLU in its epilogue
-// (gemm_q8_fused.h) writes h, half the bytes of its sums, then quant_rows — the same codes.
+// (gemm_q8_fused.h) writes h, half the bytes of its sums, then quant_rows — the same codes; and
+// q|k|v (q8_rope): a CUTLASS GEMM with RoPE in its epilogue writes f16 q, k, v, the values
+// rope_split_q8 writes, as columns of one matrix that the fused attention reads in place.
 #include <algorithm>
 #include <stdexcept>
 #include <type_traits>
