@@ -89,6 +89,12 @@ std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>&, int, int, const st
   no_cuda();
 }
 float q8_swiglu_ms(bool, int, int, int, int) { no_cuda(); }
+std::vector<float> gemm_q8_rope(const std::vector<int8_t>&, int, int, const std::vector<float>&,
+                                const std::vector<int8_t>&, int, const std::vector<float>&, int, int, int,
+                                const std::vector<float>&, const std::vector<float>&) {
+  no_cuda();
+}
+float q8_rope_ms(bool, int, int, int, int, int, int) { no_cuda(); }
 F8 swiglu_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
 std::vector<float> dequant_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&,
                               std::vector<float>, bool) {
@@ -101,6 +107,8 @@ std::vector<float> affine_dequant(const std::vector<uint8_t>&, const std::vector
 std::vector<float> blockfp_dequant(const std::vector<const PackedTensor*>&) { no_cuda(); }
 void force_fp8_block_decode(GpuModel&) { no_cuda(); }
 void force_unfused_gate_up(GpuModel&) { no_cuda(); }
+void force_unfused_qkv(GpuModel&) { no_cuda(); }
+bool runs_q8_rope(GpuModel&) { no_cuda(); }
 std::vector<float> round_activations(const Scheme&, const std::vector<float>&, int, int, int) { no_cuda(); }
 F8 quantize_fp8_groups(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_fp8_block(const std::vector<const PackedTensor*>&, const std::vector<float>&, int,
