@@ -5,7 +5,9 @@
 // c + hd/2 of every channel of a head (hd 64 or 128, heads never straddling the 128-aligned tiles)
 // sits in the same thread's registers. The node dequantizes each value in visit() (per fragment)
 // and rotates the pairs in reduce(), which CUTLASS calls with the thread's whole subtile before
-// converting it to f16 for the TMA store.
+// converting it to f16 for the TMA store. (CUTLASS's default, narrower subtiles would need each
+// head's rows reordered so that partners fall in one subtile, and the fused attention then reading
+// q and k back in head order: measured slower in all, results/cuda.md.)
 #include <stdexcept>
 
 #include "libquant/cuda/gemm_q8_fused.h"

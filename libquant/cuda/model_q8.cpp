@@ -65,11 +65,12 @@ void GpuModel::Impl::qkv_q8(const Layer& L, int N, const C* a, const float* sa) 
 
 void GpuModel::Impl::use_q8_fused_gemms() {
   const int H = cfg.hidden, F = cfg.intermediate;
-  q8_cutlass = !fp8 && q8_fused_available() && q8_fused_fits(F, H);
-  if (!q8_cutlass) return;
-  q8_rope = q8_fuse && Attention::runs_fused(fused_attention, cfg.head_dim, false, false) &&
+  const bool cutlass = !fp8 && q8_fused_available();  // int8 codes on an sm_90 GPU, CUTLASS built in
+  q8_rope = cutlass && q8_fuse && Attention::runs_fused(fused_attention, cfg.head_dim, false, false) &&
             q8_rope_fits(Q + 2 * KV, H, cfg.head_dim, Q + KV) &&
             std::all_of(layers.begin(), layers.end(), [&](const Layer& L) { return q8_plain_qkv(L); });
+  q8_cutlass = cutlass && q8_fused_fits(F, H);
+  if (!q8_cutlass) return;
   for (Layer& L : layers) {
     if (L.router.bytes()) continue;  // a sparse layer's experts keep their own GEMMs (moe_ffn.cpp)
     interleave_gate_up(L.wgu.get(), F, size_t(H), stream);
