@@ -325,35 +325,51 @@ QT_AVX512 inline void iq4_xs(const uint8_t* src, size_t nb, Out& out) {
 // Q2_K: (d * (sc & 15)) * q - dmin * (sc >> 4); Q3_K: (d * (sc - 32)) * q, q = low 2 bits - (hmask
 // bit set ? 0 : 4). Sub-block 8h + 2j + half holds elements 128h + 32j + 16·half + l, l < 16: its
 // codes (qs[32h + 16·half + l] >> 2j) & 3 (Q3_K: + 4 · bit 4h + j of hmask[16·half + l]) index the
-// sub-block's 4 (8) values.
+// sub-block's 4 (8) values. A block's 16 sub-block scales are computed as one vector, and one
+// 16-value table holds the values of 4 (Q3_K: 2) sub-blocks, each code offset to its sub-block's
+// slots: a broadcast per sub-block was the walker's busiest shuffle-port work. The codes are formed
+// as bytes (128-bit shifts and masks, the hmask bit as a byte test's mask) and widened once for the
+// lookup.
 template <bool kQ3, class Out>
 QT_AVX512 inline void q23_k(const uint8_t* src, size_t nb, Out& out) {
-  const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
-  const __m512 codes = iota16(kQ3 ? -4 : 0);
+  constexpr int kVals = kQ3 ? 8 : 4, kPer = 16 / kVals;  // values a sub-block indexes; sub-blocks a table holds
+  const __m128i three = _mm_set1_epi8(3), four = _mm_set1_epi8(4);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i slot = _mm512_srli_epi32(lane, kQ3 ? 3 : 2);  // the table's sub-block of each lane
+  const __m512 code = to_f32(_mm512_sub_epi32(_mm512_and_si512(lane, _mm512_set1_epi32(kVals - 1)),
+                                              _mm512_set1_epi32(kQ3 ? 4 : 0)));  // the lane's q
   for (size_t b = 0; b < nb; ++b, src += kQ3 ? 110 : 84) {
     ggml_prefetch_ahead(src, kQ3 ? 110 : 84);
     const uint8_t* qs = src + (kQ3 ? 32 : 16);
     const float d = half(src + (kQ3 ? 108 : 80));
+    __m512 dl, ml = _mm512_setzero_ps();  // per sub-block: its scale (and Q2_K's min)
+    if constexpr (kQ3) {
+      const uint8_t* sc = src + 96;
+      alignas(64) int32_t s6[16];
+      for (int sb = 0; sb < 16; ++sb)
+        s6[sb] = (((sb < 8 ? sc[sb] : sc[sb - 8] >> 4) & 0xF) | ((sc[8 + sb % 4] >> (2 * (sb / 4))) & 3) << 4) - 32;
+      dl = _mm512_mul_ps(_mm512_set1_ps(d), to_f32(_mm512_load_si512(s6)));
+    } else {
+      const __m512i sc = _mm512_cvtepu8_epi32(load16(src));
+      dl = _mm512_mul_ps(_mm512_set1_ps(d), to_f32(_mm512_and_si512(sc, _mm512_set1_epi32(0xF))));
+      ml = _mm512_mul_ps(_mm512_set1_ps(half(src + 82)), to_f32(_mm512_srli_epi32(sc, 4)));
+    }
+    const __m128i hm[2] = {load16(src), load16(src + 16)};  // Q3_K's hmask (unread for Q2_K)
+    __m512 table = _mm512_setzero_ps();
     for (int h = 0; h < 2; ++h)
       for (int j = 0; j < 4; ++j)
         for (int hf = 0; hf < 2; ++hf) {
-          const int sb = 8 * h + 2 * j + hf;
-          __m512 table;
-          if constexpr (kQ3) {
-            const uint8_t* sc = src + 96;
-            const int lsc = (sb < 8 ? sc[sb] : sc[sb - 8] >> 4) & 0xF, hsc = (sc[8 + sb % 4] >> (2 * (sb / 4))) & 3;
-            table = _mm512_mul_ps(_mm512_set1_ps(d * float((lsc | hsc << 4) - 32)), codes);
-          } else {
-            const float dl = d * float(src[sb] & 0xF), ml = half(src + 82) * float(src[sb] >> 4);
-            table = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), codes), _mm512_set1_ps(ml));
+          const int sb = 8 * h + 2 * j + hf;  // in loop order
+          if (sb % kPer == 0) {
+            const __m512i at = _mm512_add_epi32(slot, _mm512_set1_epi32(sb));
+            table = _mm512_mul_ps(_mm512_permutexvar_ps(at, dl), code);
+            if constexpr (!kQ3) table = _mm512_sub_ps(table, _mm512_permutexvar_ps(at, ml));
           }
-          __m512i q = _mm512_and_si512(
-              _mm512_srli_epi32(_mm512_cvtepu8_epi32(load16(qs + 32 * h + 16 * hf)), unsigned(2 * j)), three);
-          if constexpr (kQ3) {
-            const __m512i hm = _mm512_cvtepu8_epi32(load16(src + 16 * hf));
-            q = _mm512_mask_or_epi32(q, _mm512_test_epi32_mask(hm, _mm512_set1_epi32(1 << (4 * h + j))), q, four);
-          }
-          out(256 * b + size_t(128 * h + 32 * j + 16 * hf), _mm512_permutexvar_ps(q, table));
+          __m128i q = _mm_and_si128(_mm_srli_epi16(load16(qs + 32 * h + 16 * hf), 2 * j), three);
+          if constexpr (kQ3)
+            q = _mm_mask_add_epi8(q, _mm_test_epi8_mask(hm[hf], _mm_set1_epi8(char(1 << (4 * h + j)))), q, four);
+          q = _mm_add_epi8(q, _mm_set1_epi8(char(sb % kPer * kVals)));  // this sub-block's slots
+          out(256 * b + size_t(128 * h + 32 * j + 16 * hf), _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(q), table));
         }
   }
 }
