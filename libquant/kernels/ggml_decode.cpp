@@ -165,14 +165,31 @@ inline void scale_min_k4(int t, const uint8_t* s, int* sc, int* mn) {
   }
 }
 
+// A block's scales, computed into a small array, are read back one at a time as broadcast operands:
+// a load (VBROADCASTSS from memory), where a broadcast from a register, or the VPERMD of a lane that
+// GCC otherwise keeps in a register, takes the shuffle port the codes' lookups need. The barrier
+// after the array is written (its address handed to it, so the array lives in memory) makes GCC
+// read it back.
+QT_AVX512 inline void read_back_from_memory(const void* array) { asm volatile("" : : "r"(array) : "memory"); }
+
+// Q4_K / Q5_K: a block's 8 sub-block scales d * sc and mins dmin * mn.
+struct QkScales {
+  float dl[8], ml[8];
+  QT_AVX512 QkScales(const uint8_t* scales, float d, float dmin) {
+    for (int t = 0; t < 8; ++t) {
+      int sc, mn;
+      scale_min_k4(t, scales, &sc, &mn);
+      dl[t] = d * float(sc), ml[t] = dmin * float(mn);
+    }
+    read_back_from_memory(this);
+  }
+};
+
 // Q4_K / Q5_K sub-block t's values, (d * sc) * q - dmin * mn: codes 0..15 (lo_codes: iota16(0)) in
 // t0, Q5_K's 16..31 (hi_codes) in t1 — for the decoder and the dot alike.
 template <bool kFive>
-QT_AVX512 inline void qk_tables(const uint8_t* scales, int t, float d, float dmin, __m512 lo_codes, __m512 hi_codes,
-                                __m512* t0, __m512* t1) {
-  int sc, mn;
-  scale_min_k4(t, scales, &sc, &mn);
-  const __m512 dl = _mm512_set1_ps(d * float(sc)), ml = _mm512_set1_ps(dmin * float(mn));
+QT_AVX512 inline void qk_tables(const QkScales& s, int t, __m512 lo_codes, __m512 hi_codes, __m512* t0, __m512* t1) {
+  const __m512 dl = _mm512_set1_ps(s.dl[t]), ml = _mm512_set1_ps(s.ml[t]);
   *t0 = _mm512_sub_ps(_mm512_mul_ps(dl, lo_codes), ml);
   *t1 = kFive ? _mm512_sub_ps(_mm512_mul_ps(dl, hi_codes), ml) : *t0;
 }
@@ -185,12 +202,12 @@ QT_AVX512 inline void qk45(const uint8_t* src, size_t nb, Out& out) {
   const __m512 lo_codes = iota16(0), hi_codes = iota16(16);
   for (size_t b = 0; b < nb; ++b, src += kBytes) {
     ggml_prefetch_ahead(src, int(kBytes));
-    const float d = half(src), dmin = half(src + 2);
+    const QkScales sc(src + 4, half(src), half(src + 2));
     const uint8_t* qh = src + 16;
     const uint8_t* qs = src + (kFive ? 48 : 16);
     for (int t = 0; t < 8; ++t) {
       __m512 t0, t1;
-      qk_tables<kFive>(src + 4, t, d, dmin, lo_codes, hi_codes, &t0, &t1);
+      qk_tables<kFive>(sc, t, lo_codes, hi_codes, &t0, &t1);
       for (int l = 0; l < 32; l += 16) {
         const __m128i raw = load16(qs + 32 * (t / 2) + l);
         __m512i q = t % 2 ? high_nibbles(raw) : low_nibbles(raw);
@@ -234,13 +251,13 @@ QT_AVX512 inline void qk_shifted(const uint8_t* src, size_t nb, Dot& out) {
   }
   for (size_t b = 0; b < nb; ++b, src += kBytes) {
     ggml_prefetch_ahead(src, int(kBytes));
-    const float d = half(src), dmin = half(src + 2);
+    const QkScales sc(src + 4, half(src), half(src + 2));
     const uint8_t* qs = src + (kFive ? 48 : 16);
     [[maybe_unused]] __m512i qh;
     if constexpr (kFive) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)));
     for (int j = 0; j < 4; ++j) {
       __m512 t0[2], t1[2];
-      for (int h = 0; h < 2; ++h) qk_tables<kFive>(src + 4, 2 * j + h, d, dmin, lo_codes, hi_codes, &t0[h], &t1[h]);
+      for (int h = 0; h < 2; ++h) qk_tables<kFive>(sc, 2 * j + h, lo_codes, hi_codes, &t0[h], &t1[h]);
       const __m512i v = _mm512_srlv_epi32(
           _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j))), half_shift);
       const size_t at = 256 * b + 64 * size_t(j);
@@ -286,8 +303,10 @@ QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
     ggml_prefetch_ahead(src, 210);
     const uint8_t* ql = src;
     const uint8_t* qh = src + 128;
-    const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
-    const float d = half(src + 208);
+    alignas(64) float ds[16];  // the 16 scales d * sc, as one vector (read_back_from_memory)
+    _mm512_store_ps(ds,
+                    _mm512_mul_ps(_mm512_set1_ps(half(src + 208)), to_f32(_mm512_cvtepi8_epi32(load16(src + 192)))));
+    read_back_from_memory(ds);
     for (int h = 0; h < 2; ++h) {
       __m512 q[2][4];
       for (int hf = 0; hf < 2; ++hf) {
@@ -301,7 +320,7 @@ QT_AVX512 inline void q6_k(const uint8_t* src, size_t nb, Out& out) {
       for (int k = 0; k < 4; ++k)  // in the elements' order: a dot's two accumulators alternate
         for (int hf = 0; hf < 2; ++hf)
           out(256 * b + size_t(128 * h + 32 * k + 16 * hf),
-              _mm512_mul_ps(_mm512_set1_ps(d * float(scales[8 * h + 2 * k + hf])), q[hf][k]));
+              _mm512_mul_ps(_mm512_set1_ps(ds[8 * h + 2 * k + hf]), q[hf][k]));
     }
   }
 }
@@ -314,11 +333,13 @@ QT_AVX512 inline void iq4_xs(const uint8_t* src, size_t nb, Out& out) {
     ggml_prefetch_ahead(src, 136);
     const float d = half(src);
     const int sh = src[2] | src[3] << 8;
-    for (int ib = 0; ib < 8; ++ib) {
-      const int ls = ((src[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((sh >> (2 * ib)) & 3) << 4;
-      NibblesInOrder::run(src + 8 + 16 * ib, _mm512_mul_ps(_mm512_set1_ps(d * float(ls - 32)), grid),
-                          256 * b + 32 * size_t(ib), out);
-    }
+    float dl[8];  // the sub-blocks' scales (read_back_from_memory)
+    for (int ib = 0; ib < 8; ++ib)
+      dl[ib] = d * float((((src[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((sh >> (2 * ib)) & 3) << 4) - 32);
+    read_back_from_memory(dl);
+    for (int ib = 0; ib < 8; ++ib)
+      NibblesInOrder::run(src + 8 + 16 * ib, _mm512_mul_ps(_mm512_set1_ps(dl[ib]), grid), 256 * b + 32 * size_t(ib),
+                          out);
   }
 }
 
