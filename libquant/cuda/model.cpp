@@ -496,9 +496,10 @@ void GpuModel::Impl::reserve(int chunks, int T_, int rows) {
   x.resize(N * H * 4);
   xb.resize(N * H * 2);
   qkv.resize(N * size_t(Q + 2 * KV) * 4);
-  q.resize(N * size_t(Q) * 2);
-  k.resize(N * size_t(KV) * 2);
-  v.resize(N * size_t(KV) * 2);
+  const size_t packed = q8_rope_now() ? 0 : N;  // q8_rope: q, k, v are columns of qkv's bytes instead
+  q.resize(packed * size_t(Q) * 2);
+  k.resize(packed * size_t(KV) * 2);
+  v.resize(packed * size_t(KV) * 2);
   att.resize(N * size_t(Q) * 4);
   attb.resize(N * size_t(Q) * 2);
   gu.resize(N * 2 * F * 4);
@@ -564,7 +565,7 @@ void GpuModel::Impl::tune_gemms(int n) {
   fill_random(xq.get<uint32_t>(), xq.bytes() / 4, 27, 0x3f3f3f3fu, stream);
   void* y = acc.get();
   const void* a = xq.get();
-  if (!q8_rope) one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);  // else CUTLASS's (gemm_q8_fused.h)
+  if (!q8_rope_now()) one("qkv", L.wqkv.get(), Q + 2 * KV, H, a, n, y);  // else CUTLASS's (gemm_q8_fused.h)
   one("o", L.wo.get(), H, Q, a, n, y);
   if (!L.router.bytes()) {  // a sparse layer's experts run per-expert row counts (run_rows8)
     if (!q8_cutlass) one("gate|up", L.wgu.get(), 2 * F, H, a, n, y);  // else CUTLASS's (gemm_q8_fused.h)
