@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The W8A8 GEMMs with fused epilogues (libquant/cuda/gemm_q8_fused.cu: gate|up with SwiGLU;
+# The W8A8 and FP8 GEMMs with fused epilogues (libquant/cuda/gemm_q8_fused.cu: gate|up with SwiGLU;
 # gemm_q8_rope.cu: q|k|v with RoPE; figures in results/cuda.md "W8A8: the gate|up GEMM with SwiGLU in
-# its epilogue" and "W8A8: the q|k|v GEMM with RoPE in its epilogue"), as measured: on the device machine, from the
+# its epilogue", "W8A8: the q|k|v GEMM with RoPE in its epilogue" and "FP8 on the fused GEMMs"), as
+# measured: on the device machine, from the
 # repository root: QT_BUILD_SRC=DIR bash scripts/device_cuda_fused.sh KIT STEP[,STEP]
 # KIT holds qt.xz, qt_base.xz and test_cuda.xz (xz-packed build-cuda/quanttool of this tree and of
 # the release before it, and test_cuda, built by
@@ -11,8 +12,8 @@
 #   prep  — start writing the 8b step's checkpoints in the background
 #   tests — the fused GEMM's and the tiny models' GPU tests (QT_REQUIRE_GPU=1), then the whole test_cuda
 #   8b    — the Llama-3-8B-shaped checkpoint (written here) and its W8A8 and FP8 folders; full text,
-#           two rounds of bf16, W8A8 of the release before (qt_base), W8A8 of this tree, and FP8,
-#           alternated; then W8A8's stage profiles both ways and bf16's
+#           two rounds of bf16, then W8A8 and FP8 each of the release before (qt_base) and of this
+#           tree, alternated; then FP8's and W8A8's stage profiles both ways and bf16's
 #           (QT_CUDA_PROFILE=1), and bench --peak
 set -o pipefail
 K=$(cd "$1" && pwd); R=$(pwd); STEPS=${2:-tests,8b}
@@ -37,7 +38,7 @@ for s in ${STEPS//,/ }; do case $s in
       --out /tmp/l8b > /tmp/ck.txt 2>&1; $Q convert --in /tmp/l8b --out /tmp/l8b-w8 --scheme int8 --group-size 0 > /tmp/cv1.txt 2>&1;
       $Q convert --in /tmp/l8b --out /tmp/l8b-f8 --scheme fp8 > /tmp/cv2.txt 2>&1; rm /tmp/prep.running" > /dev/null 2>&1 &) ;;
   tests)
-    QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 200 /tmp/kit/test_cuda --gtest_filter='CudaFusedGemm.*:Cuda.TinyLlama*' 2>&1 |
+    QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 200 /tmp/kit/test_cuda --gtest_filter='CudaFusedGemm.*:Cuda.TinyLlama*:Cuda.Fp8*' 2>&1 |
       grep -vE "^\[ RUN|^$|^Google Test trace"
     QT_REQUIRE_GPU=1 QT_BIN=$Q timeout 300 /tmp/kit/test_cuda 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|tests ran"
     echo "tests done at $(el) s" ;;
@@ -50,12 +51,15 @@ for s in ${STEPS//,/ }; do case $s in
     E="$Q eval-ppl --text $T --device cuda --model" B="/tmp/kit/qt_base eval-ppl --text $T --device cuda --model"
     for round in 1 2; do
       run 100 $E /tmp/l8b
-      run 100 $B /tmp/l8b-w8
-      run 100 $E /tmp/l8b-w8
-      run 100 $E /tmp/l8b-f8
+      for m in w8 f8; do
+        run 100 $B /tmp/l8b-$m
+        run 100 $E /tmp/l8b-$m
+      done
     done
-    run 100 env QT_CUDA_PROFILE=1 $E /tmp/l8b-w8
-    run 100 env QT_CUDA_PROFILE=1 $B /tmp/l8b-w8
+    for m in f8 w8; do
+      run 100 env QT_CUDA_PROFILE=1 $E /tmp/l8b-$m
+      run 100 env QT_CUDA_PROFILE=1 $B /tmp/l8b-$m
+    done
     run 100 env QT_CUDA_PROFILE=1 $E /tmp/l8b
     $Q bench --peak --device cuda 2>&1 | tail -4 ;;
   *) echo "usage: $0 KIT prep|tests|8b[,..]" >&2; exit 2 ;;

@@ -2,6 +2,7 @@
 // CPU's FP8 (schemes/fp8.cpp quantize_activations_fp8, reference_gemm): per-token E4M3 codes and
 // scales bit for bit, and the whole Linear (codes, FP8 GEMM, epilogue) within the sums' rounding.
 // The tiny model's FP8 forward against the CPU's: test_cuda_model.cpp.
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -67,6 +68,33 @@ TEST(Cuda, Fp8ActivationsMatchCpu) {
     ops::rmsnorm(x.data(), dim, w.data(), y.data(), dim, rows, dim, 1e-5f);
     quantize_activations_fp8(y.data(), rows, dim, q.data(), s.data());
     expect_same_f8(cuda::testing::rmsnorm_f8(x, w, rows, dim, 1e-5f), q, s, false);
+  }
+}
+
+// Values a few fp32 ulps either side of every rounding boundary between two E4M3 codes (times the
+// row's scale), where the kernels' code without the division (int8_ops.cu F8::code) must hand over
+// to the division: the CPU's codes bit for bit, at a width of the vectorized kernel and a scalar one.
+TEST(Cuda, Fp8CodesAtTheRoundingBoundariesMatchCpu) {
+  QT_REQUIRE_GPU();
+  std::vector<float> mid;  // the midpoints between adjacent positive codes 0x00 … 0x7e (448)
+  for (int c = 0; c < 0x7e; ++c) mid.push_back(0.5f * (e4m3_to_f32(uint8_t(c)) + e4m3_to_f32(uint8_t(c + 1))));
+  for (int dim : {576, 90}) {
+    const int rows = 48;
+    std::vector<float> x(size_t(rows) * dim);
+    uint32_t k = 0;
+    for (int r = 0; r < rows; ++r) {
+      const float amax = std::ldexp(1.0f + 0.37f * float(r % 7), r % 11 - 5), s = amax / 448.0f;  // the CPU's scale
+      x[size_t(r) * dim] = (r & 1) ? -amax : amax;
+      for (int d = 1; d < dim; ++d, ++k) {
+        float v = mid[k % mid.size()] * s;
+        const int ulps = int(k / mid.size() % 17) - 8;  // −8 … 8 ulps away
+        for (int i = 0; i < std::abs(ulps); ++i) v = std::nextafter(v, ulps < 0 ? 0.0f : 1e30f);
+        x[size_t(r) * dim + d] = (k * 2654435761u >> 31) ? -v : v;
+      }
+    }
+    std::vector<float> q(x.size()), sc(rows);
+    quantize_activations_fp8(x.data(), rows, dim, q.data(), sc.data());
+    expect_same_f8(cuda::testing::quant_rows_f8(x, rows, dim), q, sc, true);
   }
 }
 

@@ -1,11 +1,14 @@
 // The W8A8 GEMMs with fused epilogues (libquant/cuda/gemm_q8_*.cu) against the paths they replace:
 // cuBLASLt's GEMM into int32 sums, then swiglu_q8 or rope_split_q8 (int8_ops.cu). The sums are
-// exact, so the fused outputs must give those bits. Then whole W8A8 models both ways.
+// exact, so the fused outputs must give those bits. Then whole W8A8 models both ways. FP8's (E4M3
+// codes, the tensor cores' own accumulation) against exact sums within that accumulation's error,
+// and a whole FP8 model both ways within a fraction of FP8's own error.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "libquant/schemes/e4m3.h"
 #include "tests/cuda_support.h"
 
 namespace qt {
@@ -31,6 +34,40 @@ std::vector<float> random_scales(size_t n, uint32_t seed, float base) {
   return v;
 }
 
+// Random E4M3 codes: the bytes masked with 0x77 (every sign and mantissa, exponents up to 14: no NaN,
+// values up to 240).
+std::vector<uint8_t> random_e4m3(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  const auto b = random_i8(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(b[i]) & 0x77u;
+  return v;
+}
+
+// Exact sums of X [n, in] · W [out, in]ᵀ of E4M3 codes (sum[t, j]) and Σ|a·w| (mag[t, j]), in double.
+struct ExactSums {
+  std::vector<double> sum, mag;
+};
+ExactSums exact_f8_sums(const std::vector<uint8_t>& w, int out, int in, const std::vector<uint8_t>& x, int n) {
+  ExactSums r{std::vector<double>(size_t(n) * out), std::vector<double>(size_t(n) * out)};
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < out; ++j) {
+      double s = 0, m = 0;
+      for (int i = 0; i < in; ++i) {
+        const double p = double(e4m3_to_f32(x[size_t(t) * in + i])) * e4m3_to_f32(w[size_t(j) * in + i]);
+        s += p, m += std::abs(p);
+      }
+      r.sum[size_t(t) * out + j] = s, r.mag[size_t(t) * out + j] = m;
+    }
+  return r;
+}
+// The bound on FP8 sums without promotion, as a fraction of Σ|a·w|: Hopper's FP8 tensor cores add
+// each MMA step's 32 products into the running sum with about 14 bits kept (DeepSeek-V3 technical
+// report, arXiv:2412.19437 §3.3.2), a loss that grows with in / 32 and with the products' spread;
+// on these codes (in 400, magnitudes 2^-9 … 240) the H100 measured 2^-7.9. 2^-6 holds that with
+// margin; a wrong scale, column or rotation partner errs by the order of |Σ a·w| itself, Σ|a·w| / √in
+// or more (2^-4.3 here).
+constexpr double kF8SumError = 1.0 / 64;
+
 // Shapes off the 128-tile grid in every dimension (the kernel's edges), in a multiple of 16.
 constexpr int kIn = 400, kN = 300, kF = 136;
 
@@ -55,6 +92,31 @@ TEST(CudaFusedGemm, Int8SwigluGivesSwigluQ8Codes) {
       worst = std::max(worst, d / (std::abs(r) + 1e-30));
     }
   EXPECT_LT(worst, 1e-6);
+}
+
+// FP8's gate|up GEMM with SwiGLU: h against silu(g)·u of the exact sums, within what the sums'
+// accumulation error (kF8SumError of Σ|a·w| on g and u) moves it (silu' ≤ 1.1).
+TEST(CudaFusedGemm, Fp8SwigluWithinTheSumsError) {
+  QT_REQUIRE_FUSED();
+  const auto w = random_e4m3(size_t(2 * kF) * kIn, 16), x = random_e4m3(size_t(kN) * kIn, 17);
+  const auto sw = random_scales(2 * kF, 18, 2e-4f), sx = random_scales(kN, 19, 2e-2f);
+  const ExactSums e = exact_f8_sums(w, 2 * kF, kIn, x, kN);
+  const auto h = cuda::testing::gemm_f8_swiglu(w, kF, kIn, sw, x, kN, sx);
+  double worst = 0, mag = 0;
+  for (int t = 0; t < kN; ++t)
+    for (int j = 0; j < kF; ++j) {
+      const size_t gi = size_t(t) * 2 * kF + j, ui = gi + kF;
+      const double g = double(sx[t]) * sw[j] * e.sum[gi], u = double(sx[t]) * sw[kF + j] * e.sum[ui];
+      const double eg = double(sx[t]) * sw[j] * e.mag[gi] * kF8SumError,
+                   eu = double(sx[t]) * sw[kF + j] * e.mag[ui] * kF8SumError;
+      const double silu = g / (1.0 + std::exp(-g)), r = silu * u;
+      const double bound = 1.1 * eg * (std::abs(u) + eu) + std::abs(silu) * eu + 1e-6 * std::abs(r) + 1e-30;
+      worst = std::max(worst, std::abs(h[size_t(t) * kF + j] - r) / bound);
+      mag = std::max(mag, std::abs(r));
+    }
+  std::printf("fp8 gate|up + SwiGLU: worst |h - exact| = %.3g of the bound\n", worst);
+  EXPECT_LE(worst, 1.0);
+  EXPECT_GT(mag, 1e-3);  // not a comparison of zeros
 }
 
 // The tiny llama's W8A8 forward with the fused GEMM and without (force_unfused_gate_up):
@@ -109,6 +171,44 @@ TEST(CudaFusedGemm, Int8RopeGivesRopeSplitQ8Bits) {
   }
 }
 
+// FP8's q|k|v GEMM with RoPE: each value against RoPE of the exact sums' values, within the sums'
+// accumulation error (of the pair's two sums: |cos|, |sin| ≤ 1) and the f16 rounding.
+TEST(CudaFusedGemm, Fp8RopeWithinTheSumsError) {
+  QT_REQUIRE_FUSED();
+  const int hd = 128, nh = 3, nkv = 1, n = 300, T = 77, Q = nh * hd, KV = nkv * hd, out = Q + 2 * KV;
+  const auto w = random_e4m3(size_t(out) * kIn, 20), x = random_e4m3(size_t(n) * kIn, 21);
+  const auto sw = random_scales(out, 22, 2e-4f), sx = random_scales(n, 23, 2e-2f);
+  std::vector<float> cs(size_t(T) * hd / 2), sn(cs.size());
+  for (int p = 0; p < T; ++p)
+    for (int i = 0; i < hd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hd);
+      cs[size_t(p) * hd / 2 + i] = float(std::cos(a)), sn[size_t(p) * hd / 2 + i] = float(std::sin(a));
+    }
+  const ExactSums e = exact_f8_sums(w, out, kIn, x, n);
+  const auto got = cuda::testing::gemm_f8_rope(w, out, kIn, sw, x, n, sx, T, hd, Q + KV, cs, sn);
+  ASSERT_EQ(got.size(), size_t(n) * out);
+  double worst = 0, mag = 0;
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < out; ++j) {
+      const size_t at = size_t(t) * out + j;
+      auto y = [&](int c) { return double(sx[t]) * sw[c] * e.sum[size_t(t) * out + c]; };
+      auto err = [&](int c) { return double(sx[t]) * sw[c] * e.mag[size_t(t) * out + c] * kF8SumError; };
+      double r = y(j), bound = err(j);
+      if (j < Q + KV) {  // a q or k head: rotate-half with its partner
+        const int i = j % hd, half = hd / 2, lo = i < half ? i : i - half, partner = i < half ? j + half : j - half;
+        const double c = cs[size_t(t % T) * half + lo], s = sn[size_t(t % T) * half + lo];
+        r = i < half ? y(j) * c - y(partner) * s : y(j) * c + y(partner) * s;
+        bound = err(j) + err(partner);
+      }
+      bound += std::abs(r) * std::ldexp(1.0, -10) + 1e-7;  // f16's rounding (and its subnormals)
+      worst = std::max(worst, std::abs(got[at] - r) / bound);
+      mag = std::max(mag, std::abs(r));
+    }
+  std::printf("fp8 q|k|v + RoPE: worst |y - exact| = %.3g of the bound\n", worst);
+  EXPECT_LE(worst, 1.0);
+  EXPECT_GT(mag, 1e-3);
+}
+
 // A W8A8 llama with head dim 64 (the fused attention's; the tiny llama's 8 keeps it off) with the
 // q|k|v GEMM fused and without (force_unfused_qkv): the same logits, bit for bit — q, k, v read in
 // place from the GEMM's rows give the attention the same values in the same order.
@@ -138,6 +238,34 @@ TEST(CudaFusedGemm, WideLlamaW8A8SameLogitsWithRopeFused) {
   EXPECT_GT(mag, 0.1);
 }
 
+// An FP8 llama (head dim 64) with both fused GEMMs and without (force_unfused_qkv and
+// force_unfused_gate_up: cuBLASLt's FP8 GEMMs and the passes): the sums differ in their
+// accumulation order, so the logits within a small fraction of FP8's own error (against the bf16
+// checkpoint on the GPU).
+TEST(CudaFusedGemm, WideLlamaFp8NearTheUnfusedPath) {
+  QT_REQUIRE_FUSED();
+  const std::string base = test::temp_dir("cuda-fused-fp8"), src = base + "/src", dir = base + "/fp8";
+  test::write_wide_llama(src, 2, 0.1f, 64);
+  std::string log;
+  ASSERT_EQ(test::run_cmd(test::quanttool_bin() + " convert --in " + src + " --out " + dir + " --scheme fp8", &log), 0)
+      << log;
+  const auto ids = random_ids(100, 23);
+  cuda::GpuModel lt(load_checkpoint(dir));
+  cuda::testing::force_unfused_qkv(lt);
+  cuda::testing::force_unfused_gate_up(lt);
+  cuda::GpuModel fused(load_checkpoint(dir));
+  ASSERT_EQ(fused.kind(), "fp8");
+  ASSERT_TRUE(cuda::testing::runs_q8_rope(fused));
+  cuda::GpuModel dense(load_checkpoint(src));
+  const auto a = cuda::forward_logits(lt, ids), b = cuda::forward_logits(fused, ids),
+             ref = cuda::forward_logits(dense, ids);
+  ASSERT_EQ(a.size(), b.size());
+  const double d = rms_diff(a, b), own = rms_diff(a, ref);
+  std::printf("wide fp8: logits rms fused - unfused %.4g, unfused - bf16 %.4g\n", d, own);
+  EXPECT_GT(own, 1e-3);
+  EXPECT_LT(d, 0.25 * own);
+}
+
 // Device time of each way at the 8B shape's FFN (n tokens, QT_FUSED_TIMING_N, default 32768: the
 // default batch of eval-ppl at ctx 512), over the kernel shapes, tile orders and swizzles: printed,
 // for the results page (results/cuda.md).
@@ -147,15 +275,18 @@ TEST(CudaFusedGemm, Timing) {
   const int n = e ? std::atoi(e) : 32768, H = 4096, F = 14336, reps = 5;
   const double gflop = 2.0 * n * H * 2 * F / 1e9;
   for (int round = 0; round < 2; ++round) {
-    const float lt = cuda::testing::q8_swiglu_ms(false, F, H, n, reps),
-                fu = cuda::testing::q8_swiglu_ms(true, F, H, n, reps);
-    std::printf("int8 gate|up n=%d: cuBLASLt + swiglu_q8 %.3f ms, fused + quant_rows %.3f ms (%.0f T/s): %.3fx\n", n,
-                lt, fu, gflop / fu, lt / fu);
-    EXPECT_GT(fu, 0.0f);
-    const float rl = cuda::testing::q8_rope_ms(false, H, 32, 8, 128, n, reps),
-                rf = cuda::testing::q8_rope_ms(true, H, 32, 8, 128, n, reps);
-    std::printf("int8 q|k|v n=%d: cuBLASLt + rope_split_q8 %.3f ms, RoPE in the GEMM %.3f ms (%.0f T/s): %.3fx\n", n,
-                rl, rf, 2.0 * n * H * 6144 / 1e9 / rf, rl / rf);
+    for (const bool f8 : {false, true}) {
+      const char* what = f8 ? "fp8" : "int8";
+      const float lt = cuda::testing::q8_swiglu_ms(false, f8, F, H, n, reps),
+                  fu = cuda::testing::q8_swiglu_ms(true, f8, F, H, n, reps);
+      std::printf("%s gate|up n=%d: cuBLASLt + swiglu_q8 %.3f ms, fused + quant_rows %.3f ms (%.0f T/s): %.3fx\n",
+                  what, n, lt, fu, gflop / fu, lt / fu);
+      EXPECT_GT(fu, 0.0f);
+      const float rl = cuda::testing::q8_rope_ms(false, f8, H, 32, 8, 128, n, reps),
+                  rf = cuda::testing::q8_rope_ms(true, f8, H, 32, 8, 128, n, reps);
+      std::printf("%s q|k|v n=%d: cuBLASLt + rope_split_q8 %.3f ms, RoPE in the GEMM %.3f ms (%.0f T/s): %.3fx\n",
+                  what, n, rl, rf, 2.0 * n * H * 6144 / 1e9 / rf, rl / rf);
+    }
   }
 }
 

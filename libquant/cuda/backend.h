@@ -170,21 +170,27 @@ F8 swiglu_f8(const std::vector<float>& acc, int rows, int F, const std::vector<f
              const std::vector<float>& sw);
 std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, const std::vector<float>& sx,
                               const std::vector<float>& sw, std::vector<float> y, bool accumulate);
-// The W8A8 gate|up GEMM with SwiGLU fused (gemm_q8_fused.h) on host data: whether this build and
-// device run it; h [n, F] = silu(g)·u of W [2F, in] in gate-then-up order (interleaved here, as the
-// loader does); device ms per call (the mean of `reps`) on random codes of the shape, of that GEMM +
-// quant_rows (fused) or of cuBLASLt's gate|up GEMM + swiglu_q8 (the path it replaces).
+// The W8A8 / FP8 gate|up GEMM with SwiGLU fused (gemm_q8_fused.h) on host data: whether this build
+// and device run it; h [n, F] = silu(g)·u of W [2F, in] in gate-then-up order (interleaved here, as
+// the loader does), int8 codes or (f8) E4M3 bytes; device ms per call (the mean of `reps`) on random
+// codes of the shape, of that GEMM + quant_rows (fused) or of cuBLASLt's gate|up GEMM + swiglu_q8
+// (the path it replaces).
 bool q8_fused_available();
 std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>& w, int F, int in, const std::vector<float>& sw,
                                   const std::vector<int8_t>& x, int n, const std::vector<float>& sx);
-float q8_swiglu_ms(bool fused, int F, int in, int n, int reps);
+std::vector<float> gemm_f8_swiglu(const std::vector<uint8_t>& w, int F, int in, const std::vector<float>& sw,
+                                  const std::vector<uint8_t>& x, int n, const std::vector<float>& sx);
+float q8_swiglu_ms(bool fused, bool f8, int F, int in, int n, int reps);
 // The q|k|v GEMM with RoPE fused (gemm_q8_fused.h): D [n, out] (f16, as float); device ms per call
 // at a shape (q heads nh, kv heads nkv, T 512) of that GEMM (fused) or of cuBLASLt's GEMM +
 // rope_split_q8 (the path it replaces).
 std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
                                 const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
                                 int rot, const std::vector<float>& cos, const std::vector<float>& sin);
-float q8_rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps);
+std::vector<float> gemm_f8_rope(const std::vector<uint8_t>& w, int out, int in, const std::vector<float>& sw,
+                                const std::vector<uint8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
+                                int rot, const std::vector<float>& cos, const std::vector<float>& sin);
+float q8_rope_ms(bool fused, bool f8, int in, int nh, int nkv, int hd, int n, int reps);
 // MLX affine codes (rows of LSB-first bit streams), fp32 scales/biases [rows, cols/group], rounding
 // to the stored dtype (0 f32, 1 bf16, 2 f16) → the bf16 matrix, returned as float.
 std::vector<float> affine_dequant(const std::vector<uint8_t>& codes, const std::vector<float>& scales,

@@ -2,6 +2,11 @@
 // the kernel for int8 codes with an epilogue visitor tree of the caller's, the scale broadcasts,
 // the workspace and the launch. Included only where built with CUTLASS (QT_HAVE_CUTLASS).
 //
+// Codes: int8 (int32 sums, exact) or E4M3 (fp32 sums, FP8_DYNAMIC). E4M3 runs CUTLASS's
+// FP8FastAccum ping-pong schedule, the partial sums kept in the tensor cores' accumulator as vLLM's
+// sm90 FP8 kernels keep them (csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm90_fp8_dispatch.cuh:
+// the same tile, cluster and schedule): what an FP8 model served on Hopper computes.
+//
 // Orientation: CUTLASS's M = tokens, N = output channels, K = in. A = X [n, in] row-major, B = W
 // [out, in] (column-major K × N: K contiguous, the "TN" the int8 tensor cores read), D [n, out]
 // row-major. The tree sees each thread's accumulator fragment: sw by column (Sm90RowBroadcast), sx
@@ -22,6 +27,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/float8.h"
 #include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -43,17 +49,33 @@ using RowScale = fu::Sm90RowBroadcast<0, Tile, float, float, Stride<_0, _1, _0>>
 using ColScale = fu::Sm90ColBroadcast<0, Tile, float, float, Stride<_1, _0, _0>>;  // sx[t]
 using RowMajor = cutlass::layout::RowMajor;
 
-// The GEMM with epilogue tree Tree writing D (ElementD, row-major) in subtiles of EpiTile.
-template <class Tree, class ElementD, class EpiTile>
+// Per code type: the sums' type and the main loop's schedule.
+template <class Code>
+struct Codes;
+template <>
+struct Codes<int8_t> {
+  using Acc = int32_t;
+  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+};
+template <>
+struct Codes<cutlass::float_e4m3_t> {
+  using Acc = float;
+  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+};
+
+// The GEMM of Code operands with epilogue tree Tree writing D (ElementD, row-major) in subtiles of EpiTile.
+template <class Tree, class ElementD, class EpiTile, class Code = int8_t>
 struct Q8Gemm {
+  using Element = Code;
+  using Acc = typename Codes<Code>::Acc;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, int32_t, float, void, RowMajor, 8,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, Acc, float, void, RowMajor, 8,
       ElementD, RowMajor, 8, cutlass::epilogue::TmaWarpSpecialized, Tree>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, RowMajor, 16, int8_t, cutlass::layout::ColumnMajor,
-      16, int32_t, Tile, Cluster,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Code, RowMajor, 16, Code, cutlass::layout::ColumnMajor, 16,
+      Acc, Tile, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+      typename Codes<Code>::Schedule>::CollectiveOp;
   using Type = cutlass::gemm::device::GemmUniversalAdapter<
       cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>>;
   // The epilogue's thread arguments: the tree's children in order, then the node's.
@@ -71,13 +93,16 @@ inline void* workspace(size_t bytes) {
   return ws[dev].get();
 }
 
-// D [n, out] = the tree of G (a Q8Gemm) over X [n, in] · W [out, in]ᵀ. what: the caller, for the messages.
+// D [n, out] = the tree of G (a Q8Gemm) over X [n, in] · W [out, in]ᵀ (codes of G's Element).
+// what: the caller, for the messages.
 template <class G, class ElementD>
-void run(const char* what, const int8_t* W, int out, int in, const int8_t* X, int n, ElementD* D,
+void run(const char* what, const void* W_, int out, int in, const void* X_, int n, ElementD* D,
          const typename G::TreeArgs& tree, cudaStream_t s) {
   using Gemm = typename G::Type;
   using GK = typename Gemm::GemmKernel;
   if (n <= 0) return;
+  const auto* W = static_cast<const typename G::Element*>(W_);
+  const auto* X = static_cast<const typename G::Element*>(X_);
   const auto sa = cutlass::make_cute_packed_stride(typename GK::StrideA{}, make_shape(n, in, 1));
   const auto sb = cutlass::make_cute_packed_stride(typename GK::StrideB{}, make_shape(out, in, 1));
   const auto sd = cutlass::make_cute_packed_stride(typename GK::StrideD{}, make_shape(n, out, 1));

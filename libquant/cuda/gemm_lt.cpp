@@ -67,9 +67,15 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
   QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
-  // FP8 keeps cuBLASLt's default accumulation (partial sums promoted to fp32), which stays within
-  // the CPU's spread; CUBLASLT_MATMUL_DESC_FAST_ACCUM was measured 7% faster on the 8B shape but keeps
-  // the sums in the tensor cores' narrower accumulator (results/fp8.md).
+  // FP8 (per-tensor-scaled E4M3, FP8_DYNAMIC) accumulates as the FP8 tensor cores do, without
+  // cuBLASLt's promotion of partial sums to fp32: as vLLM's FP8 GEMMs on Hopper (CUTLASS's
+  // FP8FastAccum schedule, csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm90_fp8_dispatch.cuh), so
+  // what an FP8 model served there computes, and as the fused CUTLASS GEMMs here (cutlass_q8.cuh);
+  // 7% faster on the 8B shape, PPL within the CPU's spread (results/fp8.md).
+  if (ab_type == CUDA_R_8F_E4M3) {
+    const int8_t fast = 1;
+    QT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  }
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, in, out, in));
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab_type, in, n, in));
   QT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, y_type, out, n, out));
@@ -137,9 +143,7 @@ void GemmLt::run_i8(const int8_t* W, int out, int in, const int8_t* X, int n, in
       cublasLtMatmul(h_, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.c, Y, p.c, &p.algo, ws_.get(), ws_.bytes(), s));
 }
 
-// The default CUBLASLT_MATMUL_DESC_FAST_ACCUM (0) keeps cuBLASLt promoting the FP8 tensor cores'
-// partial sums into fp32 (Hopper's FP8 MMA accumulates with fewer bits), so the sums are fp32
-// sums, as the CPU's.
+// The sums in the FP8 tensor cores' own accumulation (plan(): CUBLASLT_MATMUL_DESC_FAST_ACCUM).
 void GemmLt::run_f8(const void* W, int out, int in, const void* X, int n, float* Y, cudaStream_t s) {
   if (n <= 0) return;
   Plan& p = plan(out, in, n, CUDA_R_32F, CUDA_R_8F_E4M3);

@@ -47,7 +47,15 @@ struct SwigluPack<cutlass::Array<float, N>> {
 
 using Tree = fu::Sm90EVT<fu::Sm90Compute<SwigluPack, uint16_t, float, cutlass::FloatRoundStyle::round_to_nearest>,
                          RowScale, ColScale, fu::Sm90AccFetch>;
-using Gemm = Q8Gemm<Tree, uint16_t, cutlass::epilogue::collective::EpilogueTileAuto>;
+template <class Code>
+using Gemm = Q8Gemm<Tree, uint16_t, cutlass::epilogue::collective::EpilogueTileAuto, Code>;
+
+template <class Code>
+void run_swiglu(const void* W, int F, int in, const float* sw, const void* X, int n, const float* sx, float* h,
+                cudaStream_t s) {
+  // the tree's children in order (sw, sx, the sums), then the node's arguments (none)
+  run<Gemm<Code>>("gemm_q8_swiglu", W, 2 * F, in, X, n, reinterpret_cast<uint16_t*>(h), {{sw}, {sx}, {}, {}}, s);
+}
 
 }  // namespace
 
@@ -61,14 +69,21 @@ bool q8_fused_available() {
 
 void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
                     cudaStream_t s) {
-  // the tree's children in order (sw, sx, the sums), then the node's arguments (none)
-  run<Gemm>("gemm_q8_swiglu", W, 2 * F, in, X, n, reinterpret_cast<uint16_t*>(h), {{sw}, {sx}, {}, {}}, s);
+  run_swiglu<int8_t>(W, F, in, sw, X, n, sx, h, s);
+}
+void gemm_q8_swiglu(const __nv_fp8_e4m3* W, int F, int in, const float* sw, const __nv_fp8_e4m3* X, int n,
+                    const float* sx, float* h, cudaStream_t s) {
+  run_swiglu<cutlass::float_e4m3_t>(W, F, in, sw, X, n, sx, h, s);
 }
 
 #else  // built without CUTLASS: q8_fused_available() is false and the callers never get here
 
 bool q8_fused_available() { return false; }
 void gemm_q8_swiglu(const int8_t *, int, int, const float *, const int8_t *, int, const float *, float *,
+                    cudaStream_t) {
+  throw std::logic_error("gemm_q8_swiglu: built without CUTLASS");
+}
+void gemm_q8_swiglu(const __nv_fp8_e4m3 *, int, int, const float *, const __nv_fp8_e4m3 *, int, const float *, float *,
                     cudaStream_t) {
   throw std::logic_error("gemm_q8_swiglu: built without CUTLASS");
 }

@@ -6,18 +6,20 @@
 // with them the gate|up sums (2F int32 a token) are written and read back by the SwiGLU pass;
 // here h = silu(g)·u (F fp32 a token) is what leaves the GEMM.
 //
-// h is the unfused path's bit for bit (q8_math.cuh's deq and silu_mul on the same exact int32
-// sums), so quant_rows(h) gives swiglu_q8's codes. Not fused (measured, results/cuda.md "GEMMs with
-// fused epilogues"): the o / down GEMMs' residual add (the epilogue's extra read and write of x is
-// not hidden in a 256-row cooperative kernel and a 128-row ping-pong one is slower; cuBLASLt's GEMM
-// plus the fused residual-norm pass was faster), and FP8 (CUTLASS's FP8 kernels with the fp32
-// promotion of partial sums, which cuBLASLt's default and the CPU keep, ran 4-20% slower than
-// cuBLASLt's GEMM plus the pass).
+// For int8 codes h is the unfused path's bit for bit (q8_math.cuh's deq and silu_mul on the same
+// exact int32 sums), so quant_rows(h) gives swiglu_q8's codes. FP8 (E4M3 codes) runs the same
+// kernels with the FP8 tensor cores' own accumulation (cutlass_q8.cuh), as cuBLASLt's FP8 GEMMs do
+// here (gemm_lt.cpp): CUTLASS's FP8 kernels with cuBLASLt's default promotion of partial sums to
+// fp32 ran 4-20% slower than cuBLASLt's GEMM plus the pass (results/cuda.md). Not fused (measured,
+// results/cuda.md "GEMMs with fused epilogues"): the o / down GEMMs' residual add (the epilogue's
+// extra read and write of x is not hidden in a 256-row cooperative kernel and a 128-row ping-pong
+// one is slower; cuBLASLt's GEMM plus the fused residual-norm pass was faster).
 //
 // Available where built with CUTLASS (scripts/build_cuda.sh fetches its headers; QT_HAVE_CUTLASS)
 // and the device is compute capability 9.0; elsewhere the callers keep the cuBLASLt path.
 #pragma once
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -36,6 +38,10 @@ bool q8_fused_fits(int F, int in);
 // in fp32 with g, u = sx · (sw · acc) (swiglu_q8's values before its quantization).
 void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
                     cudaStream_t s);
+// FP8_DYNAMIC's: E4M3 codes, the sums accumulated as Hopper's FP8 tensor cores do without promotion
+// (cutlass_q8.cuh; vLLM's FP8 GEMMs), so within their rounding of cuBLASLt's, not bit for bit.
+void gemm_q8_swiglu(const __nv_fp8_e4m3* W, int F, int in, const float* sw, const __nv_fp8_e4m3* X, int n,
+                    const float* sx, float* h, cudaStream_t s);
 
 // The q|k|v GEMM with RoPE in its epilogue (gemm_q8_rope.cu): D [n, out] f16 = sx · (sw · acc) of
 // X [n, in] · W [out, in]ᵀ with the first `rot` columns (the q and k heads, hd wide) rotated as
@@ -46,6 +52,8 @@ void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_
 bool q8_rope_fits(int out, int in, int hd, int rot);
 void gemm_q8_rope(const int8_t* W, int out, int in, const float* sw, const int8_t* X, int n, const float* sx, int T,
                   int hd, int rot, const float* cs, __half* D, cudaStream_t s);
+void gemm_q8_rope(const __nv_fp8_e4m3* W, int out, int in, const float* sw, const __nv_fp8_e4m3* X, int n,
+                  const float* sx, int T, int hd, int rot, const float* cs, __half* D, cudaStream_t s);
 // The interleaved table gemm_q8_rope reads: (cos[i], sin[i]) for each of `count` angles.
 std::vector<float> rope_cos_sin(const float* cos, const float* sin, size_t count);
 

@@ -81,7 +81,7 @@ struct RopeDeq {
     int m0, n0;
     Params const& params;
 
-    // acc: the int32 sums (Sm90AccFetch), converted as float(acc) is (round to nearest)
+    // acc: the sums (Sm90AccFetch): int32 converted as float(acc) is (round to nearest), or fp32
     template <typename ElementAccumulator, typename ElementAcc, int N>
     CUTLASS_DEVICE cutlass::Array<float, N> visit(cutlass::Array<ElementAccumulator, N> const&, int, int, int,
                                                   cutlass::Array<float, N> const& sw,
@@ -159,30 +159,44 @@ struct cutlass::epilogue::fusion::FusionCallbacksTraits<
 
 namespace qt::cuda {
 namespace {
-template <int kHalf>
-using Gemm = Q8Gemm<Tree<kHalf>, cutlass::half_t, Shape<_64, _128>>;
+template <int kHalf, class Code>
+using Gemm = Q8Gemm<Tree<kHalf>, cutlass::half_t, Shape<_64, _128>, Code>;
 
-template <int kHalf>
-void run_rope(const int8_t* W, int out, int in, const float* sw, const int8_t* X, int n, const float* sx, int T,
-              int rot, const float* cs, __half* D, cudaStream_t s) {
-  run<Gemm<kHalf>>("gemm_q8_rope", W, out, in, X, n, reinterpret_cast<cutlass::half_t*>(D),
-                   {{sw}, {sx}, {}, {reinterpret_cast<const float4*>(cs), T, rot}}, s);
+template <int kHalf, class Code>
+void run_rope(const void* W, int out, int in, const float* sw, const void* X, int n, const float* sx, int T, int rot,
+              const float* cs, __half* D, cudaStream_t s) {
+  run<Gemm<kHalf, Code>>("gemm_q8_rope", W, out, in, X, n, reinterpret_cast<cutlass::half_t*>(D),
+                         {{sw}, {sx}, {}, {reinterpret_cast<const float4*>(cs), T, rot}}, s);
+}
+
+template <class Code>
+void rope_by_head_dim(const void* W, int out, int in, const float* sw, const void* X, int n, const float* sx, int T,
+                      int hd, int rot, const float* cs, __half* D, cudaStream_t s) {
+  if (!q8_rope_fits(out, in, hd, rot)) throw std::logic_error("gemm_q8_rope: a shape q8_rope_fits refuses");
+  if (hd == 64)
+    run_rope<32, Code>(W, out, in, sw, X, n, sx, T, rot, cs, D, s);
+  else
+    run_rope<64, Code>(W, out, in, sw, X, n, sx, T, rot, cs, D, s);
 }
 }  // namespace
 
 void gemm_q8_rope(const int8_t* W, int out, int in, const float* sw, const int8_t* X, int n, const float* sx, int T,
                   int hd, int rot, const float* cs, __half* D, cudaStream_t s) {
-  if (!q8_rope_fits(out, in, hd, rot)) throw std::logic_error("gemm_q8_rope: a shape q8_rope_fits refuses");
-  if (hd == 64)
-    run_rope<32>(W, out, in, sw, X, n, sx, T, rot, cs, D, s);
-  else
-    run_rope<64>(W, out, in, sw, X, n, sx, T, rot, cs, D, s);
+  rope_by_head_dim<int8_t>(W, out, in, sw, X, n, sx, T, hd, rot, cs, D, s);
+}
+void gemm_q8_rope(const __nv_fp8_e4m3* W, int out, int in, const float* sw, const __nv_fp8_e4m3* X, int n,
+                  const float* sx, int T, int hd, int rot, const float* cs, __half* D, cudaStream_t s) {
+  rope_by_head_dim<cutlass::float_e4m3_t>(W, out, in, sw, X, n, sx, T, hd, rot, cs, D, s);
 }
 
 #else  // built without CUTLASS: q8_fused_available() is false and the callers never get here
 
 void gemm_q8_rope(const int8_t*, int, int, const float*, const int8_t*, int, const float*, int, int, int, const float*,
                   __half*, cudaStream_t) {
+  throw std::logic_error("gemm_q8_rope: built without CUTLASS");
+}
+void gemm_q8_rope(const __nv_fp8_e4m3*, int, int, const float*, const __nv_fp8_e4m3*, int, const float*, int, int, int,
+                  const float*, __half*, cudaStream_t) {
   throw std::logic_error("gemm_q8_rope: built without CUTLASS");
 }
 

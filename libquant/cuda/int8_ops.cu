@@ -49,10 +49,24 @@ struct F8 {
     const float s = amax / 448.0f;
     return s == 0.0f ? 1.1920928955078125e-07f : s;  // torch.finfo(float32).eps, as quantize_token_fp8
   }
-  // The quotient plus 0 (−0 → +0, as the CPU), clamped, then e4m3.h's rounding.
-  static __device__ __forceinline__ Code code(float v, float s, float) {
+  // The CPU's code: the IEEE quotient v / s plus 0 (−0 → +0), clamped, then e4m3.h's rounding
+  // (nearest, ties to even: what the FP8 conversion instruction does, cvt.rn.satfinite.e4m3x2).
+  static __device__ __forceinline__ Code exact(float v, float s) {
     const float y = __fadd_rn(__fdiv_rn(v, s), 0.0f);
     return e4m3_from_f32(fminf(fmaxf(y, -448.0f), 448.0f));
+  }
+  // The same code without the division where it can be told without it: y = v · inv (inv = 1/s
+  // rounded) lies within 2^-22·|y| of the rounded quotient, so that quotient lies between y·(1 − 2^-20)
+  // and y·(1 + 2^-20); where the conversion (monotonic) gives both ends one code, that is the
+  // quotient's. Else (y within a few fp32 ulps of a rounding boundary between two codes: rare) the
+  // division decides. The two ends convert in one instruction.
+  static __device__ __forceinline__ Code code(float v, float s, float inv) {
+    const float y = __fadd_rn(__fmul_rn(v, inv), 0.0f);
+    const float lo = fminf(fmaxf(__fmul_rn(y, 1.0f - 0x1p-20f), -448.0f), 448.0f);
+    const float hi = fminf(fmaxf(__fmul_rn(y, 1.0f + 0x1p-20f), -448.0f), 448.0f);
+    const unsigned short both = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+    if ((both & 0xffu) == (both >> 8)) return Code(both & 0xffu);
+    return exact(v, s);
   }
   static __device__ __forceinline__ Code code_rni(float v, float s, float inv) { return code(v, s, inv); }
   static __device__ __forceinline__ Code4 pack(Code a, Code b, Code c, Code d) { return make_uchar4(a, b, c, d); }

@@ -72,7 +72,7 @@ struct GpuModel::Impl {
   // W8A8: epilogues fused into RoPE and the next norm (the same values as the separate kernels,
   // which run where the hidden row does not fit shared memory).
   bool q8_fuse = true;
-  // W8A8 / W4A8: the gate|up GEMM through CUTLASS with SwiGLU in its epilogue (gemm_q8_fused.h;
+  // W8A8 / W4A8 / FP8: the gate|up GEMM through CUTLASS with SwiGLU in its epilogue (gemm_q8_fused.h;
   // gate and up rows interleaved at load); use_q8_fused_gemms decides.
   bool q8_cutlass = false;
   // And the q|k|v GEMM with RoPE in its epilogue, writing q, k, v as f16 columns of one matrix in

@@ -8,8 +8,8 @@
 //   x += sb · (sdown · (a · Wdownᵀ))
 //
 // The GEMMs run on cuBLASLt into int32 (fp32 for FP8) sums that the next pass reads: the residual
-// add fused into the next RMSNorm, SwiGLU into the quantization (int8_ops.h). Except, for int8 codes
-// on an sm_90 GPU (q8_cutlass), gate|up: a CUTLASS GEMM with SwiGLU in its epilogue
+// add fused into the next RMSNorm, SwiGLU into the quantization (int8_ops.h). Except, on an sm_90
+// GPU (q8_cutlass; int8 or E4M3 codes), gate|up: a CUTLASS GEMM with SwiGLU in its epilogue
 // (gemm_q8_fused.h) writes h, half the bytes of its sums, then quant_rows — the same codes; and
 // q|k|v (q8_rope): a CUTLASS GEMM with RoPE in its epilogue writes f16 q, k, v, the values
 // rope_split_q8 writes, as columns of one matrix that the fused attention reads in place.
@@ -22,17 +22,6 @@
 #include "libquant/cuda/model_impl.h"
 
 namespace qt::cuda {
-namespace {
-// The fused GEMM takes int8 codes (W8A8, W4A8); FP8 never sets q8_cutlass.
-void fused_swiglu(const DeviceBuffer& W, int F, int in, const DeviceBuffer& sw, const int8_t* a, int n, const float* sa,
-                  float* h, cudaStream_t s) {
-  gemm_q8_swiglu(W.get<int8_t>(), F, in, sw.get<float>(), a, n, sa, h, s);
-}
-void fused_swiglu(const DeviceBuffer&, int, int, const DeviceBuffer&, const e4m3*, int, const float*, float*,
-                  cudaStream_t) {
-  throw std::logic_error("the fused gate|up GEMM takes int8 codes only");
-}
-}  // namespace
 
 // The q|k|v GEMM with RoPE inside (q8_rope_now) into qkv's bytes, or cuBLASLt's into acc and then
 // rope_split_q8, or (a layer with biases, q/k norms or another RoPE) its epilogue alone and the
@@ -41,13 +30,11 @@ template <typename C, typename A>
 void GpuModel::Impl::qkv_q8(const Layer& L, int N, const C* a, const float* sa) {
   const ModelConfig& c = cfg;
   const int H = c.hidden;
-  if constexpr (std::is_same_v<C, int8_t>) {
-    if (q8_rope_now()) {
-      gemm_q8_rope(L.wqkv.get<int8_t>(), Q + 2 * KV, H, L.sqkv.get<float>(), a, N, sa, T, c.head_dim, Q + KV,
-                   rope_cs.get<float>(), qkv.get<__half>(), stream);
-      prof.mark("gemm qkv", stream);
-      return;
-    }
+  if (q8_rope_now()) {
+    gemm_q8_rope(L.wqkv.get<C>(), Q + 2 * KV, H, L.sqkv.get<float>(), a, N, sa, T, c.head_dim, Q + KV,
+                 rope_cs.get<float>(), qkv.get<__half>(), stream);
+    prof.mark("gemm qkv", stream);
+    return;
   }
   A* y = acc.get<A>();
   gemm8(L.wqkv, Q + 2 * KV, H, a, N, y);
@@ -65,7 +52,7 @@ void GpuModel::Impl::qkv_q8(const Layer& L, int N, const C* a, const float* sa) 
 
 void GpuModel::Impl::use_q8_fused_gemms() {
   const int H = cfg.hidden, F = cfg.intermediate;
-  const bool cutlass = !fp8 && q8_fused_available();  // int8 codes on an sm_90 GPU, CUTLASS built in
+  const bool cutlass = q8_fused_available();  // an sm_90 GPU, CUTLASS built in
   q8_rope = cutlass && q8_fuse && Attention::runs_fused(fused_attention, cfg.head_dim, false, false) &&
             q8_rope_fits(Q + 2 * KV, H, cfg.head_dim, Q + KV) &&
             std::all_of(layers.begin(), layers.end(), [&](const Layer& L) { return q8_plain_qkv(L); });
@@ -120,7 +107,7 @@ void GpuModel::Impl::forward_layer_q8(const Layer& L, int chunks, const Layer* p
     return;
   }
   if (q8_cutlass) {  // h (fp32 [N, F]) in acc's bytes, then its codes
-    fused_swiglu(L.wgu, F, H, L.sgu, a, N, sa, acc.get<float>(), stream);
+    gemm_q8_swiglu(L.wgu.get<C>(), F, H, L.sgu.get<float>(), a, N, sa, acc.get<float>(), stream);
     prof.mark("gemm gate|up", stream);
     quant_rows(acc.get<float>(), N, F, a, sb, stream);
   } else {

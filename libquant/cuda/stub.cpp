@@ -88,13 +88,22 @@ std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>&, int, int, const st
                                   const std::vector<int8_t>&, int, const std::vector<float>&) {
   no_cuda();
 }
-float q8_swiglu_ms(bool, int, int, int, int) { no_cuda(); }
+std::vector<float> gemm_f8_swiglu(const std::vector<uint8_t>&, int, int, const std::vector<float>&,
+                                  const std::vector<uint8_t>&, int, const std::vector<float>&) {
+  no_cuda();
+}
+float q8_swiglu_ms(bool, bool, int, int, int, int) { no_cuda(); }
 std::vector<float> gemm_q8_rope(const std::vector<int8_t>&, int, int, const std::vector<float>&,
                                 const std::vector<int8_t>&, int, const std::vector<float>&, int, int, int,
                                 const std::vector<float>&, const std::vector<float>&) {
   no_cuda();
 }
-float q8_rope_ms(bool, int, int, int, int, int, int) { no_cuda(); }
+std::vector<float> gemm_f8_rope(const std::vector<uint8_t>&, int, int, const std::vector<float>&,
+                                const std::vector<uint8_t>&, int, const std::vector<float>&, int, int, int,
+                                const std::vector<float>&, const std::vector<float>&) {
+  no_cuda();
+}
+float q8_rope_ms(bool, bool, int, int, int, int, int, int) { no_cuda(); }
 F8 swiglu_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
 std::vector<float> dequant_f8(const std::vector<float>&, int, int, const std::vector<float>&, const std::vector<float>&,
                               std::vector<float>, bool) {

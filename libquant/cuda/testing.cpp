@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "libquant/cuda/affine.h"
 #include "libquant/cuda/attention.h"
@@ -245,76 +246,125 @@ std::vector<float> dequant_f8(const std::vector<float>& acc, int rows, int out, 
 
 bool q8_fused_available() { return cuda::q8_fused_available(); }
 
-std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>& w, int F, int in, const std::vector<float>& sw,
-                                  const std::vector<int8_t>& x, int n, const std::vector<float>& sx) {
+namespace {
+// The fused GEMMs' hooks for either code type: C int8_t (bytes B int8_t) or e4m3 (bytes uint8_t).
+template <class C, class B>
+std::vector<float> swiglu_fused(const std::vector<B>& w, int F, int in, const std::vector<float>& sw,
+                                const std::vector<B>& x, int n, const std::vector<float>& sx) {
   DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx), dh(size_t(n) * F * 4);
   interleave_gate_up(dw.get(), F, size_t(in), nullptr);
   interleave_gate_up(dsw.get(), F, sizeof(float), nullptr);
-  cuda::gemm_q8_swiglu(dw.get<int8_t>(), F, in, dsw.get<float>(), dx.get<int8_t>(), n, dsx.get<float>(),
-                       dh.get<float>(), nullptr);
+  cuda::gemm_q8_swiglu(dw.get<C>(), F, in, dsw.get<float>(), dx.get<C>(), n, dsx.get<float>(), dh.get<float>(),
+                       nullptr);
   return down<float>(dh, size_t(n) * F);
 }
 
-float q8_swiglu_ms(bool fused, int F, int in, int n, int reps) {
+template <class C, class B>
+std::vector<float> rope_fused(const std::vector<B>& w, int out, int in, const std::vector<float>& sw,
+                              const std::vector<B>& x, int n, const std::vector<float>& sx, int T, int hd, int rot,
+                              const std::vector<float>& cos, const std::vector<float>& sin) {
+  DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx),
+               dcs = up(rope_cos_sin(cos.data(), sin.data(), cos.size())), dy(size_t(n) * out * 2);
+  cuda::gemm_q8_rope(dw.get<C>(), out, in, dsw.get<float>(), dx.get<C>(), n, dsx.get<float>(), T, hd, rot,
+                     dcs.get<float>(), dy.get<__half>(), nullptr);
+  return f16_to_host_f32(dy, size_t(n) * out);
+}
+
+// Random codes of the type: every int8 code, or every finite E4M3 one but the largest exponent (the
+// bytes masked with 0x77: no NaN).
+void random_codes(DeviceBuffer& b, bool f8, uint32_t seed) {
+  fill_random(b.get<uint32_t>(), b.bytes() / 4, seed, f8 ? 0x77777777u : 0xffffffffu, nullptr);
+}
+
+// The sums A of W · Xᵀ through cuBLASLt: int32 for int8 codes, fp32 for E4M3 ones.
+template <class C, class A>
+void gemm_lt_sums(GemmLt& g, const DeviceBuffer& w, int out, int in, const DeviceBuffer& x, int n, A* y) {
+  if constexpr (std::is_same_v<C, int8_t>)
+    g.run_i8(w.get<int8_t>(), out, in, x.get<int8_t>(), n, y, nullptr);
+  else
+    g.run_f8(w.get(), out, in, x.get(), n, y, nullptr);
+}
+
+template <class C, class A>
+float swiglu_ms(bool fused, int F, int in, int n, int reps) {
   const int out = 2 * F;
-  // every int8 code; scales 1/64
+  // random codes; scales 1/64
   DeviceBuffer w(size_t(out) * in), x(size_t(n) * in), sw(size_t(out) * 4), sx(size_t(n) * 4), y(size_t(n) * out * 4),
       q(size_t(n) * out), sq(size_t(n) * 4);
-  fill_random(w.get<uint32_t>(), w.bytes() / 4, 1, 0xffffffffu, nullptr);
-  fill_random(x.get<uint32_t>(), x.bytes() / 4, 2, 0xffffffffu, nullptr);
+  random_codes(w, !std::is_same_v<C, int8_t>, 1);
+  random_codes(x, !std::is_same_v<C, int8_t>, 2);
   const std::vector<float> s64(size_t(std::max(out, n)), 1.0f / 64);
   QT_CUDA_CHECK(cudaMemcpy(sw.get(), s64.data(), sw.bytes(), cudaMemcpyHostToDevice));
   QT_CUDA_CHECK(cudaMemcpy(sx.get(), s64.data(), sx.bytes(), cudaMemcpyHostToDevice));
   QT_CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
   GemmLt g;
-  const int8_t *W = w.get<int8_t>(), *X = x.get<int8_t>();
   auto once = [&] {
     if (fused) {
-      cuda::gemm_q8_swiglu(W, F, in, sw.get<float>(), X, n, sx.get<float>(), y.get<float>(), nullptr);
-      cuda::quant_rows(y.get<float>(), n, F, q.get<int8_t>(), sq.get<float>(), nullptr);
+      cuda::gemm_q8_swiglu(w.get<C>(), F, in, sw.get<float>(), x.get<C>(), n, sx.get<float>(), y.get<float>(),
+                           nullptr);
+      cuda::quant_rows(y.get<float>(), n, F, q.get<C>(), sq.get<float>(), nullptr);
     } else {
-      g.run_i8(W, out, in, X, n, y.get<int32_t>(), nullptr);
-      cuda::swiglu_q8(y.get<int32_t>(), n, F, sx.get<float>(), sw.get<float>(), q.get<int8_t>(), sq.get<float>(),
-                      nullptr);
+      gemm_lt_sums<C>(g, w, out, in, x, n, y.get<A>());
+      cuda::swiglu_q8(y.get<A>(), n, F, sx.get<float>(), sw.get<float>(), q.get<C>(), sq.get<float>(), nullptr);
     }
   };
   return ms_per_call(reps, once);
 }
 
-std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
-                                const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
-                                int rot, const std::vector<float>& cos, const std::vector<float>& sin) {
-  DeviceBuffer dw = up(w), dsw = up(sw), dx = up(x), dsx = up(sx),
-               dcs = up(rope_cos_sin(cos.data(), sin.data(), cos.size())), dy(size_t(n) * out * 2);
-  cuda::gemm_q8_rope(dw.get<int8_t>(), out, in, dsw.get<float>(), dx.get<int8_t>(), n, dsx.get<float>(), T, hd, rot,
-                     dcs.get<float>(), dy.get<__half>(), nullptr);
-  return f16_to_host_f32(dy, size_t(n) * out);
-}
-
-float q8_rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps) {
+template <class C, class A>
+float rope_ms(bool fused, int in, int nh, int nkv, int hd, int n, int reps) {
   const int Q = nh * hd, KV = nkv * hd, out = Q + 2 * KV, T = 512;
   DeviceBuffer w(size_t(out) * in), x(size_t(n) * in), sw(size_t(out) * 4), sx(size_t(n) * 4), y(size_t(n) * out * 4),
       q(size_t(n) * Q * 2), k(size_t(n) * KV * 2), v(size_t(n) * KV * 2), cs(size_t(T) * hd / 2 * 4),
       sn(size_t(T) * hd / 2 * 4), both(size_t(T) * hd * 4);
-  fill_random(w.get<uint32_t>(), w.bytes() / 4, 3, 0xffffffffu, nullptr);
-  fill_random(x.get<uint32_t>(), x.bytes() / 4, 4, 0xffffffffu, nullptr);
+  random_codes(w, !std::is_same_v<C, int8_t>, 3);
+  random_codes(x, !std::is_same_v<C, int8_t>, 4);
   const std::vector<float> s64(size_t(std::max({out, n, T * hd})), 1.0f / 64);
   for (DeviceBuffer* b : {&sw, &sx, &cs, &sn, &both})
     QT_CUDA_CHECK(cudaMemcpy(b->get(), s64.data(), b->bytes(), cudaMemcpyHostToDevice));
   QT_CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
   GemmLt g;
-  const int8_t *W = w.get<int8_t>(), *X = x.get<int8_t>();
   auto once = [&] {
     if (fused) {
-      cuda::gemm_q8_rope(W, out, in, sw.get<float>(), X, n, sx.get<float>(), T, hd, Q + KV, both.get<float>(),
-                         y.get<__half>(), nullptr);
+      cuda::gemm_q8_rope(w.get<C>(), out, in, sw.get<float>(), x.get<C>(), n, sx.get<float>(), T, hd, Q + KV,
+                         both.get<float>(), y.get<__half>(), nullptr);
     } else {
-      g.run_i8(W, out, in, X, n, y.get<int32_t>(), nullptr);
-      cuda::rope_split_q8(y.get<int32_t>(), sx.get<float>(), sw.get<float>(), n, T, nh, nkv, hd, cs.get<float>(),
+      gemm_lt_sums<C>(g, w, out, in, x, n, y.get<A>());
+      cuda::rope_split_q8(y.get<A>(), sx.get<float>(), sw.get<float>(), n, T, nh, nkv, hd, cs.get<float>(),
                           sn.get<float>(), q.get<__half>(), k.get<__half>(), v.get<__half>(), nullptr);
     }
   };
   return ms_per_call(reps, once);
+}
+}  // namespace
+
+std::vector<float> gemm_q8_swiglu(const std::vector<int8_t>& w, int F, int in, const std::vector<float>& sw,
+                                  const std::vector<int8_t>& x, int n, const std::vector<float>& sx) {
+  return swiglu_fused<int8_t>(w, F, in, sw, x, n, sx);
+}
+std::vector<float> gemm_f8_swiglu(const std::vector<uint8_t>& w, int F, int in, const std::vector<float>& sw,
+                                  const std::vector<uint8_t>& x, int n, const std::vector<float>& sx) {
+  return swiglu_fused<e4m3>(w, F, in, sw, x, n, sx);
+}
+
+float q8_swiglu_ms(bool fused, bool f8, int F, int in, int n, int reps) {
+  return f8 ? swiglu_ms<e4m3, float>(fused, F, in, n, reps) : swiglu_ms<int8_t, int32_t>(fused, F, in, n, reps);
+}
+
+std::vector<float> gemm_q8_rope(const std::vector<int8_t>& w, int out, int in, const std::vector<float>& sw,
+                                const std::vector<int8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
+                                int rot, const std::vector<float>& cos, const std::vector<float>& sin) {
+  return rope_fused<int8_t>(w, out, in, sw, x, n, sx, T, hd, rot, cos, sin);
+}
+std::vector<float> gemm_f8_rope(const std::vector<uint8_t>& w, int out, int in, const std::vector<float>& sw,
+                                const std::vector<uint8_t>& x, int n, const std::vector<float>& sx, int T, int hd,
+                                int rot, const std::vector<float>& cos, const std::vector<float>& sin) {
+  return rope_fused<e4m3>(w, out, in, sw, x, n, sx, T, hd, rot, cos, sin);
+}
+
+float q8_rope_ms(bool fused, bool f8, int in, int nh, int nkv, int hd, int n, int reps) {
+  return f8 ? rope_ms<e4m3, float>(fused, in, nh, nkv, hd, n, reps)
+            : rope_ms<int8_t, int32_t>(fused, in, nh, nkv, hd, n, reps);
 }
 
 void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }
