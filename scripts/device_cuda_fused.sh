@@ -15,6 +15,11 @@
 #           two rounds of bf16, then W8A8 and FP8 each of the release before (qt_base) and of this
 #           tree, alternated; then FP8's and W8A8's stage profiles both ways and bf16's
 #           (QT_CUDA_PROFILE=1), and bench --peak
+#   kld   — FP8's KLD against the bf16 checkpoint, this tree (the tensor cores' own accumulation)
+#           against the release before (cuBLASLt's promotion to fp32): the 8B shape on the GPU, full
+#           text; a SmolLM2-135M-shaped random checkpoint, 64 chunks, on the GPU and on the CPU (fp32 sums)
+#   clocks — bf16, W8A8 and FP8 of this tree in turn, two rounds, with the GPU's SM clock, power and
+#           temperature sampled every 50 ms (nvidia-smi) during each evaluation: their means
 set -o pipefail
 K=$(cd "$1" && pwd); R=$(pwd); STEPS=${2:-tests,8b}
 T0=$EPOCHREALTIME; el() { python3 -c "print(f'{$EPOCHREALTIME-$T0:.0f}')"; }
@@ -29,7 +34,7 @@ export LD_LIBRARY_PATH=/tmp/kit/lib:/usr/local/cuda/lib64:$CUBLAS_PY
 date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvidia-smi | grep -o "CUDA Version: [0-9.]*"
 Q=/tmp/kit/qt; T=$R/data/wikitext-2/wiki.test.raw
 run() { local lim=$1; shift; local t0=$EPOCHREALTIME; timeout $lim "$@" > /tmp/last.txt 2>&1; local rc=$?
-  grep -E "^PPL|^tokens/s|^error|^internal|^cuda stage|^  |^GPU out" /tmp/last.txt | head -20
+  grep -E "^PPL|^Mean    KLD|^tokens/s|^error|^internal|^cuda stage|^  |^GPU out" /tmp/last.txt | head -20
   echo "rc=$rc whole $(python3 -c "print(f'{$EPOCHREALTIME-$t0:.2f}')") s: ${*#/tmp/kit/} [at $(el) s]"; }
 for s in ${STEPS//,/ }; do case $s in
   prep)  # the 8b step's checkpoints, in the background (while the tests run)
@@ -62,5 +67,32 @@ for s in ${STEPS//,/ }; do case $s in
     done
     run 100 env QT_CUDA_PROFILE=1 $E /tmp/l8b
     $Q bench --peak --device cuda 2>&1 | tail -4 ;;
-  *) echo "usage: $0 KIT prep|tests|8b[,..]" >&2; exit 2 ;;
+  clocks)
+    while [ -f /tmp/prep.running ]; do sleep 2; done
+    for round in 1 2; do
+      for m in l8b l8b-w8 l8b-f8; do
+        nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 50 > /tmp/smi.txt &
+        smi=$!
+        run 100 $Q eval-ppl --text $T --device cuda --model /tmp/$m
+        kill $smi; wait $smi 2>/dev/null
+        # the samples while the GPU drew more than 200 W (the evaluation, not the load)
+        awk -F', ' -v m=$m '$2 > 200 { n++; c += $1; p += $2; t += $3 } END { if (n) printf "%s: %d samples over 200 W: SM %.0f MHz, %.0f W, %.0f C\n", m, n, c/n, p/n, t/n }' /tmp/smi.txt
+      done
+    done ;;
+  kld)
+    while [ -f /tmp/prep.running ]; do sleep 2; done
+    K8="eval-ppl --text $T --device cuda --model /tmp/l8b-f8 --kl-base-model /tmp/l8b"
+    run 200 $Q $K8; run 200 /tmp/kit/qt_base $K8
+    grep -q . /tmp/s135/config.json 2>/dev/null || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m \
+      --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
+    [ -d /tmp/s135-f8 ] || run 100 $Q convert --in /tmp/s135 --out /tmp/s135-f8 --scheme fp8
+    KS="eval-ppl --text $T --chunks 64 --model /tmp/s135-f8 --kl-base-model /tmp/s135"
+    run 100 $Q $KS --device cuda; run 100 /tmp/kit/qt_base $KS --device cuda; run 200 $Q $KS --threads 16 ;;
+  head)  # the output head's cuBLASLt plan and time, bf16 model against W8A8 (its head in bf16 too)
+    while [ -f /tmp/prep.running ]; do sleep 2; done
+    for m in l8b l8b-w8 l8b l8b-w8; do
+      run 100 env QT_CUDA_PROFILE=1 $Q eval-ppl --text $T --device cuda --model /tmp/$m
+      grep "lt plan bf16 49152" /tmp/last.txt
+    done ;;
+  *) echo "usage: $0 KIT prep|tests|8b|clocks|head[,..]" >&2; exit 2 ;;
 esac; done
