@@ -279,13 +279,13 @@ TEST(CudaFusedGemm, Timing) {
       const char* what = f8 ? "fp8" : "int8";
       const float lt = cuda::testing::q8_swiglu_ms(false, f8, F, H, n, reps),
                   fu = cuda::testing::q8_swiglu_ms(true, f8, F, H, n, reps);
-      std::printf("%s gate|up n=%d: cuBLASLt + swiglu_q8 %.3f ms, fused + quant_rows %.3f ms (%.0f T/s): %.3fx\n",
-                  what, n, lt, fu, gflop / fu, lt / fu);
+      std::printf("%s gate|up n=%d: cuBLASLt + swiglu_q8 %.3f ms, fused + quant_rows %.3f ms (%.0f T/s): %.3fx\n", what,
+                  n, lt, fu, gflop / fu, lt / fu);
       EXPECT_GT(fu, 0.0f);
       const float rl = cuda::testing::q8_rope_ms(false, f8, H, 32, 8, 128, n, reps),
                   rf = cuda::testing::q8_rope_ms(true, f8, H, 32, 8, 128, n, reps);
-      std::printf("%s q|k|v n=%d: cuBLASLt + rope_split_q8 %.3f ms, RoPE in the GEMM %.3f ms (%.0f T/s): %.3fx\n",
-                  what, n, rl, rf, 2.0 * n * H * 6144 / 1e9 / rf, rl / rf);
+      std::printf("%s q|k|v n=%d: cuBLASLt + rope_split_q8 %.3f ms, RoPE in the GEMM %.3f ms (%.0f T/s): %.3fx\n", what,
+                  n, rl, rf, 2.0 * n * H * 6144 / 1e9 / rf, rl / rf);
     }
   }
 }

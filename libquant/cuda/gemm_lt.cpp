@@ -100,8 +100,10 @@ GemmLt::Plan& GemmLt::plan(int out, int in, int n, cudaDataType_t y_type, cudaDa
     cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &got);
     cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &got);
     std::fprintf(stderr, "lt plan %s %dx%d n=%d align %d: algo %d tile %u stages %u split-k %d\n",
-                 i8 ? "int8" : ab_type == CUDA_R_8F_E4M3 ? "fp8" : "bf16", out, in, n, align, int(id), tile, stages,
-                 int(splitk));
+                 i8                          ? "int8"
+                 : ab_type == CUDA_R_8F_E4M3 ? "fp8"
+                                             : "bf16",
+                 out, in, n, align, int(id), tile, stages, int(splitk));
   }
   return plans_.emplace(key, p).first->second;
 }

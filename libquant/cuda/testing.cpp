@@ -300,8 +300,7 @@ float swiglu_ms(bool fused, int F, int in, int n, int reps) {
   GemmLt g;
   auto once = [&] {
     if (fused) {
-      cuda::gemm_q8_swiglu(w.get<C>(), F, in, sw.get<float>(), x.get<C>(), n, sx.get<float>(), y.get<float>(),
-                           nullptr);
+      cuda::gemm_q8_swiglu(w.get<C>(), F, in, sw.get<float>(), x.get<C>(), n, sx.get<float>(), y.get<float>(), nullptr);
       cuda::quant_rows(y.get<float>(), n, F, q.get<C>(), sq.get<float>(), nullptr);
     } else {
       gemm_lt_sums<C>(g, w, out, in, x, n, y.get<A>());
