@@ -73,7 +73,8 @@ TEST(Cuda, Fp8ActivationsMatchCpu) {
 
 // Values a few fp32 ulps either side of every rounding boundary between two E4M3 codes (times the
 // row's scale), where the kernels' code without the division (int8_ops.cu F8::code) must hand over
-// to the division: the CPU's codes bit for bit, at a width of the vectorized kernel and a scalar one.
+// to the division, and a row whose scale is subnormal: the CPU's codes bit for bit, at a width of the
+// vectorized kernel and a scalar one.
 TEST(Cuda, Fp8CodesAtTheRoundingBoundariesMatchCpu) {
   QT_REQUIRE_GPU();
   std::vector<float> mid;  // the midpoints between adjacent positive codes 0x00 … 0x7e (448)
@@ -83,7 +84,9 @@ TEST(Cuda, Fp8CodesAtTheRoundingBoundariesMatchCpu) {
     std::vector<float> x(size_t(rows) * dim);
     uint32_t k = 0;
     for (int r = 0; r < rows; ++r) {
-      const float amax = std::ldexp(1.0f + 0.37f * float(r % 7), r % 11 - 5), s = amax / 448.0f;  // the CPU's scale
+      // the last row's scale subnormal (1/s overflows: the division decides every code)
+      const float amax = r == rows - 1 ? 1e-38f : std::ldexp(1.0f + 0.37f * float(r % 7), r % 11 - 5);
+      const float s = amax / 448.0f;  // the CPU's scale
       x[size_t(r) * dim] = (r & 1) ? -amax : amax;
       for (int d = 1; d < dim; ++d, ++k) {
         float v = mid[k % mid.size()] * s;

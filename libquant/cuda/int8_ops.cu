@@ -56,16 +56,17 @@ struct F8 {
     return e4m3_from_f32(fminf(fmaxf(y, -448.0f), 448.0f));
   }
   // The same code without the division where it can be told without it: y = v · inv (inv = 1/s
-  // rounded) lies within 2^-22·|y| of the rounded quotient, so that quotient lies between y·(1 − 2^-20)
-  // and y·(1 + 2^-20); where the conversion (monotonic) gives both ends one code, that is the
-  // quotient's. Else (y within a few fp32 ulps of a rounding boundary between two codes: rare) the
+  // rounded) lies within 2^-22·|y| of the rounded quotient (y normal), so that quotient lies between
+  // y·(1 − 2^-20) and y·(1 + 2^-20); where the conversion (monotonic; saturating as the clamp does up
+  // to 449) gives both ends one code, that is the quotient's. Else — y within a few fp32 ulps of a
+  // rounding boundary between two codes (rare), below 2^-60 or not finite (1/s overflowing) — the
   // division decides. The two ends convert in one instruction.
   static __device__ __forceinline__ Code code(float v, float s, float inv) {
-    const float y = __fadd_rn(__fmul_rn(v, inv), 0.0f);
-    const float lo = fminf(fmaxf(__fmul_rn(y, 1.0f - 0x1p-20f), -448.0f), 448.0f);
-    const float hi = fminf(fmaxf(__fmul_rn(y, 1.0f + 0x1p-20f), -448.0f), 448.0f);
-    const unsigned short both = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
-    if ((both & 0xffu) == (both >> 8)) return Code(both & 0xffu);
+    if (v == 0.0f) return 0;  // (±0 / s) + 0 = +0
+    const float y = __fmul_rn(v, inv), a = fabsf(y);
+    const unsigned short both = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fmul_rn(y, 1.0f - 0x1p-20f), __fmul_rn(y, 1.0f + 0x1p-20f)), __NV_SATFINITE, __NV_E4M3);
+    if (a >= 0x1p-60f && a <= 449.0f && (both & 0xffu) == (both >> 8)) return Code(both & 0xffu);
     return exact(v, s);
   }
   static __device__ __forceinline__ Code code_rni(float v, float s, float inv) { return code(v, s, inv); }
