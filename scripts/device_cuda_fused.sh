@@ -20,6 +20,7 @@
 #           text; a SmolLM2-135M-shaped random checkpoint, 64 chunks, on the GPU and on the CPU (fp32 sums)
 #   clocks — bf16, W8A8 and FP8 of this tree in turn, two rounds, with the GPU's SM clock, power and
 #           temperature sampled every 50 ms (nvidia-smi) during each evaluation: their means
+#   head  — the output head's cuBLASLt plans and stage time, bf16 against W8A8 (QT_CUDA_PROFILE=1)
 set -o pipefail
 K=$(cd "$1" && pwd); R=$(pwd); STEPS=${2:-tests,8b}
 T0=$EPOCHREALTIME; el() { python3 -c "print(f'{$EPOCHREALTIME-$T0:.0f}')"; }
@@ -94,5 +95,5 @@ for s in ${STEPS//,/ }; do case $s in
       run 100 env QT_CUDA_PROFILE=1 $Q eval-ppl --text $T --device cuda --model /tmp/$m
       grep "lt plan bf16 49152" /tmp/last.txt
     done ;;
-  *) echo "usage: $0 KIT prep|tests|8b|clocks|head[,..]" >&2; exit 2 ;;
+  *) echo "usage: $0 KIT prep|tests|8b|kld|clocks|head[,..]" >&2; exit 2 ;;
 esac; done

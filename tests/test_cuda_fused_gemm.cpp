@@ -34,8 +34,8 @@ std::vector<float> random_scales(size_t n, uint32_t seed, float base) {
   return v;
 }
 
-// Random E4M3 codes: the bytes masked with 0x77 (every sign and mantissa, exponents up to 14: no NaN,
-// values up to 240).
+// Random E4M3 codes: the bytes masked with 0x77 (every mantissa; sign and the exponent's low bit
+// cleared: non-negative values, even exponents up to 14, no NaN, at most 240).
 std::vector<uint8_t> random_e4m3(size_t n, uint32_t seed) {
   std::vector<uint8_t> v(n);
   const auto b = random_i8(n, seed);
@@ -64,8 +64,8 @@ ExactSums exact_f8_sums(const std::vector<uint8_t>& w, int out, int in, const st
 // each MMA step's 32 products into the running sum with about 14 bits kept (DeepSeek-V3 technical
 // report, arXiv:2412.19437 §3.3.2), a loss that grows with in / 32 and with the products' spread;
 // on these codes (in 400, magnitudes 2^-9 … 240) the H100 measured 2^-7.9. 2^-6 holds that with
-// margin; a wrong scale, column or rotation partner errs by the order of |Σ a·w| itself, Σ|a·w| / √in
-// or more (2^-4.3 here).
+// margin; a wrong scale, column or rotation partner errs by the order of the values themselves
+// (these codes are non-negative, so |Σ a·w| is Σ|a·w|, 2^6 over the bound).
 constexpr double kF8SumError = 1.0 / 64;
 
 // Shapes off the 128-tile grid in every dimension (the kernel's edges), in a multiple of 16.

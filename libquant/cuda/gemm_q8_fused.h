@@ -39,7 +39,8 @@ bool q8_fused_fits(int F, int in);
 void gemm_q8_swiglu(const int8_t* W, int F, int in, const float* sw, const int8_t* X, int n, const float* sx, float* h,
                     cudaStream_t s);
 // FP8_DYNAMIC's: E4M3 codes, the sums accumulated as Hopper's FP8 tensor cores do without promotion
-// (cutlass_q8.cuh; vLLM's FP8 GEMMs), so within their rounding of cuBLASLt's, not bit for bit.
+// (cutlass_q8.cuh; vLLM's FP8 GEMMs), so within their rounding of cuBLASLt's FP8 GEMM (not promised bit for bit; the same in
+// the runs measured).
 void gemm_q8_swiglu(const __nv_fp8_e4m3* W, int F, int in, const float* sw, const __nv_fp8_e4m3* X, int n,
                     const float* sx, float* h, cudaStream_t s);
 
