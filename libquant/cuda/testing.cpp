@@ -270,8 +270,8 @@ std::vector<float> rope_fused(const std::vector<B>& w, int out, int in, const st
   return f16_to_host_f32(dy, size_t(n) * out);
 }
 
-// Random codes of the type: every int8 code, or every finite E4M3 one but the largest exponent (the
-// bytes masked with 0x77: no NaN).
+// Random codes of the type: every int8 code, or E4M3 bytes masked with 0x77 (non-negative, even
+// exponents up to 14, every mantissa: no NaN).
 void random_codes(DeviceBuffer& b, bool f8, uint32_t seed) {
   fill_random(b.get<uint32_t>(), b.bytes() / 4, seed, f8 ? 0x77777777u : 0xffffffffu, nullptr);
 }
