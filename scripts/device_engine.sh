@@ -110,15 +110,25 @@ for s in ${STEP//,/ }; do case $s in
     for i in 1 2; do for M in /tmp/l8b /tmp/l8b-w8 /tmp/l8b-f8; do run $Q eval-ppl --device cuda --model $M --text $T; done
       done
     QT_CUDA_PROFILE=1 timeout 100 $Q eval-ppl --device cuda --model /tmp/l8b-f8 --text $T 2>&1 | grep -iE "gemm|total|tune|tokens/s" | head -20 ;;
-  cpupar)  # chunks side by side on the Xeon: threads (THREADS, default 1 2 4 8 16) x chunks at once (1 2 4 8 16, P <= threads), SmolLM2 shape, CHUNKS (16) chunks; then the defaults (no --threads, no --chunk-parallel)
+  cpupar)  # chunks side by side on the Xeon: threads (THREADS, default 1 2 4 8 16) x chunks at once (1 2 4 8 16, P <= threads), SmolLM2 shape, CHUNKS (16) chunks; then the defaults (no --threads, no --chunk-parallel); BIG=1 adds the 8-layer Llama-3-8B shape at 16 threads, P 1 2 4
+    C=/tmp/kit/cpu_new
     [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
-    [ -d /tmp/s135-w8 ] || $Q convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
-    [ -d /tmp/s135-a4 ] || $Q convert --in /tmp/s135 --out /tmp/s135-a4 --scheme affine --bits 4 --group-size 64 > /dev/null 2>&1
+    [ -d /tmp/s135-w8 ] || $C convert --in /tmp/s135 --out /tmp/s135-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
+    [ -d /tmp/s135-a4 ] || $C convert --in /tmp/s135 --out /tmp/s135-a4 --scheme affine --bits 4 --group-size 64 > /dev/null 2>&1
     lscpu | grep -E "^CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L3"; nproc
     runp() { timeout 250 "$@" > /tmp/last.txt 2>&1; local rc=$?
       echo "rc=$rc $(grep -E '^PPL|^tokens/s|^peak RSS|^error|^internal' /tmp/last.txt | sed 's/  */ /g' | tr '\n' ' ')| ${*#/tmp/kit/}"; }
+    CFGS=${CFGS:-"--model=/tmp/s135 --model=/tmp/s135+--compute=bf16 --model=/tmp/s135-w8 --model=/tmp/s135-w8+--compute=bf16 --model=/tmp/s135-a4"}
+    for rnd in $(seq ${ROUNDS:-1}); do
     for th in ${THREADS:-1 2 4 8 16}; do for P in 1 2 4 8 16; do [ $P -le $th ] || continue
-      for cfg in "--model /tmp/s135" "--model /tmp/s135 --compute bf16" "--model /tmp/s135-w8" "--model /tmp/s135-a4"; do
-        runp /tmp/kit/cpu_new eval-ppl --threads $th --chunk-parallel $P --chunks ${CHUNKS:-16} --text $T $cfg; done; done; done
-    for cfg in "--model /tmp/s135" "--model /tmp/s135-w8"; do runp /tmp/kit/cpu_new eval-ppl --chunks ${CHUNKS:-16} --text $T $cfg; done ;;
+      for cfg in $CFGS; do
+        runp $C eval-ppl --threads $th --chunk-parallel $P --chunks ${CHUNKS:-16} --text $T ${cfg//[+=]/ }; done; done; done; done
+    for cfg in $CFGS; do runp $C eval-ppl --chunks ${CHUNKS:-16} --text $T ${cfg//[+=]/ }; done
+    if [ -n "${BIG:-}" ]; then
+      [ -d /tmp/l8b8 ] || python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --layers 8 --tokenizer-from $K/tok --out /tmp/l8b8 > /dev/null
+      [ -d /tmp/l8b8-w8 ] || $C convert --in /tmp/l8b8 --out /tmp/l8b8-w8 --scheme int8 --group-size 0 > /dev/null 2>&1
+      for P in 1 2 4; do for cfg in "--model /tmp/l8b8 --compute bf16" "--model /tmp/l8b8-w8 --compute bf16"; do
+        runp $C eval-ppl --threads 16 --chunk-parallel $P --chunks 16 --text $T $cfg; done; done
+      for cfg in "--model /tmp/l8b8 --compute bf16" "--model /tmp/l8b8-w8 --compute bf16"; do runp $C eval-ppl --chunks 16 --text $T $cfg; done
+    fi ;;
 esac; done

@@ -35,11 +35,13 @@ std::vector<float> random_scales(size_t n, uint32_t seed, float base) {
 }
 
 // Random E4M3 codes: the bytes masked with 0x77 (every mantissa; sign and the exponent's low bit
-// cleared: non-negative values, even exponents up to 14, no NaN, at most 240).
-std::vector<uint8_t> random_e4m3(size_t n, uint32_t seed) {
+// cleared: non-negative values, even exponents up to 14, no NaN, at most 240) or, signed, with 0xf7
+// (the same magnitudes, either sign).
+constexpr uint8_t kNonNegative = 0x77, kSigned = 0xf7;
+std::vector<uint8_t> random_e4m3(size_t n, uint32_t seed, uint8_t mask = kNonNegative) {
   std::vector<uint8_t> v(n);
   const auto b = random_i8(n, seed);
-  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(b[i]) & 0x77u;
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(b[i]) & mask;
   return v;
 }
 
@@ -95,28 +97,39 @@ TEST(CudaFusedGemm, Int8SwigluGivesSwigluQ8Codes) {
 }
 
 // FP8's gate|up GEMM with SwiGLU: h against silu(g)·u of the exact sums, within what the sums'
-// accumulation error (kF8SumError of Σ|a·w| on g and u) moves it (silu' ≤ 1.1).
+// accumulation error (kF8SumError of Σ|a·w| on g and u) moves it (silu' ≤ 1.1). Non-negative codes
+// (where a wrong scale or column errs by the values themselves) and signed ones (g < 0: silu's
+// other branch; sums that cancel).
 TEST(CudaFusedGemm, Fp8SwigluWithinTheSumsError) {
   QT_REQUIRE_FUSED();
-  const auto w = random_e4m3(size_t(2 * kF) * kIn, 16), x = random_e4m3(size_t(kN) * kIn, 17);
-  const auto sw = random_scales(2 * kF, 18, 2e-4f), sx = random_scales(kN, 19, 2e-2f);
-  const ExactSums e = exact_f8_sums(w, 2 * kF, kIn, x, kN);
-  const auto h = cuda::testing::gemm_f8_swiglu(w, kF, kIn, sw, x, kN, sx);
-  double worst = 0, mag = 0;
-  for (int t = 0; t < kN; ++t)
-    for (int j = 0; j < kF; ++j) {
-      const size_t gi = size_t(t) * 2 * kF + j, ui = gi + kF;
-      const double g = double(sx[t]) * sw[j] * e.sum[gi], u = double(sx[t]) * sw[kF + j] * e.sum[ui];
-      const double eg = double(sx[t]) * sw[j] * e.mag[gi] * kF8SumError,
-                   eu = double(sx[t]) * sw[kF + j] * e.mag[ui] * kF8SumError;
-      const double silu = g / (1.0 + std::exp(-g)), r = silu * u;
-      const double bound = 1.1 * eg * (std::abs(u) + eu) + std::abs(silu) * eu + 1e-6 * std::abs(r) + 1e-30;
-      worst = std::max(worst, std::abs(h[size_t(t) * kF + j] - r) / bound);
-      mag = std::max(mag, std::abs(r));
+  for (const uint8_t mask : {kNonNegative, kSigned}) {
+    SCOPED_TRACE(mask == kSigned ? "signed codes" : "non-negative codes");
+    const auto w = random_e4m3(size_t(2 * kF) * kIn, 16, mask), x = random_e4m3(size_t(kN) * kIn, 17, mask);
+    const auto sw = random_scales(2 * kF, 18, 2e-4f), sx = random_scales(kN, 19, 2e-2f);
+    const ExactSums e = exact_f8_sums(w, 2 * kF, kIn, x, kN);
+    const auto h = cuda::testing::gemm_f8_swiglu(w, kF, kIn, sw, x, kN, sx);
+    double worst = 0, mag = 0;
+    int negative_g = 0;
+    for (int t = 0; t < kN; ++t)
+      for (int j = 0; j < kF; ++j) {
+        const size_t gi = size_t(t) * 2 * kF + j, ui = gi + kF;
+        const double g = double(sx[t]) * sw[j] * e.sum[gi], u = double(sx[t]) * sw[kF + j] * e.sum[ui];
+        const double eg = double(sx[t]) * sw[j] * e.mag[gi] * kF8SumError,
+                     eu = double(sx[t]) * sw[kF + j] * e.mag[ui] * kF8SumError;
+        const double silu = g / (1.0 + std::exp(-g)), r = silu * u;
+        const double bound = 1.1 * eg * (std::abs(u) + eu) + std::abs(silu) * eu + 1e-6 * std::abs(r) + 1e-30;
+        worst = std::max(worst, std::abs(h[size_t(t) * kF + j] - r) / bound);
+        mag = std::max(mag, std::abs(r));
+        negative_g += g < -eg;
+      }
+    std::printf("fp8 gate|up + SwiGLU, %s: worst |h - exact| = %.3g of the bound\n",
+                mask == kSigned ? "signed" : "non-negative", worst);
+    EXPECT_LE(worst, 1.0);
+    EXPECT_GT(mag, 1e-3);  // not a comparison of zeros
+    if (mask == kSigned) {
+      EXPECT_GT(negative_g, kN * kF / 4);  // silu's negative branch is exercised
     }
-  std::printf("fp8 gate|up + SwiGLU: worst |h - exact| = %.3g of the bound\n", worst);
-  EXPECT_LE(worst, 1.0);
-  EXPECT_GT(mag, 1e-3);  // not a comparison of zeros
+  }
 }
 
 // The tiny llama's W8A8 forward with the fused GEMM and without (force_unfused_gate_up):
@@ -129,6 +142,8 @@ TEST(CudaFusedGemm, TinyLlamaW8A8SameLogitsBothWays) {
   cuda::GpuModel lt(load_checkpoint(dir));
   cuda::testing::force_unfused_gate_up(lt);
   cuda::GpuModel fused(load_checkpoint(dir));
+  ASSERT_TRUE(cuda::testing::runs_q8_swiglu(fused));  // the comparison is not of one path with itself
+  ASSERT_FALSE(cuda::testing::runs_q8_swiglu(lt));
   const auto a = cuda::forward_logits(lt, ids), b = cuda::forward_logits(fused, ids);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits_of(a[i]), bits_of(b[i])) << i;
@@ -256,6 +271,8 @@ TEST(CudaFusedGemm, WideLlamaFp8NearTheUnfusedPath) {
   cuda::GpuModel fused(load_checkpoint(dir));
   ASSERT_EQ(fused.kind(), "fp8");
   ASSERT_TRUE(cuda::testing::runs_q8_rope(fused));
+  ASSERT_TRUE(cuda::testing::runs_q8_swiglu(fused));
+  ASSERT_FALSE(cuda::testing::runs_q8_swiglu(lt));
   cuda::GpuModel dense(load_checkpoint(src));
   const auto a = cuda::forward_logits(lt, ids), b = cuda::forward_logits(fused, ids),
              ref = cuda::forward_logits(dense, ids);

@@ -208,8 +208,9 @@ void force_unfused_gate_up(GpuModel& m);
 // W8A8's q|k|v through cuBLASLt's GEMM and rope_split_q8 instead of the fused GEMM, attention on
 // packed q, k, v; call before the model's first forward.
 void force_unfused_qkv(GpuModel& m);
-// Whether m's next forward runs that fused GEMM.
+// Whether m's next forward runs that fused GEMM (q|k|v with RoPE; gate|up with SwiGLU).
 bool runs_q8_rope(GpuModel& m);
+bool runs_q8_swiglu(GpuModel& m);
 // The row's activation rounding (blockfp.h) of x [rows, k]: io 0 fp32 out, 1 bf16 out (the GEMM's
 // operand), 2 nvfp4's factored form (bf16 q·e, then the rows' global scales appended); as float.
 std::vector<float> round_activations(const Scheme& row, const std::vector<float>& x, int rows, int k, int io);

@@ -118,6 +118,7 @@ void force_fp8_block_decode(GpuModel&) { no_cuda(); }
 void force_unfused_gate_up(GpuModel&) { no_cuda(); }
 void force_unfused_qkv(GpuModel&) { no_cuda(); }
 bool runs_q8_rope(GpuModel&) { no_cuda(); }
+bool runs_q8_swiglu(GpuModel&) { no_cuda(); }
 std::vector<float> round_activations(const Scheme&, const std::vector<float>&, int, int, int) { no_cuda(); }
 F8 quantize_fp8_groups(const std::vector<float>&, int, int) { no_cuda(); }
 std::vector<float> gemm_fp8_block(const std::vector<const PackedTensor*>&, const std::vector<float>&, int,

@@ -370,6 +370,8 @@ void force_fp8_block_decode(GpuModel& m) { m.impl().fp8_decode = true; }
 
 bool runs_q8_rope(GpuModel& m) { return m.impl().q8_rope_now(); }
 
+bool runs_q8_swiglu(GpuModel& m) { return m.impl().q8_cutlass; }
+
 void force_unfused_qkv(GpuModel& m) {
   m.impl().q8_rope = false;
   m.impl().max_chunks = 0;  // the next reserve binds attention to packed q, k, v
