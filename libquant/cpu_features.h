@@ -1,9 +1,9 @@
 // What the CPU can do, and the level the kernels are allowed to use.
 // The level is the highest the CPU has, lowered by QT_KERNEL_LEVEL=scalar|avx2|avx512|amx (env) or
 // set_kernel_level() (the --kernel flag, tests), never raised above what the CPU has.
-// AMX is AVX512 (with VNNI and BF16) plus the tile GEMMs (bf16 dense, int8 W8A8): every kernel that
-// runs at AVX512 runs at AMX too, so `--kernel avx512` on an AMX machine is the tile kernels' A/B
-// switch.
+// AMX is AVX512 (with VNNI and BF16) plus the tile GEMMs (bf16 dense, int8 W8A8, affine-4 against
+// int8 tokens): every kernel that runs at AVX512 runs at AMX too, so `--kernel avx512` on an AMX
+// machine is the tile kernels' A/B switch.
 #pragma once
 #include <string>
 #include <vector>

@@ -43,8 +43,9 @@ void quantize_token_i8(const float* x, int64_t k, int64_t g, bool per_token, int
 void affine_i8_gemm_ref(const uint8_t* codes, const float* scales, const float* biases, int64_t n, int64_t k, int64_t g,
                         const int8_t* q, const float* d, const float* bx, int64_t m, const float* bias, float* y);
 
-// y[m, n] = x[m, k]·Wᵀ (+ bias) through the kernel level's tiles (AVX-512 VNNI, AVX2; scalar: the
-// spec on the packed codes), tokens quantized first; OpenMP over tiles. The same bits as
+// y[m, n] = x[m, k]·Wᵀ (+ bias) through the kernel level's tiles (AMX-INT8 from 16 tokens where the
+// group is a multiple of 64, AVX-512 VNNI, AVX2; scalar: the spec on the packed codes), tokens
+// quantized first; OpenMP over tiles. The same bits as
 // quantize_token_i8_ref + affine_i8_gemm_ref.
 void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token, const float* bias, float* y);
 // One token over panels [p0, p1) on the calling thread (the decode step's slices): the same bits
@@ -72,6 +73,11 @@ struct Isa {
 };
 const Isa& isa_vnni();
 const Isa& isa_avx2();
+// AMX-INT8 (gemm_amx_affine_i8.cpp), for groups of whole 64-byte tile rows: q [m, k] the tokens'
+// x̃, d and bx as the tiles read them; y [m, n].
+bool amx_supports(const AffineI8& w);
+void gemm_amx(const AffineI8& w, const int8_t* q, const float* d, const float* bx, int64_t m, const float* bias,
+              float* y);
 }  // namespace i8
 
 }  // namespace qt::kernels

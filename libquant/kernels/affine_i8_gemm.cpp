@@ -159,6 +159,7 @@ void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token
   const i8::Isa* is = isa();
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xd, xb;
+  const bool amx = is && m >= 16 && kernel_level() >= KernelLevel::AMX && i8::amx_supports(w);
   xq.resize(size_t(m * w.k));
   xd.resize(size_t(m * w.ng));
   xb.resize(size_t(m * w.ng));
@@ -168,6 +169,7 @@ void affine_i8_gemm(const AffineI8& w, const float* x, int64_t m, bool per_token
   for (int64_t t = 0; t < m; ++t)
     quantize_token_i8(x + t * w.k, w.k, w.g, per_token, q + t * w.k, d + t * w.ng, bx + t * w.ng);
   if (!is) return gemm_scalar(w, q, d, bx, m, bias, y);
+  if (amx) return i8::gemm_amx(w, q, d, bx, m, bias, y);
 
   // Row blocks innermost: a tile's panels (np · 16 rows of k/2 bytes) stay in L2 while the token
   // rows pass.
