@@ -46,11 +46,12 @@ QT_AMX_AVX512 void unpack(const AffineI8& w, int64_t p0, int panels, int64_t s0,
     }
 }
 
-// c[r][q·16 + j] = Σ x̃[r, k] · code[panel q, j, k] over `steps` steps: a the first A tile's step 0
-// in tile order (1 KiB a step; the second A tile a_next bytes on), bt the unpacked B tiles.
+// Tiles 0..3 (c[r][q·16 + j]) = Σ x̃[r, k] · code[panel q, j, k] over `steps` steps: a the first A
+// tile's step 0 in tile order (1 KiB a step; the second A tile a_next bytes on), bt the unpacked B
+// tiles. The sums stay in the tiles until store(): the core runs the previous block's epilogue
+// while the tile unit works on these products.
 template <int RT, int CT>
-void block_sums(const int8_t* a, int64_t a_next, const uint8_t* bt, int64_t steps, int32_t* c) {
-  constexpr int ldc = kPanels * 16 * 4;
+void issue(const int8_t* a, int64_t a_next, const uint8_t* bt, int64_t steps) {
   _tile_zero(0);
   if constexpr (CT > 1) _tile_zero(1);
   if constexpr (RT > 1) {
@@ -70,6 +71,11 @@ void block_sums(const int8_t* a, int64_t a_next, const uint8_t* bt, int64_t step
       if constexpr (CT > 1) _tile_dpbssd(3, 5, 7);
     }
   }
+}
+
+template <int RT, int CT>
+void store(int32_t* c) {
+  constexpr int ldc = kPanels * 16 * 4;
   _tile_stored(0, c, ldc);
   if constexpr (CT > 1) _tile_stored(1, c + 16, ldc);
   if constexpr (RT > 1) {
@@ -78,26 +84,31 @@ void block_sums(const int8_t* a, int64_t a_next, const uint8_t* bt, int64_t step
   }
 }
 
-using BlockSums = void (*)(const int8_t*, int64_t, const uint8_t*, int64_t, int32_t*);
-constexpr BlockSums kBlockSums[2][2] = {{block_sums<1, 1>, block_sums<1, 2>}, {block_sums<2, 1>, block_sums<2, 2>}};
+using Issue = void (*)(const int8_t*, int64_t, const uint8_t*, int64_t);
+using Store = void (*)(int32_t*);
+constexpr Issue kIssue[2][2] = {{issue<1, 1>, issue<1, 2>}, {issue<2, 1>, issue<2, 2>}};
+constexpr Store kStore[2][2] = {{store<1, 1>, store<1, 2>}, {store<2, 1>, store<2, 2>}};
 
 // Group gi of a block: sum = fma(b, bx, sum); sum = fma(float(acc), s·d, sum) (affine_i8.h's order;
 // sum starts at 0 with the first group).
-QT_AMX_AVX512 void epilogue(const AffineI8& w, int64_t p0, int panels, int64_t gi, const int32_t* acc, float* sum,
-                            int rows, const float* d, const float* bx) {
-  __m512 sv[kPanels], bv[kPanels];
-  for (int q = 0; q < panels; ++q) {
-    const size_t off = size_t(((p0 + q) * w.ng + gi) * 16);
+template <int CT>
+QT_AMX_AVX512 void epilogue(const AffineI8& w, int64_t p0, int64_t gi, const int32_t* acc, float* sum, int rows,
+                            const float* d, const float* bx) {
+  const int64_t ng = w.ng;
+  __m512 sv[CT], bv[CT];
+  for (int q = 0; q < CT; ++q) {
+    const size_t off = size_t(((p0 + q) * ng + gi) * 16);
     sv[q] = _mm512_loadu_ps(w.scales.data() + off), bv[q] = _mm512_loadu_ps(w.biases.data() + off);
   }
-  for (int r = 0; r < rows; ++r) {
-    const __m512 dr = _mm512_set1_ps(d[r * w.ng + gi]), bxr = _mm512_set1_ps(bx[r * w.ng + gi]);
-    for (int q = 0; q < panels; ++q) {
-      const int i = r * kPanels * 16 + 16 * q;
-      const __m512 prev = gi == 0 ? _mm512_setzero_ps() : _mm512_load_ps(sum + i);
+  const float *dp = d + gi, *bp = bx + gi;
+  for (int r = 0; r < rows; ++r, dp += ng, bp += ng, acc += kPanels * 16, sum += kPanels * 16) {
+    const __m512 dr = _mm512_set1_ps(*dp), bxr = _mm512_set1_ps(*bp);
+#pragma GCC unroll 2
+    for (int q = 0; q < CT; ++q) {
+      const __m512 prev = gi == 0 ? _mm512_setzero_ps() : _mm512_load_ps(sum + 16 * q);
       const __m512 s = _mm512_fmadd_ps(bv[q], bxr, prev);
-      _mm512_store_ps(sum + i,
-                      _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(acc + i)), _mm512_mul_ps(sv[q], dr), s));
+      _mm512_store_ps(sum + 16 * q, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(acc + 16 * q)),
+                                                    _mm512_mul_ps(sv[q], dr), s));
     }
   }
 }
@@ -113,15 +124,25 @@ QT_AMX_AVX512 void run_item(const AffineI8& w, int64_t p0, int64_t t0, int64_t t
   thread_local AlignedBuffer bt_buf, sum_buf;
   auto* bt = static_cast<uint8_t*>(bt_buf.reserve(size_t(gs * kPanels * kTile)));
   auto* sum = static_cast<float*>(sum_buf.reserve(size_t(kItemRows * kPanels * 16) * sizeof(float)));
-  alignas(64) int32_t acc[kRows * kPanels * 16];
+  alignas(64) int32_t acc[2][kRows * kPanels * 16];  // one block's sums while the next one's run
+  const int64_t ks = w.k / 64;                       // A tile steps a 16-row block
   for (int64_t gi = 0; gi < w.ng; ++gi) {
     unpack(w, p0, panels, gi * gs, gs, bt);
+    int64_t prev = -1;  // the block whose sums wait in acc[pb] for their epilogue
+    int prev_rows = 0, pb = 0;
+    auto finish = [&] {
+      (panels > 1 ? epilogue<2> : epilogue<1>)(w, p0, gi, acc[pb], sum + (prev - t0) * kPanels * 16, prev_rows,
+                                               d + prev * w.ng, bx + prev * w.ng);
+    };
     for (int64_t r0 = t0; r0 < t1; r0 += kRows) {
-      const int rows = int(std::min<int64_t>(kRows, t1 - r0));
-      const int64_t ks = w.k / 64;  // A tile steps a 16-row block
-      kBlockSums[rows > 16 ? 1 : 0][panels - 1](ab + (r0 / 16 * ks + gi * gs) * kTile, ks * kTile, bt, gs, acc);
-      epilogue(w, p0, panels, gi, acc, sum + (r0 - t0) * kPanels * 16, rows, d + r0 * w.ng, bx + r0 * w.ng);
+      const int rows = int(std::min<int64_t>(kRows, t1 - r0)), rt = rows > 16 ? 1 : 0;
+      kIssue[rt][panels - 1](ab + (r0 / 16 * ks + gi * gs) * kTile, ks * kTile, bt, gs);
+      if (prev >= 0) finish();
+      pb = prev >= 0 ? pb ^ 1 : 0;
+      kStore[rt][panels - 1](acc[pb]);
+      prev = r0, prev_rows = rows;
     }
+    finish();
   }
   const __mmask16 last = __mmask16((1u << cols) - 1);
   for (int64_t t = t0; t < t1; ++t)
