@@ -131,4 +131,18 @@ for s in ${STEP//,/ }; do case $s in
         runp $C eval-ppl --threads 16 --chunk-parallel $P --chunks 16 --text $T $cfg; done; done
       for cfg in "--model /tmp/l8b8 --compute bf16" "--model /tmp/l8b8-w8 --compute bf16"; do runp $C eval-ppl --chunks 16 --text $T $cfg; done
     fi ;;
+  affamx)  # affine 4-bit against int8 tokens, AMX tiles against the VNNI ones (--kernel avx512), 16 threads: the 8-layer Llama-3-8B shape (bf16 on AMX beside it) and the SmolLM2 shape, ROUNDS (2) rounds in turn
+    C=/tmp/kit/cpu_new
+    [ -d /tmp/l8b8 ] || python3 $R/scripts/make_test_checkpoint.py --shape llama3-8b --layers 8 --tokenizer-from $K/tok --out /tmp/l8b8 > /dev/null
+    [ -d /tmp/l8b8-a4 ] || $C convert --in /tmp/l8b8 --out /tmp/l8b8-a4 --scheme affine --bits 4 --group-size 64 > /dev/null 2>&1
+    [ -d /tmp/s135 ] || python3 $R/scripts/make_test_checkpoint.py --shape smollm2-135m --tokenizer-from $K/tok --out /tmp/s135 > /dev/null
+    [ -d /tmp/s135-a4 ] || $C convert --in /tmp/s135 --out /tmp/s135-a4 --scheme affine --bits 4 --group-size 64 > /dev/null 2>&1
+    lscpu | grep -E "^CPU\(s\)|Model name|NUMA node\(s\)"
+    runp() { timeout 250 "$@" > /tmp/last.txt 2>&1; local rc=$?
+      echo "rc=$rc $(grep -E '^PPL|^tokens/s|^error|^internal' /tmp/last.txt | sed 's/  */ /g' | tr '\n' ' ')| ${*#/tmp/kit/}"; }
+    for rnd in $(seq ${ROUNDS:-2}); do
+      for k in amx avx512; do runp $C eval-ppl --threads 16 --chunks 16 --text $T --model /tmp/l8b8-a4 --weight-act int8 --kernel $k; done
+      runp $C eval-ppl --threads 16 --chunks 16 --text $T --model /tmp/l8b8 --compute bf16
+      for k in amx avx512; do runp $C eval-ppl --threads 16 --chunks 32 --text $T --model /tmp/s135-a4 --weight-act int8 --kernel $k; done
+    done ;;
 esac; done
