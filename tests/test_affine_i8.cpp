@@ -150,6 +150,49 @@ TEST_P(AffineI8Levels, LinearRunsItOnRequest) {
 INSTANTIATE_TEST_SUITE_P(Levels, AffineI8Levels, ::testing::ValuesIn(qt::available_kernel_levels()),
                          [](const auto& info) { return std::string(qt::kernel_level_name(info.param)); });
 
+// The AMX tiles themselves (i8::gemm_amx, called directly: the level's dispatch cannot hide a
+// fallback) against the spec at their edges: one and two A tiles of a block partly filled (m 16, 17,
+// 31, 32), a work item of one row (129), one panel and a partial one (n 5, 16), whole panel pairs
+// (32, 48); one group of the whole k, 1 and 2 tile steps a group (MLX's 64 and 128); no write past
+// y; calls below the threads' threshold and inside an outer parallel region.
+TEST(AffineI8Amx, TilesAreTheSpecAtTheirEdges) {
+  if (qt::max_kernel_level() < qt::KernelLevel::AMX) GTEST_SKIP() << "no AMX on this CPU";
+  struct Kg {
+    int64_t k, g;
+  };
+  auto check = [](int64_t n, Kg kg, int64_t m) {
+    const int64_t k = kg.k, g = kg.g, ng = k / g;
+    PackedTensor pt = qt::quantize_weights(randn(size_t(n * k), uint32_t(n + k), 0.05f).data(), n, k,
+                                           scheme_params("affine", 4, int(g)));
+    const auto sc = qt::to_f32(pt.scales), bi = qt::to_f32(pt.biases);
+    const auto x = tokens(m, k, uint32_t(m + g));
+    std::vector<int8_t> q(size_t(m * k));
+    std::vector<float> d(size_t(m * ng)), bx(size_t(m * ng)), bias = randn(size_t(n), 5);
+    for (int64_t t = 0; t < m; ++t)
+      qt::kernels::quantize_token_i8_ref(x.data() + t * k, k, g, false, q.data() + t * k, d.data() + t * ng,
+                                         bx.data() + t * ng);
+    std::vector<float> want(size_t(m * n)), got(size_t(m * n) + 16, -7.0f);
+    qt::kernels::affine_i8_gemm_ref(pt.data.data, sc.data(), bi.data(), n, k, g, q.data(), d.data(), bx.data(), m,
+                                    bias.data(), want.data());
+    const auto w = qt::kernels::pack_affine_i8(pt.data.data, sc.data(), bi.data(), n, k, g);
+    EXPECT_TRUE(qt::kernels::i8::amx_supports(w));
+    qt::kernels::i8::gemm_amx(w, q.data(), d.data(), bx.data(), m, bias.data(), got.data());
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i])
+        return ::testing::AssertionFailure() << "n " << n << " k " << k << " g " << g << " m " << m << " at " << i;
+    for (size_t i = want.size(); i < got.size(); ++i)
+      if (got[i] != -7.0f) return ::testing::AssertionFailure() << "a write past y, n " << n << " m " << m;
+    return ::testing::AssertionSuccess();
+  };
+  for (int64_t m : {16, 17, 31, 32, 129})
+    for (int64_t n : {5, 16, 32, 48})
+      for (Kg kg : {Kg{64, 64}, Kg{320, 64}, Kg{384, 128}, Kg{128, 128}}) ASSERT_TRUE(check(n, kg, m));
+  bool ok = true;
+#pragma omp parallel for num_threads(2) reduction(&& : ok)
+  for (int i = 0; i < 4; ++i) ok = ok && bool(check(33 + i, Kg{128, 64}, 40 + i));
+  EXPECT_TRUE(ok) << "inside an outer parallel region";
+}
+
 nlohmann::json read(const std::string& path) {
   std::ifstream f(path);
   return nlohmann::json::parse(f);

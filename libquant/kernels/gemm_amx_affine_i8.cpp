@@ -8,11 +8,9 @@
 // same way on AMX (ggml-cpu/amx/mmq.cpp: TDPBSSD per block, the scales applied per block).
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "libquant/kernels/affine_i8.h"
 #include "libquant/kernels/aligned_buffer.h"
@@ -124,22 +122,23 @@ QT_AMX_AVX512 void run_item(const AffineI8& w, int64_t p0, int64_t t0, int64_t t
   thread_local AlignedBuffer bt_buf, sum_buf;
   auto* bt = static_cast<uint8_t*>(bt_buf.reserve(size_t(gs * kPanels * kTile)));
   auto* sum = static_cast<float*>(sum_buf.reserve(size_t(kItemRows * kPanels * 16) * sizeof(float)));
-  alignas(64) int32_t acc[2][kRows * kPanels * 16];  // one block's sums while the next one's run
-  const int64_t ks = w.k / 64;                       // A tile steps a 16-row block
+  // One block's sums: the epilogue reads them before the next block's store() (program order), while
+  // that block's products run.
+  alignas(64) int32_t acc[kRows * kPanels * 16];
+  const int64_t ks = w.k / 64;  // A tile steps a 16-row block
   for (int64_t gi = 0; gi < w.ng; ++gi) {
     unpack(w, p0, panels, gi * gs, gs, bt);
-    int64_t prev = -1;  // the block whose sums wait in acc[pb] for their epilogue
-    int prev_rows = 0, pb = 0;
+    int64_t prev = -1;  // the block whose sums wait in acc for their epilogue
+    int prev_rows = 0;
     auto finish = [&] {
-      (panels > 1 ? epilogue<2> : epilogue<1>)(w, p0, gi, acc[pb], sum + (prev - t0) * kPanels * 16, prev_rows,
+      (panels > 1 ? epilogue<2> : epilogue<1>)(w, p0, gi, acc, sum + (prev - t0) * kPanels * 16, prev_rows,
                                                d + prev * w.ng, bx + prev * w.ng);
     };
     for (int64_t r0 = t0; r0 < t1; r0 += kRows) {
       const int rows = int(std::min<int64_t>(kRows, t1 - r0)), rt = rows > 16 ? 1 : 0;
       kIssue[rt][panels - 1](ab + (r0 / 16 * ks + gi * gs) * kTile, ks * kTile, bt, gs);
       if (prev >= 0) finish();
-      pb = prev >= 0 ? pb ^ 1 : 0;
-      kStore[rt][panels - 1](acc[pb]);
+      kStore[rt][panels - 1](acc);
       prev = r0, prev_rows = rows;
     }
     finish();
